@@ -1,0 +1,162 @@
+"""`planner models`, `planner hw`, `planner show-model`: the catalogs and a model's parameters."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from planner.cli import app
+from planner.options import JsonOpt, print_json
+from planner.units import GB, fmt_count
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def model_summary(m) -> dict:
+    p = m.params
+    out = {
+        "name": m.name,
+        "aliases": m.aliases,
+        "kind": "moe" if m.is_moe else "dense",
+        "layers": m.num_layers,
+        "hidden": m.hidden_size,
+        "attention": m.attention.kind,
+        "total_params": p.total,
+        "active_params": p.active(m.published.active_convention if m.published else "excl_input_embedding"),
+        "mtp_params": p.mtp,
+    }
+    if m.moe:
+        out.update(experts=m.moe.num_experts, top_k=m.moe.top_k)
+    return out
+
+
+@app.command("models")
+def models_cmd(json: JsonOpt = False) -> None:
+    """List the bundled models with their parameter counts."""
+    from planner.specs.catalog import all_models
+
+    rows = [model_summary(m) for m in all_models()]
+    if json:
+        print_json({"models": rows})
+        return
+    from rich.table import Table
+
+    t = Table(title="Models (parameters counted by planner; 'active' per the publisher's convention)")
+    for col in ("name", "aliases", "kind", "layers", "hidden", "attn", "experts", "total", "active", "MTP"):
+        t.add_column(col, justify="right" if col in ("layers", "hidden", "total", "active", "MTP") else "left")
+    for r in rows:
+        experts = f"{r['experts']} top-{r['top_k']}" if "experts" in r else "-"
+        t.add_row(
+            r["name"], ", ".join(r["aliases"]), r["kind"], str(r["layers"]), str(r["hidden"]), r["attention"], experts,
+            fmt_count(r["total_params"]), fmt_count(r["active_params"]), fmt_count(r["mtp_params"]) if r["mtp_params"] else "-",
+        )
+    _console().print(t)
+
+
+def hw_summary(h) -> dict:
+    g = h.gpu
+    return {
+        "name": h.name,
+        "aliases": h.aliases,
+        "gpu": g.name,
+        "generation": g.generation,
+        "peak_flops": {k: v.value for k, v in g.peak_flops.items()},
+        "hbm_usable_bytes": g.hbm_usable_bytes.value,
+        "hbm_bandwidth": g.hbm_bandwidth.value,
+        "nvlink_domain": h.domain_size,
+        "nvlink_bandwidth_per_direction": h.nvlink.bandwidth_per_direction.value,
+        "nic_bandwidth_per_direction": h.scale_out.bandwidth_per_direction.value,
+        "host_link": h.host.kind,
+        "host_link_bandwidth_per_direction": h.host.bandwidth_per_direction.value,
+        "host_memory_bytes": h.host.host_memory_bytes.value,
+    }
+
+
+@app.command("hw")
+def hw_cmd(json: JsonOpt = False) -> None:
+    """List the bundled hardware with key numbers (dense peaks; bandwidths per direction)."""
+    from planner.specs.catalog import all_hardware
+
+    rows = [hw_summary(h) for h in all_hardware()]
+    if json:
+        print_json({"hardware": rows})
+        return
+    from rich.table import Table
+
+    t = Table(title="Hardware (per GPU; dense peaks; bandwidth per direction)")
+    for col in ("name", "aliases", "GPU", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GB", "HBM TB/s", "NVLink dom.", "NVLink GB/s", "NIC GB/s", "host link"):
+        t.add_column(col)
+    for r in rows:
+        pf = r["peak_flops"]
+        t.add_row(
+            r["name"], ", ".join(r["aliases"]), r["gpu"], f"{pf['bf16'] / 1e12:,.0f}",
+            f"{pf['fp8'] / 1e12:,.0f}" if "fp8" in pf else "-", f"{r['hbm_usable_bytes'] / GB:.0f}",
+            f"{r['hbm_bandwidth'] / 1e12:.2f}", str(r["nvlink_domain"]), f"{r['nvlink_bandwidth_per_direction'] / 1e9:.0f}",
+            f"{r['nic_bandwidth_per_direction'] / 1e9:.0f}", f"{r['host_link']} {r['host_link_bandwidth_per_direction'] / 1e9:.0f} GB/s",
+        )
+    _console().print(t)
+
+
+@app.command("show-model")
+def show_model_cmd(
+    name: Annotated[str, typer.Argument(help="Catalog name or alias, a model YAML or a HuggingFace config.json.")],
+    json: JsonOpt = False,
+) -> None:
+    """A model's architecture and parameter breakdown (total, per layer, activated per token)."""
+    from planner.specs.catalog import load_model, spec_hash
+
+    m = load_model(name)
+    p = m.params
+    conv = m.published.active_convention if m.published else "excl_input_embedding"
+    data = {
+        "model": m.model_dump(mode="json"),
+        "spec_hash": spec_hash(m),
+        "params": {
+            "total": p.total,
+            "mtp": p.mtp,
+            "active": p.active(conv),
+            "active_convention": conv,
+            "active_incl_embedding": p.active_incl_embedding,
+            "active_excl_input_embedding": p.active_excl_input_embedding,
+            "mtp_active": p.mtp_active,
+            "components": p.components,
+            "per_layer": p.per_layer,
+        },
+        "counting_convention": (
+            "every weight, bias and norm counted once; main model excludes MTP modules, which share the "
+            "embedding and output head; 'active' counts all parameters a token passes through, the "
+            "routed experts scaled by top_k/num_experts"
+        ),
+    }
+    if json:
+        print_json(data)
+        return
+    from rich.table import Table
+
+    c = _console()
+    c.print(f"[bold]{m.display_name or m.name}[/bold]  ({m.name}; {'MoE' if m.is_moe else 'dense'}, {m.num_layers} layers, "
+            f"hidden {m.hidden_size}, {m.attention.kind.upper()} attention, vocab {m.vocab_size})")
+    t = Table(title="Parameters by component (whole model, MTP apart)")
+    t.add_column("component")
+    t.add_column("parameters", justify="right")
+    t.add_column("share", justify="right")
+    for k, v in sorted(p.components.items(), key=lambda kv: -kv[1]):
+        t.add_row(k, f"{v:,}", f"{v / p.total:.1%}")
+    t.add_row("[bold]total[/bold]", f"[bold]{p.total:,}[/bold]", "")
+    c.print(t)
+    for kind, n in sorted(p.per_layer.items()):
+        count = sum(k == kind for k in m.layer_kinds)
+        c.print(f"  {kind} layer: {n:,} parameters x {count} layers")
+    c.print(f"  activated per token: {fmt_count(p.active(conv))} ({conv.replace('_', ' ')})")
+    if p.mtp:
+        c.print(f"  MTP modules ({m.mtp_layers}): {fmt_count(p.mtp)} unique, {fmt_count(p.mtp_active)} activated")
+    if m.published:
+        pub = m.published
+        c.print(f"  published: {fmt_count(pub.total_params.value)} total"
+                + (f", {fmt_count(pub.active_params.value)} active" if pub.active_params else "")
+                + f"  ({pub.total_params.source})")

@@ -1,0 +1,1 @@
+"""`planner explain`: one plan in depth (memory per stage and over time; time, once modeled)."""

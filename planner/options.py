@@ -1,0 +1,102 @@
+"""Command-line options shared by several commands, declared once.
+
+Also the resolve step every command starts with: names and files to specs, job options (or a job
+file, or the model's reference job) to a :class:`~planner.specs.job.Job`.
+"""
+
+from __future__ import annotations
+
+import json as _json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from planner.errors import PlannerError
+
+ModelOpt = Annotated[
+    str,
+    typer.Option("--model", "-m", help="Catalog name or alias (see 'planner models'), a model YAML, or a HuggingFace config.json."),
+]
+HwOpt = Annotated[
+    str,
+    typer.Option("--hw", help="Hardware catalog name or alias (see 'planner hw'), or a hardware YAML."),
+]
+GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job (default: the model's reference job).")]
+GlobalBatchOpt = Annotated[
+    Optional[int], typer.Option("--global-batch", help="Global batch per step, in sequences.")
+]
+SeqLenOpt = Annotated[Optional[int], typer.Option("--seq-len", help="Sequence length in tokens.")]
+PrecisionOpt = Annotated[
+    Optional[str], typer.Option("--precision", help="Allowed compute precisions, comma-separated: bf16, fp8 (first is the default).")
+]
+JobFileOpt = Annotated[
+    Optional[Path], typer.Option("--job", help="A job YAML (gpus, global_batch, seq_len, precisions); options given on the line override it.")
+]
+DomainFillOpt = Annotated[
+    Optional[int], typer.Option("--domain-fill", help="Use N GPUs of each NVLink domain (e.g. 64 of an NVL72 rack's 72); the rest stay idle.")
+]
+MemoryMarginOpt = Annotated[
+    Optional[float], typer.Option("--memory-margin", help="Extra GiB kept free on every GPU, beyond the allocator margin.")
+]
+PlanOpt = Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,vpp=2,ep=8,mbs=1,recompute=full\".")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (stable: same input, same bytes).")]
+CalibrationOpt = Annotated[
+    Optional[Path], typer.Option("--calibration", help="A calibration file from 'planner calibrate' (measured GEMM, HBM and collective rates).")
+]
+
+
+def resolve_job(
+    model,
+    *,
+    gpus: int | None = None,
+    global_batch: int | None = None,
+    seq_len: int | None = None,
+    precision: str | None = None,
+    job_file: Path | None = None,
+    domain_fill: int | None = None,
+    memory_margin_gib: float | None = None,
+):
+    """Job from (in increasing priority) the model's reference job, a job file, and options."""
+    from planner.specs.catalog import read_yaml, validate_spec
+    from planner.specs.job import Job
+
+    data: dict = {}
+    origin = "the command line"
+    if model.reference_job is not None:
+        ref = model.reference_job
+        data.update(gpus=ref.gpus, global_batch=ref.global_batch, seq_len=ref.seq_len, source=ref.source)
+    if job_file is not None:
+        data.update(read_yaml(Path(job_file)))
+        origin = str(job_file)
+    overrides = dict(gpus=gpus, global_batch=global_batch, seq_len=seq_len, domain_fill=domain_fill)
+    for key, value in overrides.items():
+        if value is not None:
+            data[key] = value
+            data.pop("source", None) if key != "domain_fill" else None
+    if precision:
+        data["precisions"] = [p.strip() for p in precision.split(",") if p.strip()]
+    if memory_margin_gib is not None:
+        data["memory_margin_bytes"] = memory_margin_gib * 2**30
+    missing = [k for k in ("gpus", "global_batch", "seq_len") if k not in data]
+    if missing:
+        raise PlannerError(
+            f"The job is missing {', '.join(missing)}: {model.name} has no reference job to fall back on.",
+            hint="Give --gpus, --global-batch and --seq-len, or --job job.yaml.",
+        )
+    return validate_spec(Job, data, "job", origin)
+
+
+def print_json(obj) -> None:
+    """Stable JSON: sorted keys, fixed indentation."""
+    typer.echo(_json.dumps(obj, indent=2, sort_keys=True, default=_json_default))
+
+
+def _json_default(o):
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")

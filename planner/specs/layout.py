@@ -1,0 +1,238 @@
+"""Pipeline layouts: which decoder layers, embedding, MTP and loss each virtual stage holds.
+
+The string form is Megatron-Core's ``--pipeline-model-parallel-layout`` (megatron/core/transformer/
+pipeline_parallel_layer_layout.py): ``E`` embedding, ``t`` decoder layer, ``m`` MTP module, ``L``
+loss/output head, ``|`` separates virtual stages, ``(..)*n`` and ``x*n`` repeat, commas are
+cosmetic. Virtual stage i belongs to pipeline rank i % pp as its chunk i // pp.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from planner.errors import PlannerError, PlanRuleError
+
+if TYPE_CHECKING:
+    from planner.specs.model import ModelSpec
+
+_SYMBOLS = set("Etm L".replace(" ", ""))
+
+
+def expand_layout(text: str) -> str:
+    """Unroll repeats: '(tt|)*2t*3' -> 'tt|tt|ttt'."""
+    s = text.replace(",", "").replace(" ", "")
+    for _ in range(32):  # nested groups unroll from the inside out
+        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+        if new == s:
+            break
+        s = new
+    s = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    return s
+
+
+@lru_cache(maxsize=4096)
+def parse_layout(text: str) -> tuple[str, ...]:
+    """The virtual stages of a layout string, each as a string of symbols."""
+    flat = expand_layout(text)
+    bad = sorted(set(flat) - _SYMBOLS - {"|"})
+    if bad:
+        raise PlannerError(
+            f"Pipeline layout '{text}' has an unknown symbol '{bad[0]}'.",
+            hint="Use E (embedding), t (decoder layer), m (MTP), L (loss), '|' between stages, "
+            "and (..)*n or t*n for repeats, as Megatron's --pipeline-model-parallel-layout does.",
+        )
+    return tuple(flat.split("|"))
+
+
+@dataclass(frozen=True)
+class VirtualStage:
+    """One model chunk on one pipeline rank."""
+
+    index: int
+    """Position in the layout (0-based)."""
+    pp_rank: int
+    vpp_rank: int
+    layers: tuple[int, ...]
+    """Global indices of the decoder layers it holds."""
+    embedding: bool
+    loss: bool
+    mtp: int
+    """MTP modules it holds."""
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    pp: int
+    vpp: int
+    stages: tuple[VirtualStage, ...]
+
+    def rank_stages(self, rank: int) -> tuple[VirtualStage, ...]:
+        """The chunks of pipeline rank ``rank`` in virtual-stage order."""
+        return tuple(s for s in self.stages if s.pp_rank == rank)
+
+    def to_string(self) -> str:
+        return format_layout(self.symbols())
+
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(
+            ("E" if s.embedding else "") + "t" * s.num_layers + "m" * s.mtp + ("L" if s.loss else "")
+            for s in self.stages
+        )
+
+    def layers_per_rank(self) -> list[int]:
+        return [sum(s.num_layers for s in self.rank_stages(r)) for r in range(self.pp)]
+
+
+def format_layout(stages: tuple[str, ...] | list[str]) -> str:
+    """Compact string: runs of identical stages become '(..|)*n', runs of 't' become 't*n' only when
+    long. Round-trips through :func:`parse_layout`."""
+    out: list[str] = []
+    i, n = 0, len(stages)
+    while i < n:
+        j = i
+        while j + 1 < n and stages[j + 1] == stages[i]:
+            j += 1
+        run = j - i + 1
+        last = j == n - 1
+        if run >= 3 and not last:
+            out.append(f"({stages[i]}|)*{run}")
+        elif run >= 3 and last:
+            out.append(f"({stages[i]}|)*{run - 1}{stages[i]}")
+        else:
+            out.append("|".join(stages[i : j + 1]) + ("" if last else "|"))
+        i = j + 1
+    return "".join(out)
+
+
+def _rule(rule: str, msg: str, hint: str | None = None) -> PlanRuleError:
+    return PlanRuleError(rule, msg, hint=hint)
+
+
+def even_layout_symbols(model: ModelSpec, pp: int, vpp: int) -> tuple[str, ...]:
+    """Megatron's default split (no layout, no first/last): layers evenly over pp*vpp chunks, the
+    embedding on the first chunk, MTP and the loss on the last."""
+    chunks = pp * vpp
+    L = model.num_layers
+    if L % chunks:
+        raise _rule(
+            "layers-divisible",
+            f"{model.name} has {L} decoder layers, which do not split evenly over pp*vpp = {pp}*{vpp} = "
+            f"{chunks} stages (Megatron validate_args).",
+            hint="Give an uneven layout, e.g. layout=" + suggest_layout(model, pp, vpp)
+            + ", or choose pp/vpp that divide the layer count.",
+        )
+    per = L // chunks
+    syms = ["t" * per for _ in range(chunks)]
+    syms[0] = "E" + syms[0]
+    syms[-1] = syms[-1] + "m" * model.mtp_layers + "L"
+    return tuple(syms)
+
+
+def suggest_layout(model: ModelSpec, pp: int, vpp: int) -> str:
+    """An uneven layout that balances layers, lighter on the first (embedding) and last (loss,
+    MTP) chunks, as the Megatron-Core DeepSeek-V3 recipes do."""
+    chunks = pp * vpp
+    L = model.num_layers
+    base, extra = divmod(L, chunks)
+    counts = [base] * chunks
+    # Give the remainder to middle chunks first, the end chunks carry embedding/loss work.
+    order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 2 else list(range(chunks))
+    for k in range(extra):
+        counts[order[k % len(order)]] += 1
+    syms = ["t" * c for c in counts]
+    syms[0] = "E" + syms[0]
+    syms[-1] = syms[-1] + "m" * model.mtp_layers + "L"
+    return format_layout(syms)
+
+
+def uneven_layout_symbols(model: ModelSpec, pp: int, vpp: int, first: int | None, last: int | None) -> tuple[str, ...]:
+    """Megatron's --decoder-first/last-pipeline-num-layers: first and last pipeline ranks get the
+    given counts, split evenly over their vpp chunks; the middle ranks share the rest."""
+    L = model.num_layers
+    f = first if first is not None else None
+    la = last if last is not None else None
+    given = (f is not None) + (la is not None)
+    middle_ranks = pp - given
+    middle_layers = L - (f or 0) - (la or 0)
+    if middle_ranks == 0 and middle_layers:
+        raise _rule("uneven-pp", f"{middle_layers} middle layers but no middle pipeline stages.")
+    if middle_ranks and (middle_layers <= 0 or middle_layers % middle_ranks):
+        raise _rule(
+            "uneven-pp",
+            f"{middle_layers} middle layers do not divide over {middle_ranks} middle pipeline stages "
+            "(TransformerConfig uneven-PP rule).",
+        )
+    per_rank = [middle_layers // middle_ranks if middle_ranks else 0] * pp
+    if f is not None:
+        per_rank[0] = f
+    if la is not None:
+        per_rank[-1] = la
+    for r, n in enumerate(per_rank):
+        if n % vpp:
+            raise _rule(
+                "uneven-pp-vpp",
+                f"Pipeline rank {r} would hold {n} layers, not divisible by vpp={vpp} (TransformerConfig).",
+            )
+    syms = []
+    for v in range(vpp):
+        for r in range(pp):
+            syms.append("t" * (per_rank[r] // vpp))
+    syms[0] = "E" + syms[0]
+    syms[-1] = syms[-1] + "m" * model.mtp_layers + "L"
+    return tuple(syms)
+
+
+def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None) -> PipelineLayout:
+    """Resolve the plan's layout (or the even default) into virtual stages, checking it against
+    the model the way Megatron's PipelineParallelLayerLayout.validate_layer_layout does."""
+    syms = parse_layout(layout) if layout else even_layout_symbols(model, pp, vpp)
+    if len(syms) % pp:
+        raise _rule("layout-stages", f"Layout has {len(syms)} stages, not a multiple of pp={pp}.")
+    if layout and len(syms) // pp != vpp:
+        raise _rule(
+            "layout-vpp",
+            f"Layout has {len(syms)} stages, which with pp={pp} means vpp={len(syms) // pp}, but the plan "
+            f"says vpp={vpp}.",
+            hint=f"Set vpp={len(syms) // pp} or change the layout.",
+        )
+    flat = "".join(syms)
+    counts = {c: flat.count(c) for c in "EtmL"}
+    if not flat.startswith("E") or counts["E"] != 1:
+        raise _rule("layout-embedding", "The layout must start with E (the embedding) and name it once.")
+    if not flat.endswith("L") or counts["L"] != 1:
+        raise _rule("layout-loss", "The layout must end with L (the loss) and name it once.")
+    if counts["t"] != model.num_layers:
+        raise _rule(
+            "layout-layers",
+            f"Layout holds {counts['t']} decoder layers; {model.name} has {model.num_layers}.",
+        )
+    if counts["m"] != model.mtp_layers:
+        raise _rule(
+            "layout-mtp",
+            f"Layout holds {counts['m']} MTP modules; {model.name} has {model.mtp_layers}.",
+        )
+    if "m" in flat and "t" in flat[flat.index("m"):]:
+        raise _rule("layout-mtp", "Decoder layers must come before MTP modules in the layout.")
+    stages = []
+    next_layer = 0
+    for i, s in enumerate(syms):
+        n = s.count("t")
+        stages.append(
+            VirtualStage(
+                index=i, pp_rank=i % pp, vpp_rank=i // pp,
+                layers=tuple(range(next_layer, next_layer + n)),
+                embedding="E" in s, loss="L" in s, mtp=s.count("m"),
+            )
+        )
+        next_layer += n
+    for st in stages:
+        if st.mtp and st.vpp_rank != vpp - 1:
+            raise _rule("layout-mtp", "Megatron keeps MTP modules in the last virtual stage of a rank.")
+    return PipelineLayout(pp, vpp, tuple(stages))

@@ -1,0 +1,264 @@
+"""ModelSpec: decoder-only transformers, dense and MoE (GQA/MHA or MLA attention).
+
+Field names follow the HuggingFace config.json of each family where one exists (the importer in
+:mod:`planner.specs.hf_import` maps them); parameter counting lives in :mod:`planner.specs.params`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated, Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from planner.specs.common import Sourced, Spec
+
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+class GQAAttention(Spec):
+    """Multi-head attention with grouped key/value heads (MHA when kv heads == heads)."""
+
+    kind: Literal["gqa"] = "gqa"
+    """Discriminator: grouped-query (or multi-head) attention."""
+    num_heads: PositiveInt
+    """Query heads (config.json num_attention_heads)."""
+    num_kv_heads: PositiveInt
+    """Key/value heads (num_key_value_heads); equal to num_heads for MHA."""
+    head_dim: PositiveInt
+    """Per-head width (head_dim, or hidden_size / num_heads where the config omits it)."""
+    qk_norm: bool = False
+    """RMSNorm on queries and keys per head (Qwen3); adds 2*head_dim replicated parameters."""
+    qkv_bias: bool = False
+    """Bias on the Q, K and V projections (GPT-3, gpt-oss)."""
+    output_bias: bool = False
+    """Bias on the output projection (GPT-3, gpt-oss)."""
+    sinks: bool = False
+    """Learned per-head attention sinks (gpt-oss): one parameter per head."""
+    sliding_window: PositiveInt | None = None
+    """Window of the sliding-window layers (gpt-oss: 128); None when every layer is global."""
+    sliding_window_every: PositiveInt | None = None
+    """Every n-th layer (starting at layer 0) uses the sliding window; gpt-oss alternates (2)."""
+
+    @model_validator(mode="after")
+    def _kv_heads_divide(self) -> "GQAAttention":
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be divisible by num_kv_heads "
+                f"({self.num_kv_heads}): each key/value head serves a whole group of query heads"
+            )
+        return self
+
+    @property
+    def q_width(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.head_dim
+
+
+class MLAAttention(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): low-rank Q and KV projections."""
+
+    kind: Literal["mla"] = "mla"
+    """Discriminator: multi-head latent attention."""
+    num_heads: PositiveInt
+    """Attention heads (num_attention_heads)."""
+    q_lora_rank: PositiveInt | None
+    """Rank of the query down-projection; None means a full-rank query projection (V2-Lite)."""
+    kv_lora_rank: PositiveInt
+    """Rank of the compressed key/value latent."""
+    qk_nope_head_dim: PositiveInt
+    """Per-head query/key width without rotary embedding."""
+    qk_rope_head_dim: PositiveInt
+    """Per-head query/key width carrying rotary embedding (the key part is shared by all heads)."""
+    v_head_dim: PositiveInt
+    """Per-head value width."""
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def num_kv_heads(self) -> int:
+        # After the up-projection every head has its own K and V (MLA trains like MHA).
+        return self.num_heads
+
+
+Attention = Annotated[GQAAttention | MLAAttention, Field(discriminator="kind")]
+
+
+class FFN(Spec):
+    """The dense feed-forward block (also the shape of each expert, with its own width)."""
+
+    activation: Literal["swiglu", "gelu"]
+    """swiglu: gate, up and down projections (3 matrices); gelu: up and down (2 matrices)."""
+    hidden_size: PositiveInt
+    """Intermediate width of the dense layers (intermediate_size / d_ff)."""
+    bias: bool = False
+    """Biases on the MLP projections (GPT-3)."""
+
+
+class MoE(Spec):
+    """Mixture-of-experts layers: routed experts, optional shared experts, a router per layer."""
+
+    num_experts: PositiveInt
+    """Routed experts per MoE layer (n_routed_experts / num_experts / num_local_experts)."""
+    top_k: PositiveInt
+    """Routed experts each token is sent to (num_experts_per_tok)."""
+    expert_hidden_size: PositiveInt
+    """Intermediate width of one routed expert (moe_intermediate_size)."""
+    num_shared_experts: NonNegInt = 0
+    """Always-active shared experts (n_shared_experts)."""
+    shared_expert_hidden_size: PositiveInt | None = None
+    """Total intermediate width of the shared experts; defaults to num_shared * expert_hidden_size."""
+    first_k_dense: NonNegInt = 0
+    """The first k decoder layers use the dense FFN (first_k_dense_replace)."""
+    layer_freq: PositiveInt = 1
+    """After the first k, layer i is MoE when i % layer_freq == 0 (DeepSeek moe_layer_freq)."""
+    router_bias: bool = False
+    """A per-expert score-correction bias in the router (DeepSeek-V3 aux-loss-free balancing)."""
+    expert_bias: bool = False
+    """Biases inside each expert MLP (gpt-oss)."""
+    score_function: Literal["softmax", "sigmoid"] = "softmax"
+    """Router scoring (DeepSeek-V3 and Kimi K2 use sigmoid)."""
+    num_groups: PositiveInt | None = None
+    """Node-limited routing groups (n_group), informational for the dispatcher."""
+    group_top_k: PositiveInt | None = None
+    """Groups each token may use (topk_group)."""
+
+    @model_validator(mode="after")
+    def _topk_fits(self) -> "MoE":
+        if self.top_k > self.num_experts:
+            raise ValueError(
+                f"top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts}): "
+                "a token cannot be routed to more experts than exist"
+            )
+        return self
+
+    @property
+    def shared_hidden(self) -> int:
+        if self.shared_expert_hidden_size is not None:
+            return self.shared_expert_hidden_size
+        return self.num_shared_experts * self.expert_hidden_size
+
+
+class Published(Spec):
+    """What the model's publisher states, for checking planner's own counts."""
+
+    total_params: Sourced[float]
+    """Published total parameters of the main model (MTP excluded), in parameters."""
+    active_params: Sourced[float] | None = None
+    """Published activated parameters per token."""
+    active_convention: Literal["excl_input_embedding", "incl_embedding"] = "excl_input_embedding"
+    """How the publisher counts activated parameters: with or without the input-embedding lookup
+    (the output head is always counted)."""
+    mtp_params: Sourced[float] | None = None
+    """Published unique parameters of the multi-token-prediction modules."""
+
+
+class ReferenceJob(Spec):
+    """A published training setup used when the user names no job."""
+
+    gpus: PositiveInt
+    """GPUs of the published run."""
+    global_batch: PositiveInt
+    """Global batch in sequences."""
+    seq_len: PositiveInt
+    """Sequence length in tokens."""
+    hardware: str | None = None
+    """Catalog name of the hardware of that run, if it is in the catalog."""
+    source: str
+    """Paper or report that describes the run."""
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer, dense or MoE."""
+
+    name: str
+    """Catalog name (lower-case, as typed on the command line)."""
+    aliases: list[str] = []
+    """Other names that resolve to this model."""
+    display_name: str | None = None
+    """Name as its publisher writes it."""
+    source: list[str] = Field(min_length=1)
+    """Where the architecture numbers come from (config.json, paper table)."""
+    hidden_size: PositiveInt
+    """Model width h (hidden_size / d_model)."""
+    num_layers: PositiveInt
+    """Decoder layers of the main model, MTP excluded (num_hidden_layers)."""
+    vocab_size: PositiveInt
+    """Vocabulary size of the embedding and output head."""
+    tie_embeddings: bool = False
+    """Output head shares the input embedding's weights (tie_word_embeddings)."""
+    position_embedding: Literal["rope", "learned"] = "rope"
+    """rope: no parameters; learned: a max_position_embeddings x hidden table (GPT-3)."""
+    max_position_embeddings: PositiveInt | None = None
+    """Longest position the model supports; sizes the learned position table."""
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """RMSNorm (weight only) or LayerNorm (weight and bias)."""
+    attention: Attention
+    """Attention block: GQA/MHA or MLA."""
+    ffn: FFN
+    """Dense feed-forward block; its activation also shapes the experts."""
+    moe: MoE | None = None
+    """MoE layers; None for dense models."""
+    mtp_layers: NonNegInt = 0
+    """Multi-token-prediction modules (num_nextn_predict_layers), each a full decoder layer of the
+    last layer's kind plus two norms and a 2h x h projection; counted apart from the main model."""
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on attention probabilities (0 for modern LLMs; 0.1 for 2022-era GPT setups)."""
+    hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout after the attention and MLP blocks."""
+    published: Published | None = None
+    """The publisher's own parameter counts."""
+    reference_job: ReferenceJob | None = None
+    """A published training setup: the default job."""
+    training_tokens: Sourced[float] | None = None
+    """Published pre-training token budget (for GPU-hours and days in `compare`)."""
+    notes: str | None = None
+    """Anything about the architecture the fields above do not capture."""
+
+    @model_validator(mode="after")
+    def _moe_layers_fit(self) -> "ModelSpec":
+        if self.moe is not None and self.moe.first_k_dense > self.num_layers:
+            raise ValueError(
+                f"moe.first_k_dense ({self.moe.first_k_dense}) exceeds num_layers ({self.num_layers})"
+            )
+        return self
+
+    # ---- layer structure -------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer ``index`` (0-based) is an MoE layer (DeepSeek's rule)."""
+        m = self.moe
+        return m is not None and index >= m.first_k_dense and index % m.layer_freq == 0
+
+    @cached_property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """'dense' or 'moe' for each decoder layer of the main model."""
+        return tuple("moe" if self.is_moe_layer(i) else "dense" for i in range(self.num_layers))
+
+    @property
+    def mtp_kind(self) -> str:
+        """MTP modules copy the kind of the last decoder layer (Megatron and DeepSeek-V3)."""
+        return self.layer_kinds[-1]
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(k == "moe" for k in self.layer_kinds)
+
+    # ---- counts (see planner.specs.params) ---------------------------------------------------
+    @cached_property
+    def params(self):  # -> planner.specs.params.ParamCounts
+        from planner.specs.params import count_params
+
+        return count_params(self)

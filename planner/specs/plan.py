@@ -1,0 +1,316 @@
+"""Plan: how a job is parallelized, in the key=value form of DESIGN.md section 6.
+
+``Plan.parse("tp=1,pp=4,vpp=4,ep=64,mbs=1")`` reads the string form; the JSON form is an object
+with the same keys. Values the user gave are kept as given; derived degrees (dp, edp) are computed
+by :meth:`Plan.degrees` and never written over a value the user set (a given dp is checked).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, PositiveInt, ValidationError, field_validator
+
+from planner.errors import PlannerError, PlanRuleError, suggest
+from planner.specs.common import Spec
+
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe", "shared_experts")
+"""Megatron's --recompute-modules choices that planner models (megatron-core 0.19)."""
+
+SHARDINGS = ("dist_opt", "ddp", "zero2", "fsdp", "hsdp")
+OFFLOADS = ("none", "optimizer", "activations", "optimizer+activations")
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
+
+# Order of keys in the canonical string form.
+KEY_ORDER = (
+    "tp", "cp", "pp", "vpp", "dp", "ep", "etp", "mbs", "sharding", "recompute", "offload",
+    "precision", "moments", "layout", "stage_recompute", "dispatcher", "ep_overlap",
+)
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """Parsed form of the ``recompute`` key."""
+
+    kind: Literal["none", "selective", "full"]
+    modules: tuple[str, ...] = ()
+    layers: int | None = None
+    """For ``full:N``: layers recomputed per (virtual) stage, block method; None means all."""
+
+    def __str__(self) -> str:
+        if self.kind == "none":
+            return "none"
+        if self.kind == "full":
+            return "full" if self.layers is None else f"full:{self.layers}"
+        return "+".join(self.modules)
+
+
+def parse_recompute(text: str) -> Recompute:
+    text = text.strip()
+    if text in ("", "none"):
+        return Recompute("none")
+    if text == "full" or text.startswith("full:"):
+        if text == "full":
+            return Recompute("full")
+        n = text.split(":", 1)[1]
+        if not n.isdigit() or int(n) < 0:
+            raise ValueError(f"full:N needs a non-negative layer count, got '{text}'")
+        return Recompute("full", layers=int(n)) if int(n) else Recompute("none")
+    mods = [m.strip() for m in text.split("+") if m.strip()]
+    bad = [m for m in mods if m not in RECOMPUTE_MODULES]
+    if bad:
+        raise ValueError(
+            f"unknown recompute module '{bad[0]}'; choose 'none', 'full', 'full:N' or modules from "
+            + "+".join(RECOMPUTE_MODULES)
+        )
+    ordered = tuple(m for m in RECOMPUTE_MODULES if m in mods)
+    return Recompute("selective", modules=ordered)
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Parsed form of the ``sharding`` key."""
+
+    kind: Literal["dist_opt", "ddp", "zero2", "fsdp", "hsdp"]
+    group: int | None = None
+    """For hsdp:N, the size of the sharding group (replicated across DP/N groups)."""
+
+    def __str__(self) -> str:
+        return f"hsdp:{self.group}" if self.kind == "hsdp" else self.kind
+
+
+def parse_sharding(text: str) -> Sharding:
+    text = text.strip()
+    if text.startswith("hsdp"):
+        m = re.fullmatch(r"hsdp:(\d+)", text)
+        if not m or int(m.group(1)) < 1:
+            raise ValueError(f"hsdp needs a sharding-group size, e.g. 'hsdp:8'; got '{text}'")
+        return Sharding("hsdp", int(m.group(1)))
+    if text not in SHARDINGS:
+        raise ValueError(f"unknown sharding '{text}'; choose one of dist_opt, ddp, zero2, fsdp, hsdp:N")
+    return Sharding(text)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Degrees:
+    """All parallel degrees of a plan on a given GPU count (derived ones filled in)."""
+
+    tp: int
+    cp: int
+    pp: int
+    vpp: int
+    dp: int
+    ep: int
+    etp: int
+    edp: int
+    """Expert data-parallel degree: gpus / (etp * ep * pp) (Megatron's parallel folding)."""
+
+
+class Plan(Spec):
+    """A parallel layout and its memory levers. Omitted keys take their defaults."""
+
+    tp: PositiveInt = 1
+    """Tensor parallelism (with sequence parallelism whenever tp > 1)."""
+    cp: PositiveInt = 1
+    """Context parallelism (the sequence split across GPUs, ring attention)."""
+    pp: PositiveInt = 1
+    """Pipeline-parallel stages."""
+    vpp: PositiveInt = 1
+    """Virtual stages per pipeline rank (interleaved 1F1B); 1 is plain 1F1B."""
+    dp: PositiveInt | None = None
+    """Data parallelism; derived as gpus / (tp*cp*pp) when omitted, checked when given."""
+    ep: PositiveInt = 1
+    """Expert parallelism (MoE only)."""
+    etp: PositiveInt | None = None
+    """Expert tensor parallelism; defaults to tp, as in Megatron."""
+    mbs: PositiveInt = 1
+    """Micro-batch size in sequences."""
+    sharding: str = "dist_opt"
+    """dist_opt (Megatron distributed optimizer), ddp, zero2, fsdp (full shard), hsdp:N."""
+    recompute: str = "none"
+    """none; Megatron modules joined by '+'; full (all layers) or full:N (N layers per stage)."""
+    offload: Literal["none", "optimizer", "activations", "optimizer+activations"] = "none"
+    """What moves to host memory."""
+    precision: Literal["bf16", "fp8"] | None = None
+    """Compute precision; fp8 is the hardware's recipe (blockwise on Hopper, MXFP8 on Blackwell).
+    None means the job's default."""
+    moments: Literal["fp32", "bf16"] = "fp32"
+    """Adam moment precision."""
+    layout: str | None = None
+    """A Megatron pipeline layout, e.g. 'Ettt|(tttt|)*14ttmL'; None spreads layers evenly."""
+    stage_recompute: str | None = None
+    """Per-stage full-recompute layer counts, '/'-separated (e.g. '4/2/0/0'): advisory, no launcher
+    expresses it directly (search --target any)."""
+    dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
+    """MoE token dispatcher; None means the hardware's default."""
+    ep_overlap: Literal["on", "off"] = "off"
+    """Overlap EP all-to-all with compute (Megatron --overlap-moe-expert-parallel-comm)."""
+
+    @field_validator("sharding")
+    @classmethod
+    def _sharding(cls, v: str) -> str:
+        return str(parse_sharding(v))
+
+    @field_validator("recompute")
+    @classmethod
+    def _recompute(cls, v: str) -> str:
+        return str(parse_recompute(v))
+
+    @field_validator("layout")
+    @classmethod
+    def _layout(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        from planner.specs.layout import parse_layout
+
+        parse_layout(v)  # syntax only; the layer count is checked against the model later
+        return v.replace(" ", "")
+
+    @field_validator("stage_recompute")
+    @classmethod
+    def _stage_recompute(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        parts = v.split("/")
+        if not all(p.isdigit() for p in parts):
+            raise ValueError(f"stage_recompute must be '/'-separated layer counts, got '{v}'")
+        return "/".join(str(int(p)) for p in parts)
+
+    # ---- parsed views --------------------------------------------------------------------
+    @property
+    def recompute_spec(self) -> Recompute:
+        return parse_recompute(self.recompute)
+
+    @property
+    def sharding_spec(self) -> Sharding:
+        return parse_sharding(self.sharding)
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def stage_recompute_layers(self) -> list[int] | None:
+        return [int(p) for p in self.stage_recompute.split("/")] if self.stage_recompute else None
+
+    @property
+    def offloads_optimizer(self) -> bool:
+        return self.offload in ("optimizer", "optimizer+activations")
+
+    @property
+    def offloads_activations(self) -> bool:
+        return self.offload in ("activations", "optimizer+activations")
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """planner always pairs TP with sequence parallelism (Megatron's recommended setting)."""
+        return self.tp > 1
+
+    def degrees(self, gpus: int) -> Degrees:
+        """Fill in dp and edp for ``gpus`` GPUs; errors name the rule that fails."""
+        dense = self.tp * self.cp * self.pp
+        if gpus % dense:
+            raise PlanRuleError(
+                "world-divisibility",
+                f"{gpus} GPUs are not divisible by tp*cp*pp = {self.tp}*{self.cp}*{self.pp} = {dense}.",
+                hint="Pick degrees whose product divides the GPU count.",
+            )
+        dp = gpus // dense
+        if self.dp is not None and self.dp != dp:
+            raise PlanRuleError(
+                "dp-mismatch",
+                f"The plan gives dp={self.dp}, but {gpus} GPUs / (tp*cp*pp = {dense}) = {dp}.",
+                hint="Leave dp out to have it derived.",
+            )
+        expert = self.expert_tp * self.ep * self.pp
+        if gpus % expert:
+            raise PlanRuleError(
+                "expert-world-divisibility",
+                f"{gpus} GPUs are not divisible by etp*ep*pp = {self.expert_tp}*{self.ep}*{self.pp} = {expert}"
+                " (Megatron's expert grid, parallel_state.initialize_model_parallel).",
+            )
+        return Degrees(self.tp, self.cp, self.pp, self.vpp, dp, self.ep, self.expert_tp, gpus // expert)
+
+    # ---- string form -----------------------------------------------------------------------
+    @classmethod
+    def parse(cls, text: str) -> "Plan":
+        """Read 'key=value,key=value'. Layout strings may contain commas; a comma only separates
+        pairs when a 'key=' follows it."""
+        text = (text or "").strip()
+        if not text:
+            return cls()
+        values: dict[str, str] = {}
+        for part in re.split(r",(?=\s*[A-Za-z_]+\s*=)", text):
+            if "=" not in part:
+                raise PlannerError(
+                    f"Plan item '{part.strip()}' is not of the form key=value.",
+                    hint="Example: --plan \"tp=2,pp=4,ep=8,mbs=1,recompute=full\".",
+                )
+            key, value = (s.strip() for s in part.split("=", 1))
+            if key not in cls.model_fields:
+                raise PlannerError(f"Unknown plan key '{key}'.", hint=suggest(key, cls.model_fields))
+            if key in values:
+                raise PlannerError(f"Plan key '{key}' is given twice.")
+            values[key] = value
+        return cls.from_mapping(values)
+
+    @classmethod
+    def from_mapping(cls, values: dict) -> "Plan":
+        """Build from a dict (JSON form or parsed string), with errors that name the key."""
+        unknown = [k for k in values if k not in cls.model_fields]
+        if unknown:
+            raise PlannerError(f"Unknown plan key '{unknown[0]}'.", hint=suggest(unknown[0], cls.model_fields))
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(p) for p in err["loc"]) or "plan"
+            raise PlannerError(
+                f"Plan key '{key}' has a bad value {values.get(key)!r}: {err['msg']}."
+            ) from None
+
+    def to_string(self) -> str:
+        """Non-default keys in a fixed order (the canonical string when the plan is canonical)."""
+        default = Plan()
+        parts = []
+        for key in KEY_ORDER:
+            v = getattr(self, key)
+            if v != getattr(default, key) and v is not None:
+                parts.append(f"{key}={v}")
+        return ",".join(parts) if parts else "tp=1"
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in KEY_ORDER if getattr(self, k) is not None}
+
+    def replace(self, **changes) -> "Plan":
+        return Plan.model_validate({**self.model_dump(), **changes})
+
+    def canonical(self, *, is_moe: bool, default_dispatcher: str | None = None,
+                  default_precision: str | None = None) -> "Plan":
+        """Normalize so that plans which run identically compare equal: vpp=1 without PP, no expert
+        keys on dense models, etp written out, dp dropped (derived), the dispatcher and precision
+        made explicit, EP overlap off where there is no EP."""
+        d = self.model_dump()
+        d["dp"] = None
+        if d["pp"] == 1:
+            d["vpp"] = 1
+        if not is_moe:
+            d.update(ep=1, etp=None, dispatcher=None, ep_overlap="off")
+        else:
+            d["etp"] = self.expert_tp
+            if d["ep"] == 1:
+                d["ep_overlap"] = "off"
+            if d["dispatcher"] is None:
+                d["dispatcher"] = default_dispatcher
+            if d["ep"] == 1:
+                d["dispatcher"] = None
+        if d["precision"] is None:
+            d["precision"] = default_precision
+        if d["etp"] == d["tp"] and not is_moe:
+            d["etp"] = None
+        return Plan.model_validate(d)
