@@ -1,0 +1,111 @@
+"""A plan resolved against its model, hardware and job: the one object every cost function takes.
+
+Resolution canonicalizes the plan, derives dp/edp and the micro-batch count, builds the pipeline
+layout, and checks the model-shape rules (:mod:`planner.rules`); a plan the model cannot hold is a
+:class:`~planner.errors.PlanRuleError` naming the rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field
+
+from planner.specs.common import Spec
+from planner.specs.hardware import HardwareSpec
+from planner.specs.job import Job
+from planner.specs.layout import PipelineLayout, build_layout
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Degrees, Plan, Recompute, Sharding
+
+
+class Assumptions(Spec):
+    """Modeling assumptions a user may change (and `search --sensitivity` perturbs)."""
+
+    implementation: Literal["te", "megatron-local"] = "te"
+    """te: Megatron-Core with Transformer Engine and flash (cuDNN fused) attention, the production
+    setup; megatron-local: the local layer spec without TE, unfused attention with an fp32 softmax
+    (what the single-GPU validation harness runs)."""
+    routing_imbalance: float = Field(1.0, ge=1.0)
+    """Tokens on the most loaded EP rank over the mean. 1.0 is perfect balance (what Table 3 of the
+    Megatron-Core MoE report assumes); sensitivity analysis and `--routing-imbalance` raise it."""
+    memory_efficient_permutation: bool = False
+    """Megatron's memory-efficient token permutation (routing probabilities applied before FC2), which
+    does not keep the expert FC2 output; off by default as in Table 3."""
+    gemm_efficiency_scale: float = Field(1.0, gt=0.0)
+    """Multiplier on achievable GEMM throughput (sensitivity)."""
+    network_bandwidth_scale: float = Field(1.0, gt=0.0)
+    """Multiplier on NVLink and NIC bandwidths (sensitivity)."""
+    allocator_margin_bytes: float | None = Field(None, ge=0.0)
+    """Reserved-over-allocated margin plus CUDA context; None uses the generation profile's default."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a cost function needs, checked and derived once."""
+
+    model: ModelSpec
+    hw: HardwareSpec
+    job: Job
+    plan: Plan
+    """Canonical plan (dispatcher and precision explicit)."""
+    deg: Degrees
+    layout: PipelineLayout
+    assumptions: Assumptions = field(default_factory=Assumptions)
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per step: global batch / (mbs * dp)."""
+        return self.job.global_batch // (self.plan.mbs * self.deg.dp)
+
+    @property
+    def precision(self) -> str:
+        return self.plan.precision or self.job.default_precision
+
+    @property
+    def recompute(self) -> Recompute:
+        return self.plan.recompute_spec
+
+    @property
+    def sharding(self) -> Sharding:
+        return self.plan.sharding_spec
+
+    @property
+    def seq_per_gpu(self) -> int:
+        """Sequence length each GPU of a CP group holds."""
+        return self.job.seq_len // self.deg.cp
+
+    @property
+    def tokens_per_microbatch(self) -> int:
+        """Tokens of one micro-batch on one GPU before TP/SP splitting: mbs * seq / cp."""
+        return self.plan.mbs * self.seq_per_gpu
+
+    @cached_property
+    def efficiency(self):
+        from planner.specs.efficiency import load_efficiency
+
+        return load_efficiency(self.hw.generation)
+
+    def key(self) -> tuple:
+        return (self.model.name, self.hw.name, self.job, self.plan)
+
+
+def resolve_setup(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    job: Job,
+    plan: Plan,
+    assumptions: Assumptions | None = None,
+) -> Setup:
+    """Canonicalize ``plan`` for this model/hardware/job and check the model-shape rules."""
+    from planner.rules import check_model_rules
+
+    canon = plan.canonical(
+        is_moe=model.is_moe, default_dispatcher=hw.default_dispatcher, default_precision=job.default_precision
+    )
+    deg = canon.degrees(job.gpus)
+    check_model_rules(model, hw, job, canon, deg)
+    layout = build_layout(model, canon.pp, canon.vpp, canon.layout)
+    return Setup(model, hw, job, canon, deg, layout, assumptions or Assumptions())
