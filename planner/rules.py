@@ -31,6 +31,19 @@ class Violation:
         return PlanRuleError(self.rule, self.message, hint=self.hint)
 
 
+def shape_violations(model: ModelSpec, plan: Plan) -> list[Violation]:
+    """Rules that need only the model and the plan's own degrees."""
+    out: list[Violation] = []
+    if model.is_moe and plan.ep > model.moe.num_experts:
+        out.append(Violation("experts-divisible-by-ep",
+                             f"ep={plan.ep} exceeds the {model.moe.num_experts} experts of {model.name}: each EP rank "
+                             "needs at least one expert (Megatron validate_args: num_experts % ep == 0).",
+                             hint=f"Use an ep that divides {model.moe.num_experts}."))
+    if not model.is_moe and plan.ep > 1:
+        out.append(Violation("ep-needs-moe", f"ep={plan.ep} on dense model {model.name}: there are no experts to split."))
+    return out
+
+
 def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
     """Rules every launcher shares: the model's shape and the job's batch."""
     out: list[Violation] = []
@@ -42,12 +55,9 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
     if nkv % plan.tp and plan.tp % nkv:
         out.append(Violation("kv-heads-tp",
                              f"{nkv} key/value heads and tp={plan.tp}: one must divide the other (TransformerConfig)."))
-    if not model.is_moe:
-        if plan.ep > 1:
-            out.append(Violation("ep-needs-moe", f"ep={plan.ep} on dense model {model.name}: there are no experts to split."))
-    else:
+    if model.is_moe:
         E = model.moe.num_experts
-        if E % plan.ep:
+        if E % plan.ep and plan.ep <= E:
             out.append(Violation("experts-divisible-by-ep",
                                  f"{E} experts are not divisible by ep={plan.ep} (Megatron validate_args)."))
         if model.moe.expert_hidden_size % deg.etp:
@@ -100,6 +110,6 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
 
 def check_model_rules(model, hw, job, plan, deg) -> None:
     """Raise the first model-shape violation as a PlanRuleError."""
-    found = model_violations(model, hw, job, plan, deg)
+    found = shape_violations(model, plan) + model_violations(model, hw, job, plan, deg)
     if found:
         raise found[0].error()

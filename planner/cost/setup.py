@@ -24,10 +24,12 @@ from planner.specs.plan import Degrees, Plan, Recompute, Sharding
 class Assumptions(Spec):
     """Modeling assumptions a user may change (and `search --sensitivity` perturbs)."""
 
-    implementation: Literal["te", "megatron-local"] = "te"
+    implementation: Literal["te", "megatron-local", "megatron-local-fused-softmax"] = "te"
     """te: Megatron-Core with Transformer Engine and flash (cuDNN fused) attention, the production
-    setup; megatron-local: the local layer spec without TE, unfused attention with an fp32 softmax
-    (what the single-GPU validation harness runs)."""
+    setup; megatron-local: the local layer spec without TE, unfused attention with torch's fp32
+    softmax (what the single-GPU validation harness runs); megatron-local-fused-softmax: unfused
+    attention with Megatron's fused scale-mask-softmax kernel keeping 16-bit probabilities (the
+    2021-2022 GPT setups of Narayanan and Korthikanti)."""
     routing_imbalance: float = Field(1.0, ge=1.0)
     """Tokens on the most loaded EP rank over the mean. 1.0 is perfect balance (what Table 3 of the
     Megatron-Core MoE report assumes); sensitivity analysis and `--routing-imbalance` raise it."""
@@ -38,6 +40,9 @@ class Assumptions(Spec):
     """Multiplier on achievable GEMM throughput (sensitivity)."""
     network_bandwidth_scale: float = Field(1.0, gt=0.0)
     """Multiplier on NVLink and NIC bandwidths (sensitivity)."""
+    sequence_parallel: bool = True
+    """Pair TP with sequence parallelism (Megatron's recommended setting, and what planner's plans
+    assume). False models pre-2022 setups that replicate the [tokens, h] tensors on TP ranks."""
     allocator_margin_bytes: float | None = Field(None, ge=0.0)
     """Reserved-over-allocated margin plus CUDA context; None uses the generation profile's default."""
 
@@ -54,6 +59,10 @@ class Setup:
     deg: Degrees
     layout: PipelineLayout
     assumptions: Assumptions = field(default_factory=Assumptions)
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.deg.tp > 1 and self.assumptions.sequence_parallel
 
     @property
     def micro_batches(self) -> int:
@@ -100,11 +109,16 @@ def resolve_setup(
     assumptions: Assumptions | None = None,
 ) -> Setup:
     """Canonicalize ``plan`` for this model/hardware/job and check the model-shape rules."""
-    from planner.rules import check_model_rules
+    from planner.rules import check_model_rules, shape_violations
 
     canon = plan.canonical(
         is_moe=model.is_moe, default_dispatcher=hw.default_dispatcher, default_precision=job.default_precision
     )
+    # Rules about the model's shape come first: "256 experts cannot split 512 ways" says more than
+    # the GPU-count arithmetic that also fails.
+    early = shape_violations(model, plan)
+    if early:
+        raise early[0].error()
     deg = canon.degrees(job.gpus)
     check_model_rules(model, hw, job, canon, deg)
     layout = build_layout(model, canon.pp, canon.vpp, canon.layout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +15,21 @@ class Spec(BaseModel):
     docstring (the string literal under it) becomes its description in ``--help`` and JSON schema."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    # Specs key the cost model's caches, so they must hash even with list and dict fields.
+    # Equality compares fields only (not cached properties), and the hash of the JSON form is
+    # computed once per instance.
+    @cached_property
+    def content_hash(self) -> int:
+        return hash((type(self).__name__, self.model_dump_json()))
+
+    def __hash__(self) -> int:
+        return self.content_hash
+
+    def __eq__(self, other: object) -> bool:
+        if type(self) is not type(other):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in type(self).model_fields)
 
 
 class Sourced(Spec, Generic[T]):

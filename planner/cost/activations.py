@@ -1,0 +1,299 @@
+"""Activation inventory: the tensors each sub-layer saves for backward, in bytes per micro-batch
+on one GPU.
+
+Each saved tensor is an :class:`ActTerm` tagged with the recompute module that drops it
+(Megatron-Core's ``--recompute-modules`` names) so selective recompute is a filter, not a formula.
+Shapes follow what Megatron-Core saves with the Transformer Engine layer spec (TE LayerNormLinear
+saves its input and normalized output, TE Linear its input, cuDNN/flash attention Q, K, V after
+RoPE, the output and an fp32 log-sum-exp; the alltoall MoE dispatcher's unpermute keeps the expert
+output to form the routing-probability gradient), and, for the ``megatron-local`` profile, the
+local spec's unfused attention with an fp32 softmax. The 2022 GPT path reproduces Korthikanti et
+al. 2022 (34·s·b·h + 5·a·s²·b per layer without parallelism).
+
+Under sequence parallelism every [tokens, h] tensor is split by TP, and the TP-region tensors
+(heads, FFN width) are split by TP anyway, so the whole layer divides by TP; without SP the
+[tokens, h] tensors are replicated on every TP rank (Korthikanti eq. 2). CP divides the tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planner.cost.setup import Setup
+    from planner.specs.model import ModelSpec
+
+BF16 = 2
+FP32 = 4
+
+# Which modules each recompute option drops. "layer" terms are dropped only by full recompute;
+# "input" terms (the layer input) are what full recompute keeps.
+SELECTIVE_DROPS = {
+    "core_attn": {"core_attn"},
+    "mla_up_proj": {"mla_up_proj"},
+    "layernorm": {"layernorm"},
+    "moe_act": {"moe_act"},
+    "mlp": {"mlp", "mlp_act"},
+    "moe": {"moe", "moe_act", "router", "moe_out"},
+    "shared_experts": {"shared_experts"},
+}
+
+
+@dataclass(frozen=True)
+class ActTerm:
+    """One saved tensor of one layer for one micro-batch on one GPU."""
+
+    name: str
+    bytes: float
+    module: str
+    """The recompute module that drops it: 'input' (kept even by full recompute), 'layer'
+    (dropped only by full recompute), or a Megatron selective-recompute module name."""
+    linear_input: bool = False
+    """Saved as the input of a linear layer: stored in FP8 when the layer runs in FP8 (TE)."""
+
+
+@dataclass(frozen=True)
+class ActShape:
+    """What the inventory depends on (hashable, so the inventory is cached per shape)."""
+
+    tokens: int
+    """Tokens of one micro-batch in one CP shard: mbs * seq / cp (before TP/SP splitting)."""
+    seq: int
+    """Sequence length seen by attention on this GPU (seq / cp): the s of the s^2 terms."""
+    mbs: int
+    tp: int
+    sp: bool
+    etp: int
+    ep: int
+    routing_imbalance: float = 1.0
+    implementation: str = "te"
+    memory_efficient_permutation: bool = False
+
+
+def shape_of(setup: Setup) -> ActShape:
+    a = setup.assumptions
+    return ActShape(
+        tokens=setup.tokens_per_microbatch,
+        seq=setup.seq_per_gpu,
+        mbs=setup.plan.mbs,
+        tp=setup.deg.tp,
+        sp=setup.sequence_parallel,
+        etp=setup.deg.etp,
+        ep=setup.deg.ep,
+        routing_imbalance=a.routing_imbalance,
+        implementation=a.implementation,
+        memory_efficient_permutation=a.memory_efficient_permutation,
+    )
+
+
+def _split(sh: ActShape) -> tuple[float, float]:
+    """(divisor of [tokens, h] tensors, divisor of TP-region tensors)."""
+    return (sh.tp if sh.sp else 1), sh.tp
+
+
+def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
+    """Input norm, projections and core attention of one layer."""
+    h = model.hidden_size
+    a = model.attention
+    seq_div, tp = _split(sh)
+    T = sh.tokens
+    nh = a.num_heads / tp
+    terms = [
+        # The residual stream entering the layer: the input norm keeps it, and it is all that
+        # full recompute keeps (Megatron's checkpointed layer input).
+        ActTerm("attn.norm_input", BF16 * T * h / seq_div, "input"),
+    ]
+    dropout_mask = model.hidden_dropout > 0
+    if a.kind == "mla":
+        # MLA (Megatron MultiLatentAttention, TE spec): a separate TENorm, then q_down/kv_down
+        # (TELinear) read the normalized input; q_up/kv_up are TELayerNormColumnParallelLinear
+        # fusing the latent norms (they save the latent and its normalized copy).
+        q_lat = a.q_lora_rank or 0
+        terms += [
+            ActTerm("attn.norm_output", BF16 * T * h / seq_div, "layernorm", linear_input=True),
+            ActTerm("attn.q_latent", BF16 * T * q_lat, "layer"),
+            ActTerm("attn.q_latent_norm", BF16 * T * q_lat, "mla_up_proj", linear_input=True),
+            ActTerm("attn.kv_latent", BF16 * T * a.kv_lora_rank, "layer"),
+            ActTerm("attn.kv_latent_norm", BF16 * T * a.kv_lora_rank, "mla_up_proj", linear_input=True),
+            ActTerm("attn.q", BF16 * T * nh * a.qk_head_dim, "mla_up_proj"),
+            ActTerm("attn.k", BF16 * T * nh * a.qk_head_dim, "mla_up_proj"),
+            ActTerm("attn.v", BF16 * T * nh * a.v_head_dim, "mla_up_proj"),
+        ]
+        v_dim = a.v_head_dim
+    else:
+        # GQA with TE: the input norm is fused into linear_qkv (TELayerNormColumnParallelLinear),
+        # which saves its input (counted above) and the normalized output; Q, K, V after RoPE are
+        # saved by the attention kernel. K/V heads are replicated when tp exceeds them.
+        kv_heads = a.num_kv_heads / min(tp, a.num_kv_heads)
+        fused_norm = sh.implementation == "te"
+        terms += [
+            ActTerm("attn.norm_output", BF16 * T * h / seq_div, "layer" if fused_norm else "layernorm", linear_input=True),
+            ActTerm("attn.q", BF16 * T * nh * a.head_dim, "layer"),
+            ActTerm("attn.kv", 2 * BF16 * T * kv_heads * a.head_dim, "layer"),
+        ]
+        v_dim = a.head_dim
+    terms += core_attention_terms(model, sh, nh)
+    # The attention output feeds the output projection (saved once, shared with the kernel).
+    terms.append(ActTerm("attn.output", BF16 * T * nh * v_dim, "layer", linear_input=True))
+    if dropout_mask:
+        terms.append(ActTerm("attn.dropout_mask", 1 * T * h / seq_div, "layer"))
+    return terms
+
+
+def core_attention_terms(model: ModelSpec, sh: ActShape, nh: float) -> list[ActTerm]:
+    """What the attention kernel keeps beyond Q, K, V and its output."""
+    if sh.implementation == "te":
+        # Flash / cuDNN fused attention: only the fp32 log-sum-exp per head and query.
+        return [ActTerm("attn.softmax_lse", FP32 * sh.tokens * nh, "core_attn")]
+    # Unfused attention. Korthikanti et al. 2022 (fp16 softmax): softmax output 2·a·s²·b, dropout
+    # mask a·s²·b and dropout output 2·a·s²·b. The megatron-local profile computes the softmax in
+    # fp32 (attention_softmax_in_fp32, no fused kernel): torch's softmax keeps its fp32 output and
+    # the bf16 copy feeds the probs @ V matmul.
+    s2 = sh.mbs * nh * sh.seq * sh.seq
+    p = model.attention_dropout
+    terms = []
+    if sh.implementation == "megatron-local":
+        terms.append(ActTerm("attn.softmax_fp32", FP32 * s2, "core_attn"))
+        terms.append(ActTerm("attn.probs", BF16 * s2, "core_attn"))
+    else:  # megatron-local-fused-softmax: the fused kernel keeps its 16-bit output
+        terms.append(ActTerm("attn.softmax", BF16 * s2, "core_attn"))
+    if p > 0:
+        terms.append(ActTerm("attn.probs_dropout_mask", 1 * s2, "core_attn"))
+        terms.append(ActTerm("attn.probs_dropout_out", BF16 * s2, "core_attn"))
+    return terms
+
+
+def dense_mlp_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
+    h, f = model.hidden_size, model.ffn.hidden_size
+    seq_div, tp = _split(sh)
+    T = sh.tokens
+    gated = model.ffn.activation == "swiglu"
+    terms = [
+        ActTerm("mlp.norm_input", BF16 * T * h / seq_div, "layer"),
+        # TE fuses pre_mlp_layernorm into fc1 (LayerNormLinear): its normalized output is saved.
+        ActTerm("mlp.norm_output", BF16 * T * h / seq_div, "mlp", linear_input=True),
+        ActTerm("mlp.fc1_output", BF16 * T * f * (2 if gated else 1) / tp, "mlp"),
+        ActTerm("mlp.act_output", BF16 * T * f / tp, "mlp_act", linear_input=True),
+    ]
+    if model.hidden_dropout > 0:
+        terms.append(ActTerm("mlp.dropout_mask", 1 * T * h / seq_div, "layer"))
+    return terms
+
+
+def expert_tokens(model: ModelSpec, sh: ActShape) -> float:
+    """Token copies one GPU's experts process per micro-batch on the heaviest EP rank.
+
+    Each GPU of the expert grid originates tokens/tp * top_k assignments (sequence parallel);
+    balanced routing spreads them evenly over the EP ranks, and an expert-TP group of etp GPUs
+    all process its experts' tokens (each a slice of the FFN width)."""
+    m = model.moe
+    assert m is not None
+    origin = sh.tokens / (sh.tp if sh.sp else 1)
+    return origin * m.top_k * sh.etp * sh.routing_imbalance
+
+
+def moe_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
+    h = model.hidden_size
+    m = model.moe
+    assert m is not None
+    seq_div, tp = _split(sh)
+    T = sh.tokens
+    Tk = expert_tokens(model, sh)
+    fe = m.expert_hidden_size / sh.etp
+    gated = model.ffn.activation == "swiglu"
+    terms = [
+        ActTerm("moe.norm_input", BF16 * T * h / seq_div, "layer"),
+        # MoE cannot fuse its norm into a linear: a separate TENorm whose output the router,
+        # the dispatcher and the shared experts read.
+        ActTerm("moe.norm_output", BF16 * T * h / seq_div, "layernorm", linear_input=True),
+        # Router (Megatron TopKRouter, fp32 router dtype): fp32 logits and scores over all experts
+        # and the boolean routing map, for the tokens this GPU routes.
+        ActTerm("moe.router", (FP32 + FP32 + 1) * (T / seq_div) * m.num_experts, "router"),
+        ActTerm("moe.fc1_input", BF16 * Tk * h, "moe", linear_input=True),
+        ActTerm("moe.fc1_output", BF16 * Tk * fe * (2 if gated else 1), "moe"),
+        ActTerm("moe.act_output", BF16 * Tk * fe, "moe_act", linear_input=True),
+    ]
+    if not sh.memory_efficient_permutation:
+        # The unpermute multiplies expert outputs by routing probabilities; its backward needs
+        # the expert outputs, kept on the source rank (balanced: tokens/tp * top_k).
+        origin = T / seq_div
+        terms.append(ActTerm("moe.expert_output", BF16 * origin * m.top_k * h, "moe_out"))
+    if m.shared_hidden:
+        fs = m.shared_hidden / tp
+        terms += [
+            ActTerm("moe.shared_fc1_output", BF16 * T * fs * (2 if gated else 1), "shared_experts"),
+            ActTerm("moe.shared_act_output", BF16 * T * fs, "shared_experts", linear_input=True),
+        ]
+    if model.hidden_dropout > 0:
+        terms.append(ActTerm("moe.dropout_mask", 1 * T * h / seq_div, "layer"))
+    return terms
+
+
+@lru_cache(maxsize=4096)
+def layer_terms(model: ModelSpec, sh: ActShape, kind: str) -> tuple[ActTerm, ...]:
+    """Every tensor one decoder layer of ``kind`` ('dense' or 'moe') saves, no recompute."""
+    ffn = moe_terms(model, sh) if kind == "moe" else dense_mlp_terms(model, sh)
+    return tuple(attention_terms(model, sh) + ffn)
+
+
+def mtp_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm, ...]:
+    """An MTP module: its two input norms and the 2h->h projection input, a decoder layer, and
+    its own output head and loss (DeepSeek-V3 sec. 2.2; Megatron MultiTokenPredictionLayer)."""
+    h = model.hidden_size
+    seq_div, _ = _split(sh)
+    T = sh.tokens
+    extra = (
+        ActTerm("mtp.norm_inputs", 2 * BF16 * T * h / seq_div, "input"),
+        ActTerm("mtp.eh_proj_input", 2 * BF16 * T * h / seq_div, "layer", linear_input=True),
+    )
+    return extra + layer_terms(model, sh, model.mtp_kind) + head_terms(model, sh, vocab_div)
+
+
+def head_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm, ...]:
+    """Final norm, output projection and cross-entropy on the last stage.
+
+    Megatron's vocab-parallel cross-entropy keeps the fp32 softmax of the logits for its backward
+    (megatron/core/tensor_parallel/cross_entropy.py); the output layer keeps its input."""
+    h = model.hidden_size
+    seq_div, _ = _split(sh)
+    T = sh.tokens
+    return (
+        ActTerm("head.norm_input", BF16 * T * h / seq_div, "input"),
+        ActTerm("head.norm_output", BF16 * T * h / seq_div, "layer", linear_input=True),
+        ActTerm("head.softmax_fp32", FP32 * T * model.vocab_size / vocab_div, "layer"),
+    )
+
+
+def embedding_terms(model: ModelSpec, sh: ActShape) -> tuple[ActTerm, ...]:
+    """The embedding keeps only the token ids (its output is the first layer's input)."""
+    seq_div, _ = _split(sh)
+    terms = [ActTerm("embedding.ids", 8 * sh.tokens / seq_div, "input")]
+    if model.hidden_dropout > 0:
+        terms.append(ActTerm("embedding.dropout_mask", 1 * sh.tokens * model.hidden_size / seq_div, "input"))
+    return tuple(terms)
+
+
+def dropped_modules(kind: str, modules: tuple[str, ...]) -> set[str]:
+    """Inventory tags a selective-recompute module list drops."""
+    out: set[str] = set()
+    for m in modules:
+        out |= SELECTIVE_DROPS.get(m, set())
+    return out
+
+
+def kept_bytes(terms: tuple[ActTerm, ...], *, full: bool, drop: frozenset[str] | set[str], fp8: bool) -> float:
+    """Bytes kept after recompute drops, with FP8 storage of linear inputs (1 byte per element
+    plus block scales: TE keeps the FP8 copy it made for the GEMM)."""
+    total = 0.0
+    for t in terms:
+        if full and t.module != "input":
+            continue
+        if t.module in drop:
+            continue
+        b = t.bytes
+        if fp8 and t.linear_input:
+            b = b / 2 * (1 + 1 / 32)
+        total += b
+    return total

@@ -1,0 +1,145 @@
+"""Constant memory: weights, gradients and optimizer states on each pipeline rank.
+
+Each parameter group is sharded by its own group (parallel folding, Megatron-Core MoE report
+sec. 3): dense parameters by TP (or replicated, see planner.specs.params) and PP, their optimizer
+states by the distributed optimizer over DP*CP; expert parameters by ETP*EP and PP, their
+optimizer states over expert-DP. Byte counts per parameter follow the precision recipe:
+
+* Megatron default: bf16 weights (2 B), fp32 main gradients (4 B), fp32 master weights and Adam
+  m and v (12 B) - the 6 + 12/d bytes of Megatron's theoretical-memory estimator.
+* BF16 moments: m and v in bf16 (precision-aware optimizer, --exp-avg-dtype bf16): 4 + 4 B.
+* FP8 (precision=fp8): FP8 primary weights (--fp8-param-gather) keep 1 B per GEMM weight plus the
+  transposed (Hopper) or column-wise (Blackwell MXFP8) copy the backward GEMMs read, so GEMM
+  weights still take about 2 B; the saving is in the DP all-gather, not in resident memory.
+
+ZeRO-2 (Megatron-FSDP optim_grads) also shards gradients; FSDP (optim_grads_params) shards weights
+too; HSDP shards over its sharding group only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner.specs.params import Block, embedding_block, head_block, layer_block, mtp_block
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameters held by one GPU of a pipeline rank, by optimizer group."""
+
+    dense: float
+    """Non-expert parameters on this GPU (after TP sharding)."""
+    expert: float
+    """Routed-expert parameters on this GPU (after ETP*EP sharding)."""
+    largest_layer: float
+    """Parameters of the largest decoder layer on this GPU (FSDP gathers one layer at a time)."""
+
+
+def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[float, float]:
+    dense = expert = 0.0
+    for c in block.components:
+        if c.shard == "expert":
+            expert += c.params / (etp * ep)
+        elif c.shard in ("tp", "vocab"):
+            dense += c.params / tp
+        elif c.shard == "tp_kv":
+            dense += c.params / min(tp, nkv)
+        else:
+            dense += c.params
+    return dense, expert
+
+
+@lru_cache(maxsize=65536)
+def rank_params(model, layout, rank: int, tp: int, etp: int, ep: int) -> RankParams:
+    """Parameters of pipeline rank ``rank`` per GPU.
+
+    The embedding sits with 'E', the final norm and output head with 'L'. With tied embeddings
+    and PP > 1, and for MTP modules on a rank without the embedding, Megatron builds a copy of the
+    word embedding there (GPTModel builds ``embedding`` when pre_process or mtp_process), kept in
+    sync through the embedding group."""
+    nkv = model.attention.num_kv_heads
+    blocks = {k: layer_block(model, k) for k in set(model.layer_kinds)}
+    emb = embedding_block(model)
+    dense = expert = 0.0
+    largest = 0.0
+    has_embedding = False
+    needs_embedding_copy = False
+    for st in layout.rank_stages(rank):
+        for li in st.layers:
+            d, e = _per_gpu(blocks[model.layer_kinds[li]], tp, nkv, etp, ep)
+            dense, expert = dense + d, expert + e
+            largest = max(largest, d + e)
+        if st.embedding:
+            d, _ = _per_gpu(emb, tp, nkv, etp, ep)
+            dense += d
+            has_embedding = True
+        if st.loss:
+            d, _ = _per_gpu(head_block(model), tp, nkv, etp, ep)
+            dense += d
+            if model.tie_embeddings:
+                needs_embedding_copy = True
+        if st.mtp:
+            d, e = _per_gpu(mtp_block(model), tp, nkv, etp, ep)
+            dense, expert = dense + d * st.mtp, expert + e * st.mtp
+            largest = max(largest, d + e)
+            needs_embedding_copy = True
+    if needs_embedding_copy and not has_embedding:
+        dense += model.vocab_size * model.hidden_size / tp
+    return RankParams(dense, expert, largest)
+
+
+@dataclass(frozen=True)
+class ConstantMemory:
+    weights: float
+    gradients: float
+    optimizer: float
+    """Master weights and moments left on the GPU (0 when offloaded)."""
+    host_optimizer: float
+    """Bytes of optimizer state (and the pinned gradient copy) kept in host memory."""
+    fsdp_buffers: float
+    """FSDP/ZeRO buffers: gathered full layers (current and prefetched) and the unsharded gradient
+    of the layer being reduce-scattered. Reported with the communication buffers (DESIGN.md 3.4)."""
+
+    @property
+    def total(self) -> float:
+        """Weights, gradients and optimizer states (the FSDP buffers count as communication)."""
+        return self.weights + self.gradients + self.optimizer
+
+
+def constant_memory(setup, rank: int) -> ConstantMemory:
+    deg, plan = setup.deg, setup.plan
+    rp = rank_params(setup.model, setup.layout, rank, deg.tp, deg.etp, deg.ep)
+    d_dense = deg.dp * deg.cp  # Megatron's distributed optimizer shards over DP x CP
+    d_expert = deg.edp
+    sh = setup.sharding
+    w_b, g_b = 2.0, 4.0
+    o_b = 4.0 + (4.0 if plan.moments == "bf16" else 8.0)
+
+    def shard(kind: str, n_dense: float, n_expert: float) -> float:
+        """Per-GPU bytes-weighted parameter count of one state class under the sharding."""
+        if sh.kind == "hsdp":
+            return (n_dense + n_expert) / sh.group
+        full = {"ddp": (), "dist_opt": ("opt",), "zero2": ("opt", "grad"), "fsdp": ("opt", "grad", "weight")}[sh.kind]
+        if kind in full:
+            return n_dense / d_dense + n_expert / d_expert
+        return n_dense + n_expert
+
+    weights = w_b * shard("weight", rp.dense, rp.expert)
+    grads = g_b * shard("grad", rp.dense, rp.expert)
+    opt = o_b * shard("opt", rp.dense, rp.expert)
+    host = 0.0
+    if plan.offloads_optimizer:
+        # Megatron --optimizer-cpu-offload (fraction 1.0): master weights and moments live in host
+        # memory, with a pinned host copy of the fp32 gradient shard to update from.
+        host = opt + g_b * shard("opt", rp.dense, rp.expert)
+        opt = 0.0
+    buffers = 0.0
+    sharded_over = sh.group if sh.kind == "hsdp" else d_dense
+    if sh.kind in ("fsdp", "hsdp") and sharded_over > 1:
+        # One layer gathered for compute and the next prefetched (Megatron-FSDP double buffer).
+        buffers += 2 * w_b * rp.largest_layer
+    if sh.kind in ("zero2", "fsdp", "hsdp") and sharded_over > 1:
+        # A layer's full gradient exists until its reduce-scatter completes.
+        buffers += g_b * rp.largest_layer
+    return ConstantMemory(weights, grads, opt, host, buffers)

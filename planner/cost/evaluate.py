@@ -1,0 +1,51 @@
+"""One plan's full evaluation as the JSON objects of DESIGN.md section 6 (`plan`, `memory`,
+`time`), shared by explain, search, compare and export."""
+
+from __future__ import annotations
+
+from planner import __version__
+
+
+def plan_json(setup) -> dict:
+    """The plan's keys, with the derived dp and edp filled in, and its canonical string."""
+    out = setup.plan.to_json()
+    out.update(dp=setup.deg.dp, edp=setup.deg.edp if setup.model.is_moe else None,
+               micro_batches=setup.micro_batches, canonical=setup.plan.to_string())
+    out.setdefault("vpp", setup.deg.vpp)
+    if out["edp"] is None:
+        del out["edp"]
+    return {k: out[k] for k in sorted(out)}
+
+
+def time_json(setup) -> dict:
+    """The `time` object, or a note that the time model is not available."""
+    try:
+        from planner.cost.time import time_report
+    except ModuleNotFoundError:
+        return {"modeled": False, "note": "time model not available in this build"}
+    return time_report(setup).to_json()
+
+
+def evaluate(setup, *, memory=None, time=True) -> dict:
+    from planner.cost.memory import memory_report
+
+    mem = memory if memory is not None else memory_report(setup)
+    out = {"plan": plan_json(setup), "memory": mem.to_json()}
+    if time:
+        out["time"] = time_json(setup)
+    return out
+
+
+def context_json(model, hw, job, assumptions=None) -> dict:
+    """What was evaluated: planner version, the resolved specs with a hash of each."""
+    from planner.specs.catalog import spec_hash
+
+    out = {
+        "planner_version": __version__,
+        "model": {"name": model.name, "spec_hash": spec_hash(model)},
+        "hardware": {"name": hw.name, "spec_hash": spec_hash(hw)},
+        "job": job.model_dump(mode="json"),
+    }
+    if assumptions is not None:
+        out["assumptions"] = assumptions.model_dump(mode="json")
+    return out

@@ -1,0 +1,85 @@
+"""Pipeline schedules as Megatron-Core runs them: the order of forward and backward chunks on each
+pipeline rank (megatron/core/pipeline_parallel/schedules.py).
+
+1F1B (vpp = 1): rank r runs min(p - r - 1, m) warm-up forwards, then alternates one forward and one
+backward, then drains the remaining backwards. Interleaved 1F1B (vpp = v > 1): micro-batches go
+through the v model chunks in groups of p (``microbatch_group_size_per_vp_stage`` defaults to p);
+rank r runs 2(p - r - 1) + (v - 1)p warm-up forwards (capped at m*v), then 1F1B, then drains.
+The backward order visits chunks in reverse. These orders decide how many micro-batch chunks each
+rank holds at every moment, hence its activation memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: str  # "F" or "B"
+    chunk: int  # virtual-stage index on this rank (0..v-1)
+    microbatch: int
+
+
+def chunk_order(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """(microbatch, chunk) in forward order: groups of ``group`` micro-batches sweep all chunks;
+    the last group takes the leftover micro-batches (Megatron's get_schedule_table)."""
+    order: list[tuple[int, int]] = []
+    for start in range(0, m, group):
+        stop = m if start + group >= m else start + group
+        for c in range(v):
+            order.extend((mb, c) for mb in range(start, stop))
+    return order
+
+
+def warmup_count(p: int, v: int, m: int, rank: int, group: int | None = None) -> int:
+    """Forwards rank ``rank`` runs before its first backward."""
+    total = m * v
+    if v == 1:
+        return min(p - rank - 1, m)
+    g = p if group is None else group
+    return min((p - rank - 1) * 2 + (v - 1) * g, total)
+
+
+@lru_cache(maxsize=8192)
+def rank_ops(p: int, v: int, m: int, rank: int) -> tuple[Op, ...]:
+    """The op sequence of one pipeline rank for one training step."""
+    order = chunk_order(m, v, p)
+    fwd = [Op("F", c, mb) for mb, c in order]
+    bwd = [Op("B", v - 1 - c, mb) for mb, c in order]
+    w = warmup_count(p, v, m, rank)
+    ops: list[Op] = fwd[:w]
+    for i in range(len(fwd) - w):
+        ops.append(fwd[w + i])
+        ops.append(bwd[i])
+    ops.extend(bwd[len(fwd) - w :])
+    return tuple(ops)
+
+
+@lru_cache(maxsize=8192)
+def inflight_profiles(p: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """Distinct in-flight count vectors (chunks held per virtual stage) seen just before each
+    forward and each backward of each chunk: (before_forward[c], before_backward[c]) as tuples of
+    count vectors. Enough to find the peak exactly without walking every op again."""
+    held = [0] * v
+    before_f: list[set] = [set() for _ in range(v)]
+    before_b: list[set] = [set() for _ in range(v)]
+    for op in rank_ops(p, v, m, rank):
+        if op.kind == "F":
+            before_f[op.chunk].add(tuple(held))
+            held[op.chunk] += 1
+        else:
+            before_b[op.chunk].add(tuple(held))
+            held[op.chunk] -= 1
+    return (tuple(tuple(sorted(s)) for s in before_f), tuple(tuple(sorted(s)) for s in before_b))
+
+
+def max_inflight(p: int, v: int, m: int, rank: int) -> int:
+    """Most micro-batch chunks rank ``rank`` holds at once (the warm-up count plus one, when the
+    steady state is reached)."""
+    held = best = 0
+    for op in rank_ops(p, v, m, rank):
+        held += 1 if op.kind == "F" else -1
+        best = max(best, held)
+    return best

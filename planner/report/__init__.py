@@ -1,0 +1,1 @@
+"""Human output: tables (rich) and figures (matplotlib, PNG)."""

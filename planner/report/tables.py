@@ -1,0 +1,90 @@
+"""Rich tables for the human output of explain, search and compare."""
+
+from __future__ import annotations
+
+from planner.units import GiB, fmt_gib, fmt_time
+
+CLASSES = ("weights", "gradients", "optimizer", "activations", "transient", "comm_buffers", "allocator")
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def header_lines(setup) -> list[str]:
+    m, h, j, d = setup.model, setup.hw, setup.job, setup.deg
+    lines = [
+        f"[bold]{m.display_name or m.name}[/bold] on [bold]{h.name}[/bold] ({h.gpu.name}, NVLink domain of {h.domain_size}) · "
+        f"{j.gpus} GPUs · global batch {j.global_batch} x seq {j.seq_len} · {setup.precision}",
+        f"plan: [bold]{setup.plan.to_string()}[/bold]",
+        f"degrees: tp {d.tp} · cp {d.cp} · pp {d.pp} (vpp {d.vpp}) · dp {d.dp}"
+        + (f" · ep {d.ep} · etp {d.etp} · edp {d.edp}" if m.is_moe else "")
+        + f" · {setup.micro_batches} micro-batches of {setup.plan.mbs} per step",
+    ]
+    if j.source:
+        lines.append(f"job: {j.source}")
+    return lines
+
+
+def moment_text(moment: dict) -> str:
+    w = moment.get("window")
+    where = f"chunk {moment.get('chunk')}, micro-batch {moment.get('microbatch')}, {moment.get('layer')}"
+    return {
+        "end_of_warmup": f"end of the warm-up forward ({where}): most micro-batches in flight",
+        "recompute_window": f"early backward, recompute window ({where}): re-created intermediates and their gradients",
+        "forward": f"forward ({where})",
+        "backward": f"backward ({where})",
+        "optimizer": "optimizer step",
+    }.get(w, str(moment))
+
+
+def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
+    from rich.table import Table
+
+    c = console()
+    for line in header_lines(setup):
+        c.print(line)
+    mj = result["memory"]
+    t = Table(title="Memory per GPU by pipeline stage, GiB (2^30 B), at each stage's peak moment")
+    t.add_column("stage")
+    for k in CLASSES:
+        t.add_column(k.replace("_", " "), justify="right")
+    t.add_column("peak", justify="right")
+    t.add_column("moment")
+    for s in mj["stages"]:
+        row = [str(s["rank"])] + [f"{s['components'][k] / GiB:.1f}" for k in CLASSES] + [f"{s['peak_bytes'] / GiB:.1f}"]
+        row.append(s["peak_moment"]["window"].replace("_", " "))
+        style = "bold" if s["rank"] == mj["worst_stage"] else None
+        t.add_row(*row, style=style)
+    c.print(t)
+    cap = mj["capacity_bytes"]
+    worst = mj["worst_stage"]
+    verdict = (f"[green]fits[/green]: {fmt_gib(mj['headroom_bytes'])} headroom" if mj["headroom_bytes"] >= 0
+               else f"[red]does not fit[/red]: short by {fmt_gib(-mj['headroom_bytes'])}")
+    c.print(f"worst stage {worst}: peak {fmt_gib(mj['peak_bytes'])} (allocated {fmt_gib(mj['allocated_peak_bytes'])} + allocator margin) "
+            f"vs capacity {fmt_gib(cap)} ({setup.hw.gpu.name} usable HBM less CUDA context and margins): {verdict}")
+    c.print(f"peak moment: {moment_text(mj['peak_moment'])}")
+    warm = ", ".join(f"{s['rank']}: {s['activations_end_of_warmup_bytes'] / GiB:.1f}" for s in mj["stages"])
+    c.print(f"activations held at the end of the warm-up forward, by stage (GiB): {warm}")
+    host = mj["host"]
+    if host["needed_bytes"]:
+        ok = "ok" if host["needed_bytes"] <= host["capacity_bytes"] else "[red]exceeds host memory[/red]"
+        c.print(f"host memory for offload: {fmt_gib(host['needed_bytes'])} of {fmt_gib(host['capacity_bytes'])} per GPU ({ok})")
+    tj = result.get("time", {})
+    if tj.get("modeled", True) and "step_time_s" in tj:
+        c.print(f"time: step {fmt_time(tj['step_time_s'])} · {tj['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU · "
+                f"{tj['model_tflops_per_gpu']:.0f} model TFLOP/s/GPU · MFU {tj['mfu']:.1%}")
+        bd = tj.get("breakdown", {})
+        if bd:
+            parts = ", ".join(f"{k.replace('_', ' ')} {fmt_time(v)}" for k, v in sorted(bd.items(), key=lambda kv: -kv[1]) if v)
+            c.print(f"  breakdown: {parts}")
+        if tj.get("bottleneck"):
+            c.print(f"  bottleneck: {tj['bottleneck']}")
+    else:
+        c.print(f"time: {tj.get('note', 'not modeled')}")
+    if unknown_flags:
+        c.print("[yellow]Megatron flags planner does not model:[/yellow] " + " ".join(unknown_flags))
+    if "plot" in result:
+        c.print(f"plot written to {result['plot']}")
