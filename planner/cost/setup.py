@@ -33,9 +33,12 @@ class Assumptions(Spec):
     routing_imbalance: float = Field(1.0, ge=1.0)
     """Tokens on the most loaded EP rank over the mean. 1.0 is perfect balance (what Table 3 of the
     Megatron-Core MoE report assumes); sensitivity analysis and `--routing-imbalance` raise it."""
-    memory_efficient_permutation: bool = False
-    """Megatron's memory-efficient token permutation (routing probabilities applied before FC2), which
-    does not keep the expert FC2 output; off by default as in Table 3."""
+    memory_efficient_permutation: bool = True
+    """Megatron-Core's memory-efficient token permutation (default since 0.13: the routing
+    probabilities are applied inside the expert activation, so the unpermute keeps no expert FC2
+    output). False models the older standard permutation, which keeps the FC2 output for the
+    probability gradient: the accounting of Table 3 of the Megatron-Core MoE report
+    (docs/research/activation-inventory.md)."""
     gemm_efficiency_scale: float = Field(1.0, gt=0.0)
     """Multiplier on achievable GEMM throughput (sensitivity)."""
     network_bandwidth_scale: float = Field(1.0, gt=0.0)
