@@ -69,7 +69,10 @@ class ActShape:
     ep: int
     routing_imbalance: float = 1.0
     implementation: str = "te"
-    memory_efficient_permutation: bool = False
+    memory_efficient_permutation: bool = True
+    ep_overlap: bool = False
+    """EP all-to-all overlapped with compute (Megatron --overlap-moe-expert-parallel-comm): a
+    forward micro-batch runs beside a backward one, so their transients coexist."""
 
 
 def shape_of(setup: Setup) -> ActShape:
@@ -85,6 +88,7 @@ def shape_of(setup: Setup) -> ActShape:
         routing_imbalance=a.routing_imbalance,
         implementation=a.implementation,
         memory_efficient_permutation=a.memory_efficient_permutation,
+        ep_overlap=setup.plan.ep_overlap == "on",
     )
 
 

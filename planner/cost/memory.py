@@ -180,6 +180,10 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
         gated = 2 if model.ffn.activation == "swiglu" else 1
         fwd["moe"] = gathered + BF16 * h * (src + Tk)
         grad["moe"] = BF16 * Tk * (h + fe + gated * fe) + BF16 * h * src
+        if sh.ep_overlap:
+            # Megatron's EP overlap interleaves a forward micro-batch with a backward one, layer by
+            # layer: the forward's dispatch buffers live beside the backward's gradients.
+            grad["moe"] += fwd["moe"]
     else:
         f = model.ffn.hidden_size / sh.tp
         gated = 2 if model.ffn.activation == "swiglu" else 1
@@ -361,30 +365,39 @@ def optimizer_transient(setup, const: ConstantMemory) -> float:
     return 0.0
 
 
-def stage_memory(setup, rank: int) -> StageMemory:
-    deg = setup.deg
-    sh = act.shape_of(setup)
+def stage_chunks(setup, rank: int) -> tuple[ChunkMemory, ...]:
+    """Per-micro-batch memory of each chunk of ``rank`` under the plan's recompute and precision."""
     rc = setup.recompute
-    fp8 = setup.precision == "fp8"
     full_layers = rc.layers if rc.kind == "full" else None
     if setup.plan.stage_recompute_layers is not None and rc.kind == "full":
         full_layers = setup.plan.stage_recompute_layers[rank]
-    chunks = chunk_memories(setup.model, setup.layout, rank, sh, rc, fp8, _vocab_div(setup), full_layers)
-    const = constant_memory(setup, rank)
-    comm = comm_buffers(setup) + const.fsdp_buffers
-    p, v, m = deg.pp, deg.vpp, setup.micro_batches
-    before_f, before_b = inflight_profiles(p, v, m, rank)
-    kept = [c.kept for c in chunks]
+    return chunk_memories(setup.model, setup.layout, rank, act.shape_of(setup), rc, setup.precision == "fp8",
+                          _vocab_div(setup), full_layers)
 
-    held = held_function(setup, kept)
 
-    base = const.total + comm
-    # Exact peak from the distinct in-flight vectors (fast path shared with the search).
-    best = max(
+def activation_peak(setup, rank: int, chunks=None) -> float:
+    """Highest activation + transient bytes of ``rank`` over its schedule: the exact maximum over
+    the distinct in-flight vectors before each forward and backward (see module docstring)."""
+    chunks = chunks if chunks is not None else stage_chunks(setup, rank)
+    before_f, before_b = inflight_profiles(setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)
+    held = held_function(setup, [c.kept for c in chunks])
+    return max(
         [held(vec) + chunk.fwd_rise for c, chunk in enumerate(chunks) for vec in before_f[c]]
         + [held(vec) + chunk.bwd_rise for c, chunk in enumerate(chunks) for vec in before_b[c]],
         default=0.0,
     )
+
+
+def stage_memory(setup, rank: int) -> StageMemory:
+    deg = setup.deg
+    rc = setup.recompute
+    chunks = stage_chunks(setup, rank)
+    const = constant_memory(setup, rank)
+    comm = comm_buffers(setup) + const.fsdp_buffers
+    p, v, m = deg.pp, deg.vpp, setup.micro_batches
+    held = held_function(setup, [c.kept for c in chunks])
+    base = const.total + comm
+    best = activation_peak(setup, rank, chunks)
     moment = _locate_moment(setup, rank, chunks, held, best, recomputes=rc.kind != "none")
     opt_t = optimizer_transient(setup, const)
     if opt_t > best:
@@ -514,6 +527,15 @@ def _moment_json(m: dict) -> dict:
     return out
 
 
+def host_bytes(setup, stage: StageMemory) -> float:
+    """Host memory one GPU of this stage needs: offloaded optimizer state, and with activation
+    offload the activations of the chunks in flight at the end of the warm-up."""
+    total = stage.constant.host_optimizer
+    if setup.plan.offloads_activations:
+        total += sum(n * c.kept for n, c in zip(stage.inflight_end_of_warmup, stage.chunks))
+    return total
+
+
 def memory_report(setup) -> MemoryReport:
     mem = setup.efficiency.memory
     stages = tuple(stage_memory(setup, r) for r in range(setup.deg.pp))
@@ -522,7 +544,5 @@ def memory_report(setup) -> MemoryReport:
     capacity = setup.hw.gpu.hbm_usable_bytes.value - ctx - setup.job.memory_margin_bytes
     if setup.assumptions.allocator_margin_bytes is not None:
         capacity -= setup.assumptions.allocator_margin_bytes
-    host_needed = max(s.constant.host_optimizer for s in stages)
-    if setup.plan.offloads_activations:
-        host_needed += max(sum(n * c.kept for n, c in zip(s.inflight_end_of_warmup, s.chunks)) for s in stages)
+    host_needed = max(host_bytes(setup, s) for s in stages)
     return MemoryReport(setup, stages, frac, ctx, capacity, host_needed, setup.hw.host.host_memory_bytes.value)
