@@ -122,7 +122,8 @@ class MoE(Spec):
     layer_freq: PositiveInt = 1
     """After the first k, layer i is MoE when i % layer_freq == 0 (DeepSeek moe_layer_freq)."""
     router_bias: bool = False
-    """A per-expert score-correction bias in the router (DeepSeek-V3 aux-loss-free balancing)."""
+    """One bias per expert in the router: DeepSeek-V3's score-correction bias (aux-loss-free
+    balancing, topk_method noaux_tc) or the bias of gpt-oss's router linear layer."""
     expert_bias: bool = False
     """Biases inside each expert MLP (gpt-oss)."""
     score_function: Literal["softmax", "sigmoid"] = "softmax"
