@@ -110,20 +110,134 @@ def _us(x: float) -> int:
     return int(round(x * 1e6))
 
 
-def build_tables(space: Space, *, assumptions=None, time_terms: TimeTerms | None = None) -> Tables:
-    """Evaluate every structural key's lever-group tables with the cost model."""
-    from planner.cost.constant import constant_memory
-    from planner.cost.memory import activation_peak, comm_buffers, optimizer_transient, stage_chunks
-    from planner.cost.setup import Assumptions, resolve_setup
+@dataclass(frozen=True)
+class _Degrees:
+    """Degrees of a group of structural keys, as arrays (the cost functions accept either)."""
+
+    tp: np.ndarray
+    cp: np.ndarray
+    pp: int
+    vpp: int
+    dp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    edp: np.ndarray
+
+
+def _groups(structs: list[Struct]) -> dict[tuple, np.ndarray]:
+    """Structural keys sharing a layout (pp, vpp, layout) and micro-batch count: the in-flight
+    profiles and chunk composition are common, the rest varies elementwise."""
+    out: dict[tuple, list[int]] = {}
+    for i, s in enumerate(structs):
+        out.setdefault((s.pp, s.vpp, s.layout, s.micro_batches), []).append(i)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW, HA) -> None:
+    """Fill the memory tables, one group of structural keys at a time, vectorized over the group
+    with the memory model's own functions (planner.cost.memory, constant, activations)."""
+    from planner.cost import activations as act
+    from planner.cost.constant import constant_bytes, rank_params_of
+    from planner.cost.efficiency_access import memory_constants
+    from planner.cost.memory import activation_peak_of, comm_bytes, stage_chunks_of
+    from planner.cost.schedule import max_inflight
+    from planner.cost.topology_groups import default_domain_fill
+    from planner.specs.layout import build_layout
+    from planner.specs.plan import parse_recompute, parse_sharding
+
+    model, hw, job = space.model, space.hw, space.job
+    mem = memory_constants(hw)
+    gW, gC, gA = (combos(space, GROUPS[k]) for k in ("W", "C", "A"))
+    for (pp, vpp, layout_str, m), idx in _groups(structs).items():
+        layout = build_layout(model, pp, vpp, layout_str)
+        col = lambda f: np.array([getattr(structs[i], f) for i in idx])  # noqa: E731
+        deg = _Degrees(col("tp"), col("cp"), pp, vpp, col("dp"), col("ep"), col("etp"), col("edp"))
+        mbs = col("mbs")
+        tokens = mbs * job.seq_len // deg.cp
+        sp = (deg.tp > 1) & assumptions.sequence_parallel
+        fill = (min(job.domain_fill, hw.domain_size) if job.domain_fill
+                else default_domain_fill(hw.domain_size, job.gpus, deg.tp * deg.cp, deg.etp * deg.ep))
+        for r in range(pp):
+            rp = rank_params_of(model, layout, r, deg.tp, deg.etp, deg.ep)
+            fsdp = {}
+            for ci, (sharding, moments, offload) in enumerate(gW):
+                cm = constant_bytes(rp, dp=deg.dp, cp=deg.cp, edp=deg.edp, sharding=parse_sharding(sharding),
+                                    moments=moments, offload_optimizer=offload in ("optimizer", "optimizer+activations"))
+                W[idx, r, ci] = _mib_arr(cm.total)
+                HW[idx, r, ci] = _mib_arr(cm.host_optimizer)
+                fsdp[sharding] = cm.fsdp_buffers
+            for ci, (sharding, dispatcher, overlap) in enumerate(gC):
+                comm = comm_bytes(model, mem, deg, fill=fill, dispatcher=dispatcher, tokens=tokens, sp=sp)
+                C[idx, r, ci] = _mib_arr(comm + fsdp[sharding])
+            for ci, (recompute, precision, offload, overlap) in enumerate(gA):
+                sh = act.ActShape(tokens=tokens, seq=job.seq_len // deg.cp, mbs=mbs, tp=deg.tp, sp=sp, etp=deg.etp,
+                                  ep=deg.ep, routing_imbalance=assumptions.routing_imbalance,
+                                  implementation=assumptions.implementation,
+                                  memory_efficient_permutation=assumptions.memory_efficient_permutation,
+                                  ep_overlap=overlap == "on")
+                rc = parse_recompute(recompute)
+                chunks = stage_chunks_of(model, layout, r, sh, rc, precision == "fp8", deg.tp, None)
+                offload_act = offload in ("activations", "optimizer+activations")
+                A[idx, r, ci] = _mib_arr(activation_peak_of(chunks, pp, vpp, m, r, offload_act))
+                if offload_act:
+                    biggest = chunks[0].kept
+                    for c in chunks[1:]:
+                        biggest = np.maximum(biggest, c.kept)
+                    HA[idx, r, ci] = _mib_arr(max_inflight(pp, vpp, m, r) * biggest)
+
+
+def _mib_arr(x) -> np.ndarray:
+    return np.ceil(np.asarray(x, dtype=float) / MiB - 1e-9).astype(np.int64)
+
+
+def time_tables(space: Space, structs: list[Struct], assumptions, time_terms, TP, TD, TO) -> None:
+    """Fill the time tables from the time model's pipeline, data-parallel and optimizer terms."""
+    from planner.cost.setup import resolve_setup
+
+    base_levers = {k: v[0] for k, v in space.levers.items()}
+    g = {name: combos(space, GROUPS[name]) for name in ("TP", "TD", "TO")}
+    for si, s in enumerate(structs):
+        setup = resolve_setup(space.model, space.hw, space.job, make_plan(s, base_levers), assumptions)
+        for name, table in (("TP", TP), ("TD", TD), ("TO", TO)):
+            part = {"TP": 0, "TD": 1, "TO": 2}[name]
+            for ci, values in enumerate(g[name]):
+                v = _variant(setup, **dict(zip(GROUPS[name], values)))
+                table[si, ci] = _us(time_terms.terms(v)[part])
+
+
+def rule_tables(space: Space, structs: list[Struct], R1, R2) -> None:
+    """Which lever combinations the launcher accepts, per structural signature (planner.rules)."""
     from planner.search.rulecheck import lever_allowed
 
-    _RG = RULE_GROUPS
+    cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    r1_combos = combos(space, RULE_GROUPS["R1"])
+    for si, s in enumerate(structs):
+        sig = s.signature()
+        if sig not in cache:
+            cache[sig] = (
+                np.array(list(lever_allowed(space, s, RULE_GROUPS["R1"]).values()), dtype=bool),
+                np.array(list(lever_allowed(space, s, RULE_GROUPS["R2"]).values()), dtype=bool),
+            )
+        R1[si], R2[si] = cache[sig]
+        if s.ep == 1 and space.model.is_moe:
+            # Dispatcher and EP overlap do nothing without EP: keep only their first values so the
+            # same canonical plan is not listed twice.
+            for ci, values in enumerate(r1_combos):
+                d = dict(zip(RULE_GROUPS["R1"], values))
+                if d["dispatcher"] != space.levers["dispatcher"][0] or d["ep_overlap"] != "off":
+                    R1[si, ci] = False
+
+
+def build_tables(space: Space, *, assumptions=None, time_terms: TimeTerms | None = None,
+                 structs: list[Struct] | None = None) -> Tables:
+    """Evaluate the structural keys' lever-group tables with the cost model."""
+    from planner.cost.memory import optimizer_transient_bytes
+    from planner.cost.setup import Assumptions
 
     assumptions = assumptions or Assumptions()
     time_terms = time_terms or TimeTerms()
-    base_levers = {k: v[0] for k, v in space.levers.items()}
+    structs = space.structs if structs is None else structs
     g = {name: combos(space, grp) for name, grp in GROUPS.items()}
-    structs = space.structs
     nS = len(structs)
     maxR = max((s.pp for s in structs), default=1)
     W = np.zeros((nS, maxR, len(g["W"])), dtype=np.int64)
@@ -131,59 +245,19 @@ def build_tables(space: Space, *, assumptions=None, time_terms: TimeTerms | None
     A = np.zeros((nS, maxR, len(g["A"])), dtype=np.int64)
     HW = np.zeros_like(W)
     HA = np.zeros_like(A)
-    OT = np.zeros(len(g["OT"]), dtype=np.int64)
     TP = np.zeros((nS, len(g["TP"])), dtype=np.int64)
     TD = np.zeros((nS, len(g["TD"])), dtype=np.int64)
     TO = np.zeros((nS, len(g["TO"])), dtype=np.int64)
-    R1 = np.zeros((nS, len(combos(space, _RG["R1"]))), dtype=bool)
-    R2 = np.zeros((nS, len(combos(space, _RG["R2"]))), dtype=bool)
-    rule_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-    kept: list[list[int]] = []
-    eff_setup = None
-    for si, s in enumerate(structs):
-        setup = resolve_setup(space.model, space.hw, space.job, make_plan(s, base_levers), assumptions)
-        eff_setup = eff_setup or setup
-        for r in range(s.pp):
-            for ci, values in enumerate(g["W"]):
-                v = _variant(setup, **dict(zip(GROUPS["W"], values)))
-                cm = constant_memory(v, r)
-                W[si, r, ci] = _mib(cm.total)
-                HW[si, r, ci] = _mib(cm.host_optimizer)
-            for ci, values in enumerate(g["C"]):
-                v = _variant(setup, **dict(zip(GROUPS["C"], values)))
-                C[si, r, ci] = _mib(comm_buffers(v) + constant_memory(v, r).fsdp_buffers)
-            for ci, values in enumerate(g["A"]):
-                v = _variant(setup, **dict(zip(GROUPS["A"], values)))
-                chunks = stage_chunks(v, r)
-                A[si, r, ci] = _mib(activation_peak(v, r, chunks))
-                if v.plan.offloads_activations:
-                    from planner.cost.schedule import max_inflight
-
-                    HA[si, r, ci] = _mib(max_inflight(s.pp, s.vpp, s.micro_batches, r) * max(c.kept for c in chunks))
-        kept.append(_undominated(W[si, : s.pp], C[si, : s.pp], A[si, : s.pp], HW[si, : s.pp], HA[si, : s.pp]))
-        for name, table in (("TP", TP), ("TD", TD), ("TO", TO)):
-            part = {"TP": 0, "TD": 1, "TO": 2}[name]
-            for ci, values in enumerate(g[name]):
-                v = _variant(setup, **dict(zip(GROUPS[name], values)))
-                table[si, ci] = _us(time_terms.terms(v)[part])
-        sig = s.signature()
-        if sig not in rule_cache:
-            rule_cache[sig] = (
-                np.array(list(lever_allowed(space, s, _RG["R1"]).values()), dtype=bool),
-                np.array(list(lever_allowed(space, s, _RG["R2"]).values()), dtype=bool),
-            )
-        R1[si], R2[si] = rule_cache[sig]
-        if s.ep == 1 and space.model.is_moe:
-            # Dispatcher and EP overlap do nothing without EP: keep only their first values so the
-            # same canonical plan is not listed twice.
-            for ci, values in enumerate(combos(space, _RG["R1"])):
-                d = dict(zip(_RG["R1"], values))
-                if d["dispatcher"] != space.levers["dispatcher"][0] or d["ep_overlap"] != "off":
-                    R1[si, ci] = False
-    for ci, values in enumerate(g["OT"]):
-        if eff_setup is not None:
-            OT[ci] = _mib(optimizer_transient(_variant(eff_setup, **dict(zip(GROUPS["OT"], values))), None))
-    cap, host_cap = _capacities(space, eff_setup, assumptions)
+    R1 = np.zeros((nS, len(combos(space, RULE_GROUPS["R1"]))), dtype=bool)
+    R2 = np.zeros((nS, len(combos(space, RULE_GROUPS["R2"]))), dtype=bool)
+    memory_tables(space, structs, assumptions, W, C, A, HW, HA)
+    time_tables(space, structs, assumptions, time_terms, TP, TD, TO)
+    rule_tables(space, structs, R1, R2)
+    OT = np.array([_mib(optimizer_transient_bytes(space.hw, moments, precision)) for moments, precision in g["OT"]],
+                  dtype=np.int64)
+    kept = [_undominated(W[i, : s.pp], C[i, : s.pp], A[i, : s.pp], HW[i, : s.pp], HA[i, : s.pp])
+            for i, s in enumerate(structs)]
+    cap, host_cap = _capacities(space, assumptions)
     return Tables(space, structs, W, C, A, HW, HA, OT, TP, TD, TO, R1, R2, cap, host_cap, kept)
 
 
@@ -209,10 +283,10 @@ def _undominated(W, C, A, HW, HA) -> list[int]:
     return keep
 
 
-def _capacities(space: Space, setup, assumptions) -> tuple[int, int]:
-    if setup is None:
-        return 0, 0
-    mem = setup.efficiency.memory
+def _capacities(space: Space, assumptions) -> tuple[int, int]:
+    from planner.cost.efficiency_access import memory_constants
+
+    mem = memory_constants(space.hw)
     usable = space.hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - space.job.memory_margin_bytes
     frac = mem.allocator_fraction.value
     if assumptions is not None and assumptions.allocator_margin_bytes is not None:
