@@ -546,6 +546,11 @@ def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job 
     if isinstance(setup_or_plan, _Plan):
         if model is None or job is None or hw is None:
             raise TypeError("launcher_violations(plan, ...) needs model, job and hw")
+        if setup_or_plan.dp is not None:  # canonical() drops a given dp: check it first
+            try:
+                setup_or_plan.degrees(job.gpus)
+            except PlanRuleError as exc:
+                return [Violation(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "), exc.hint)]
         plan = _canonical(setup_or_plan, model, hw, job)
     else:
         s = setup_or_plan

@@ -505,7 +505,12 @@ def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | No
     first = _int(v.get("decoder_first_pipeline_num_layers"))
     last = _int(v.get("decoder_last_pipeline_num_layers"))
     if (first is not None or last is not None) and L:
-        return format_layout(uneven_layout_symbols(_ShapeStub(L, mtp), pp, vpp, first, last))
+        from planner.errors import PlanRuleError
+
+        try:
+            return format_layout(uneven_layout_symbols(_ShapeStub(L, mtp), pp, vpp, first, last))
+        except PlanRuleError:
+            return None  # args_violations names the uneven-PP rule the counts break
     emb, loss = bool(v.get("account_for_embedding_in_pipeline_split")), bool(v.get("account_for_loss_in_pipeline_split"))
     if (emb or loss) and L and pp > 1:
         total = L + emb + loss

@@ -24,9 +24,10 @@ if not hasattr(typing, "override"):  # megatron.training uses Python 3.12's typi
     typing.override = lambda f: f
 warnings.filterwarnings("ignore")
 
-# Flags whose TransformerConfig checks import Transformer Engine (absent on the CPU): validated by
-# parse_args/validate_args with the rest, then switched off before the config is built.
-TE_ONLY = ("fp8", "moe_permute_fusion")
+# Settings whose TransformerConfig checks import Transformer Engine (absent on the CPU): validated by
+# parse_args/validate_args with the rest, then switched off before the config is built (launchers.md
+# §2). apply_rope_fusion is Megatron's default (on unless --no-rope-fusion); its check needs TE >= 1.4.
+TE_ONLY = ("fp8", "moe_permute_fusion", "apply_rope_fusion")
 
 
 ENV_KEYS = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_CPU_OFFLOAD_V1")
@@ -72,7 +73,7 @@ def check(req: dict) -> dict:
             stage = "core_transformer_config_from_args"
             te = {k: getattr(args, k) for k in TE_ONLY}
             for k in TE_ONLY:
-                setattr(args, k, None if k == "fp8" else False)
+                setattr(args, k, None if k == "fp8" else False)  # then re-added: the command line keeps them
             cfg = core_transformer_config_from_args(args)
     except SystemExit as exc:  # argparse errors
         return {"ok": False, "stage": stage, "error": f"SystemExit {exc.code}: {log.getvalue()[-600:]}"}
