@@ -173,6 +173,7 @@ RULES: dict[str, str] = {
     "torchtitan-stage-recompute": "per-stage recompute counts have no torchtitan option",
     "torchtitan-offload": "torchtitan offloads params+grads+optimizer together (FSDP CPU offload) and has no activation offload",
     "torchtitan-fp8": "Float8/MXFP8 is a model converter in a config_registry function, not a flag",
+    "torchtitan-precision": "the registry config applies Float8 converters itself (llama3_405b), so a bf16 plan needs another function",
     "torchtitan-dispatcher": "DeepEP/HybridEP backends are chosen in model_registry(), not on the command line",
     "torchtitan-ep-overlap": "torchtitan has no EP all-to-all / compute overlap schedule",
     "torchtitan-seq-divisor": "seq % (tp * 2cp) == 0 (Trainer: sequence/context-parallel evenness)",
@@ -366,6 +367,9 @@ TORCHTITAN_CONFIGS: dict[str, tuple[str, str]] = {
 here (kimi-k2, qwen3-235b-a22b: its '235B-A22B' flavor exists but no config function) need a
 user-written config_registry function passed as --torchtitan-config MODULE:FUNCTION."""
 
+TORCHTITAN_FP8_CONFIGS: set[str] = {"llama3_405b"}
+"""Registry configs that convert linear layers to Float8 themselves (model_registry converters)."""
+
 TORCHTITAN_MTP_CONFIGS: set[str] = set()
 """Registry configs that build MTP modules (none of the full-size ones in 0.3.0: only
 deepseek_v3_debugmodel_mtp does)."""
@@ -487,6 +491,13 @@ def torchtitan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, p
             "config_registry function, not through a command-line option.",
             hint="Pass --torchtitan-config MODULE:FUNCTION naming a function with the converters "
             "(e.g. deepseek_v3.deepseek_v3_671b_float8).",
+        ))
+    if precision != "fp8" and cfg is not None and not custom and cfg[1] in TORCHTITAN_FP8_CONFIGS:
+        out.append(Violation(
+            "torchtitan-precision",
+            f"torchtitan's {cfg[0]}.{cfg[1]} applies Float8LinearConverter to the model, so it trains in "
+            f"float8, while the plan is {precision}.",
+            hint="Pass --torchtitan-config MODULE:FUNCTION naming a function without the converters.",
         ))
     if model.is_moe and deg.ep > 1 and plan.dispatcher in ("deepep", "hybridep") and not custom:
         out.append(Violation(

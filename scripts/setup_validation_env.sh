@@ -54,6 +54,8 @@ EOF
 # Versions as torchtitan 0.3.0's metadata pins them (datasets<4.8, spmd_types==0.2.3).
 "$PIP" install -q tyro torchdata 'datasets>=3.6,<4.8' tokenizers safetensors einops pillow \
   tensorboard wandb blobfile tiktoken fsspec 'spmd_types==0.2.3' 'torch_checkpointing>=0.1.0'
+# torchao: registry configs with Float8 converters (llama3_405b) import it while being built.
+"$PIP" install -q --no-deps torchao
 
 # 4. Smoke test: both validators import.
 "$VENV/bin/python" - <<'EOF'

@@ -10,6 +10,9 @@ from planner.errors import PlanRuleError
 from planner.export.torchtitan import export_torchtitan, torchtitan_launch
 
 LLAMA = ("llama3.1-405b", "h100", 1024, 1024)
+# torchtitan's llama3_405b applies Float8 converters (torchtitan-precision): a bf16 plan names a
+# user's config_registry function built on model_registry("405B") without them.
+BF16_405B = "my_configs:llama3_405b_bf16"
 
 
 def _opts(argv: list[str]) -> dict[str, list[str]]:
@@ -26,9 +29,9 @@ def _opts(argv: list[str]) -> dict[str, list[str]]:
 
 def test_llama_fsdp_pipeline():
     *_, setup = resolve(*LLAMA, "tp=8,pp=8,vpp=2,cp=2,mbs=1,sharding=fsdp,recompute=full,layout=Et*7|(t*8|)*14t*7L")
-    launch = torchtitan_launch(setup)
+    launch = torchtitan_launch(setup, torchtitan_config=BF16_405B)
     argv = launch.argv()
-    assert argv[:4] == ["--module", "llama3", "--config", "llama3_405b"]
+    assert argv[:4] == ["--module", "my_configs", "--config", "llama3_405b_bf16"]
     assert argv[-1] == "activation_checkpoint:full"
     o = _opts(argv)
     assert o["--parallelism.data_parallel_shard_degree"] == ["8"]
@@ -51,7 +54,7 @@ def test_llama_fsdp_pipeline():
 ])
 def test_sharding_mapping(sharding, rep, shard, extra):
     *_, setup = resolve(*LLAMA, f"tp=8,mbs=1,sharding={sharding}")
-    o = _opts(torchtitan_launch(setup).argv())
+    o = _opts(torchtitan_launch(setup, torchtitan_config=BF16_405B).argv())
     assert o["--parallelism.data_parallel_replicate_degree"] == [rep]
     assert o["--parallelism.data_parallel_shard_degree"] == [shard]
     assert o.get("--parallelism.fsdp_reshard_after_forward") == extra
@@ -82,7 +85,9 @@ def test_refusal_lists_what_torchtitan_lacks():
 
 
 def test_script_text():
-    *_, setup = resolve(*LLAMA, "tp=8,mbs=1,sharding=fsdp")
-    text = export_torchtitan(setup)
+    *_, setup = resolve(*LLAMA, "tp=8,mbs=1,sharding=fsdp,precision=fp8")
+    with pytest.raises(PlanRuleError, match="torchtitan-fp8"):
+        export_torchtitan(setup)
+    text = export_torchtitan(setup, torchtitan_config="llama3:llama3_405b")  # the Float8 registry config
     assert "-m torchtitan.train" in text and "--module llama3" in text and "activation_checkpoint:none" in text
     assert "--nproc-per-node 8" in text and "NNODES=${NNODES:-128}" in text

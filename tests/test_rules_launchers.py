@@ -112,6 +112,7 @@ PLAN_CASES = {
     "torchtitan-fp8": ("llama3.1-405b", "h100", (128, 128, 4096, ("fp8",)), "tp=8,pp=2,sharding=fsdp,precision=fp8", "torchtitan"),
     "torchtitan-dispatcher": ("qwen3-235b-a22b", "h100", (256, 2048), "ep=16,sharding=fsdp,dispatcher=deepep", "torchtitan"),
     "torchtitan-ep-overlap": ("qwen3-235b-a22b", "h100", (256, 2048), "ep=16,pp=2,vpp=2,sharding=fsdp,dispatcher=alltoall,ep_overlap=on,layout=Et*23|(t*24|)*2t*23L", "torchtitan"),
+    "torchtitan-precision": ("llama3.1-405b", "h100", (128, 128), "tp=8,pp=2,sharding=fsdp", "torchtitan"),
     "torchtitan-seq-divisor": ("llama3.1-405b", "h100", (128, 128, 4100), "tp=8,pp=2,sharding=fsdp", "torchtitan"),
 }
 
