@@ -228,9 +228,9 @@ def _check_megatron_args(path, model_name, hw_name, target, torchtitan_config, g
     missing = [opt for key, opt in (("gpus", "--gpus"), ("seq_len", "--seq-len")) if pj.get(key) is None and
                {"gpus": gpus, "seq_len": seq_len}[key] is None]
     if missing:
+        why = " (no torchrun line with numeric --nproc-per-node and --nnodes)" if "--gpus" in missing else ""
         raise PlannerError(
-            f"The script does not give {' or '.join(missing[:1] if False else missing)}"
-            + (" (its torchrun line has no numeric --nproc-per-node/--nnodes)" if "--gpus" in missing else "") + ".",
+            f"The script does not give the value of {' or '.join(missing)}{why}.",
             hint="Pass " + " and ".join(missing) + ".",
         )
     j = resolve_job(model, gpus=gpus or pj["gpus"], global_batch=global_batch or pj["global_batch"],

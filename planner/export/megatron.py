@@ -350,7 +350,7 @@ def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: lis
     for name, args in launch.groups:
         out.append(_bash_array(name, args))
     arrays = " ".join(f'"${{{n}[@]}}"' for n, _ in launch.groups)
-    out += ["", f'torchrun "${{DISTRIBUTED_ARGS[@]}}" "$MEGATRON_LM/pretrain_gpt.py" \\', f"    {arrays}", ""]
+    out += ["", 'torchrun "${DISTRIBUTED_ARGS[@]}" "$MEGATRON_LM/pretrain_gpt.py" \\', f"    {arrays}", ""]
     return "\n".join(out)
 
 
