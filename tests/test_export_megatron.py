@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from _export_specs import TOP_PLANS, resolve
+from tests._export_specs import TOP_PLANS, resolve
 
 from planner.errors import PlanRuleError
 from planner.export.megatron import export_megatron, megatron_launch

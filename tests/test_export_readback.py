@@ -5,7 +5,7 @@ whatever planner does not model is listed."""
 from __future__ import annotations
 
 import pytest
-from _export_specs import TOP_PLANS, model, resolve
+from tests._export_specs import TOP_PLANS, model, resolve
 
 from planner.cost.setup import resolve_setup
 from planner.errors import PlannerError

@@ -4,7 +4,7 @@ what torchtitan lacks."""
 from __future__ import annotations
 
 import pytest
-from _export_specs import resolve
+from tests._export_specs import resolve
 
 from planner.errors import PlanRuleError
 from planner.export.torchtitan import export_torchtitan, torchtitan_launch

@@ -4,7 +4,7 @@ under the rule's name. The meta-test at the bottom fails when a rule has no case
 from __future__ import annotations
 
 import pytest
-from _export_specs import TOP_PLANS, hw, job, model, resolve
+from tests._export_specs import TOP_PLANS, hw, job, model, resolve
 
 from planner.export.megatron_args import ARGS_RULES, args_violations, plan_from_megatron_args
 from planner.rules import (
@@ -12,6 +12,7 @@ from planner.rules import (
     check_launcher_rules,
     launcher_violations,
     model_violations,
+    shape_violations,
     torchtitan_batch_violations,
 )
 from planner.errors import PlanRuleError
@@ -150,7 +151,7 @@ def test_direct_rule_fires(rule):
     plan = Plan.parse(text)
     # Plan.canonical clears these keys (vpp without pp, ep on a dense model, overlap without EP),
     # so export never emits them; model_violations still refuses them when given as they are.
-    found = model_violations(m, h, j, plan, plan.degrees(j.gpus))
+    found = shape_violations(m, plan) + model_violations(m, h, j, plan, plan.degrees(j.gpus))
     assert rule in [v.rule for v in found]
 
 

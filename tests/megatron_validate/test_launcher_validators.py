@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
 
-from _export_specs import TOP_PLANS, resolve  # noqa: E402
+from tests._export_specs import TOP_PLANS, resolve  # noqa: E402
 
 from planner.export.megatron import megatron_launch  # noqa: E402
 from planner.export.torchtitan import torchtitan_launch  # noqa: E402
