@@ -508,34 +508,53 @@ def activation_peak(setup, rank: int, chunks=None) -> float:
 
 def activation_peak_of(chunks, pp: int, vpp: int, m: int, rank: int, offload_activations: bool):
     """The exact maximum over the distinct in-flight vectors before each forward and backward
-    (see module docstring), as one matrix product. Chunk numbers may be arrays (many plans)."""
-    before_f, before_b = inflight_profiles(pp, vpp, m, rank)
-    rows, rise_of = [], []
-    for c in range(len(chunks)):
-        for vec in before_f[c]:
-            rows.append(vec)
-            rise_of.append((c, 0))
-        for vec in before_b[c]:
-            rows.append(vec)
-            rise_of.append((c, 1))
-    if not rows:
-        return 0.0
+    (see module docstring). Chunk numbers may be arrays (many plans)."""
     kept = np.array([np.asarray(c.kept, dtype=float) for c in chunks])
     scalar = kept.ndim == 1
     kept = kept.reshape(len(chunks), -1)
-    rises = np.array([[np.broadcast_to(np.asarray(ch.fwd_rise, dtype=float), kept.shape[1:]),
-                       np.broadcast_to(np.asarray(ch.bwd_rise, dtype=float), kept.shape[1:])] for ch in chunks])
-    N = np.array(rows, dtype=float)
-    held = N @ kept
-    if offload_activations:
-        # Only the chunk being computed and the one being prefetched stay on the GPU.
-        n = N.sum(axis=1, keepdims=True)
-        held = held * np.where(n > 0, np.minimum(n, 2) / np.maximum(n, 1), 0.0)
-    ci = np.array([c for c, _ in rise_of])
-    kind = np.array([k for _, k in rise_of])
-    total = held + rises[ci, kind]
-    best = total.max(axis=0)
+    fwd = np.array([np.broadcast_to(np.asarray(c.fwd_rise, dtype=float), kept.shape[1:]) for c in chunks])
+    bwd = np.array([np.broadcast_to(np.asarray(c.bwd_rise, dtype=float), kept.shape[1:]) for c in chunks])
+    best = peak_over_profiles(kept, fwd, bwd, pp, vpp, m, rank, offload_activations)
     return float(best[0]) if scalar else best
+
+
+def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank: int, offload: bool):
+    """max over the rank's in-flight vectors n before each op of (n . kept + rise of the op's
+    chunk), as matrix products; ``kept``, ``fwd_rise``, ``bwd_rise`` are (chunks, X) arrays and
+    the result has shape (X,)."""
+    best = None
+    for N, chunk, rise in ((*_profile_matrix(pp, vpp, m, rank, 0, offload), fwd_rise),
+                           (*_profile_matrix(pp, vpp, m, rank, 1, offload), bwd_rise)):
+        if N is None:
+            continue
+        held = N @ kept
+        if offload:
+            # Activation offload keeps only the chunk being computed and the one being prefetched.
+            n = N.sum(axis=1, keepdims=True)
+            held *= np.where(n > 0, np.minimum(n, 2) / np.maximum(n, 1), 0.0)
+        held += rise[chunk]
+        top = held.max(axis=0)
+        best = top if best is None else np.maximum(best, top)
+    return best if best is not None else np.zeros(kept.shape[1:])
+
+
+@lru_cache(maxsize=16384)
+def _profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool):
+    """The in-flight vectors seen before the rank's forwards (kind 0) or backwards (kind 1), as a
+    matrix, with the chunk of the op each precedes."""
+    profiles = inflight_profiles(pp, vpp, m, rank)[kind]
+    rows, chunk = [], []
+    for c in range(vpp):
+        vecs = profiles[c]
+        for vec in vecs:
+            # Without offload, a vector no larger than another (entry by entry) before the same
+            # op can never be the peak, since held bytes grow with every count: keep maximal ones.
+            if not offload and any(o != vec and all(a <= b for a, b in zip(vec, o)) for o in vecs):
+                continue
+            rows.append(vec), chunk.append(c)
+    if not rows:
+        return None, None
+    return np.array(rows, dtype=float), np.array(chunk)
 
 
 stage_chunks_of = chunk_memories

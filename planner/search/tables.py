@@ -125,21 +125,30 @@ class _Degrees:
 
 
 def _groups(structs: list[Struct]) -> dict[tuple, np.ndarray]:
-    """Structural keys sharing a layout (pp, vpp, layout) and micro-batch count: the in-flight
-    profiles and chunk composition are common, the rest varies elementwise."""
+    """Structural keys sharing a layout (pp, vpp, layout): common chunk composition; the degrees,
+    micro-batch size and count vary elementwise."""
     out: dict[tuple, list[int]] = {}
     for i, s in enumerate(structs):
-        out.setdefault((s.pp, s.vpp, s.layout, s.micro_batches), []).append(i)
+        out.setdefault((s.pp, s.vpp, s.layout), []).append(i)
     return {k: np.array(v) for k, v in out.items()}
 
 
+def _composition(model, layout, rank: int) -> tuple:
+    """What a rank's chunks hold, in order: ranks with equal compositions have equal per-chunk
+    memory (only their in-flight counts differ)."""
+    return tuple((st.embedding, tuple(model.layer_kinds[i] for i in st.layers), st.mtp, st.loss)
+                 for st in layout.rank_stages(rank))
+
+
 def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW, HA) -> None:
-    """Fill the memory tables, one group of structural keys at a time, vectorized over the group
-    with the memory model's own functions (planner.cost.memory, constant, activations)."""
+    """Fill the memory tables with the memory model's own functions (planner.cost.memory,
+    constant, activations), vectorized: per layout group, per distinct rank composition and per
+    lever combination, the chunk memories are arrays over the group's plans; the peak over each
+    rank's schedule is one matrix product over all of them."""
     from planner.cost import activations as act
     from planner.cost.constant import constant_bytes, rank_params_of
     from planner.cost.efficiency_access import memory_constants
-    from planner.cost.memory import activation_peak_of, comm_bytes, stage_chunks_of
+    from planner.cost.memory import _PieceMemory, chunks_from_pieces, comm_bytes, peak_over_profiles
     from planner.cost.schedule import max_inflight
     from planner.cost.topology_groups import default_domain_fill
     from planner.specs.layout import build_layout
@@ -148,42 +157,84 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
     model, hw, job = space.model, space.hw, space.job
     mem = memory_constants(hw)
     gW, gC, gA = (combos(space, GROUPS[k]) for k in ("W", "C", "A"))
-    for (pp, vpp, layout_str, m), idx in _groups(structs).items():
+    col_all = lambda f: np.array([getattr(s, f) for s in structs])  # noqa: E731
+    tp_all, cp_all, mbs_all, etp_all, ep_all, dp_all, edp_all, m_all = (
+        col_all(f) for f in ("tp", "cp", "mbs", "etp", "ep", "dp", "edp", "micro_batches"))
+    sp_all = (tp_all > 1) & assumptions.sequence_parallel
+    tokens_all = mbs_all * job.seq_len // cp_all
+    # Per-piece memories for every plan at once, per (recompute, precision, ep_overlap).
+    rpv = sorted({(r, p, v) for r, p, _, v in gA}, key=lambda x: gA.index(next(c for c in gA if (c[0], c[1], c[3]) == x)))
+    pieces = {}
+    for recompute, precision, overlap in rpv:
+        sh = act.ActShape(tokens=tokens_all, seq=job.seq_len // cp_all, mbs=mbs_all, tp=tp_all, sp=sp_all,
+                          etp=etp_all, ep=ep_all, routing_imbalance=assumptions.routing_imbalance,
+                          implementation=assumptions.implementation,
+                          memory_efficient_permutation=assumptions.memory_efficient_permutation,
+                          ep_overlap=overlap == "on")
+        rc = parse_recompute(recompute)
+        pieces[(recompute, precision, overlap)] = (rc, _PieceMemory(model, sh, rc, precision == "fp8", tp_all))
+    keys = list(pieces)
+    a_maps = {}
+    for offload_act in (False, True):
+        pairs = [(ci, keys.index((r_, p_, v_))) for ci, (r_, p_, o_, v_) in enumerate(gA)
+                 if (o_ in ("activations", "optimizer+activations")) == offload_act]
+        a_maps[offload_act] = (np.array([c for c, _ in pairs], dtype=int), np.array([k for _, k in pairs], dtype=int))
+    for (pp, vpp, layout_str), idx in _groups(structs).items():
+        idx = idx[np.argsort(m_all[idx], kind="stable")]  # equal micro-batch counts side by side
         layout = build_layout(model, pp, vpp, layout_str)
-        col = lambda f: np.array([getattr(structs[i], f) for i in idx])  # noqa: E731
-        deg = _Degrees(col("tp"), col("cp"), pp, vpp, col("dp"), col("ep"), col("etp"), col("edp"))
-        mbs = col("mbs")
-        tokens = mbs * job.seq_len // deg.cp
-        sp = (deg.tp > 1) & assumptions.sequence_parallel
+        deg = _Degrees(tp_all[idx], cp_all[idx], pp, vpp, dp_all[idx], ep_all[idx], etp_all[idx], edp_all[idx])
+        ms = m_all[idx]  # sorted
         fill = (min(job.domain_fill, hw.domain_size) if job.domain_fill
                 else default_domain_fill(hw.domain_size, job.gpus, deg.tp * deg.cp, deg.etp * deg.ep))
+        comm = {(d, v): comm_bytes(model, mem, deg, fill=fill, dispatcher=d, tokens=tokens_all[idx], sp=sp_all[idx])
+                for _, d, v in gC}
+        sliced = {k: (rc, pc.sliced(idx)) for k, (rc, pc) in pieces.items()}
+        by_comp: dict[tuple, tuple] = {}
         for r in range(pp):
-            rp = rank_params_of(model, layout, r, deg.tp, deg.etp, deg.ep)
-            fsdp = {}
-            for ci, (sharding, moments, offload) in enumerate(gW):
-                cm = constant_bytes(rp, dp=deg.dp, cp=deg.cp, edp=deg.edp, sharding=parse_sharding(sharding),
-                                    moments=moments, offload_optimizer=offload in ("optimizer", "optimizer+activations"))
-                W[idx, r, ci] = _mib_arr(cm.total)
-                HW[idx, r, ci] = _mib_arr(cm.host_optimizer)
-                fsdp[sharding] = cm.fsdp_buffers
+            comp = _composition(model, layout, r)
+            if comp not in by_comp:
+                rp = rank_params_of(model, layout, r, deg.tp, deg.etp, deg.ep)
+                w, hwo, fsdp = {}, {}, {}
+                for ci, (sharding, moments, offload) in enumerate(gW):
+                    cm = constant_bytes(rp, dp=deg.dp, cp=deg.cp, edp=deg.edp, sharding=parse_sharding(sharding),
+                                        moments=moments,
+                                        offload_optimizer=offload in ("optimizer", "optimizer+activations"))
+                    w[ci], hwo[ci], fsdp[sharding] = _mib_arr(cm.total), _mib_arr(cm.host_optimizer), cm.fsdp_buffers
+                chunk_arrays = {}
+                for key, (rc, pc) in sliced.items():
+                    chunks = chunks_from_pieces(pc, model, layout, r, rc, None)
+                    n = len(idx)
+                    chunk_arrays[key] = tuple(
+                        np.array([np.broadcast_to(np.asarray(getattr(c, f), dtype=float), (n,)) for c in chunks])
+                        for f in ("kept", "fwd_rise", "bwd_rise"))
+                by_comp[comp] = (w, hwo, fsdp, chunk_arrays)
+            w, hwo, fsdp, chunk_arrays = by_comp[comp]
+            for ci in w:
+                W[idx, r, ci], HW[idx, r, ci] = w[ci], hwo[ci]
             for ci, (sharding, dispatcher, overlap) in enumerate(gC):
-                comm = comm_bytes(model, mem, deg, fill=fill, dispatcher=dispatcher, tokens=tokens, sp=sp)
-                C[idx, r, ci] = _mib_arr(comm + fsdp[sharding])
-            for ci, (recompute, precision, offload, overlap) in enumerate(gA):
-                sh = act.ActShape(tokens=tokens, seq=job.seq_len // deg.cp, mbs=mbs, tp=deg.tp, sp=sp, etp=deg.etp,
-                                  ep=deg.ep, routing_imbalance=assumptions.routing_imbalance,
-                                  implementation=assumptions.implementation,
-                                  memory_efficient_permutation=assumptions.memory_efficient_permutation,
-                                  ep_overlap=overlap == "on")
-                rc = parse_recompute(recompute)
-                chunks = stage_chunks_of(model, layout, r, sh, rc, precision == "fp8", deg.tp, None)
-                offload_act = offload in ("activations", "optimizer+activations")
-                A[idx, r, ci] = _mib_arr(activation_peak_of(chunks, pp, vpp, m, r, offload_act))
-                if offload_act:
-                    biggest = chunks[0].kept
-                    for c in chunks[1:]:
-                        biggest = np.maximum(biggest, c.kept)
-                    HA[idx, r, ci] = _mib_arr(max_inflight(pp, vpp, m, r) * biggest)
+                C[idx, r, ci] = _mib_arr(comm[(dispatcher, overlap)] + fsdp[sharding])
+            # All (recompute, precision, overlap) combinations side by side: one matrix product per
+            # micro-batch count and offload setting.
+            n = len(idx)
+            # (chunks, keys, plans): all (recompute, precision, overlap) combinations side by side.
+            kept = np.stack([chunk_arrays[k][0] for k in keys], axis=1)
+            fwd = np.stack([chunk_arrays[k][1] for k in keys], axis=1)
+            bwd = np.stack([chunk_arrays[k][2] for k in keys], axis=1)
+            bounds = np.flatnonzero(np.diff(ms[np.argsort(ms, kind="stable")])) + 1
+            for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(idx)]):
+                m = int(ms[a])
+                shape = (kept.shape[0], -1)
+                k_, f_, b_ = (x[:, :, a:b].reshape(shape) for x in (kept, fwd, bwd))
+                rows = idx[a:b]
+                for offload_act in (False, True):
+                    cis, kis = a_maps[offload_act]
+                    if not len(cis):
+                        continue
+                    peak = _mib_arr(peak_over_profiles(k_, f_, b_, pp, vpp, m, r, offload_act)).reshape(len(keys), b - a)
+                    A[rows[None, :], r, cis[:, None]] = peak[kis]
+                    if offload_act:
+                        biggest = k_.max(axis=0).reshape(len(keys), b - a)
+                        HA[rows[None, :], r, cis[:, None]] = _mib_arr(max_inflight(pp, vpp, m, r) * biggest)[kis]
 
 
 def _mib_arr(x) -> np.ndarray:
