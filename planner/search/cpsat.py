@@ -21,7 +21,7 @@ from planner.search.tables import GROUPS, RULE_GROUPS, Tables
 @dataclass
 class CpSatResult:
     plans: list[tuple[int, int, int]]
-    """(objective key, struct index, lever flat index), best first."""
+    """(objective key, global struct index, lever flat index), best first."""
     status: str
     """OPTIMAL when every listed plan was proven optimal among the remaining ones, else FEASIBLE."""
     bound: int | None
@@ -30,7 +30,11 @@ class CpSatResult:
 
 
 def _build(tables: Tables):
+    """The model without an objective: variables, table constraints, memory and rule
+    constraints. Returns (model, struct var, lever vars, time expression, tie-break expression)."""
     from ortools.sat.python import cp_model
+
+    import numpy as np
 
     space = tables.space
     nS = len(tables.structs)
@@ -39,41 +43,36 @@ def _build(tables: Tables):
     s = m.new_int_var(0, max(nS - 1, 0), "struct")
     lv = {k: m.new_int_var(0, len(space.levers[k]) - 1, k) for k in LEVERS}
 
-    def group_expr(grp):
-        expr = 0
-        for k in grp:
-            expr = expr * len(space.levers[k]) + lv[k]
-        return expr
-
-    def size(grp):
-        n = 1
-        for k in grp:
-            n *= len(space.levers[k])
-        return n
-
     def lookup(name: str, table, grp) -> "cp_model.IntVar":
-        """table: (nS, |grp|) ints -> variable equal to table[s, combination]."""
-        n = size(grp)
-        idx = m.new_int_var(0, nS * n - 1, f"{name}_idx")
-        m.add(idx == s * n + group_expr(grp))
-        flat = [int(x) for x in table.reshape(-1)]
-        target = m.new_int_var(min(flat), max(flat), name)
-        m.add_element(idx, flat, target)
+        """A variable equal to table[s, combination of grp's levers], as a table constraint over
+        (struct, levers..., value): CP-SAT propagates those fully."""
+        table = np.asarray(table)
+        shape = [len(space.levers[k]) for k in grp]
+        target = m.new_int_var(int(table.min()), int(table.max()), name)
+        combos = np.indices(shape).reshape(len(grp), -1).T  # rows: lever indices, mixed radix
+        rows = []
+        for si in range(nS):
+            vals = table[si]
+            for ci, combo in enumerate(combos):
+                rows.append((si, *combo.tolist(), int(vals[ci])))
+        m.add_allowed_assignments([s, *(lv[k] for k in grp), target], rows)
         return target
 
-    # Launcher rules.
+    # Launcher rules: only the accepted (struct, levers) combinations.
     for name, grp in RULE_GROUPS.items():
-        allowed = lookup(name, getattr(tables, name).astype(int), grp)
-        m.add(allowed == 1)
-    # Memory: one constraint per non-dominated stage slot.
-    slots = max((len(k) for k in tables.stages_kept), default=0)
+        allowed = getattr(tables, name)
+        shape = [len(space.levers[k]) for k in grp]
+        combos = np.indices(shape).reshape(len(grp), -1).T
+        rows = [(si, *combos[ci].tolist()) for si in range(nS) for ci in np.flatnonzero(allowed[si])]
+        m.add_allowed_assignments([s, *(lv[k] for k in grp)], rows)
     ot = None
     if len(tables.OT):
-        n_ot = size(GROUPS["OT"])
+        grp = GROUPS["OT"]
+        combos = np.indices([len(space.levers[k]) for k in grp]).reshape(len(grp), -1).T
         ot = m.new_int_var(int(tables.OT.min()), int(tables.OT.max()), "OT")
-        m.add_element(group_expr(GROUPS["OT"]), [int(x) for x in tables.OT], ot)
-    import numpy as np
-
+        m.add_allowed_assignments([*(lv[k] for k in grp), ot],
+                                  [(*combos[ci].tolist(), int(tables.OT[ci])) for ci in range(len(combos))])
+    slots = max((len(k) for k in tables.stages_kept), default=0)
     for j in range(slots):
         def slot_table(T):
             out = np.zeros((nS, T.shape[2]), dtype=np.int64)
@@ -88,19 +87,23 @@ def _build(tables: Tables):
         m.add(w + c + a <= tables.cap_mib)
         if ot is not None:
             m.add(w + c + ot <= tables.cap_mib)
-        hw = lookup(f"HW{j}", slot_table(tables.HW), GROUPS["W"])
+        hw_ = lookup(f"HW{j}", slot_table(tables.HW), GROUPS["W"])
         ha = lookup(f"HA{j}", slot_table(tables.HA), GROUPS["A"])
-        m.add(hw + ha <= tables.host_cap_mib)
-    # Objective.
-    tp = lookup("TP", tables.TP, GROUPS["TP"])
-    td = lookup("TD", tables.TD, GROUPS["TD"])
-    to = lookup("TO", tables.TO, GROUPS["TO"])
-    lever_flat = group_expr(LEVERS)
-    objective = (tp + td + to) * (nS * P) + s * P + lever_flat
-    return m, s, lv, objective
+        m.add(hw_ + ha <= tables.host_cap_mib)
+    step = lookup("TP", tables.TP, GROUPS["TP"]) + lookup("TD", tables.TD, GROUPS["TD"]) + lookup("TO", tables.TO, GROUPS["TO"])
+    gid = m.new_int_var(0, max(tables.n_total - 1, 0), "struct_id")
+    m.add_element(s, [int(x) for x in tables.ids], gid)
+    lever_flat = 0
+    for k in LEVERS:
+        lever_flat = lever_flat * len(space.levers[k]) + lv[k]
+    tiebreak = gid * P + lever_flat
+    return m, s, lv, step, tiebreak
 
 
-def solve_cpsat(tables: Tables, top: int, *, time_limit_s: float = 30.0, workers: int = 1, seed: int = 0) -> CpSatResult:
+def solve_cpsat(tables: Tables, top: int, *, time_limit_s: float = 30.0, workers: int = 2, seed: int = 0) -> CpSatResult:
+    """Top ``top`` plans: each by two solves (fastest step time, then the smallest tie-break
+    among plans of that time), after which the found assignment is forbidden. Each plan's
+    (time, tie-break) is unique, so the ranking is deterministic whatever the worker count."""
     import time
 
     from ortools.sat.python import cp_model
@@ -108,44 +111,59 @@ def solve_cpsat(tables: Tables, top: int, *, time_limit_s: float = 30.0, workers
     t0 = time.perf_counter()
     if not tables.structs:
         return CpSatResult([], "INFEASIBLE", None, 0.0, 0)
-    m, s, lv, objective = _build(tables)
-    m.minimize(objective)
+    m, s, lv, step, tiebreak = _build(tables)
     space = tables.space
     P = space.lever_product_size
+    radix = tables.n_total * P
     found: list[tuple[int, int, int]] = []
     status_all = "OPTIMAL"
     bound = None
     solves = 0
-    for _ in range(top):
+    decision = [s, *(lv[k] for k in LEVERS)]
+    forbidden: list[tuple[int, ...]] = []
+
+    def run(model):
+        nonlocal solves
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = seed
-        remaining = time_limit_s - (time.perf_counter() - t0)
-        if remaining <= 0:
-            status_all = "FEASIBLE" if found else "UNKNOWN"
-            break
-        solver.parameters.max_time_in_seconds = remaining
-        st = solver.solve(m)
+        solver.parameters.max_time_in_seconds = max(time_limit_s - (time.perf_counter() - t0), 0.05)
+        st = solver.solve(model)
         solves += 1
-        if st == cp_model.OPTIMAL or st == cp_model.FEASIBLE:
-            key = int(solver.objective_value)
-            if st != cp_model.OPTIMAL:
-                status_all = "FEASIBLE"
-            si = int(solver.value(s))
-            flat = 0
-            for k in LEVERS:
-                flat = flat * len(space.levers[k]) + int(solver.value(lv[k]))
-            found.append((key, si, flat))
-            if bound is None:
-                bound = int(solver.best_objective_bound)
-            if st != cp_model.OPTIMAL:
-                break
-            m.add(objective >= key + 1)
-            m.clear_hints()
-        elif st == cp_model.INFEASIBLE:
+        return solver, st
+
+    for _ in range(top):
+        model = m.clone()
+        if forbidden:
+            model.add_forbidden_assignments(decision, forbidden)
+        model.minimize(step)
+        solver, st = run(model)
+        if st == cp_model.INFEASIBLE:
             break
-        else:
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             status_all = "FEASIBLE" if found else "UNKNOWN"
+            break
+        best_time = int(solver.objective_value)
+        if bound is None:
+            bound = int(solver.best_objective_bound) * radix
+        if st != cp_model.OPTIMAL:
+            status_all = "FEASIBLE"
+        model.clear_objective()
+        model.add(step == best_time)
+        model.minimize(tiebreak)
+        solver2, st2 = run(model)
+        if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            solver2 = solver  # keep the first solve's plan
+        elif st2 != cp_model.OPTIMAL:
+            status_all = "FEASIBLE"
+        values = tuple(int(solver2.value(v)) for v in decision)
+        forbidden.append(values)
+        si = int(tables.ids[values[0]])
+        flat = 0
+        for k, v in zip(LEVERS, values[1:]):
+            flat = flat * len(space.levers[k]) + v
+        found.append((best_time * radix + si * P + flat, si, flat))
+        if status_all != "OPTIMAL":
             break
     if not found and status_all == "OPTIMAL":
         status_all = "INFEASIBLE"

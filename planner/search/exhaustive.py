@@ -34,9 +34,9 @@ def feasible_keys(tables: Tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     (earlier options) win equal times."""
     gi, flat = _group_index_vectors(tables)
     P = len(flat)
-    nS = len(tables.structs)
+    nS = tables.n_total
     keys, ss, ls = [], [], []
-    for s in range(nS):
+    for s in range(len(tables.structs)):
         ok = tables.R1[s][gi["R1"]] & tables.R2[s][gi["R2"]]
         ot = tables.OT[gi["OT"]]
         for r in tables.stages_kept[s]:
@@ -49,8 +49,9 @@ def feasible_keys(tables: Tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             continue
         t = tables.TP[s][gi["TP"]] + tables.TD[s][gi["TD"]] + tables.TO[s][gi["TO"]]
         sel = np.nonzero(ok)[0]
-        keys.append(t[sel] * (nS * P) + s * P + flat[sel])
-        ss.append(np.full(len(sel), s))
+        gid = int(tables.ids[s])
+        keys.append(t[sel] * (nS * P) + gid * P + flat[sel])
+        ss.append(np.full(len(sel), gid))
         ls.append(flat[sel])
     if not keys:
         e = np.zeros(0, dtype=np.int64)
@@ -59,7 +60,7 @@ def feasible_keys(tables: Tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def solve_exhaustive(tables: Tables, top: int) -> list[tuple[int, int, int]]:
-    """The ``top`` best plans as (objective key, struct index, lever flat index)."""
+    """The ``top`` best plans as (objective key, global struct index, lever flat index)."""
     keys, ss, ls = feasible_keys(tables)
     order = np.argsort(keys, kind="stable")[:top]
     return [(int(keys[i]), int(ss[i]), int(ls[i])) for i in order]

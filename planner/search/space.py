@@ -154,9 +154,10 @@ def layouts_for(model, pp: int, vpp: int) -> str | None:
 
 def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | None = None,
                 implementation: str = "te", moments: tuple[str, ...] = ("fp32",),
-                max_tp: int | None = None) -> Space:
-    """Enumerate the structural keys that satisfy the model-shape and launcher rules, and the
-    lever options. Degrees that can never be useful are bounded here with the reason stated:
+                check_rules: bool = True) -> Space:
+    """Enumerate the structural keys that satisfy the divisibility rules (and, with
+    ``check_rules``, every launcher rule; the search checks those lazily, best candidates first),
+    and the lever options. Degrees that can never be useful are bounded here with the reason stated:
     TP within one NVLink domain (TP all-reduces every layer), CP keeping at least 512 tokens per
     GPU, PP at most one layer per stage, VPP at most 8 chunks per rank."""
     from planner.search.rulecheck import struct_violations
@@ -174,14 +175,20 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
     # TP all-reduces activations in every layer: beyond 8 GPUs its messages shrink while their count
     # stays, and published recipes stop at 8 even inside NVL72; --max tp lifts the cap.
     tp_cap = min(D, a.num_heads, limits.max.get("tp", 8))
-    tps = [t for t in _degree_options(N, tp_cap) if limits.allows("tp", t)]
-    cps = [c for c in _degree_options(N, 64) if job.seq_len // c >= 512 and limits.allows("cp", c)]
+    nkv = a.num_kv_heads
+    dense_ffn = any(k == "dense" for k in model.layer_kinds)
+    tps = [t for t in _degree_options(N, tp_cap)
+           if limits.allows("tp", t) and a.num_heads % t == 0 and (nkv % t == 0 or t % nkv == 0)
+           and (not dense_ffn or model.ffn.hidden_size % t == 0)]
+    cps = [c for c in _degree_options(N, 64)
+           if job.seq_len // c >= 512 and (c == 1 or job.seq_len % (2 * c) == 0) and limits.allows("cp", c)]
     pps = [p for p in divisors(N) if p <= L and limits.allows("pp", p)]
     vpps = [v for v in range(1, 9) if limits.allows("vpp", v)]
     mbss = [b for b in (1, 2, 4) if limits.allows("mbs", b)]
     if model.is_moe:
         eps = [e for e in divisors(model.moe.num_experts) if N % e == 0 and limits.allows("ep", e)]
-        etps = [t for t in _degree_options(N, min(D, 8)) if limits.allows("etp", t)]
+        etps = [t for t in _degree_options(N, min(D, 8))
+                if limits.allows("etp", t) and model.moe.expert_hidden_size % t == 0]
     else:
         eps, etps = [1], [None]
     structs: list[Struct] = []
@@ -213,10 +220,11 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
                         continue
                     m = job.global_batch // (mbs * dp)
                     s = Struct(tp, cp, pp, vpp, ep, etp_, mbs, layout, dp, edp, m)
-                    bad = struct_violations(model, hw, job, s, target)
-                    if bad:
-                        count(bad[0])
-                        continue
+                    if check_rules:
+                        bad = struct_violations(model, hw, job, s, target)
+                        if bad:
+                            count(bad[0])
+                            continue
                     if "layout" in limits.fix and (s.layout or "") != limits.fix["layout"]:
                         continue
                     structs.append(s)

@@ -86,6 +86,41 @@ class Tables:
     host_cap_mib: int
     stages_kept: list[list[int]] = field(default_factory=list)
     """For each structural key, the pipeline ranks whose constraints are not dominated."""
+    ids: np.ndarray | None = None
+    """Global index of each structural key in the space (the objective's tie-break)."""
+
+    def __post_init__(self):
+        if self.ids is None:
+            self.ids = np.arange(len(self.structs))
+
+    def subset(self, rows) -> "Tables":
+        """The tables of some structural keys only (same global ids)."""
+        rows = np.asarray(rows, dtype=int)
+        return Tables(self.space, [self.structs[i] for i in rows], self.W[rows], self.C[rows], self.A[rows],
+                      self.HW[rows], self.HA[rows], self.OT, self.TP[rows], self.TD[rows], self.TO[rows],
+                      self.R1[rows], self.R2[rows], self.cap_mib, self.host_cap_mib,
+                      [self.stages_kept[i] for i in rows], self.ids[rows])
+
+    @property
+    def n_total(self) -> int:
+        """Structural keys in the whole space (the objective's radix)."""
+        return len(self.space.structs)
+
+    def time_lower_bound(self) -> np.ndarray:
+        """Per structural key, a lower bound on step time (us): each time term at its minimum."""
+        return self.TP.min(axis=1) + self.TD.min(axis=1) + self.TO.min(axis=1)
+
+    def may_fit(self) -> np.ndarray:
+        """Per structural key, a necessary condition for some lever choice to fit: every kept
+        stage's smallest constant, communication and activation terms within capacity."""
+        ok = np.ones(len(self.structs), dtype=bool)
+        ot = self.OT.min() if len(self.OT) else 0
+        for i, kept in enumerate(self.stages_kept):
+            for r in kept:
+                if self.W[i, r].min() + self.C[i, r].min() + max(self.A[i, r].min(), ot) > self.cap_mib:
+                    ok[i] = False
+                    break
+        return ok
 
     @property
     def n_levers(self) -> int:
