@@ -161,6 +161,11 @@ class ModelShape:
     def mtp_kind(self) -> str:
         return self.layer_kinds[-1].removesuffix("_swa")
 
+    def __hash__(self) -> int:
+        # Memoized costs hash this on every lookup; the layer-kind tuple makes the generated hash
+        # slow, and name plus sizes already separate models (equality still compares all fields).
+        return hash((self.name, self.hidden, self.vocab, self.heads, self.ffn, self.num_experts, len(self.layer_kinds)))
+
 
 _SHAPES: dict[int, tuple[object, ModelShape]] = {}
 

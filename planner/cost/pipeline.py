@@ -95,6 +95,7 @@ class RankCost:
         return self.fwd + self.bwd + sum(self.comm().values()) + self.p2p_exposed
 
 
+@lru_cache(maxsize=65536)
 def chunk_blocks(ms: ModelShape, layers: tuple[int, ...], embedding: bool, loss: bool, mtp: int,
                  full_layers: int) -> tuple[tuple[str, int, bool], ...]:
     """(block, count, fully recomputed) of one chunk; the first ``full_layers`` decoder layers are
@@ -161,36 +162,48 @@ def rank_cost(ms: ModelShape, sh: Shard, rank: int, chunks, rates: Rates, recomp
 # ---------------------------------------------------------------------------------------------
 # Local parameters and the optimizer step.
 # ---------------------------------------------------------------------------------------------
-def local_params(model, chunks, tp: int, ep: int, etp: int, pp: int) -> tuple[float, float]:
-    """(dense, expert) parameters one GPU of a pipeline rank holds, by Megatron's sharding of each
-    component (planner.specs.params): TP-split linears / tp, K/V / min(tp, kv heads), replicated
-    norms/router/MLA down-projections whole, vocabulary-parallel tables / tp, experts / (ep*etp).
-    A tied output head keeps its own copy on the last stage when pp > 1."""
+_PARAMS: dict[tuple, tuple[object, tuple[float, float]]] = {}
+
+
+def block_params(model, block: str, tp: int, ep: int, etp: int) -> tuple[float, float]:
+    """(dense, expert) parameters of one block ('dense'/'moe' layer, 'embedding', 'head', 'mtp') on
+    one GPU, by Megatron's sharding of each component (planner.specs.params): TP-split linears /
+    tp, K/V / min(tp, kv heads), replicated norms/router/MLA down-projections whole,
+    vocabulary-parallel tables / tp, experts / (ep*etp). Cached per model object."""
+    key = (id(model), block, tp, ep, etp)
+    hit = _PARAMS.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
     from planner.specs import params as P
 
+    b = {"embedding": P.embedding_block, "head": P.head_block, "mtp": P.mtp_block}.get(block)
+    blk = b(model) if b else P.layer_block(model, block)
     kv = model.attention.num_kv_heads
     div = {"tp": tp, "tp_kv": min(tp, kv), "replicated": 1, "vocab": tp}
+    dense = sum(c.params / div[c.shard] for c in blk.components if c.shard != "expert")
+    expert = sum(c.params / (ep * etp) for c in blk.components if c.shard == "expert")
+    _PARAMS[key] = (model, (dense, expert))
+    return dense, expert
 
-    def split(block) -> tuple[float, float]:
-        dense = sum(c.params / div[c.shard] for c in block.components if c.shard != "expert")
-        expert = sum(c.params / (ep * etp) for c in block.components if c.shard == "expert")
-        return dense, expert
 
+def local_params(model, chunks, tp: int, ep: int, etp: int, pp: int) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU of a pipeline rank holds (see :func:`block_params`).
+    A tied output head keeps its own copy on the last stage when pp > 1."""
     kinds = model.layer_kinds
     dense = expert = 0.0
     for ch in chunks:
-        blocks = [P.layer_block(model, kinds[i]) for i in ch.layers]
+        names = [kinds[i] for i in ch.layers]
         if ch.embedding:
-            blocks.append(P.embedding_block(model))
+            names.append("embedding")
         if ch.loss:
-            blocks.append(P.head_block(model))
+            names.append("head")
             if model.tie_embeddings and pp > 1:
                 dense += model.vocab_size * model.hidden_size / tp
-        blocks += [P.mtp_block(model)] * ch.mtp
-        for b in blocks:
-            d, e = split(b)
-            dense += d
-            expert += e
+        names += ["mtp"] * ch.mtp
+        for name, n in Counter(names).items():
+            d, e = block_params(model, name, tp, ep, etp)
+            dense += n * d
+            expert += n * e
     return dense, expert
 
 

@@ -64,6 +64,11 @@ class Rates:
     cpu_adam_params_per_s: float
     """CPU Adam throughput for one GPU's share of the host, parameters/s."""
 
+    def __hash__(self) -> int:
+        # Memoized costs hash Rates on every lookup; hash the fields that differ between setups.
+        return hash((self.generation, self.peak_bf16, self.peak_fp8, self.gemm_scale, self.hbm_bw, self.nvlink_bw,
+                     self.nic_bw, self.sustained, self.domain_size))
+
     def ceiling(self, recipe: str) -> tuple[float, float]:
         """(measured fraction of peak, shape factor at the measured shape) for a recipe."""
         for name, value, ref in self.gemm_ceiling:
