@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.cost.comm import CommFlags, collective_time, overlapped
+from planner.cost.comm import CommFlags, overlapped
 from planner.cost.flops import BF16, FP32, Shard, megatron_model_flops, model_shape
 from planner.cost.pipeline import (
     RankCost, Spans, data_parallel, local_params, offloaded_optimizer_time, optimizer_time,
@@ -177,11 +177,10 @@ def evaluate(setup, calibration=None, rates: Rates | None = None) -> Evaluation:
         if sharding.kind in ("fsdp", "hsdp"):
             # Parameters gathered before each micro-batch's forward and backward, gradients
             # reduce-scattered after each backward, prefetched behind the rank's compute.
-            per_mb = 2 * param + grad
-            tot = m * per_mb
+            tot = m * (2 * param + grad)
             exp = overlapped(tot, m * (rc.fwd + rc.bwd), rates.overlap_interference)
-            if tot - exp > 0 or tot > 0:
-                fsdp_tot, fsdp_exp = max(fsdp_tot, tot), max(fsdp_exp, exp)
+            if exp >= fsdp_exp:
+                fsdp_tot, fsdp_exp = tot, exp
             grad = param = 0.0
         cap_g = rc.bwd if a.dp_overlap else 0.0
         cap_p = rc.fwd if a.dp_overlap else 0.0
@@ -385,7 +384,9 @@ def time_report(setup, calibration=None) -> TimeReport:
         "idle_gpus": idle_gpus(gpus, ev.domain_fill, setup.hw.domain_size),
         "rank_order": setup.assumptions.rank_order,
         "groups": {
-            name: {"size": s.size, "domains": s.domains, "crossing_groups": s.crossing, "groups": s.groups}
+            name: {"size": s.size, "groups": s.groups, "domains": s.domains, "crossing_groups": s.crossing,
+                   "links": "nvlink" if not s.cross_domain else "nvlink+network",
+                   "worst_group_members": list(s.members[:16]) + (["..."] if len(s.members) > 16 else [])}
             for name, s in ev.spans.items()
             if s.size > 1 and (setup.model.is_moe or name not in ("ep", "etp", "edp"))
         },
@@ -417,4 +418,4 @@ def time_section(setup, calibration=None) -> dict:
     return time_report(setup, calibration).to_json()
 
 
-__all__ = ["TimeReport", "time_report", "time_section", "stage_times", "step_time", "evaluate", "collective_time"]
+__all__ = ["TimeReport", "time_report", "time_section", "stage_times", "step_time", "evaluate"]

@@ -37,6 +37,8 @@ class GroupSpan:
     groups: int
     crossing: int
     """Groups that span more than one domain."""
+    members: tuple[int, ...] = ()
+    """Ranks of the worst group (for explain)."""
 
     @property
     def cross_domain(self) -> bool:
@@ -110,7 +112,8 @@ def group_spans(order: str, fill: int, tp: int, cp: int, dp: int, pp: int, etp: 
         worst = int(np.argmax(k))
         row = srt[worst]
         _, counts = np.unique(row, return_counts=True)
-        return GroupSpan(name, size, int(k[worst]), int(counts.min()), n_groups, int((k > 1).sum()))
+        return GroupSpan(name, size, int(k[worst]), int(counts.min()), n_groups, int((k > 1).sum()),
+                         tuple(int(x) for x in ranks[worst]))
 
     for d in ("tp", "cp", "dp", "pp"):
         out[d] = span(d, group_ranks(dense, dense_order, d))
