@@ -153,6 +153,18 @@ def test_recompute_adds_backward_work():
     assert sel.step_time_s < full.step_time_s
 
 
+def test_layer_times_compose_the_stage_times():
+    from planner.cost.time import layer_times
+
+    s = setup_for()
+    lt = layer_times(s)
+    assert set(lt) == {"dense", "moe", "embedding", "head", "mtp"}
+    # rank 1 holds 16 MoE layers (layout Ettt|(tttt|)*14ttmL): its per-micro-batch time is theirs
+    rank1 = evaluate(s).ranks[1]
+    per_layer = lt["moe"]["fwd_s"] + lt["moe"]["bwd_s"] + lt["moe"]["comm_exposed_s"]
+    assert rank1.per_microbatch == pytest.approx(16 * per_layer + rank1.p2p_exposed)
+
+
 def test_stage_times_and_step_time_are_consistent():
     s = setup_for()
     ts = stage_times(s)

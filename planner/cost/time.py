@@ -238,6 +238,30 @@ def _opt_override(setup) -> float | None:
 # ---------------------------------------------------------------------------------------------
 # Building blocks for the search.
 # ---------------------------------------------------------------------------------------------
+def layer_times(setup, calibration=None) -> dict[str, dict[str, float]]:
+    """Per-micro-batch seconds of each block kind of this plan on one GPU (the memoized unit the
+    search tabulates): forward, backward (with the plan's recompute), and exposed/total
+    communication. Keys: decoder-layer kinds ('dense', 'moe', ...), 'embedding', 'head', 'mtp'."""
+    from planner.cost.pipeline import block_cost
+
+    rates = rates_for(setup, calibration)
+    ms, sh = model_shape(setup.model), plan_shard(setup)
+    spans, _ = plan_spans(setup)
+    recompute, _ = recompute_setting(setup)
+    a = setup.assumptions
+    flags = CommFlags(a.tp_comm_overlap if a.tp_comm_overlap is not None else a.implementation == "te",
+                      setup.plan.ep_overlap == "on", recompute, sh.fp8 and sh.dispatcher in ("deepep", "hybridep"))
+    sp = Spans(spans["tp"], spans["cp"], spans["ep"], spans["etp"], spans["pp"])
+    names = sorted(set(ms.layer_kinds)) + ["embedding", "head"] + (["mtp"] if ms.mtp_layers else [])
+    out = {}
+    for name in names:
+        rc = recompute if name not in ("embedding", "head", "mtp") else None
+        bc = block_cost(ms, sh, name, 1, rates, rc, sp, flags)
+        out[name] = {"fwd_s": bc.time.fwd, "bwd_s": bc.time.bwd,
+                     "comm_exposed_s": sum(c.exposed for c in bc.comm), "comm_total_s": sum(c.total for c in bc.comm)}
+    return out
+
+
 def stage_times(setup, calibration=None) -> list[float]:
     """Seconds per micro-batch of each pipeline rank (compute plus exposed communication)."""
     return [rc.per_microbatch for rc in evaluate(setup, calibration).ranks]
@@ -418,4 +442,4 @@ def time_section(setup, calibration=None) -> dict:
     return time_report(setup, calibration).to_json()
 
 
-__all__ = ["TimeReport", "time_report", "time_section", "stage_times", "step_time", "evaluate"]
+__all__ = ["TimeReport", "time_report", "time_section", "layer_times", "stage_times", "step_time", "evaluate"]
