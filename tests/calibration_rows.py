@@ -17,7 +17,8 @@ Unpublished settings are assumptions, stated here once and used by every calibra
   layers per rank allow it; the README does not publish it). Published TFLOPS count the full
   attention square (Megatron's formula before 2025: issue NVIDIA/Megatron-LM#831).
 - Narayanan et al. 2021 (arXiv 2104.04473) Table 1: full recompute, interleaved schedule
-  (VPP in ``NARAYANAN_VPP``), micro-batch 1, unfused attention with dropout, data-parallel
+  (VPP in ``NARAYANAN_VPP``), micro-batch as for the README rows (one micro-batch per step
+  without a pipeline: 16 for the 1.7B model; 1 with pipelining), unfused attention with dropout, data-parallel
   all-reduce after the backward (not overlapped in 2021 Megatron); TFLOPS count the
   recompute forward (96 B s l h^2 (1 + s/6h + V/16lh)).
 """
@@ -132,5 +133,6 @@ def narayanan_setup(row, assumptions: Assumptions = NARAYANAN_ASSUMPTIONS):
     name, heads, hidden, layers, tp, pp, gpus, gbs, _ = row
     model = gpt(name, hidden, layers, heads, 51200, 2048)
     job = Job(gpus=gpus, global_batch=gbs, seq_len=2048)
-    plan = Plan(tp=tp, pp=pp, vpp=NARAYANAN_VPP.get(name, 1), mbs=1, recompute="full", sharding="ddp")
+    mbs = gbs // (gpus // (tp * pp)) if pp == 1 else 1
+    plan = Plan(tp=tp, pp=pp, vpp=NARAYANAN_VPP.get(name, 1), mbs=mbs, recompute="full", sharding="ddp")
     return resolve_setup(model, a100(), job, plan, assumptions)

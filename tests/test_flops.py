@@ -109,7 +109,7 @@ def test_hardware_flops_with_full_recompute_match_narayanan_96():
     layer = block_time(ms, sh, "dense", r, "full")
     head = block_time(ms, sh, "head", r, None)
     per_mb = 24 * (layer.hw_flops_fwd + layer.hw_flops_bwd + layer.recompute_flops) + head.hw_flops_fwd + head.hw_flops_bwd
-    ref = narayanan_flops(1, 2048, 24, 2304, 51200, recompute=True)
+    ref = narayanan_flops(setup.plan.mbs, 2048, 24, 2304, 51200, recompute=True)
     assert per_mb == pytest.approx(ref, rel=0.01)
     assert a100().gpu.generation == "ampere"
 

@@ -2,12 +2,11 @@
 
 Three rate models, one per kernel class:
 
-- GEMMs: a roofline, ``max(FLOPs / (peak * eta), bytes / HBM)``, with ``eta`` depending on the
-  shape: tile padding (a dimension d is padded to whole output tiles; on average half a tile is
-  wasted, useful fraction d / (d + tile/2)), the fixed prologue/epilogue per tile relative to the
-  K loop (K / (K + k0)), and SM occupancy when there are fewer 64x64 output blocks than SMs.
-  The large-shape ceiling is anchored to a measured GEMM rate (MAMF, stas00/ml-engineering) at its
-  measured shape, per precision recipe, so FP8 speeds up exactly the GEMMs that run in FP8.
+- GEMMs: a roofline, ``max(FLOPs / (peak * eta), bytes / HBM)``, with ``eta`` the large-shape
+  rate of the precision recipe (MAMF, stas00/ml-engineering) times a shape factor: each dimension
+  d keeps x / (1 + x), x = (d / d0)^p, of it (tile quantization and SM fill for thin TP shards and few tokens per
+  expert, pipeline fill and epilogue for small K), fit to GEMMs measured on an H200. FP8 speeds up
+  exactly the GEMMs that run in FP8.
   The backward's data-gradient and weight-gradient GEMMs are costed with their own shapes
   (dgrad: M x K over N; wgrad: K x N over M, accumulated in fp32 as Megatron's
   gradient-accumulation fusion does).
@@ -33,24 +32,37 @@ from planner.cost.rates import Rates
 GROUPED_GEMM_STREAMS = 4
 
 
-def shape_factor(m: float, n: float, k: float, tile: int, k_overhead: int, sms: int, count: int = 1) -> float:
-    """Fraction of the large-shape GEMM rate reached at shape (m, n, k): padding to output tiles,
-    fixed per-tile cost relative to the K loop, and occupancy of the SMs."""
-    pad = (m / (m + tile / 2.0)) * (n / (n + tile / 2.0))
-    kloop = k / (k + k_overhead)
-    blocks = -(-int(m) // 64) * -(-int(n) // 64) * count
-    occupancy = min(1.0, blocks / sms)
-    return pad * kloop * occupancy
+# Shape at which the measured ceiling holds: the MAMF benchmarks' best shapes run at the rate of
+# large GEMMs (on an H200, 8192^3 ran at 784 TFLOPS against a MAMF of 795-803).
+LARGE_GEMM = (8192, 8192, 8192)
+
+
+def dim_factor(d: float, half_dim: float, exponent: float) -> float:
+    """Share of the rate one GEMM dimension of size d keeps: x / (1 + x), x = (d / half_dim)^p."""
+    x = (d / half_dim) ** exponent
+    return x / (1.0 + x)
+
+
+def shape_factor(m: float, n: float, k: float, half_dim: float, exponent: float) -> float:
+    """Fraction of the large-shape GEMM rate kept at shape (m, n, k), relative to a large GEMM
+    (capped at 1). Fit to 18 bf16 shapes measured on an H200 (tests/fixtures/
+    h200_kernel_rates.json: thin TP shards, 64-1024 tokens per expert, K of 128-1536 for weight
+    gradients): every shape within 10%."""
+    f = dim_factor(m, half_dim, exponent) * dim_factor(n, half_dim, exponent) * dim_factor(k, half_dim, exponent)
+    big = 1.0
+    for d in LARGE_GEMM:
+        big *= dim_factor(d, half_dim, exponent)
+    return min(1.0, f / big)
 
 
 def gemm_efficiency(m: float, n: float, k: float, recipe: str, rates: Rates, count: int = 1) -> float:
     """Achieved fraction of the recipe's dense peak for a GEMM of this shape inside a training
-    step. The measured ceiling is the best rate of a search over shapes (MAMF), so the shape
-    factor only takes away from it: ceiling * min(1, factor / factor at the measured shape);
-    then the sustained fraction and the sensitivity scale (capped at 1)."""
-    ceiling, ref = rates.ceiling(recipe)
-    rel = min(1.0, shape_factor(m, n, k, rates.tile, rates.k_overhead, rates.num_sms, count) / ref)
-    return min(1.0, ceiling * rel * rates.gemm_scale * rates.sustained)
+    step: the large-shape ceiling of the recipe (MAMF or calibration), the shape factor, the
+    sustained fraction and the sensitivity scale (capped at 1). ``count`` GEMMs of a grouped GEMM
+    run one after another, each at its own shape."""
+    ceiling = rates.ceiling(recipe)
+    shape = shape_factor(m, n, k, rates.gemm_half_dim, rates.gemm_shape_exponent)
+    return min(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
 
 
 def _gemm_pass(m: float, n: float, k: float, count: int, recipe: str, in_bytes: float, out_bytes: float, rates: Rates) -> float:

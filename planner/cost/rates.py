@@ -22,14 +22,12 @@ class Rates:
     """Dense BF16 peak (MFU denominator)."""
     peak_fp8: float
     fp8_recipe: str | None
-    gemm_ceiling: tuple[tuple[str, float, float], ...]
-    """(recipe, measured fraction of that dtype's peak, shape factor at the measured shape); see
-    planner.cost.compute.gemm_efficiency."""
+    gemm_ceiling: tuple[tuple[str, float], ...]
+    """(recipe, large-shape fraction of that dtype's peak); see planner.cost.compute.gemm_efficiency."""
     gemm_scale: float
     """Assumptions.gemm_efficiency_scale (sensitivity)."""
-    tile: int
-    k_overhead: int
-    num_sms: int
+    gemm_half_dim: int
+    gemm_shape_exponent: float
     flash_fwd: float
     flash_bwd: float
     flash_half_keys: float
@@ -69,11 +67,11 @@ class Rates:
         return hash((self.generation, self.peak_bf16, self.peak_fp8, self.gemm_scale, self.hbm_bw, self.nvlink_bw,
                      self.nic_bw, self.sustained, self.domain_size))
 
-    def ceiling(self, recipe: str) -> tuple[float, float]:
-        """(measured fraction of peak, shape factor at the measured shape) for a recipe."""
-        for name, value, ref in self.gemm_ceiling:
+    def ceiling(self, recipe: str) -> float:
+        """Large-shape GEMM fraction of the recipe's peak."""
+        for name, value in self.gemm_ceiling:
             if name == recipe:
-                return value, ref
+                return value
         raise PlannerError(f"The {self.generation} efficiency profile has no GEMM ceiling for '{recipe}'.")
 
     def a2a_bw(self, dispatcher: str | None, cross_domain: bool) -> float:
@@ -104,8 +102,8 @@ def build_rates(hw, profile, assumptions, calibration=None) -> Rates:
             "needs them (hw_specs/efficiency/<generation>.yaml)."
         )
     c, m = profile.compute, profile.comm
-    tile, k0, sms = c.gemm_tile_mn.value, c.gemm_k_overhead.value, c.num_sms.value
-    ceilings = {recipe: (g.fraction, shape_factor(*g.shape, tile, k0, sms)) for recipe, g in c.gemm.items()}
+    gemm_half, gemm_exp = c.gemm_half_dim.value, c.gemm_shape_exponent.value
+    ceilings = {recipe: g.fraction for recipe, g in c.gemm.items()}
     peak_bf16 = hw.peak("bf16")
     peak_fp8 = hw.gpu.peak_flops["fp8"].value if "fp8" in hw.gpu.peak_flops else peak_bf16
     hbm_bw = hw.gpu.hbm_bandwidth.value * c.hbm_fraction.value
@@ -125,12 +123,12 @@ def build_rates(hw, profile, assumptions, calibration=None) -> Rates:
                 f"Calibration file was measured on '{calibration.hardware}', but the plan runs on '{hw.name}'.",
                 hint="Use a calibration taken on this hardware, or drop --calibration.",
             )
-        best: dict[str, tuple[float, float]] = {}
+        # Each measurement implies a large-shape ceiling through the shape factor; take the median.
+        implied: dict[str, list[float]] = {}
         for g in calibration.gemm:
             peak = peak_bf16 if g.recipe in ("bf16", "fp16") else peak_fp8
-            frac = g.tflops * 1e12 / peak
-            if frac > best.get(g.recipe, (0.0, 1.0))[0]:
-                best[g.recipe] = (frac, shape_factor(g.m, g.n, g.k, tile, k0, sms))
+            implied.setdefault(g.recipe, []).append(g.tflops * 1e12 / peak / shape_factor(g.m, g.n, g.k, gemm_half, gemm_exp))
+        best = {r: sorted(v)[len(v) // 2] for r, v in implied.items()}
         ceilings.update(best)
         if calibration.hbm_bandwidth:
             hbm_bw = calibration.hbm_bandwidth
@@ -165,9 +163,10 @@ def build_rates(hw, profile, assumptions, calibration=None) -> Rates:
         peak_bf16=peak_bf16,
         peak_fp8=peak_fp8,
         fp8_recipe=hw.fp8_recipe,
-        gemm_ceiling=tuple(sorted((k, v[0], v[1]) for k, v in ceilings.items())),
+        gemm_ceiling=tuple(sorted(ceilings.items())),
         gemm_scale=assumptions.gemm_efficiency_scale,
-        tile=tile, k_overhead=k0, num_sms=sms,
+        gemm_half_dim=gemm_half,
+        gemm_shape_exponent=gemm_exp,
         flash_fwd=flash_fwd, flash_bwd=flash_bwd, flash_half_keys=half,
         hbm_bw=hbm_bw,
         kernel_overhead_s=kernel_overhead,

@@ -38,14 +38,14 @@ class MemoryOverheads(Spec):
 
 
 class GemmCeiling(Spec):
-    """A measured GEMM rate anchoring the shape-efficiency model (planner.cost.compute.gemm_efficiency):
-    the fraction of the datasheet peak reached at one shape. The model's large-shape ceiling is derived
-    so that its prediction at this shape equals the measurement."""
+    """A measured GEMM rate of large shapes (planner.cost.compute.gemm_efficiency): the fraction of
+    the datasheet peak that shapes of 8192 and more in every dimension reach; smaller dimensions
+    lose from it by ComputeEfficiency.gemm_half_dim."""
 
     fraction: float
     """Achieved TFLOPS / dense datasheet peak of the same dtype at ``shape``."""
     shape: tuple[int, int, int]
-    """(M, N, K) of the measurement."""
+    """(M, N, K) of the measurement (informational: MAMF shapes are large)."""
     source: str
     """Where the measurement comes from."""
     note: str | None = None
@@ -61,14 +61,13 @@ class ComputeEfficiency(Spec):
     gemm: dict[str, GemmCeiling]
     """GEMM ceilings by recipe: 'bf16' (also fp16), and the FP8 recipe names this generation runs
     ('blockwise', 'mxfp8', 'tensorwise', 'delayed')."""
-    gemm_tile_mn: Sourced[int]
-    """Output-tile edge of the GEMM kernels (rows and columns). A dimension d pads to whole tiles; on
-    average half a tile is wasted, so the useful fraction is d / (d + tile/2)."""
-    gemm_k_overhead: Sourced[int]
-    """Prologue/epilogue cost of a GEMM tile expressed in K elements: the main loop runs K/k_tile
-    iterations plus this fixed cost, so efficiency scales with K / (K + overhead)."""
-    num_sms: Sourced[int]
-    """Streaming multiprocessors: with fewer output tiles than SMs the GPU is partly idle."""
+    gemm_half_dim: Sourced[int]
+    """Size at which one GEMM dimension (M, N or K) costs half the rate: each dimension d keeps
+    x / (1 + x) of it with x = (d / half_dim)^exponent (tile quantization and SM fill for M and N,
+    pipeline fill and epilogue against the K loop). The ceiling above is the rate of large shapes
+    (8192^3 reaches it)."""
+    gemm_shape_exponent: Sourced[float]
+    """Exponent of that curve (how sharply small dimensions fall off)."""
     flash_fwd_fraction: Sourced[float]
     """Fused (flash) attention forward: asymptotic fraction of the BF16 peak at long sequences."""
     flash_bwd_fraction: Sourced[float]
