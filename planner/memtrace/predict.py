@@ -17,14 +17,17 @@ UNAVAILABLE = "prediction not available yet: planner.cost.memory.memory_report i
 
 
 def predicted_memory(model, hw, job, plan) -> tuple[dict | None, str | None]:
-    """(DESIGN section 6 ``memory`` object, None), or (None, why not)."""
+    """(DESIGN section 6 ``memory`` object, None), or (None, why not).
+
+    The setup is resolved first, so a plan the model cannot hold is reported even while the memory
+    model is missing."""
+    from planner.cost.setup import resolve_setup
+
+    setup = resolve_setup(model, hw, job, plan)
     try:
         from planner.cost.memory import memory_report
     except ImportError:  # the memory model has not landed (or lacks memory_report)
         return None, UNAVAILABLE
-    from planner.cost.setup import resolve_setup
-
-    setup = resolve_setup(model, hw, job, plan)
     return memory_report(setup).to_json(), None
 
 
