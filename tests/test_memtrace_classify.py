@@ -94,6 +94,28 @@ def test_phases(stack, phase):
     assert phase_of(StackReader().verdict(synth.STACKS[stack])[1]) == phase
 
 
+@pytest.mark.parametrize(
+    "name, marks",
+    [
+        ("torch::autograd::generated::AddmmBackward0::apply", BWD),
+        ("torch::autograd::Engine::evaluate_function", BWD),
+        ("_engine_run_backward", BWD),
+        ("forward", FWD),
+        ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc", 0),
+    ],
+)
+def test_phase_markers(name, marks):
+    assert frame_rule(name, "")[1] == marks
+
+
+def test_transient_threshold_is_inclusive():
+    def lifetime_after(k: int) -> str:
+        text = "alloc t 1M none\n" + "".join(f"alloc f{i} 1M none\n" for i in range(k)) + "free t"
+        return _cls_of(text)["t"][2]
+
+    assert lifetime_after(8) == "transient" and lifetime_after(9) == "dynamic"
+
+
 def test_recompute_is_a_forward_under_backward():
     stack = [_f("megatron/core/transformer/mlp.py", "forward"), _f("megatron/core/tensor_parallel/random.py", "backward")]
     cls, marks = StackReader().verdict(stack)

@@ -93,7 +93,8 @@ def frame_rule(name: str, filename: str) -> tuple[str | None, int]:
     if f.endswith("torch/nn/modules/module.py") and n in _MODULE_MOVES:
         return "weights", 0  # model.cuda() / model.to(): the parameters arriving on the GPU
     marks = 0
-    if "backward" in tokens or any(s in both for s in _BWD_SUBSTR):
+    # Substring, not token: C++ autograd nodes are named like MulBackward0 / AddmmBackward0.
+    if "backward" in n or any(s in both for s in _BWD_SUBSTR):
         marks |= BWD
     if "dist_checkpointing" not in f and ("checkpoint" in both or "recompute" in both):
         return "activations", marks | CKPT

@@ -365,10 +365,10 @@ def _release_segment(addr, size, i, live_seg, segs, new_seg, stream, expandable)
         del live_seg[a0]
         c["end"][k] = i + 1
         covered.append((max(b0, lo), min(b1, hi)))
-        exp = c["stream"][k]
+        piece_stream = c["stream"][k]
         for r0, r1 in ((b0, lo), (hi, b1)):  # the parts outside the released range stay mapped
             if r1 > r0:
-                live_seg[r0] = new_seg(r0, r1 - r0, exp, i + 1, None, False, -1, True)
+                live_seg[r0] = new_seg(r0, r1 - r0, piece_stream, i + 1, None, False, -1, True)
     for r0, r1 in _uncovered(lo, hi, covered):
         new_seg(r0, r1 - r0, stream, 0, i + 1, True, -1, expandable)
 
