@@ -139,16 +139,15 @@ def _fragmentation_evidence(tl: Timeline, cl: Classification, lay: Layout, pool_
     in_partial = np.isin(lay.gap_seg, main_segs)
     gaps = lay.gap_sizes[in_partial]
     a = tl.allocs
-    churn = (a.event >= 0) & (cl.lifetime != 0)
-    sizes = a.size[churn]
-    total_free = int(gaps.sum())
+    # Shape churn shows as many distinct sizes among the allocations that come and go.
+    churn = (a.event >= 0) & (a.end <= tl.n_events)
     return {
         "free_blocks_in_partial_segments": int(len(gaps)),
         "distinct_free_block_sizes": int(len(np.unique(gaps // (1 << 20)))) if len(gaps) else 0,
         "largest_free_block_bytes": int(gaps.max()) if len(gaps) else 0,
-        "free_bytes_in_partial_segments": total_free,
-        "dynamic_allocations": int(churn.sum()),
-        "distinct_dynamic_sizes": int(len(np.unique(sizes))),
+        "free_bytes_in_partial_segments": int(gaps.sum()),
+        "freed_allocations": int(churn.sum()),
+        "distinct_freed_sizes": int(len(np.unique(a.size[churn]))),
     }
 
 

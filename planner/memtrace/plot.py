@@ -43,7 +43,7 @@ def plot_timeline(tl: Timeline, cl: Classification, report: dict, path: str | Pa
     else:
         x, xlabel = np.arange(tl.n_states, dtype=float), "trace event"
     keep = _thin(series.sum(axis=0), MAX_POINTS)
-    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(12, 5.5), dpi=110)
     ax.stackplot(x[keep], series[:, keep], labels=list(CLASSES), colors=[COLORS[c] for c in CLASSES],
                  step="post", alpha=0.85, linewidth=0)
     ax.step(x[keep], reserved[keep], where="post", color="black", linewidth=1.4, label="reserved")
@@ -63,7 +63,7 @@ def plot_timeline(tl: Timeline, cl: Classification, report: dict, path: str | Pa
     case = diag["case"]
     ax.set_title(f"{Path(report['snapshot']['path']).name}, device {report['snapshot']['device']}: "
                  f"case {case}" if case in ("A", "B") else f"{Path(report['snapshot']['path']).name}: {case}")
-    ax.legend(loc="upper left", fontsize=8, ncol=3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     try:

@@ -157,6 +157,8 @@ def _peak_info(tl: Timeline, cl: Classification, state: int, comps: dict, top: i
         "lifetimes": comps["lifetimes"],
         "evidence": comps["evidence"],
         "top_allocations": tops,
+        "classification": {"main_stream": int(tl.streams[cl.main_stream]) if tl.streams else 0,
+                           "transient_max_allocs": cl.transient_max_allocs},
     }
 
 
@@ -246,7 +248,7 @@ def render_text(rep: dict) -> str:
     if pred is not None:
         out.append("")
         if not pred.get("available"):
-            out.append(f"Prediction: {pred['reason']}.")
+            out.append(pred["reason"][:1].upper() + pred["reason"][1:] + ".")
         else:
             out.append(f"Prediction vs measurement ({pred['stage_label']}), GiB:")
             out.append(f"  {'class':<16} {'predicted':>9} {'measured':>9} {'delta':>9}")
@@ -268,6 +270,6 @@ def _cause_line(c: dict) -> str:
     if c["cause"] == "fragmentation":
         return (f"{e['free_blocks_in_partial_segments']} free blocks in partially used segments, "
                 f"{e['distinct_free_block_sizes']} distinct sizes (MiB), the largest {fmt_gib(e['largest_free_block_bytes'], 2)}; "
-                f"{e['distinct_dynamic_sizes']} distinct sizes among {e['dynamic_allocations']} dynamic allocations")
+                f"{e['distinct_freed_sizes']} distinct sizes among the {e['freed_allocations']} allocations freed in the window")
     return (f"{fmt_gib(e['free_bytes_other_pools'], 2)} free in other streams' pools, "
             f"{fmt_gib(e['awaiting_cross_stream_free_bytes'], 2)} awaiting cross-stream frees; main stream {e['main_stream']}")
