@@ -105,7 +105,7 @@ def test_prediction_not_available_yet(capsys, files, monkeypatch):
     monkeypatch.setitem(sys.modules, "planner.cost.memory", None)  # import fails as before the model lands
     code, out, err = _run(capsys, files["case_a"], "--model", "v3", "--hw", "h100", "--plan", PLAN)
     assert code == 0, err
-    assert "prediction not available yet" in out
+    assert "Prediction not available yet: planner.cost.memory.memory_report" in out
     code, out, _ = _run(capsys, files["case_a"], "--model", "v3", "--hw", "h100", "--plan", PLAN, "--json")
     assert json.loads(out)["prediction"] == {"available": False, "reason": UNAVAILABLE}
 
