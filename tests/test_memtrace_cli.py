@@ -67,6 +67,16 @@ def test_capacity_option(capsys, files):
     assert code == 2 and "positive" in err
 
 
+def test_transient_window_option(capsys, files):
+    _, out, _ = _run(capsys, files["case_a"], "--json")
+    _, wide, _ = _run(capsys, files["case_a"], "--json", "--transient-window", "0")
+    base, zero = json.loads(out)["peak"], json.loads(wide)["peak"]
+    assert base["classification"]["transient_max_allocs"] == 8 and zero["classification"]["transient_max_allocs"] == 0
+    assert base["components"]["transient"] > 0
+    # With a zero window only allocations freed before any other allocation count as transient.
+    assert zero["components"]["transient"] <= base["components"]["transient"]
+
+
 def test_hw_gives_the_limit(capsys, files):
     code, out, err = _run(capsys, files["fits"], "--hw", "h100", "--json")
     assert code == 0, err

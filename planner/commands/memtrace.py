@@ -27,6 +27,11 @@ CapacityOpt = Annotated[
 ]
 DeviceOpt = Annotated[Optional[int], typer.Option("--device", help="Device to analyze (default: the one with the most trace events).")]
 TopOpt = Annotated[int, typer.Option("--top", min=0, help="Largest live allocations listed at the peak.")]
+TransientOpt = Annotated[
+    int,
+    typer.Option("--transient-window", min=0,
+                 help="An allocation freed after at most this many other allocations is transient (one op)."),
+]
 ModelOptional = Annotated[Optional[str], typer.Option("--model", "-m", help="With --hw and --plan: show planner's prediction beside the measurement.")]
 HwOptional = Annotated[Optional[str], typer.Option("--hw", help="Hardware of the run (also gives the limit when the trace has no OOM).")]
 PlanOptional = Annotated[Optional[str], typer.Option("--plan", "-p", help="Plan of the run, e.g. \"tp=2,pp=4,ep=8,mbs=1\".")]
@@ -40,6 +45,7 @@ def memtrace_cmd(
     capacity: CapacityOpt = None,
     device: DeviceOpt = None,
     top: TopOpt = 10,
+    transient_window: TransientOpt = 8,
     model: ModelOptional = None,
     hw: HwOptional = None,
     plan: PlanOptional = None,
@@ -76,6 +82,7 @@ def memtrace_cmd(
         device=device,
         capacity_bytes=None if capacity is None else capacity * 2**30,
         fallback_capacity=fallback,
+        transient_max_allocs=transient_window,
         top=top,
     )
     rep = result.report
