@@ -82,6 +82,15 @@ def test_pending_cross_stream_free_occupies_its_block():
     assert lay.seg_largest_gap.tolist() == [2048]
 
 
+def test_free_completed_of_a_free_requested_before_the_window():
+    trace = [event("free_completed", A, 2048), event("alloc", A + 2048, 1024), event("free_requested", A + 2048, 1024)]
+    segs = [segment(A, 4096, [(2048, 0, "inactive"), (1024, 0, "active_pending_free"), (1024, 0, "inactive")])]
+    tl = _timeline({"segments": segs, "device_traces": [trace]})
+    # The first block was awaiting its free, not allocated, when the window began.
+    assert tl.allocated.tolist() == [0, 0, 1024, 0]
+    assert tl.alloc_end_done.tolist()[0] == 1
+
+
 def test_expandable_segments_map_and_partial_unmap():
     trace = [
         event("segment_map", A, 2 * MiB),

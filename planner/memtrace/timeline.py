@@ -214,6 +214,9 @@ def build_timeline(snap: Snapshot, device: int) -> Timeline:
     unknown_actions: dict[str, int] = {}
 
     act, addrs, sizes, strs, frs = trace.action, trace.addr, trace.size, trace.stream, trace.frames
+    # When free_requested is recorded at all, a lone free_completed belongs to a free requested
+    # before the window: that block was awaiting its cross-stream free, not allocated, at the start.
+    has_free_requested = "free_requested" in set(act)
     for i in range(n):
         a = act[i]
         code = _CODES.get(a, OTHER)
@@ -238,6 +241,8 @@ def build_timeline(snap: Snapshot, device: int) -> Timeline:
                 # Allocated before the window began.
                 j = new_alloc(ad, sizes[i], sidx(strs[i]), 0, True, -1, None)
                 live[ad] = j
+                if code == FREE_DONE and has_free_requested:
+                    a_end[j] = 0
             if a_end[j] is None:
                 a_end[j] = i + 1
                 free_event[j] = i
