@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "memtrace"))  # the synthetic-snapshot helpers
-from memtrace_helpers import GiB, analyze_dict, synth  # noqa: E402
+from memtrace_helpers import GiB, MiB, analyze_dict, event, segment, synth  # noqa: E402
+from planner.memtrace.report import render_text  # noqa: E402
+
+A = 0x7F00_0000_0000
 
 
 def _present(diag: dict) -> list[str]:
@@ -55,7 +59,7 @@ def test_case_b_stream_split(reports):
     assert d["case"] == "B"
     assert _present(d) == ["stream_split"]
     split = next(c for c in d["causes"] if c["cause"] == "stream_split")["evidence"]
-    assert split["main_stream"] == 0 and split["free_bytes_other_pools"] >= 7 * GiB
+    assert split["pool_stream"] == 0 and split["free_bytes_other_pools"] >= 7 * GiB
     assert reports["stream_split"]["peak"]["components"]["comm_buffers"] == GiB // 2
     assert any("main stream" in a for a in d["advice"])
 
@@ -104,3 +108,22 @@ def test_request_larger_than_everything_free_is_case_a():
         pass
     d = analyze_dict(sim.snapshot()).report["diagnosis"]
     assert d["case"] == "A" and "really missing" in d["reasons"][0]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"segments": [], "device_traces": [[event("segment_alloc", A, 2 * MiB)]]},
+        {"segments": [], "device_traces": [[event("oom", None, GiB, device_free=0)]]},
+        {"segments": [], "device_traces": [[event("alloc", A, MiB), event("free_requested", A, MiB)]]},
+        {"segments": [segment(A, 2 * MiB, [(2 * MiB, 0, "inactive")])], "device_traces": []},
+        {"segments": [segment(A, 2 * MiB, [(MiB, MiB, "active_allocated"), (MiB, 0, "inactive")], stream=9)],
+         "device_traces": [[event("free_requested", A + MiB, 4 * MiB, stream=9)]]},
+    ],
+    ids=["segments-no-allocs", "only-an-oom", "no-dump", "dump-only-empty", "inconsistent"],
+)
+def test_odd_snapshots_are_analyzed_without_crashing(raw):
+    rep = analyze_dict(raw, capacity_bytes=GiB).report
+    json.dumps(rep)  # JSON-safe
+    assert render_text(rep)
+    assert sum(rep["peak"]["components"].values()) == rep["peak"]["allocated_bytes"]

@@ -14,7 +14,8 @@ shrink the largest class at the peak (recompute only helps when that class is ac
   the main stream's pool;
 - a **stream-pool split**: a pool serves one stream only, so free bytes in another stream's
   segments (and blocks awaiting a cross-stream free) cannot serve the main stream. Measured as the
-  free bytes outside the main stream's pool.
+  free bytes outside the pool in question: the failing request's stream at an OOM, else the main
+  stream (the one with the most allocations).
 
 The four shares (the three causes plus idle whole segments of the main pool) partition the gap
 reserved − allocated at the critical moment: the first OOM event if the trace has one, else the
@@ -92,7 +93,7 @@ def resolve_limit(tl: Timeline, capacity_bytes: float | None, fallback: tuple[fl
 
 
 def critical_moment(tl: Timeline) -> dict:
-    """The first OOM event if any, else the first state where reserved peaks."""
+    """The first OOM event if any, else the reserved peak (the state there with the most allocated)."""
     if tl.ooms:
         o = tl.ooms[0]
         state = o["event"] + 1
@@ -124,7 +125,9 @@ def _staircase_evidence(tl: Timeline, cl: Classification, state: int) -> dict:
     s = tl.segs
     made = np.flatnonzero((s.event >= 0) & (s.event < state))
     trig = tl.seg_trigger[made]
-    by_transient = made[(trig >= 0) & cl.transient_mask[np.maximum(trig, 0)]]
+    hit = np.zeros(len(made), dtype=bool)
+    hit[trig >= 0] = cl.transient_mask[trig[trig >= 0]]
+    by_transient = made[hit]
     kept = by_transient[s.end[by_transient] > state]
     return {
         "steps_from_transients": int(len(by_transient)),
@@ -134,7 +137,7 @@ def _staircase_evidence(tl: Timeline, cl: Classification, state: int) -> dict:
     }
 
 
-def _fragmentation_evidence(tl: Timeline, cl: Classification, lay: Layout, pool_stream: int) -> dict:
+def _fragmentation_evidence(tl: Timeline, lay: Layout, pool_stream: int) -> dict:
     main_segs = np.flatnonzero((lay.seg_stream == pool_stream) & (lay.seg_used > 0))
     in_partial = np.isin(lay.gap_seg, main_segs)
     gaps = lay.gap_sizes[in_partial]
@@ -174,9 +177,9 @@ def diagnose(
 
     evidence = {
         "staircase": _staircase_evidence(tl, cl, st),
-        "fragmentation": _fragmentation_evidence(tl, cl, lay, pool),
+        "fragmentation": _fragmentation_evidence(tl, lay, pool),
         "stream_split": {
-            "main_stream": tl.streams[pool] if tl.streams else 0,
+            "pool_stream": tl.streams[pool] if tl.streams else 0,
             "free_bytes_other_pools": shares["stream_split"] - lay.pending_bytes,
             "awaiting_cross_stream_free_bytes": lay.pending_bytes,
         },

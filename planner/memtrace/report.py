@@ -225,7 +225,7 @@ def render_text(rep: dict) -> str:
         for a in p["top_allocations"][:5]:
             out.append(f"    {_g(a['bytes'])} GiB  {a['class']:<12} {a['lifetime']:<9} {a['where'] or '(no stack)'}")
     out.append("")
-    main = str(next(c for c in d["causes"] if c["cause"] == "stream_split")["evidence"]["main_stream"])
+    main = str(next(c for c in d["causes"] if c["cause"] == "stream_split")["evidence"]["pool_stream"])
     pools = "; ".join(f"{_stream_label(k, main)} {fmt_gib(v, 2)}" for k, v in al["free_bytes_by_stream"].items()) or "none"
     out.append(
         f"Allocator at the peak: reserved - allocated {fmt_gib(al['reserved_minus_allocated_bytes'], 2)}; "
@@ -272,4 +272,4 @@ def _cause_line(c: dict) -> str:
                 f"{e['distinct_free_block_sizes']} distinct sizes (MiB), the largest {fmt_gib(e['largest_free_block_bytes'], 2)}; "
                 f"{e['distinct_freed_sizes']} distinct sizes among the {e['freed_allocations']} allocations freed in the window")
     return (f"{fmt_gib(e['free_bytes_other_pools'], 2)} free in other streams' pools, "
-            f"{fmt_gib(e['awaiting_cross_stream_free_bytes'], 2)} awaiting cross-stream frees; main stream {e['main_stream']}")
+            f"{fmt_gib(e['awaiting_cross_stream_free_bytes'], 2)} awaiting cross-stream frees (the pool in question: stream {e['pool_stream']})")
