@@ -49,6 +49,7 @@ def _f(filename, name, line=1):
         ("alloc_main_grad", "mine.py", "gradients"),
         ("torch::autograd::AccumulateGrad::apply", "", "gradients"),
         ("__init__", "torch/nn/parallel/distributed.py", "gradients"),
+        ("c10d::Reducer::initialize_buckets", "", "gradients"),
         ("reset_parameters", "megatron/core/tensor_parallel/layers.py", "weights"),
         ("_apply", "torch/nn/modules/module.py", "weights"),
         ("init_param", "mine.py", "weights"),

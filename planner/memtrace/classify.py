@@ -16,9 +16,9 @@ Three kinds of evidence, strongest first:
 2. **Lifetime**, from the trace: *transient* if freed after at most ``transient_max_allocs`` other
    allocations (one kernel or op: workspaces, expert intermediates, fused-kernel scratch; these
    are transient whatever their frames say, except communication, and except a forward
-   allocation that backward frees, which is a saved activation however soon it goes); *constant* if never freed in
-   the window; *dynamic* otherwise (allocated in one phase, freed in a later one: activations
-   when nothing else is known).
+   allocation that backward frees, which is a saved activation however soon it goes);
+   *constant* if never freed in the window; *dynamic* otherwise (allocated in one phase, freed in
+   a later one: activations when nothing else is known).
 3. **Stream**: an allocation on a stream other than the main one (the stream with the most
    allocations) is a communication buffer unless its frames say optimizer, gradients or weights.
 
@@ -58,7 +58,7 @@ _COMM_TOKENS = frozenset({"isend", "irecv", "broadcast"})
 _OPT_SUBSTR = ("optimizer", "/optim/", "adam", "exp_avg", "fp32_from", "main_param", "master_param")
 _GRAD_SUBSTR = (
     "main_grad", "grad_buffer", "grad_data", "accumulategrad", "accumulate_grad", "megatron/core/distributed",
-    "distributeddataparallel", "torch/nn/parallel/distributed", "reducer", "param_and_grad",
+    "distributeddataparallel", "torch/nn/parallel/distributed", "param_and_grad",
 )
 _GRAD_TOKENS = frozenset({"grad", "grads", "gradient", "gradients"})
 _WEIGHT_SUBSTR = (
@@ -80,6 +80,8 @@ def frame_rule(name: str, filename: str) -> tuple[str | None, int]:
     n, f = name.lower(), filename.lower()
     tokens = set(_TOKEN_SPLIT.split(n))
     both = n + " " + f
+    if "reducer" in n:
+        return "gradients", 0  # DDP's c10d::Reducer: its buckets are gradients, despite the namespace
     if any(s in both for s in _COMM_SUBSTR) or tokens & _COMM_TOKENS:
         return "comm_buffers", 0
     if "forward" in tokens and "backward" in tokens:

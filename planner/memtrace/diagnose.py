@@ -19,8 +19,8 @@ shrink the largest class at the peak (recompute only helps when that class is ac
 
 The four shares (the three causes plus idle whole segments of the main pool) partition the gap
 reserved − allocated at the critical moment: the first OOM event if the trace has one, else the
-moment reserved peaks (the one with the most allocated, if reserved stays at its peak). Recomputation does not help case B: it shrinks allocated, which is not what
-binds.
+moment reserved peaks (the one with the most allocated, if reserved stays at its peak).
+Recomputation does not help case B: it shrinks allocated, which is not what binds.
 """
 
 from __future__ import annotations

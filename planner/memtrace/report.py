@@ -272,4 +272,5 @@ def _cause_line(c: dict) -> str:
                 f"{e['distinct_free_block_sizes']} distinct sizes (MiB), the largest {fmt_gib(e['largest_free_block_bytes'], 2)}; "
                 f"{e['distinct_freed_sizes']} distinct sizes among the {e['freed_allocations']} allocations freed in the window")
     return (f"{fmt_gib(e['free_bytes_other_pools'], 2)} free in other streams' pools, "
-            f"{fmt_gib(e['awaiting_cross_stream_free_bytes'], 2)} awaiting cross-stream frees (the pool in question: stream {e['pool_stream']})")
+            f"{fmt_gib(e['awaiting_cross_stream_free_bytes'], 2)} awaiting cross-stream frees "
+            f"(the pool in question: stream {e['pool_stream']})")

@@ -313,7 +313,11 @@ def build_timeline(snap: Snapshot, device: int) -> Timeline:
         "trace_end_allocated_bytes": int(allocated[-1]),
         "trace_end_reserved_bytes": int(reserved[-1]),
     }
-    dump["reconciled"] = bool(dump_segs) and dump_alloc == dump["trace_end_allocated_bytes"] and dump_res == dump["trace_end_reserved_bytes"]
+    dump["reconciled"] = (
+        bool(dump_segs)
+        and dump_alloc == dump["trace_end_allocated_bytes"]
+        and dump_res == dump["trace_end_reserved_bytes"]
+    )
     if dump_segs and not dump["reconciled"]:
         notes.append(
             f"The replayed trace ends at {fmt_gib(allocated[-1], 3)} allocated / {fmt_gib(reserved[-1], 3)} reserved "
