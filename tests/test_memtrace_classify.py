@@ -60,6 +60,8 @@ def _f(filename, name, line=1):
         ("autograd_hook", "torch/autograd/graph.py", None),  # 'autograd' is not the token 'grad'
         ("save", "megatron/core/dist_checkpointing/serialization.py", None),
         ("train_step", "megatron/training/training.py", None),
+        ("at::cuda::setWorkspaceForHandle(cublasContext*, c10::cuda::CUDAStream)", "", "transient"),
+        ("torch::autograd::generated::details::mm_mat1_backward(at::Tensor const&, c10::Layout)", "", None),
     ],
 )
 def test_frame_rules(name, filename, cls):
@@ -128,6 +130,10 @@ def test_where_prefers_user_code():
     assert where_of(synth.STACKS["fwd"]) == "mlp.py:130:forward"
     assert where_of([_f("/usr/lib/python3/site-packages/torch/nn/functional.py", "linear")]) == "functional.py:1:linear"
     assert where_of(None) == ""
+    cpp = [_f("??", "torch::unwind::unwind()"), _f("memory_snapshot.cpp", "torch::cuda::(anonymous namespace)::gather_with_cpp()"),
+           _f("CUDACachingAllocator.cpp", "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long)"),
+           _f("accumulate_grad.h", "torch::autograd::AccumulateGrad::accumulateGrad(at::Tensor const&)"), _f("??", "PyEval_EvalCode")]
+    assert where_of(cpp) == "accumulate_grad.h:1:torch::autograd::AccumulateGrad::accumulateGrad"
 
 
 def _cls_of(sim_text: str, sim: synth.Sim | None = None, **snap_kw) -> dict[str, tuple[str, str, str]]:
@@ -165,6 +171,19 @@ def test_lifetime_and_frames_combine():
         alloc keep 64M none      # no stacks, never freed: unknown
         alloc comm 64M plain @7  # another stream, no strong frames: communication
         alloc g2 64M bwd         # made in backward, kept: gradient
+        alloc g3 64M bwd
+        alloc dx 64M bwd
+        alloc f1 1M none
+        alloc f2 1M none
+        alloc f3 1M none
+        alloc f4 1M none
+        alloc f5 1M none
+        alloc f6 1M none
+        alloc f7 1M none
+        alloc f8 1M none
+        alloc f9 1M none
+        free dx bwd              # made and freed in backward: an activation's gradient
+        free g3 adam             # made in backward, freed by the optimizer: a parameter's gradient
         """
     )
     assert got["w"] == ("weights", "frames", "constant")
@@ -175,6 +194,16 @@ def test_lifetime_and_frames_combine():
     assert got["keep"] == ("unknown", "none", "constant")
     assert got["comm"] == ("comm_buffers", "stream", "constant")
     assert got["g2"] == ("gradients", "frames", "constant")
+    assert got["g3"] == ("gradients", "free_frames", "dynamic")
+    assert got["dx"] == ("activations", "frames", "dynamic")
+
+
+def test_cublas_workspace_by_size():
+    got = _cls_of("alloc ws 32M none\nalloc other 33M none\nalloc ws2 32M fwd")
+    assert got["ws"] == ("transient", "size", "constant")
+    assert got["other"] == ("unknown", "none", "constant")  # any other stackless constant stays unknown
+    assert got["ws2"] == ("activations", "frames", "constant")  # a stack outranks the size
+    assert _cls_of("alloc ws3 32M bwd")["ws3"] == ("transient", "size", "constant")  # bwd marks only
 
 
 def test_free_stack_places_an_allocation_without_its_own():

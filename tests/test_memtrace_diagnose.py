@@ -64,6 +64,16 @@ def test_case_b_stream_split(reports):
     assert any("main stream" in a for a in d["advice"])
 
 
+def test_oom_under_a_per_process_limit():
+    """set_per_process_memory_fraction: CUDA reports lots of free memory at the OOM. The limit is
+    then reserved + request (not reserved + CUDA free), and the diagnosis stays case B."""
+    d = analyze_dict(synth.case_stream_split(device_total=141 * GiB)).report["diagnosis"]
+    assert d["moment"]["process_limited"] and "per-process limit" in d["capacity_source"]
+    assert 80 * GiB <= d["capacity_bytes"] <= 80 * GiB + d["moment"]["request_bytes"]
+    assert d["case"] == "B" and _present(d) == ["stream_split"]
+    assert not analyze_dict(synth.case_stream_split()).report["diagnosis"]["moment"]["process_limited"]
+
+
 @pytest.mark.parametrize("name", list(synth.CASES))
 def test_gap_shares_partition_the_gap(reports, name):
     d = reports[name]["diagnosis"]
@@ -127,3 +137,20 @@ def test_odd_snapshots_are_analyzed_without_crashing(raw):
     json.dumps(rep)  # JSON-safe
     assert render_text(rep)
     assert sum(rep["peak"]["components"].values()) == rep["peak"]["allocated_bytes"]
+
+
+def test_optimizer_annotations_place_the_peak():
+    """Newer PyTorch brackets Optimizer.step with external annotations; a peak inside one is in the
+    optimizer phase even when no stack says so, and completed steps are counted."""
+    sim = synth.Sim(80 * GiB)
+    step = "Optimizer.step#Adam.step"
+    synth.run_dsl("alloc w 4G param", sim)
+    for k in range(2):
+        synth.run_dsl(f"alloc a{k} 2G\nfree a{k} bwd", sim)
+        sim.annotate("START", step)
+        synth.run_dsl(f"alloc t{k} {3 + k}G none\nfree t{k}", sim)  # a stackless step temporary
+        sim.annotate("END", step)
+    peak = analyze_dict(sim.snapshot()).report["peak"]
+    assert peak["allocated_bytes"] == 8 * GiB
+    assert peak["phase"] == "optimizer"
+    assert peak["annotations"] == {"open": [step], "completed_before": {step: 1}}

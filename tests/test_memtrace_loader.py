@@ -176,6 +176,7 @@ def test_unknown_actions_and_extra_keys_are_kept(tmp_path):
     }
     s = parse_snapshot(raw)
     assert s.traces[0].action == ["annotate", "snapshot"]
+    assert s.annotations == []  # not a START/END region marker
     assert s.allocator_settings == {"expandable_segments": True}
 
 

@@ -22,6 +22,10 @@ Three kinds of evidence, strongest first:
 3. **Stream**: an allocation on a stream other than the main one (the stream with the most
    allocations) is a communication buffer unless its frames say optimizer, gradients or weights.
 
+cuBLAS workspaces are named by their C++ frames (``setWorkspaceForHandle``) when C++ stacks were
+recorded; otherwise sizes place them: a never-freed allocation that no frame places, of exactly
+PyTorch's default cuBLAS workspace size, is that workspace (class transient, evidence ``size``).
+
 What no evidence places stays ``unknown``: typically constant memory allocated before the window
 without recorded frames, which is weights, gradients or optimizer states in some proportion that
 sizes alone cannot tell apart. The result records which evidence placed each byte.
@@ -37,12 +41,19 @@ import numpy as np
 from planner.memtrace import CLASSES
 from planner.memtrace.timeline import ALLOC, Timeline
 
-EVIDENCE = ("frames", "free_frames", "stream", "lifetime", "none")
+EVIDENCE = ("frames", "free_frames", "stream", "lifetime", "size", "none")
 LIFETIMES = ("constant", "dynamic", "transient")
 CONSTANT, DYNAMIC, TRANSIENT = range(3)
 
 TRANSIENT_MAX_ALLOCS = 8
 """An allocation freed after at most this many other allocations lived within one op."""
+
+CUBLAS_WORKSPACE_SIZES = frozenset({32 << 20, (4096 * 2 + 16 * 8) << 10})
+"""PyTorch's default cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG ':4096:8' on Hopper and newer,
+':4096:2:16:8' before), one per handle and stream. It is allocated from C++ (with no Python stack
+in the snapshots seen on torch 2.11) and kept for good, so without C++ stacks only its exact size
+identifies it; the seed counts it with the transients (the workspace that
+CUBLAS_WORKSPACE_CONFIG shrinks)."""
 
 _C = {name: i for i, name in enumerate(CLASSES)}
 
@@ -55,6 +66,7 @@ _COMM_SUBSTR = (
     "_functional_collectives", "_coalescing_manager",
 )
 _COMM_TOKENS = frozenset({"isend", "irecv", "broadcast"})
+_CUBLAS_WORKSPACE_FRAMES = ("setworkspaceforhandle", "blasltworkspace", "getchosenworkspacesize")
 _OPT_SUBSTR = ("optimizer", "/optim/", "adam", "exp_avg", "fp32_from", "main_param", "master_param")
 _GRAD_SUBSTR = (
     "main_grad", "grad_buffer", "grad_data", "accumulategrad", "accumulate_grad", "megatron/core/distributed",
@@ -77,9 +89,13 @@ _TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
 
 def frame_rule(name: str, filename: str) -> tuple[str | None, int]:
     """(class, phase markers) for one frame; class None when no rule matches."""
+    if "::" in name:
+        name = name.split("(", 1)[0]  # a C++ frame: its argument types say nothing about the caller
     n, f = name.lower(), filename.lower()
     tokens = set(_TOKEN_SPLIT.split(n))
     both = n + " " + f
+    if any(s in n for s in _CUBLAS_WORKSPACE_FRAMES):
+        return "transient", 0  # cuBLAS's per-handle workspace, allocated by whichever GEMM came first
     if "reducer" in n:
         return "gradients", 0  # DDP's c10d::Reducer: its buckets are gradients, despite the namespace
     if any(s in both for s in _COMM_SUBSTR) or tokens & _COMM_TOKENS:
@@ -160,17 +176,32 @@ def phase_of(marks: int) -> str:
     return "unknown"
 
 
+_PLUMBING_PARTS = ("unwind::", "capturedtraceback", "gather_with_cpp", "cachingallocator", "__libc_start")
+_PLUMBING_PREFIXES = ("c10::", "at::", "std::", "pybind11", "py", "_py", "_start")
+
+
+def _plumbing(name: str) -> bool:
+    """C++ frames every allocation passes through (stack capture, the allocator, dispatch, the
+    interpreter): never the answer to 'where was this allocated'."""
+    n = name.lower()
+    return any(p in n for p in _PLUMBING_PARTS) or n.startswith(_PLUMBING_PREFIXES)
+
+
 def where_of(frames) -> str:
-    """A short 'file.py:line:function' for the innermost frame of the user's code."""
+    """A short 'file.py:line:function' for the innermost frame of the user's code (else of
+    PyTorch's Python, else the innermost C++ frame that is not plumbing)."""
     if not frames:
         return ""
-    py = [f for f in frames if isinstance(f, dict) and str(f.get("filename", "")).endswith(".py")]
+    dicts = [f for f in frames if isinstance(f, dict)]
+    py = [f for f in dicts if str(f.get("filename", "")).endswith(".py")]
     user = [f for f in py if "/torch/" not in str(f.get("filename", ""))]
-    pick = (user or py or [f for f in frames if isinstance(f, dict)] or [None])[0]
+    cpp = [f for f in dicts if not _plumbing(str(f.get("name", "")))]
+    pick = (user or py or cpp or dicts or [None])[0]
     if pick is None:
         return ""
     fname = str(pick.get("filename", "")).rsplit("/", 1)[-1]
-    return f"{fname}:{pick.get('line', '?')}:{pick.get('name', '?')}"
+    name = str(pick.get("name", "?")).replace("(anonymous namespace)::", "").split("(", 1)[0]
+    return f"{fname}:{pick.get('line', '?')}:{name}"
 
 
 @dataclass
@@ -237,7 +268,7 @@ def classify(tl: Timeline, transient_max_allocs: int = TRANSIENT_MAX_ALLOCS) -> 
             # Made in forward, freed by backward: saved for backward however few allocations
             # came in between (the last layer's activations), so an activation, not a transient.
             lt = life[i] = DYNAMIC
-        if fc == "comm_buffers":
+        if fc in ("comm_buffers", "transient"):
             c, e = fc, "frames"
         elif lt == TRANSIENT:
             c, e = "transient", "lifetime"
@@ -245,10 +276,19 @@ def classify(tl: Timeline, transient_max_allocs: int = TRANSIENT_MAX_ALLOCS) -> 
             c, e = "comm_buffers", "stream"
         elif fc is not None:
             c, e = fc, "frames"
+        elif lt == CONSTANT and int(a.size[i]) in CUBLAS_WORKSPACE_SIZES:
+            c, e = "transient", "size"
         elif mk & BWD:
-            # Made in backward with no more specific frame: kept to the end it is a gradient,
-            # freed later in backward it is a gradient of an activation (activation class).
-            c, e = ("gradients" if lt == CONSTANT else "activations"), "frames"
+            # Made in backward with no more specific frame: kept to the end, or freed by the
+            # optimizer (zero_grad(set_to_none=True)), it is a parameter's gradient (AccumulateGrad
+            # keeps the tensor the backward op made); freed within backward it is the gradient of
+            # an activation, counted with the activations.
+            if lt == CONSTANT:
+                c, e = "gradients", "frames"
+            elif reader.verdict(tl.alloc_free_frames[i])[1] & OPT:
+                c, e = "gradients", "free_frames"
+            else:
+                c, e = "activations", "frames"
         else:
             c, e = _by_free_or_lifetime(reader, tl.alloc_free_frames[i], lt)
         cls[i] = _C[c]

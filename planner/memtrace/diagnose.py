@@ -37,6 +37,8 @@ GAP_B = 0.05
 """Reserved − allocated of at least this fraction of the limit is 'several GB' (4 GB of 80)."""
 CAUSE_SHARE = 0.2
 """A cause is reported as present when it holds at least this share of the gap."""
+SEGMENT_ROUNDING = 20 << 20
+"""The most a new segment exceeds the request that needs it (1-10 MiB requests get 20 MiB)."""
 MIN_FREE_BLOCKS = 3
 """Fragmentation needs several free blocks, not one hole."""
 
@@ -79,14 +81,26 @@ CLASS_REMEDIES = {
 }
 
 
+def process_limited(oom: dict) -> bool:
+    """CUDA still had room for the request, so a per-process limit refused it
+    (set_per_process_memory_fraction, or an allocator limit), not the device. The margin covers
+    the segment rounding (a request may need a 20 MiB segment)."""
+    return oom["device_free"] >= oom["size"] + SEGMENT_ROUNDING
+
+
 def resolve_limit(tl: Timeline, capacity_bytes: float | None, fallback: tuple[float, str] | None) -> tuple[int | None, str]:
-    """The memory limit and where it comes from: --capacity, else what CUDA reported free at the
-    first OOM plus what was reserved then, else the hardware spec, else unknown."""
+    """The memory limit and where it comes from: --capacity; else the first OOM event (what was
+    reserved then plus what CUDA reported free, or, when CUDA had room, reserved plus the request,
+    the per-process limit lying within one segment below that); else the hardware spec; else
+    unknown."""
     if capacity_bytes is not None:
         return int(capacity_bytes), "--capacity"
     if tl.ooms:
         o = tl.ooms[0]
-        return int(tl.reserved[o["event"] + 1] + o["device_free"]), "first OOM event (reserved + CUDA free)"
+        reserved = int(tl.reserved[o["event"] + 1])
+        if process_limited(o):
+            return reserved + int(o["size"]), "first OOM event (CUDA had room: a per-process limit; reserved + request)"
+        return reserved + int(o["device_free"]), "first OOM event (reserved + CUDA free)"
     if fallback is not None:
         return int(fallback[0]), fallback[1]
     return None, "unknown"
@@ -98,7 +112,8 @@ def critical_moment(tl: Timeline) -> dict:
         o = tl.ooms[0]
         state = o["event"] + 1
         return {"kind": "oom", "state": state, "event": o["event"], "request_bytes": int(o["size"]),
-                "device_free_bytes": int(o["device_free"]), "stream": o["stream"]}
+                "device_free_bytes": int(o["device_free"]), "process_limited": process_limited(o),
+                "stream": o["stream"]}
     # Among the states where reserved is at its maximum, the one with the most allocated: the
     # tightest moment at the top, where "reserved inflated" must be judged.
     top = np.flatnonzero(tl.reserved == tl.reserved.max())
@@ -173,7 +188,9 @@ def diagnose(
     gap = reserved - allocated
     lay = layout_at(tl, st, cl.transient_mask)
     shares = gap_shares(lay, pool)
-    ref = limit if limit else max(reserved, 1)
+    # Causes must matter against the limit (1% of it); with no limit, against what was reserved,
+    # as much as case B's gap would (5%), so a healthy run's crumbs are not called causes.
+    min_bytes = 0.01 * limit if limit else GAP_B * reserved
 
     evidence = {
         "staircase": _staircase_evidence(tl, cl, st),
@@ -187,7 +204,7 @@ def diagnose(
     causes = []
     for name in ("staircase", "fragmentation", "stream_split"):
         b = shares[name]
-        present = gap > 0 and b >= CAUSE_SHARE * gap and b >= 0.01 * ref
+        present = gap > 0 and b >= CAUSE_SHARE * gap and b >= min_bytes
         if name == "staircase":
             present = present and evidence[name]["steps_from_transients"] > 0
         if name == "fragmentation":
@@ -228,10 +245,11 @@ def _time_s(tl: Timeline, state: int) -> float | None:
 def _case(crit: dict, limit, reserved: int, allocated: int, gap: int) -> tuple[str, list[str]]:
     if crit["kind"] == "oom":
         request = crit["request_bytes"]
-        can_use = gap + crit["device_free_bytes"]
+        # Under a per-process limit the device's free memory was not the process's to take.
+        can_use = gap + (0 if crit["process_limited"] else crit["device_free_bytes"])
         if request > can_use:
-            return "A", [f"the failing request of {fmt_gib(request, 2)} exceeds everything free ({fmt_gib(can_use, 2)} "
-                         "reserved-but-free plus CUDA free): the bytes are really missing"]
+            return "A", [f"the failing request of {fmt_gib(request, 2)} exceeds everything it could use "
+                         f"({fmt_gib(can_use, 2)} reserved-but-free and free under the limit): the bytes are really missing"]
         if limit and gap >= GAP_B * limit:
             return "B", [f"{fmt_gib(gap, 2)} was reserved but free when a {fmt_gib(request, 2)} request failed: "
                          "reserved is inflated, not used"]

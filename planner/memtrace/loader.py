@@ -119,6 +119,9 @@ class Snapshot:
     layout: str
     """Which snapshot layout the file used: 'current', 'legacy-history' or 'segments-list'."""
     notes: list[str] = field(default_factory=list)
+    annotations: list[dict] = field(default_factory=list)
+    """``external_annotations`` with a START/END stage, a name and a time (newer PyTorch marks
+    each ``Optimizer.step`` this way): {device, time_us, stage, name}, in file order."""
 
     def devices(self) -> list[int]:
         """Devices with any segment or trace event, ascending."""
@@ -229,7 +232,20 @@ def parse_snapshot(raw: Any, origin: str = "snapshot") -> Snapshot:
         if legacy:
             layout = "legacy-history"
     traces = [_parse_trace(t, d, origin) for d, t in enumerate(traces_raw)]
-    return Snapshot(tuple(segments), traces, dict(settings), layout, notes)
+    annotations = _parse_annotations(raw.get("external_annotations") if isinstance(raw, dict) else None)
+    return Snapshot(tuple(segments), traces, dict(settings), layout, notes, annotations)
+
+
+def _parse_annotations(raw: Any) -> list[dict]:
+    """Keep the well-formed region markers; anything else in the list is metadata we do not use."""
+    out = []
+    for a in raw if isinstance(raw, (list, tuple)) else []:
+        if not isinstance(a, dict):
+            continue
+        t, stage, name, dev = a.get("time_us"), a.get("stage"), a.get("name"), a.get("device", 0)
+        if _is_int(t) and stage in ("START", "END") and isinstance(name, str) and _is_int(dev):
+            out.append({"device": dev, "time_us": t, "stage": stage, "name": name})
+    return out
 
 
 def _parse_segment(seg: Any, i: int, origin: str, notes: list[str]) -> tuple[Segment, bool]:

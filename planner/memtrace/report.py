@@ -58,7 +58,7 @@ def analyze(
         "planner_version": __version__,
         "snapshot": _snapshot_info(snap, tl, source),
         "timeline": _timeline_info(tl),
-        "peak": _peak_info(tl, cl, peak_state, comps, top),
+        "peak": _peak_info(tl, cl, peak_state, comps, top, snap.annotations),
         "allocator_at_peak": allocator_state(tl, cl, peak_state),
         "diagnosis": diagnose(tl, cl, comps["components"], capacity_bytes=capacity_bytes,
                               fallback_capacity=fallback_capacity),
@@ -129,7 +129,22 @@ def _timeline_info(tl: Timeline) -> dict:
     }
 
 
-def _peak_info(tl: Timeline, cl: Classification, state: int, comps: dict, top: int) -> dict:
+def annotations_at(annotations: list[dict], device: int, t_us: int) -> dict:
+    """Annotated regions (START/END pairs) open at ``t_us``, and how many of each ended before."""
+    opened: dict[str, int] = {}
+    done: dict[str, int] = {}
+    for a in sorted((a for a in annotations if a["device"] == device), key=lambda a: a["time_us"]):
+        if a["time_us"] > t_us:
+            break
+        if a["stage"] == "START":
+            opened[a["name"]] = opened.get(a["name"], 0) + 1
+        else:
+            opened[a["name"]] = max(opened.get(a["name"], 0) - 1, 0)
+            done[a["name"]] = done.get(a["name"], 0) + 1
+    return {"open": sorted(k for k, v in opened.items() if v), "completed_before": dict(sorted(done.items()))}
+
+
+def _peak_info(tl: Timeline, cl: Classification, state: int, comps: dict, top: int, annotations: list[dict]) -> dict:
     live = tl.live_allocs(state)
     a = tl.allocs
     order = live[np.lexsort((live, -a.size[live]))][:top]
@@ -145,11 +160,18 @@ def _peak_info(tl: Timeline, cl: Classification, state: int, comps: dict, top: i
         }
         for r in order
     ]
+    regions = None
+    phase = peak_phase(tl, cl, state)
+    if annotations and tl.time_origin_us is not None:
+        regions = annotations_at(annotations, tl.device, tl.time_origin_us + int(tl.time_us[state]))
+        if any("optimizer" in r.lower() for r in regions["open"]):
+            phase = "optimizer"  # inside an annotated Optimizer.step, whatever the stacks say
     return {
         "state": state,
         "event": state - 1 if state else None,
         "time_s": _time_s(tl, state),
-        "phase": peak_phase(tl, cl, state),
+        "phase": phase,
+        "annotations": regions,
         "allocated_bytes": int(tl.allocated[state]),
         "reserved_bytes": int(tl.reserved[state]),
         "allocations": int(len(live)),
@@ -209,8 +231,13 @@ def render_text(rep: dict) -> str:
         )
     when = f", t = {p['time_s']:.3f} s" if p.get("time_s") is not None else ""
     out.append("")
-    out.append(f"Peak: {fmt_gib(p['allocated_bytes'], 2)} allocated at state {p['state']:,}{when}, phase {p['phase']}; "
-               f"{p['allocations']:,} live allocations.")
+    regions = ""
+    if p.get("annotations"):
+        inside = ", ".join(p["annotations"]["open"])
+        done = ", ".join(f"{v} x {k}" for k, v in p["annotations"]["completed_before"].items())
+        regions = (f" (inside {inside})" if inside else "") + (f", after {done}" if done else "")
+    out.append(f"Peak: {fmt_gib(p['allocated_bytes'], 2)} allocated at state {p['state']:,}{when}, phase {p['phase']}"
+               f"{regions}; {p['allocations']:,} live allocations.")
     out.append(f"  {'class':<13} {'GiB':>8} {'share':>6}  evidence")
     total = p["allocated_bytes"] or 1
     for c in CLASSES:

@@ -78,6 +78,8 @@ class Timeline:
     """Bytes reserved (segments) at each state."""
     time_us: np.ndarray | None
     """Time of each state in µs from the first event, or None when the trace has no timestamps."""
+    time_origin_us: int | None
+    """The first event's own timestamp (to place external annotations), or None."""
     codes: np.ndarray
     """Event codes (ALLOC, FREE_REQ, ...), length n_events."""
     streams: list[int]
@@ -335,6 +337,7 @@ def build_timeline(snap: Snapshot, device: int) -> Timeline:
         allocated=allocated,
         reserved=reserved,
         time_us=_state_times(trace),
+        time_origin_us=trace.time_us[0] if _state_times(trace) is not None else None,
         codes=codes,
         streams=list(stream_ix),
         allocs=a_rec,
