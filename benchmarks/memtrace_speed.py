@@ -2,9 +2,10 @@
 
 Builds a synthetic snapshot with the allocator model of the tests (constants, then steps of
 forward activations, workspace spikes and backward traffic with varied shapes, stacks shared as
-PyTorch shares them), pickles it, and times each stage of the analysis: load (restricted
-unpickler + schema check), replay, classification, the rest of the report, and the PNG.
-Target: under 10 s for the analysis on a 2-core machine.
+PyTorch shares them; the ring buffer keeps the last 100,000 events), pickles it, and times: the
+load (restricted unpickler + schema check), the replay and the classification alone, the whole
+analysis (replay, classification, peak, allocator state, diagnosis), and optionally the PNG.
+Target: load + analysis under 10 s on a 2-core machine.
 
     PYTHONPATH=$PWD python benchmarks/memtrace_speed.py [--events 100000] [--repeat 3] [--plot]
 """
@@ -33,35 +34,20 @@ def _timed(fn, *args, **kw):
 
 
 def run_once(path: Path, plot: bool) -> dict:
-    from planner.memtrace import report as rep
-    from planner.memtrace.classify import classify, components_at
-    from planner.memtrace.diagnose import diagnose
+    from planner.memtrace.classify import classify
     from planner.memtrace.loader import load_snapshot
+    from planner.memtrace.report import analyze
     from planner.memtrace.timeline import build_timeline, choose_device
 
     t = {}
-    snap, t["load"] = _timed(load_snapshot, path)
-    dev = choose_device(snap, None)
-    tl, t["replay"] = _timed(build_timeline, snap, dev)
-    cl, t["classify"] = _timed(classify, tl)
-
-    def rest():
-        import numpy as np
-
-        peak = int(np.argmax(tl.allocated))
-        comps = components_at(tl, cl, peak)
-        rep._peak_info(tl, cl, peak, comps, 10)
-        rep.allocator_state(tl, cl, peak)
-        diagnose(tl, cl, comps["components"], capacity_bytes=80 * 2**30)
-
-    _, t["peak+allocator+diagnosis"] = _timed(rest)
-    t["analysis total"] = sum(t.values())
-    # The whole command path as the CLI runs it (analysis only, no plot), for comparison.
-    _, t["analyze() end to end"] = _timed(lambda: rep.analyze(load_snapshot(path), source=str(path)))
+    snap, t["load (unpickle + check)"] = _timed(load_snapshot, path)
+    tl, t["replay"] = _timed(build_timeline, snap, choose_device(snap, None))
+    _, t["classify"] = _timed(classify, tl)
+    result, t["analyze (replay..report)"] = _timed(analyze, snap, source=str(path), capacity_bytes=80 * 2**30)
+    t["load + analyze"] = t["load (unpickle + check)"] + t["analyze (replay..report)"]
     if plot:
         from planner.memtrace.plot import plot_timeline
 
-        result = rep.analyze(snap, source=str(path))
         with tempfile.TemporaryDirectory() as d:
             _, t["plot (PNG)"] = _timed(plot_timeline, result.timeline, result.classification, result.report,
                                         Path(d) / "t.png")
@@ -90,7 +76,7 @@ def main() -> None:
     for key in runs[0]:
         vals = [r[key] for r in runs]
         print(f"  {key:<26} median {statistics.median(vals):6.2f} s   (min {min(vals):.2f}, max {max(vals):.2f})")
-    total = statistics.median(r["analyze() end to end"] for r in runs)
+    total = statistics.median(r["load + analyze"] for r in runs)
     print(f"target < 10 s on 2 cores: {'met' if total < 10 else 'NOT met'} ({total:.2f} s)")
 
 
