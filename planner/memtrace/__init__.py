@@ -3,7 +3,8 @@
 A snapshot is the pickle ``torch.cuda.memory._dump_snapshot`` writes: the allocator's segments
 at dump time (each with its blocks) and, when history recording was on, a ring buffer of trace
 events per device (alloc, free_requested, free_completed, segment_alloc/free/map/unmap, oom,
-snapshot). The modules, in the order the analysis runs:
+snapshot), and in newer PyTorch ``external_annotations`` (START/END markers around each
+``Optimizer.step``). The modules, in the order the analysis runs:
 
 - :mod:`~planner.memtrace.loader`: a restricted unpickler (plain data only, nothing runs) and a
   schema check that turns the raw pickle into a :class:`~planner.memtrace.loader.Snapshot`;

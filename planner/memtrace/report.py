@@ -1,8 +1,24 @@
 """The analysis end to end: the JSON object (``--json``) and the human report.
 
 The JSON object is deterministic (no wall-clock values; lists in a defined order) so the same
-snapshot gives the same bytes. Top-level keys: ``snapshot``, ``timeline``, ``peak``,
-``allocator_at_peak``, ``diagnosis``, ``prediction`` (when asked), ``notes``, ``planner_version``.
+snapshot gives the same bytes. Bytes are ints, times seconds from the first recorded event.
+
+- ``snapshot``: path, layout, device, streams, trace size, ``window`` (what was live before the
+  trace started), ``allocator_settings`` as recorded;
+- ``timeline``: allocated and reserved peaks (with their states), start, end, the dump-time check
+  (``dump.reconciled``), segment allocations/releases, ``oom_events``;
+- ``peak``: the moment allocated peaks, its ``phase`` and annotated ``annotations`` regions,
+  ``components`` by class (weights, gradients, optimizer, activations, transient, comm_buffers,
+  unknown; they sum to ``allocated_bytes``), ``lifetimes``, ``evidence`` (bytes per class per
+  kind of evidence), ``top_allocations``;
+- ``allocator_at_peak``: reserved − allocated, segments, free blocks and the largest,
+  ``free_bytes_by_stream``;
+- ``diagnosis``: ``case`` (A, B, fits or unknown), ``capacity_bytes`` and its source, the
+  critical ``moment``, ``gap_bytes`` and its ``gap_shares``, ``causes`` with evidence and
+  remedies, ``largest_class_at_peak``, ``advice``, ``summary``;
+- ``prediction`` (with --model/--hw/--plan): rows of predicted vs measured bytes per class, or
+  ``available: false`` and the reason;
+- ``notes``, ``planner_version``, and ``plot`` when a PNG was written.
 """
 
 from __future__ import annotations
