@@ -61,6 +61,8 @@ def memtrace_cmd(
     from planner.memtrace.loader import load_snapshot
     from planner.memtrace.report import analyze, render_text
 
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise PlannerError(f"--plot writes PNG files; '{plot}' does not end in .png.")
     if capacity is not None and capacity <= 0:
         raise PlannerError(f"--capacity must be a positive number of GiB, not {capacity}.")
     if model is not None and (hw is None or plan is None):

@@ -276,9 +276,9 @@ def render_text(rep: dict) -> str:
         f"free per stream pool: {pools}."
     )
     out.append("")
-    cap = fmt_gib(d["capacity_bytes"], 2) if d["capacity_bytes"] else "unknown"
+    cap = f"{fmt_gib(d['capacity_bytes'], 2)} ({d['capacity_source']})" if d["capacity_bytes"] else "unknown"
     out.append(f"Diagnosis: {d['summary']}")
-    out.append(f"  limit {cap} ({d['capacity_source']}); " + "; ".join(d["reasons"]))
+    out.append(f"  limit {cap}; " + "; ".join(d["reasons"]))
     if d["gap_bytes"] > 0:
         sh = ", ".join(f"{k.replace('_', ' ')} {fmt_gib(v, 2)}" for k, v in d["gap_shares"].items())
         out.append(f"  reserved-but-free {fmt_gib(d['gap_bytes'], 2)} splits into: {sh}")
