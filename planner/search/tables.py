@@ -5,7 +5,8 @@ Memory and time separate into terms that each depend on the structural key and a
     peak(stage r) = W[r](sharding, moments, offload) + C[r](sharding, dispatcher, ep_overlap)
                     + max(A[r](recompute, precision, offload, ep_overlap), OT(moments, precision))
     step time     = TP(recompute, precision, dispatcher, ep_overlap, offload)
-                    + TD(sharding, precision, recompute) + TO(sharding, moments, offload, precision)
+                    + TD(sharding, precision, recompute, dispatcher, ep_overlap)
+                    + TO(sharding, moments, offload, precision)
 
 W is constant memory (weights, gradients, optimizer), C communication and FSDP buffers, A the
 activation-and-transient peak over the schedule, OT optimizer-step temporaries; TP the pipeline
@@ -35,7 +36,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "A": ("recompute", "precision", "offload", "ep_overlap"),
     "OT": ("moments", "precision"),
     "TP": ("recompute", "precision", "dispatcher", "ep_overlap", "offload"),
-    "TD": ("sharding", "precision", "recompute"),
+    "TD": ("sharding", "precision", "recompute", "dispatcher", "ep_overlap"),
     "TO": ("sharding", "moments", "offload", "precision"),
 }
 RULE_GROUPS = {
@@ -57,13 +58,14 @@ def combo_index(space: Space, group: tuple[str, ...], lever_idx: dict[str, int])
 
 
 class TimeTerms:
-    """Splits the time model's step time into the pipeline, data-parallel and optimizer terms."""
+    """Splits the time model's step time into the pipeline, data-parallel and optimizer terms
+    (scalar, one plan at a time; the vectorized tables come from planner.search.time_tables)."""
 
     def terms(self, setup) -> tuple[float, float, float]:
-        from planner.cost.time import time_terms
+        from planner.cost.time import evaluate
 
-        t = time_terms(setup)
-        return t.pipeline, t.data_parallel, t.optimizer
+        e = evaluate(setup)
+        return e.pipeline_s, e.dp_grad_exposed + e.dp_param_exposed + e.fsdp_exposed, e.optimizer_s
 
 
 @dataclass
