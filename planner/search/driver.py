@@ -29,7 +29,6 @@ class Options:
     time_limit_s: float = 60.0
     limits: Limits = field(default_factory=Limits)
     moments: tuple[str, ...] = ("fp32",)
-    first_batch: int = 64
 
 
 @dataclass
@@ -74,9 +73,12 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     say(f"cost tables for {len(space.structs)} structural keys x {space.lever_product_size} lever combinations")
     tables = build_tables(space, assumptions=assumptions, time_terms=time_terms)
     t = _timed(timings, "tables_s", t)
-    lb = tables.time_lower_bound()
-    may = tables.may_fit()
-    order = [int(i) for i in np.argsort(lb, kind="stable") if may[i]]
+    # Each key's fastest feasible plan, from the tables (numpy over every lever combination).
+    from planner.search.exhaustive import best_per_key
+
+    best = best_per_key(tables)
+    t = _timed(timings, "bound_s", t)
+    order = [int(i) for i in np.argsort(best, kind="stable") if np.isfinite(best[i])]
     checked: dict[int, bool] = {}
 
     def valid(i: int) -> bool:
@@ -94,32 +96,27 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         found = solve_exhaustive(tables.subset(cand), options.top) if cand else []
         status, bound, solves, visited = "OPTIMAL", None, 0, len(cand)
     elif options.solver == "cpsat":
-        from planner.search.cpsat import solve_cpsat
+        from planner.search.cpsat import enumerate_cpsat
 
+        # The K fastest valid keys each have a plan no slower than the K-th of them: the K-th best
+        # plan overall is at most that fast (U). Only keys whose best plan is <= U can hold a
+        # top-K plan; CP-SAT enumerates every feasible plan of those keys up to U.
         cand: list[int] = []
-        pos, batch = 0, options.first_batch
-        status, found, bound, solves = "OPTIMAL", [], None, 0
-        while True:
-            added = 0
-            while added < batch and pos < len(order):
-                i = order[pos]
-                pos += 1
-                if valid(i):
-                    cand.append(i)
-                    added += 1
-            remaining = options.time_limit_s - (time.perf_counter() - t0)
-            res = solve_cpsat(tables.subset(cand), options.top, time_limit_s=max(remaining, 0.1)) if cand else None
-            if res is not None:
-                found, status, bound = res.plans, res.status, res.bound
-                solves += res.solves
-            kth = found[options.top - 1][0] // radix if len(found) >= options.top else math.inf
-            next_lb = lb[order[pos]] if pos < len(order) else math.inf
-            if pos >= len(order) or kth < next_lb or status not in ("OPTIMAL", "INFEASIBLE"):
+        for i in order:
+            if len(cand) >= options.top and best[i] > best[cand[options.top - 1]]:
                 break
-            batch *= 2
+            if valid(i):
+                cand.append(i)
+        found, status, bound, solves = [], "OPTIMAL", None, 0
+        if cand:
+            cap = int(best[cand[min(options.top, len(cand)) - 1]])
+            remaining = options.time_limit_s - (time.perf_counter() - t0)
+            res = enumerate_cpsat(tables.subset(cand), cap, options.top, time_limit_s=max(remaining, 0.5))
+            found, status, solves = res.plans, res.status, res.solves
+            bound = cap * radix
+            if status == "INFEASIBLE":  # cannot happen with a valid bound; say so rather than hide it
+                status = "UNKNOWN"
         visited = len(cand)
-        if status == "INFEASIBLE":
-            status = "OPTIMAL"  # proven: no plan of any visited key fits, and every key was visited
     else:
         raise PlannerError(f"Unknown solver '{options.solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
     t = _timed(timings, "solve_s", t)
@@ -136,11 +133,10 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         "name": options.solver,
         "status": status,
         "objective_us": found[0][0] // radix,
-        "bound_us": (bound // radix) if bound is not None else found[0][0] // radix,
+        "kth_bound_us": (bound // radix) if bound is not None else found[-1][0] // radix,
         "structural_keys": len(space.structs),
         "lever_combinations": P,
-        "keys_visited": visited,
-        "cp_sat_solves": solves,
+        "keys_in_model": visited,
         "dropped_by_rules": [p.plan.to_string() for p in bad],
     }
     return SearchResult(space, tables, plans, solver, timings)
