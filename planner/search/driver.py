@@ -29,6 +29,10 @@ class Options:
     time_limit_s: float = 60.0
     limits: Limits = field(default_factory=Limits)
     moments: tuple[str, ...] = ("fp32",)
+    per_stage: bool = True
+    """Refine layouts (and, for --target any, per-rank recompute) with the per-stage CP-SAT model."""
+    per_stage_keys: int = 12
+    """Layouts that do not fit uniformly but might with per-stage choices, tried in bound order."""
 
 
 @dataclass
@@ -124,6 +128,11 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         raise diagnose_nothing_fits(space, tables, options, [i for i in order if checked.get(i)] or order)
     say("evaluating the ranked plans")
     plans = [_ranked(space, tables, k + 1, key, gid, flat, radix, assumptions) for k, (key, gid, flat) in enumerate(found)]
+    refined_info = {"tried": 0, "improved": 0}
+    if options.per_stage and space.model.num_layers > 1:
+        say("per-stage layouts (CP-SAT)")
+        plans = _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, refined_info, t0)
+        t = _timed(timings, "per_stage_s", t)
     bad = [p for p in plans if rule_violations(model, hw, job, p.plan, options.target)]
     if bad:  # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
         plans = [p for p in plans if p not in bad]
@@ -138,8 +147,65 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         "lever_combinations": P,
         "keys_in_model": visited,
         "dropped_by_rules": [p.plan.to_string() for p in bad],
+        "per_stage": refined_info,
     }
     return SearchResult(space, tables, plans, solver, timings)
+
+
+def _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, info, t0) -> list[Ranked]:
+    """Refine the ranked plans' layouts, and try the fastest layouts that do not fit uniformly,
+    with the per-stage CP-SAT model; return the top K of all, ranked by exact step time."""
+    from planner.cost.evaluate import evaluate
+    from planner.search.exhaustive import group_index_vectors
+    from planner.search.stages import refine
+
+    stage_rc = options.target == "any"
+    budget = max(options.time_limit_s - (time.perf_counter() - t0), 1.0)
+    pool: dict[str, tuple[float, object, dict]] = {}
+    for r in plans:
+        pool[r.plan.to_string()] = (r.evaluation["time"]["step_time_s"], r.setup, r.evaluation)
+    seeds = [r.setup for r in plans]
+    # Layouts whose best lever choice, ignoring memory, could beat the K-th plan: the uniform split
+    # may be what keeps them out (the first stages hold the most micro-batches).
+    kth = max(v[0] for v in pool.values()) if pool else math.inf
+    gi, _ = group_index_vectors(tables)
+    tried = 0
+    for i in np.argsort(tables.time_lower_bound(), kind="stable"):
+        if tried >= options.per_stage_keys or tables.time_lower_bound()[i] / 1e6 >= kth:
+            break
+        if np.isfinite(best[i]) or space.structs[i].pp == 1 or not valid(int(i)):
+            continue
+        seed = _fastest_ignoring_memory(space, tables, int(i), gi, assumptions)
+        if seed is not None:
+            seeds.append(seed)
+            tried += 1
+    for setup in seeds:
+        if time.perf_counter() - t0 > budget:
+            break
+        info["tried"] += 1
+        res = refine(setup, stage_recompute=stage_rc and setup.recompute.kind in ("none", "full"),
+                     time_limit_s=min(5.0, budget))
+        if res.improved:
+            ev = evaluate(res.setup)
+            key = res.setup.plan.to_string()
+            if key not in pool and not rule_violations(space.model, space.hw, space.job, res.setup.plan, options.target):
+                info["improved"] += 1
+                pool[key] = (ev["time"]["step_time_s"], res.setup, ev)
+    ranked = sorted(pool.items(), key=lambda kv: (kv[1][0], kv[0]))[: options.top]
+    return [Ranked(k + 1, s.plan, s, int(round(t * 1e6)), ev) for k, (_, (t, s, ev)) in enumerate(ranked)]
+
+
+def _fastest_ignoring_memory(space, tables, i, gi, assumptions):
+    """The launcher-valid lever choice with the fastest step for key ``i``, memory ignored."""
+    from planner.cost.setup import resolve_setup
+
+    ok = tables.R1[i][gi["R1"]] & tables.R2[i][gi["R2"]]
+    if not ok.any():
+        return None
+    t = tables.TP[i][gi["TP"]] + tables.TD[i][gi["TD"]] + tables.TO[i][gi["TO"]]
+    j = int(np.argmin(np.where(ok, t, np.iinfo(np.int64).max)))
+    plan = make_plan(space.structs[i], lever_values(space, lever_indices(space, j)))
+    return resolve_setup(space.model, space.hw, space.job, plan, assumptions)
 
 
 def _ranked(space, tables, rank, key, gid, flat, radix, assumptions) -> Ranked:
