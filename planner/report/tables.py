@@ -90,6 +90,11 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
             c.print(f"  bottleneck: {tj['bottleneck']}")
     else:
         c.print(f"time: {tj.get('note', 'not modeled')}")
+    vs = result.get("versus_top_plan")
+    if vs:
+        word = "slower" if vs["slower_by"] > 0 else "faster"
+        c.print(f"versus the search's top plan {vs['top_plan']}: step {fmt_time(vs['step_time_s'])} vs "
+                f"{fmt_time(vs['top_step_time_s'])} ({abs(vs['slower_by']):.1%} {word})")
     if unknown_flags:
         c.print("[yellow]Megatron flags planner does not model:[/yellow] " + " ".join(unknown_flags))
     if "plot" in result:
