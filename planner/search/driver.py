@@ -234,9 +234,9 @@ def _no_structure(space, options) -> PlannerError:
 def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: list[int]) -> NothingFitsError:
     """Say plainly why nothing fits: the smallest achievable peak (over every lever combination of
     the keys considered), the class that dominates it, and what would make room."""
-    from planner.search.exhaustive import _group_index_vectors
+    from planner.search.exhaustive import group_index_vectors
 
-    gi, _ = _group_index_vectors(tables)
+    gi, _ = group_index_vectors(tables)
     best = (math.inf, None, None, None)
     for s in rows:
         ot = tables.OT[gi["OT"]]
