@@ -374,7 +374,8 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
             inventory: bool = True) -> dict:
     import torch
 
-    res: dict = {"config": cfg.name, "spec": cfg.to_json(), "device": device, "torch": torch.__version__}
+    res: dict = {"config": cfg.name, "spec": cfg.to_json(), "device": device, "torch": torch.__version__,
+                 "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
     cuda = device == "cuda"
     if cuda:
         torch.cuda.init()
