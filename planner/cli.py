@@ -38,28 +38,50 @@ def _register() -> None:
                 raise
 
 
-def main(argv: list[str] | None = None) -> int:
-    import click
+def _cli_exception_types() -> tuple[tuple, tuple, tuple]:
+    """(usage errors, aborts, exits) of the installed typer. typer >= 0.2x vendors its own click
+    (typer._click, whose exceptions derive from typer.TyperException) and no longer installs
+    click; older typer raises click's own exceptions. Catch both, import click only if present."""
+    usage: list[type] = [typer.TyperException] if hasattr(typer, "TyperException") else []
+    aborts: list[type] = [typer.Abort]
+    exits: list[type] = [typer.Exit]
+    try:
+        import click
+    except ImportError:
+        pass
+    else:
+        usage.append(click.ClickException)
+        aborts.append(click.exceptions.Abort)
+        exits.append(click.exceptions.Exit)
+    return tuple(usage), tuple(aborts), tuple(exits)
 
+
+def main(argv: list[str] | None = None) -> int:
     from planner.errors import PlannerError
 
     _register()
+    usage_errors, aborts, exits = _cli_exception_types()
     try:
-        app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False)
     except PlannerError as exc:
         typer.echo(f"Error: {exc.paragraph()}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except exits as exc:
+        return getattr(exc, "exit_code", 0)
+    except aborts:
         typer.echo("Aborted.", err=True)
         return 130
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
+    except usage_errors as exc:
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            typer.echo(f"Error: {exc}", err=True)
+        return getattr(exc, "exit_code", 2)
     except KeyboardInterrupt:
         return 130
-    return 0
+    # In standalone_mode=False, click returns the exit code of ctx.exit() (e.g. --help) as the result.
+    return result if isinstance(result, int) else 0
 
 
 def entry() -> None:

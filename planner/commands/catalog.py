@@ -1,4 +1,5 @@
-"""`planner models`, `planner hw`, `planner show-model`: the catalogs and a model's parameters."""
+"""`planner models`, `planner hw`, `planner show-model`, `planner show-hw`: the catalogs, a model's
+parameters, and a system's numbers with their sources."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import typer
 
 from planner.cli import app
 from planner.options import JsonOpt, print_json
-from planner.units import GB, fmt_count
+from planner.units import GiB, fmt_count
 
 
 def _console():
+    """Rich console; piped output (no terminal, no COLUMNS) gets 160 columns instead of rich's 80,
+    so that tables are not truncated in files and CI logs."""
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(highlight=False)
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(highlight=False, width=width)
 
 
 def model_summary(m) -> dict:
@@ -48,7 +55,8 @@ def models_cmd(json: JsonOpt = False) -> None:
 
     t = Table(title="Models (parameters counted by planner; 'active' per the publisher's convention)")
     for col in ("name", "aliases", "kind", "layers", "hidden", "attn", "experts", "total", "active", "MTP"):
-        t.add_column(col, justify="right" if col in ("layers", "hidden", "total", "active", "MTP") else "left")
+        t.add_column(col, justify="right" if col in ("layers", "hidden", "total", "active", "MTP") else "left",
+                     no_wrap=col == "name")
     for r in rows:
         experts = f"{r['experts']} top-{r['top_k']}" if "experts" in r else "-"
         t.add_row(
@@ -88,14 +96,14 @@ def hw_cmd(json: JsonOpt = False) -> None:
         return
     from rich.table import Table
 
-    t = Table(title="Hardware (per GPU; dense peaks; bandwidth per direction)")
-    for col in ("name", "aliases", "GPU", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GB", "HBM TB/s", "NVLink dom.", "NVLink GB/s", "NIC GB/s", "host link"):
-        t.add_column(col)
+    t = Table(title="Hardware (per GPU; dense peaks; HBM as the driver reports it; bandwidth per direction)")
+    for col in ("name", "aliases", "GPU", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GiB", "HBM TB/s", "NVLink dom.", "NVLink GB/s", "NIC GB/s", "host link"):
+        t.add_column(col, no_wrap=col == "name")
     for r in rows:
         pf = r["peak_flops"]
         t.add_row(
             r["name"], ", ".join(r["aliases"]), r["gpu"], f"{pf['bf16'] / 1e12:,.0f}",
-            f"{pf['fp8'] / 1e12:,.0f}" if "fp8" in pf else "-", f"{r['hbm_usable_bytes'] / GB:.0f}",
+            f"{pf['fp8'] / 1e12:,.0f}" if "fp8" in pf else "-", f"{r['hbm_usable_bytes'] / GiB:.1f}",
             f"{r['hbm_bandwidth'] / 1e12:.2f}", str(r["nvlink_domain"]), f"{r['nvlink_bandwidth_per_direction'] / 1e9:.0f}",
             f"{r['nic_bandwidth_per_direction'] / 1e9:.0f}", f"{r['host_link']} {r['host_link_bandwidth_per_direction'] / 1e9:.0f} GB/s",
         )
@@ -160,3 +168,49 @@ def show_model_cmd(
         c.print(f"  published: {fmt_count(pub.total_params.value)} total"
                 + (f", {fmt_count(pub.active_params.value)} active" if pub.active_params else "")
                 + f"  ({pub.total_params.source})")
+
+
+def _sourced_rows(prefix: str, obj) -> list[tuple[str, object, str]]:
+    """(field path, value, source and note) for every sourced number of a spec, in field order."""
+    from planner.specs.common import Sourced
+
+    rows = []
+    for name in type(obj).model_fields:
+        value = getattr(obj, name)
+        path = f"{prefix}{name}"
+        if isinstance(value, Sourced):
+            rows.append((path, value.value, value.source + (f" [{value.note}]" if value.note else "")))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, Sourced):
+                    rows.append((f"{path}.{k}", v.value, v.source + (f" [{v.note}]" if v.note else "")))
+        elif hasattr(type(value), "model_fields"):
+            rows.extend(_sourced_rows(path + ".", value))
+    return rows
+
+
+@app.command("show-hw")
+def show_hw_cmd(
+    name: Annotated[str, typer.Argument(help="Hardware catalog name or alias (see 'planner hw'), or a hardware YAML.")],
+    json: JsonOpt = False,
+) -> None:
+    """A system's numbers, each with its source (per GPU; dense peaks; bandwidth per direction)."""
+    from planner.specs.catalog import load_hardware, spec_hash
+
+    h = load_hardware(name)
+    if json:
+        print_json({"hardware": h.model_dump(mode="json"), "spec_hash": spec_hash(h), "summary": hw_summary(h)})
+        return
+    from rich.table import Table
+
+    c = _console()
+    c.print(f"[bold]{h.name}[/bold]  ({h.gpu.name}, {h.gpu.generation}; {h.description})")
+    t = Table(title="Numbers and their sources")
+    t.add_column("field")
+    t.add_column("value", justify="right")
+    t.add_column("source")
+    for path, value, source in _sourced_rows("", h):
+        shown = f"{value:,.4g}" if isinstance(value, float) and not isinstance(value, bool) else str(value)
+        t.add_row(path, shown, source)
+    c.print(t)
+    c.print(f"  FP8 recipe: {h.fp8_recipe or 'none (no FP8 tensor cores)'}; default MoE dispatcher: {h.default_dispatcher}")

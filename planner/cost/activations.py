@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from planner.cost.arrays import hashable, minimum, where
+
 if TYPE_CHECKING:
     from planner.cost.setup import Setup
     from planner.specs.model import ModelSpec
@@ -69,7 +71,10 @@ class ActShape:
     ep: int
     routing_imbalance: float = 1.0
     implementation: str = "te"
-    memory_efficient_permutation: bool = False
+    memory_efficient_permutation: bool = True
+    ep_overlap: bool = False
+    """EP all-to-all overlapped with compute (Megatron --overlap-moe-expert-parallel-comm): a
+    forward micro-batch runs beside a backward one, so their transients coexist."""
 
 
 def shape_of(setup: Setup) -> ActShape:
@@ -85,12 +90,14 @@ def shape_of(setup: Setup) -> ActShape:
         routing_imbalance=a.routing_imbalance,
         implementation=a.implementation,
         memory_efficient_permutation=a.memory_efficient_permutation,
+        ep_overlap=setup.plan.ep_overlap == "on",
     )
 
 
-def _split(sh: ActShape) -> tuple[float, float]:
-    """(divisor of [tokens, h] tensors, divisor of TP-region tensors)."""
-    return (sh.tp if sh.sp else 1), sh.tp
+def _split(sh: ActShape):
+    """(divisor of [tokens, h] tensors, divisor of TP-region tensors). Fields may be numpy arrays
+    (the search evaluates many degrees at once through the same formulas)."""
+    return where(sh.sp, sh.tp, 1), sh.tp
 
 
 def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
@@ -126,7 +133,7 @@ def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
         # GQA with TE: the input norm is fused into linear_qkv (TELayerNormColumnParallelLinear),
         # which saves its input (counted above) and the normalized output; Q, K, V after RoPE are
         # saved by the attention kernel. K/V heads are replicated when tp exceeds them.
-        kv_heads = a.num_kv_heads / min(tp, a.num_kv_heads)
+        kv_heads = a.num_kv_heads / minimum(tp, a.num_kv_heads)
         fused_norm = sh.implementation == "te"
         terms += [
             ActTerm("attn.norm_output", BF16 * T * h / seq_div, "layer" if fused_norm else "layernorm", linear_input=True),
@@ -215,7 +222,7 @@ def expert_tokens(model: ModelSpec, sh: ActShape) -> float:
     all process its experts' tokens (each a slice of the FFN width)."""
     m = model.moe
     assert m is not None
-    origin = sh.tokens / (sh.tp if sh.sp else 1)
+    origin = sh.tokens / where(sh.sp, sh.tp, 1)
     return origin * m.top_k * sh.etp * sh.routing_imbalance
 
 
@@ -256,11 +263,19 @@ def moe_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     return terms
 
 
-@lru_cache(maxsize=4096)
 def layer_terms(model: ModelSpec, sh: ActShape, kind: str) -> tuple[ActTerm, ...]:
     """Every tensor one decoder layer of ``kind`` ('dense' or 'moe') saves, no recompute."""
+    if hashable(sh):
+        return _layer_terms_cached(model, sh, kind)
+    return _layer_terms(model, sh, kind)
+
+
+def _layer_terms(model, sh, kind):
     ffn = moe_terms(model, sh) if kind == "moe" else dense_mlp_terms(model, sh)
     return tuple(attention_terms(model, sh) + ffn)
+
+
+_layer_terms_cached = lru_cache(maxsize=4096)(_layer_terms)
 
 
 def mtp_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm, ...]:

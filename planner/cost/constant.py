@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from planner.cost.arrays import maximum, minimum
 from planner.specs.params import Block, embedding_block, head_block, layer_block, mtp_block
 
 
@@ -44,7 +45,7 @@ def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[float,
         elif c.shard in ("tp", "vocab"):
             dense += c.params / tp
         elif c.shard == "tp_kv":
-            dense += c.params / min(tp, nkv)
+            dense += c.params / minimum(tp, nkv)
         else:
             dense += c.params
     return dense, expert
@@ -52,6 +53,11 @@ def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[float,
 
 @lru_cache(maxsize=65536)
 def rank_params(model, layout, rank: int, tp: int, etp: int, ep: int) -> RankParams:
+    """Cached for scalar degrees; see :func:`rank_params_of`."""
+    return rank_params_of(model, layout, rank, tp, etp, ep)
+
+
+def rank_params_of(model, layout, rank: int, tp, etp, ep) -> RankParams:
     """Parameters of pipeline rank ``rank`` per GPU.
 
     The embedding sits with 'E', the final norm and output head with 'L'. With tied embeddings
@@ -60,6 +66,7 @@ def rank_params(model, layout, rank: int, tp: int, etp: int, ep: int) -> RankPar
     sync through the embedding group."""
     nkv = model.attention.num_kv_heads
     blocks = {k: layer_block(model, k) for k in set(model.layer_kinds)}
+    per_kind = {k: _per_gpu(b, tp, nkv, etp, ep) for k, b in blocks.items()}
     emb = embedding_block(model)
     dense = expert = 0.0
     largest = 0.0
@@ -67,9 +74,9 @@ def rank_params(model, layout, rank: int, tp: int, etp: int, ep: int) -> RankPar
     needs_embedding_copy = False
     for st in layout.rank_stages(rank):
         for li in st.layers:
-            d, e = _per_gpu(blocks[model.layer_kinds[li]], tp, nkv, etp, ep)
+            d, e = per_kind[model.layer_kinds[li]]
             dense, expert = dense + d, expert + e
-            largest = max(largest, d + e)
+            largest = maximum(largest, d + e)
         if st.embedding:
             d, _ = _per_gpu(emb, tp, nkv, etp, ep)
             dense += d
@@ -82,7 +89,7 @@ def rank_params(model, layout, rank: int, tp: int, etp: int, ep: int) -> RankPar
         if st.mtp:
             d, e = _per_gpu(mtp_block(model), tp, nkv, etp, ep)
             dense, expert = dense + d * st.mtp, expert + e * st.mtp
-            largest = max(largest, d + e)
+            largest = maximum(largest, d + e)
             needs_embedding_copy = True
     if needs_embedding_copy and not has_embedding:
         dense += model.vocab_size * model.hidden_size / tp
@@ -110,14 +117,21 @@ class ConstantMemory:
 def constant_memory(setup, rank: int) -> ConstantMemory:
     deg, plan = setup.deg, setup.plan
     rp = rank_params(setup.model, setup.layout, rank, deg.tp, deg.etp, deg.ep)
-    d_dense = deg.dp * deg.cp  # Megatron's distributed optimizer shards over DP x CP
-    d_expert = deg.edp
-    sh = setup.sharding
-    w_b, g_b = 2.0, 4.0
-    o_b = 4.0 + (4.0 if plan.moments == "bf16" else 8.0)
+    return constant_bytes(rp, dp=deg.dp, cp=deg.cp, edp=deg.edp, sharding=setup.sharding, moments=plan.moments,
+                          offload_optimizer=plan.offloads_optimizer)
 
-    def shard(kind: str, n_dense: float, n_expert: float) -> float:
-        """Per-GPU bytes-weighted parameter count of one state class under the sharding."""
+
+def constant_bytes(rp: RankParams, *, dp, cp, edp, sharding, moments: str, offload_optimizer: bool) -> ConstantMemory:
+    """Bytes of weights, gradients and optimizer states for a rank's parameters (scalars or
+    arrays of degrees)."""
+    d_dense = dp * cp  # Megatron's distributed optimizer shards over DP x CP
+    d_expert = edp
+    sh = sharding
+    w_b, g_b = 2.0, 4.0
+    o_b = 4.0 + (4.0 if moments == "bf16" else 8.0)
+
+    def shard(kind: str, n_dense, n_expert):
+        """Per-GPU parameter count of one state class under the sharding."""
         if sh.kind == "hsdp":
             return (n_dense + n_expert) / sh.group
         full = {"ddp": (), "dist_opt": ("opt",), "zero2": ("opt", "grad"), "fsdp": ("opt", "grad", "weight")}[sh.kind]
@@ -128,18 +142,18 @@ def constant_memory(setup, rank: int) -> ConstantMemory:
     weights = w_b * shard("weight", rp.dense, rp.expert)
     grads = g_b * shard("grad", rp.dense, rp.expert)
     opt = o_b * shard("opt", rp.dense, rp.expert)
-    host = 0.0
-    if plan.offloads_optimizer:
+    host = 0.0 * opt
+    if offload_optimizer:
         # Megatron --optimizer-cpu-offload (fraction 1.0): master weights and moments live in host
         # memory, with a pinned host copy of the fp32 gradient shard to update from.
         host = opt + g_b * shard("opt", rp.dense, rp.expert)
-        opt = 0.0
-    buffers = 0.0
+        opt = 0.0 * opt
     sharded_over = sh.group if sh.kind == "hsdp" else d_dense
-    if sh.kind in ("fsdp", "hsdp") and sharded_over > 1:
+    buffers = 0.0 * opt
+    if sh.kind in ("fsdp", "hsdp"):
         # One layer gathered for compute and the next prefetched (Megatron-FSDP double buffer).
-        buffers += 2 * w_b * rp.largest_layer
-    if sh.kind in ("zero2", "fsdp", "hsdp") and sharded_over > 1:
+        buffers = buffers + 2 * w_b * rp.largest_layer * (sharded_over > 1)
+    if sh.kind in ("zero2", "fsdp", "hsdp"):
         # A layer's full gradient exists until its reduce-scatter completes.
-        buffers += g_b * rp.largest_layer
+        buffers = buffers + g_b * rp.largest_layer * (sharded_over > 1)
     return ConstantMemory(weights, grads, opt, host, buffers)

@@ -21,9 +21,12 @@ exact maximum over a handful of dot products.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
+
+import numpy as np
 
 from planner.cost import activations as act
+from planner.cost.arrays import hashable, maximum, minimum, where
 from planner.cost.constant import ConstantMemory, constant_memory
 from planner.cost.schedule import inflight_profiles, max_inflight, warmup_count
 
@@ -44,6 +47,8 @@ class LayerMemory:
     gradient buffers."""
     full: float
     """Bytes it would keep without recompute (what the recompute window re-creates)."""
+    piece: object = None
+    """Identity of the numbers: consecutive layers with the same piece form a run."""
 
 
 @dataclass(frozen=True)
@@ -53,17 +58,31 @@ class ChunkMemory:
     index: int
     layers: tuple[LayerMemory, ...]
 
-    @property
-    def kept(self) -> float:
-        return sum(l.kept for l in self.layers)
-
-    @property
-    def fwd_rise(self) -> float:
-        """Max over its layers of (kept by earlier layers + this layer's transient + its kept)."""
-        best = run = 0.0
+    def runs(self) -> list[tuple[LayerMemory, int]]:
+        """Consecutive layers with identical numbers, as (layer, count)."""
+        out: list[list] = []
         for l in self.layers:
-            best = max(best, run + l.fwd_transient + l.kept)
-            run += l.kept
+            if out and l.piece is not None and out[-1][0].piece == l.piece:
+                out[-1][1] += 1
+            else:
+                out.append([l, 1])
+        return [(l, n) for l, n in out]
+
+    @cached_property
+    def kept(self):
+        total = 0.0
+        for l, n in self.runs():
+            total = total + n * l.kept
+        return total
+
+    @cached_property
+    def fwd_rise(self):
+        """Max over its layers of (kept by earlier layers + this layer's transient + its kept).
+        Within a run of identical layers the last one is highest (kept bytes are >= 0)."""
+        best = run = 0.0
+        for l, n in self.runs():
+            run = run + n * l.kept
+            best = maximum(best, run + l.fwd_transient)
         return best
 
     @property
@@ -76,15 +95,18 @@ class ChunkMemory:
             run += l.kept
         return at
 
-    @property
-    def bwd_rise(self) -> float:
-        """Max over layers, last first, of (this layer's transient - layers already freed)."""
-        best = float("-inf")
+    @cached_property
+    def bwd_rise(self):
+        """Max over layers, last first, of (this layer's transient - layers already freed).
+        Within a run the last layer (first in backward) is highest."""
+        if not self.layers:
+            return 0.0
+        best = None
         freed = 0.0
-        for l in reversed(self.layers):
-            best = max(best, l.bwd_transient - freed)
-            freed += l.kept
-        return best if self.layers else 0.0
+        for l, n in reversed(self.runs()):
+            best = l.bwd_transient - freed if best is None else maximum(best, l.bwd_transient - freed)
+            freed = freed + n * l.kept
+        return best
 
     @property
     def bwd_rise_at(self) -> int:
@@ -124,14 +146,14 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     blocks = list(_blocks(terms).items())
     kept_b = {b: act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8) for b, bt in blocks}
     # Forward: the largest block transient on top of what the layer has saved so far.
-    fwd = max(fwd_trans.values(), default=0.0)
+    fwd = maximum(*fwd_trans.values()) if fwd_trans else 0.0
     if ordered:
         peak = prefix = 0.0
         for b, bt in blocks:
             full_bytes = act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8)
-            peak = max(peak, prefix + full_bytes + fwd_trans.get(b, 0.0))
-            prefix += kept_b[b]
-        fwd = max(0.0, peak - kept)
+            peak = maximum(peak, prefix + full_bytes + fwd_trans.get(b, 0.0))
+            prefix = prefix + kept_b[b]
+        fwd = maximum(0.0, peak - kept)
     # Backward. Full recompute re-runs the whole layer's forward before its backward, so while
     # block b's forward is re-run or its backward runs, the re-created intermediates of b and of
     # the blocks before it are alive, with the incoming gradient (the seed's recompute window:
@@ -147,11 +169,11 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     for i, (b, _) in enumerate(blocks):
         alive = alive + recreated[b] if full_rc else recreated[b]
         window = grad_out + alive + grad_trans.get(b, 0.0)
-        if recreated[b] > 0:
-            window = max(window, grad_out + alive + fwd_trans.get(b, 0.0))
+        window = where(recreated[b] > 0, maximum(window, grad_out + alive + fwd_trans.get(b, 0.0)), window)
         if ordered:
-            window -= sum(kept_b[later] for later, _ in blocks[i + 1:])
-        bwd = max(bwd, window)
+            for later, _ in blocks[i + 1:]:
+                window = window - kept_b[later]
+        bwd = maximum(bwd, window)
     return LayerMemory(name, kept, fwd, bwd, full)
 
 
@@ -166,9 +188,9 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
     input gradient, SwiGLU gradient of FC1's output width, FC1 input gradient); flash attention's
     backward keeps dQ, dK, dV and an fp32 dQ accumulator."""
     h = model.hidden_size
-    seq_div = sh.tp if sh.sp else 1
+    seq_div = where(sh.sp, sh.tp, 1)
     T = sh.tokens
-    gathered = BF16 * T * h if sh.sp and sh.tp > 1 else 0.0
+    gathered = where(sh.sp, BF16 * T * h, 0.0)
     a = model.attention
     nh = a.num_heads / sh.tp
     if a.kind == "mla":
@@ -176,7 +198,7 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
         qkv = BF16 * T * nh * (2 * a.qk_head_dim + a.v_head_dim)
         qk_dim = a.qk_head_dim
     else:
-        kvh = a.num_kv_heads / min(sh.tp, a.num_kv_heads)
+        kvh = a.num_kv_heads / minimum(sh.tp, a.num_kv_heads)
         proj_out = BF16 * T * (nh + 2 * kvh) * a.head_dim
         qkv = proj_out
         qk_dim = a.head_dim
@@ -205,6 +227,10 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
         gated = 2 if model.ffn.activation == "swiglu" else 1
         fwd["moe"] = gathered + BF16 * h * (src + Tk)
         grad["moe"] = BF16 * Tk * (h + fe + gated * fe) + BF16 * h * src
+        if sh.ep_overlap:
+            # Megatron's EP overlap interleaves a forward micro-batch with a backward one, layer by
+            # layer: the forward's dispatch buffers live beside the backward's gradients.
+            grad["moe"] += fwd["moe"]
     else:
         f = model.ffn.hidden_size / sh.tp
         gated = 2 if model.ffn.activation == "swiglu" else 1
@@ -213,47 +239,134 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
     return fwd, grad
 
 
-@lru_cache(maxsize=16384)
-def chunk_memories(model, layout, rank: int, sh: act.ActShape, recompute, fp8: bool, vocab_div: int,
+def chunk_memories(model, layout, rank: int, sh: act.ActShape, recompute, fp8: bool, vocab_div,
                    full_layers: int | None) -> tuple[ChunkMemory, ...]:
+    """Per-micro-batch memory of each chunk of pipeline rank ``rank`` (cached for scalar shapes;
+    array shapes, from the search, are evaluated directly)."""
+    if hashable(sh, vocab_div):
+        return _chunk_memories_cached(model, layout, rank, sh, recompute, fp8, vocab_div, full_layers)
+    return _chunk_memories(model, layout, rank, sh, recompute, fp8, vocab_div, full_layers)
+
+
+def _chunk_memories(model, layout, rank: int, sh: act.ActShape, recompute, fp8: bool, vocab_div,
+                    full_layers: int | None) -> tuple[ChunkMemory, ...]:
     """Per-micro-batch memory of each chunk of pipeline rank ``rank``.
 
     ``full_layers``: with full recompute, how many layers per chunk are recomputed (Megatron's
     block method recomputes the first N layers of each virtual stage); None means all."""
-    drop = frozenset(act.dropped_modules("", recompute.modules)) if recompute.kind == "selective" else frozenset()
-    grad_out = BF16 * sh.tokens * model.hidden_size / (sh.tp if sh.sp else 1)
+    return chunks_from_pieces(_PieceMemory(model, sh, recompute, fp8, vocab_div), model, layout, rank, recompute,
+                              full_layers)
+
+
+def chunks_from_pieces(pieces, model, layout, rank: int, recompute, full_layers) -> tuple[ChunkMemory, ...]:
+    """Assemble a rank's chunks from per-piece memories, in layout order."""
     chunks = []
     for st in layout.rank_stages(rank):
         layers: list[LayerMemory] = []
         if st.embedding:
-            layers.append(LayerMemory("embedding", act.kept_bytes(act.embedding_terms(model, sh), full=False, drop=frozenset(), fp8=False), 0.0, 0.0, 0.0))
+            layers.append(pieces.embedding())
         for pos, li in enumerate(st.layers):
             kind = model.layer_kinds[li]
-            terms = act.layer_terms(model, sh, kind)
-            fwd_t, grad_t = layer_transients(model, sh, kind, sh.tp)
             rc_kind = recompute.kind
             if rc_kind == "full" and full_layers is not None and pos >= full_layers:
                 rc_kind = "none"
-            layers.append(_layer_memory(f"layer {li} ({kind})", terms, rc_kind=rc_kind,
-                                        drop=drop if rc_kind == "selective" else frozenset(), fp8=fp8,
-                                        fwd_trans=fwd_t, grad_trans=grad_t, grad_out=grad_out,
-                                        ordered=sh.implementation == "megatron-local"))
+            layers.append(pieces.layer(kind, rc_kind, f"layer {li} ({kind})"))
         for _ in range(st.mtp):
-            terms = act.mtp_terms(model, sh, vocab_div)
-            fwd_t, grad_t = layer_transients(model, sh, model.mtp_kind, sh.tp)
-            fwd_t["head"] = BF16 * sh.tokens * model.vocab_size / vocab_div
-            grad_t["head"] = BF16 * sh.tokens * model.vocab_size / vocab_div
-            layers.append(_layer_memory("mtp", terms, rc_kind=recompute.kind if recompute.kind == "full" else "none",
-                                        drop=frozenset(), fp8=fp8, fwd_trans=fwd_t, grad_trans=grad_t, grad_out=grad_out))
+            layers.append(pieces.mtp())
         if st.loss:
-            terms = act.head_terms(model, sh, vocab_div)
-            # The logits exist in bf16 before the fp32 softmax replaces them; in backward the
-            # logits gradient is formed in fp32 and cast to bf16 for the output GEMMs.
-            logits = BF16 * sh.tokens * model.vocab_size / vocab_div
-            layers.append(_layer_memory("output+loss", terms, rc_kind="none", drop=frozenset(), fp8=fp8,
-                                        fwd_trans={"head": logits}, grad_trans={"head": logits}, grad_out=0.0))
+            layers.append(pieces.head())
         chunks.append(ChunkMemory(st.vpp_rank, tuple(layers)))
     return tuple(chunks)
+
+
+class _PieceMemory:
+    """Memory of the repeated pieces of a chunk (a decoder layer of each kind, MTP, the head),
+    computed once per piece: every layer of a kind has the same numbers."""
+
+    def __init__(self, model, sh, recompute, fp8, vocab_div):
+        self.model, self.sh, self.rc, self.fp8, self.vocab_div = model, sh, recompute, fp8, vocab_div
+        self.drop = frozenset(act.dropped_modules("", recompute.modules)) if recompute.kind == "selective" else frozenset()
+        self.grad_out = BF16 * sh.tokens * model.hidden_size / where(sh.sp, sh.tp, 1)
+        self.cache: dict = {}
+
+    def embedding(self) -> LayerMemory:
+        if "E" not in self.cache:
+            kept = act.kept_bytes(act.embedding_terms(self.model, self.sh), full=False, drop=frozenset(), fp8=False)
+            self.cache["E"] = LayerMemory("embedding", kept, 0.0, 0.0, 0.0, "E")
+        return self.cache["E"]
+
+    def layer(self, kind: str, rc_kind: str, name: str) -> LayerMemory:
+        key = (kind, rc_kind)
+        if key not in self.cache:
+            terms = act.layer_terms(self.model, self.sh, kind)
+            fwd_t, grad_t = layer_transients(self.model, self.sh, kind, self.sh.tp)
+            lm = _layer_memory(name, terms, rc_kind=rc_kind,
+                               drop=self.drop if rc_kind == "selective" else frozenset(), fp8=self.fp8,
+                               fwd_trans=fwd_t, grad_trans=grad_t, grad_out=self.grad_out,
+                               ordered=self.sh.implementation == "megatron-local")
+            self.cache[key] = LayerMemory(name, lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, key)
+        m = self.cache[key]
+        return m if m.name == name else LayerMemory(name, m.kept, m.fwd_transient, m.bwd_transient, m.full, m.piece)
+
+    def mtp(self) -> LayerMemory:
+        if "m" not in self.cache:
+            model, sh = self.model, self.sh
+            terms = act.mtp_terms(model, sh, self.vocab_div)
+            fwd_t, grad_t = layer_transients(model, sh, model.mtp_kind, sh.tp)
+            fwd_t["head"] = BF16 * sh.tokens * model.vocab_size / self.vocab_div
+            grad_t["head"] = BF16 * sh.tokens * model.vocab_size / self.vocab_div
+            lm = _layer_memory("mtp", terms, rc_kind=self.rc.kind if self.rc.kind == "full" else "none",
+                               drop=frozenset(), fp8=self.fp8, fwd_trans=fwd_t, grad_trans=grad_t,
+                               grad_out=self.grad_out)
+            self.cache["m"] = LayerMemory("mtp", lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, "m")
+        return self.cache["m"]
+
+    def head(self) -> LayerMemory:
+        if "L" not in self.cache:
+            model, sh = self.model, self.sh
+            terms = act.head_terms(model, sh, self.vocab_div)
+            # The logits exist in bf16 before the fp32 softmax replaces them; in backward the
+            # logits gradient is formed in fp32 and cast to bf16 for the output GEMMs.
+            logits = BF16 * sh.tokens * model.vocab_size / self.vocab_div
+            lm = _layer_memory("output+loss", terms, rc_kind="none", drop=frozenset(), fp8=self.fp8,
+                               fwd_trans={"head": logits}, grad_trans={"head": logits}, grad_out=0.0)
+            self.cache["L"] = LayerMemory("output+loss", lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, "L")
+        return self.cache["L"]
+
+    def sliced(self, idx) -> "_SlicedPieces":
+        """The same pieces for a subset of the plans (array entries ``idx``)."""
+        return _SlicedPieces(self, idx)
+
+
+class _SlicedPieces:
+    """View of a _PieceMemory's (array) numbers restricted to some plans."""
+
+    def __init__(self, base: _PieceMemory, idx):
+        self.base, self.idx, self.cache = base, idx, {}
+
+    def _cut(self, lm: LayerMemory, name: str | None = None) -> LayerMemory:
+        key = lm.piece
+        if key not in self.cache:
+            pick = lambda x: x[self.idx] if np.ndim(x) else x  # noqa: E731
+            self.cache[key] = LayerMemory(lm.name, pick(lm.kept), pick(lm.fwd_transient), pick(lm.bwd_transient),
+                                          pick(lm.full), key)
+        c = self.cache[key]
+        return c if name is None or c.name == name else LayerMemory(name, c.kept, c.fwd_transient, c.bwd_transient, c.full, key)
+
+    def embedding(self):
+        return self._cut(self.base.embedding())
+
+    def layer(self, kind, rc_kind, name):
+        return self._cut(self.base.layer(kind, rc_kind, name), name)
+
+    def mtp(self):
+        return self._cut(self.base.mtp())
+
+    def head(self):
+        return self._cut(self.base.head())
+
+
+_chunk_memories_cached = lru_cache(maxsize=16384)(_chunk_memories)
 
 
 @dataclass(frozen=True)
@@ -279,44 +392,48 @@ class StageMemory:
 
 
 def comm_buffers(setup) -> float:
-    """NCCL communicators of this GPU's process groups, EP dispatcher staging, PP send/receive.
+    """Communication buffers of one GPU of this plan (see :func:`comm_bytes`)."""
+    from planner.cost.topology_groups import domain_fill
 
-    A communicator costs its buffers only if its group has more than one rank (NCCL initializes
-    lazily). Groups that fit in one NVLink domain use the intra-domain size."""
-    from planner.cost.topology_groups import group_spans_domains
-
-    mem = setup.efficiency.memory
-    deg = setup.deg
-    groups = {"tp": deg.tp, "cp": deg.cp, "dp": deg.dp * deg.cp, "pp": deg.pp, "ep": deg.ep, "edp": deg.edp}
-    if setup.model.is_moe and deg.etp > 1:
-        groups["etp"] = deg.etp
-    total = 0.0
-    for name, size in groups.items():
-        if size <= 1:
-            continue
-        cross = group_spans_domains(setup, name)
-        total += (mem.nccl_bytes_per_communicator_internode if cross else mem.nccl_bytes_per_communicator).value
-    if setup.model.is_moe and deg.ep > 1 and setup.plan.dispatcher in ("deepep", "hybridep"):
-        total += mem.ep_a2a_staging_bytes.value * setup.model.hidden_size / 7168
-    if deg.pp > 1:
-        # Megatron allocates receive buffers per in-flight transfer: forward and backward, and two
-        # of each when P2P overlaps with compute (interleaved schedule).
-        slots = 4 if deg.vpp > 1 else 2
-        total += slots * BF16 * setup.tokens_per_microbatch * setup.model.hidden_size / (deg.tp if setup.sequence_parallel else 1)
-    total += mem.gemm_workspace_bytes.value * mem.gemm_workspace_streams.value
-    total += attention_score_buffer(setup)
-    return total
+    return comm_bytes(setup.model, setup.efficiency.memory, setup.deg, fill=domain_fill(setup),
+                      dispatcher=setup.plan.dispatcher, tokens=setup.tokens_per_microbatch,
+                      sp=setup.sequence_parallel) + attention_score_buffer(setup)
 
 
 def attention_score_buffer(setup) -> float:
     """Megatron's unfused ``DotProductAttention`` (local spec) takes the baddbmm input buffer for the
     [b * heads, s, s] scores from the global memory buffer ('mpu'), which keeps it for the rest of
     the run: bf16 scores of one micro-batch, measured on an H200 as the steady memory above
-    weights and optimizer states (results/validation/gpu-memory.md)."""
+    weights and optimizer states (results/validation/gpu-memory.md). Counted with the buffers."""
     if setup.assumptions.implementation == "te":
         return 0.0
     heads = setup.model.attention.num_heads / setup.deg.tp
     return BF16 * setup.plan.mbs * heads * setup.seq_per_gpu ** 2
+
+
+def comm_bytes(model, mem, deg, *, fill, dispatcher, tokens, sp):
+    """NCCL communicators of this GPU's process groups, EP dispatcher staging, PP send/receive
+    buffers and GEMM workspaces. Degrees may be arrays.
+
+    A communicator costs its buffers only if its group has more than one rank (NCCL initializes
+    lazily); groups that fit in one NVLink domain use the intra-domain size."""
+    from planner.cost.topology_groups import group_stride, spans_domains
+
+    names = ["tp", "cp", "dp", "pp", "ep", "edp"] + (["etp"] if model.is_moe else [])
+    total = 0.0
+    for name in names:
+        stride, size = group_stride(deg, name)
+        cross = spans_domains(stride, size, fill)
+        per = where(cross, mem.nccl_bytes_per_communicator_internode.value, mem.nccl_bytes_per_communicator.value)
+        total = total + per * (np.asarray(size) > 1)
+    if model.is_moe and dispatcher in ("deepep", "hybridep"):
+        total = total + mem.ep_a2a_staging_bytes.value * model.hidden_size / 7168 * (np.asarray(deg.ep) > 1)
+    # Megatron allocates receive buffers per in-flight transfer: forward and backward, and two of
+    # each when P2P overlaps with compute (interleaved schedule).
+    slots = where(np.asarray(deg.vpp) > 1, 4, 2) * (np.asarray(deg.pp) > 1)
+    total = total + slots * BF16 * tokens * model.hidden_size / where(sp, deg.tp, 1)
+    total = total + mem.gemm_workspace_bytes.value * mem.gemm_workspace_streams.value
+    return total if np.ndim(total) else float(total)
 
 
 def _locate_moment(setup, rank, chunks, held, peak: float, *, recomputes: bool) -> dict:
@@ -367,18 +484,24 @@ def _moment(phase, op, counts, layer, held_bytes, rise, window) -> dict:
 
 
 def held_function(setup, kept: list[float]):
+    return held_of(kept, setup.plan.offloads_activations)
+
+
+def held_of(kept: list, offload: bool):
     """Activation bytes on the GPU for an in-flight count vector (chunks held per virtual stage).
 
     With activation offload, only the chunk being computed and the next one (being prefetched
     back) stay on the GPU; the rest waits in host memory (Megatron fine-grained activation
     offloading overlaps the copies with compute)."""
-    offload = setup.plan.offloads_activations
 
-    def held(vec) -> float:
-        total = sum(n * k for n, k in zip(vec, kept))
+    def held(vec):
+        total = 0.0
+        for n, k in zip(vec, kept):
+            if n:
+                total = total + n * k
         if offload:
             n = sum(vec)
-            total = total * min(n, 2) / n if n else 0.0
+            total = total * min(n, 2) / n if n else 0.0 * total
         return total
 
     return held
@@ -388,47 +511,110 @@ def _vocab_div(setup) -> int:
     return setup.deg.tp
 
 
-def optimizer_transient(setup, const: ConstantMemory) -> float:
-    """Optimizer-step temporaries: the fused multi-tensor Adam works in place on chunks, but the
-    precision-aware paths (bf16 moments, FP8 primary weights) upcast one parameter bucket to fp32
-    at a time; Megatron's distributed optimizer also all-gathers updated parameters into the
-    (already allocated) parameter buffer. Estimate: one DDP bucket of fp32 temporaries when
-    upcasting, else none."""
-    if setup.plan.moments == "bf16" or setup.precision == "fp8":
-        return 3 * setup.efficiency.memory.dp_bucket_bytes.value
-    if setup.assumptions.implementation == "megatron-local":
+def optimizer_transient(setup, const: ConstantMemory | None = None) -> float:
+    if (setup.assumptions.implementation == "megatron-local" and const is not None
+            and setup.plan.moments != "bf16" and setup.precision != "fp8"):
         # Without Transformer Engine or Apex, Megatron-Core falls back to torch.optim.AdamW, whose
         # foreach step builds sqrt(v) for every parameter at once: one fp32 copy of the optimizer's
         # parameters (measured on an H200: the optimizer-step peak is 4 B per parameter above the
         # steady memory, results/validation/gpu-memory.md).
         return 4.0 * const.optimizer / (4.0 + 8.0)
+    return optimizer_transient_bytes(setup.hw, setup.plan.moments, setup.precision)
+
+
+def optimizer_transient_bytes(hw, moments: str, precision: str) -> float:
+    """Optimizer-step temporaries: the fused multi-tensor Adam works in place on chunks, but the
+    precision-aware paths (bf16 moments, FP8 primary weights) upcast one parameter bucket to fp32
+    at a time; Megatron's distributed optimizer all-gathers updated parameters into the (already
+    allocated) parameter buffer. Estimate: three fp32 copies of one DDP bucket when upcasting."""
+    from planner.cost.efficiency_access import memory_constants
+
+    if moments == "bf16" or precision == "fp8":
+        return 3 * memory_constants(hw).dp_bucket_bytes.value
     return 0.0
+
+
+def stage_chunks(setup, rank: int) -> tuple[ChunkMemory, ...]:
+    """Per-micro-batch memory of each chunk of ``rank`` under the plan's recompute and precision."""
+    rc = setup.recompute
+    full_layers = rc.layers if rc.kind == "full" else None
+    if setup.plan.stage_recompute_layers is not None and rc.kind == "full":
+        full_layers = setup.plan.stage_recompute_layers[rank]
+    return chunk_memories(setup.model, setup.layout, rank, act.shape_of(setup), rc, setup.precision == "fp8",
+                          _vocab_div(setup), full_layers)
+
+
+def activation_peak(setup, rank: int, chunks=None) -> float:
+    """Highest activation + transient bytes of ``rank`` over its schedule."""
+    chunks = chunks if chunks is not None else stage_chunks(setup, rank)
+    return activation_peak_of(chunks, setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank,
+                              setup.plan.offloads_activations)
+
+
+def activation_peak_of(chunks, pp: int, vpp: int, m: int, rank: int, offload_activations: bool):
+    """The exact maximum over the distinct in-flight vectors before each forward and backward
+    (see module docstring). Chunk numbers may be arrays (many plans)."""
+    kept = np.array([np.asarray(c.kept, dtype=float) for c in chunks])
+    scalar = kept.ndim == 1
+    kept = kept.reshape(len(chunks), -1)
+    fwd = np.array([np.broadcast_to(np.asarray(c.fwd_rise, dtype=float), kept.shape[1:]) for c in chunks])
+    bwd = np.array([np.broadcast_to(np.asarray(c.bwd_rise, dtype=float), kept.shape[1:]) for c in chunks])
+    best = peak_over_profiles(kept, fwd, bwd, pp, vpp, m, rank, offload_activations)
+    return float(best[0]) if scalar else best
+
+
+def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank: int, offload: bool):
+    """max over the rank's in-flight vectors n before each op of (n . kept + rise of the op's
+    chunk), as matrix products; ``kept``, ``fwd_rise``, ``bwd_rise`` are (chunks, X) arrays and
+    the result has shape (X,)."""
+    best = None
+    for N, chunk, rise in ((*_profile_matrix(pp, vpp, m, rank, 0, offload), fwd_rise),
+                           (*_profile_matrix(pp, vpp, m, rank, 1, offload), bwd_rise)):
+        if N is None:
+            continue
+        held = N @ kept
+        if offload:
+            # Activation offload keeps only the chunk being computed and the one being prefetched.
+            n = N.sum(axis=1, keepdims=True)
+            held *= np.where(n > 0, np.minimum(n, 2) / np.maximum(n, 1), 0.0)
+        held += rise[chunk]
+        top = held.max(axis=0)
+        best = top if best is None else np.maximum(best, top)
+    return best if best is not None else np.zeros(kept.shape[1:])
+
+
+@lru_cache(maxsize=16384)
+def _profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool):
+    """The in-flight vectors seen before the rank's forwards (kind 0) or backwards (kind 1), as a
+    matrix, with the chunk of the op each precedes."""
+    profiles = inflight_profiles(pp, vpp, m, rank)[kind]
+    rows, chunk = [], []
+    for c in range(vpp):
+        vecs = profiles[c]
+        for vec in vecs:
+            # Without offload, a vector no larger than another (entry by entry) before the same
+            # op can never be the peak, since held bytes grow with every count: keep maximal ones.
+            if not offload and any(o != vec and all(a <= b for a, b in zip(vec, o)) for o in vecs):
+                continue
+            rows.append(vec), chunk.append(c)
+    if not rows:
+        return None, None
+    return np.array(rows, dtype=float), np.array(chunk)
+
+
+stage_chunks_of = chunk_memories
 
 
 def stage_memory(setup, rank: int) -> StageMemory:
     deg = setup.deg
-    sh = act.shape_of(setup)
     rc = setup.recompute
-    fp8 = setup.precision == "fp8"
-    full_layers = rc.layers if rc.kind == "full" else None
-    if setup.plan.stage_recompute_layers is not None and rc.kind == "full":
-        full_layers = setup.plan.stage_recompute_layers[rank]
-    chunks = chunk_memories(setup.model, setup.layout, rank, sh, rc, fp8, _vocab_div(setup), full_layers)
+    chunks = stage_chunks(setup, rank)
     const = constant_memory(setup, rank)
     comm = comm_buffers(setup) + const.fsdp_buffers
     p, v, m = deg.pp, deg.vpp, setup.micro_batches
-    before_f, before_b = inflight_profiles(p, v, m, rank)
-    kept = [c.kept for c in chunks]
-
-    held = held_function(setup, kept)
-
+    held = held_function(setup, [c.kept for c in chunks])
     base = const.total + comm
-    # Exact peak from the distinct in-flight vectors (fast path shared with the search).
-    best = max(
-        [held(vec) + chunk.fwd_rise for c, chunk in enumerate(chunks) for vec in before_f[c]]
-        + [held(vec) + chunk.bwd_rise for c, chunk in enumerate(chunks) for vec in before_b[c]],
-        default=0.0,
-    )
+    best = activation_peak(setup, rank, chunks)
     moment = _locate_moment(setup, rank, chunks, held, best, recomputes=rc.kind != "none")
     opt_t = optimizer_transient(setup, const)
     if opt_t > best:
@@ -558,6 +744,15 @@ def _moment_json(m: dict) -> dict:
     return out
 
 
+def host_bytes(setup, stage: StageMemory) -> float:
+    """Host memory one GPU of this stage needs: offloaded optimizer state, and with activation
+    offload the activations of the chunks in flight at the end of the warm-up."""
+    total = stage.constant.host_optimizer
+    if setup.plan.offloads_activations:
+        total += sum(n * c.kept for n, c in zip(stage.inflight_end_of_warmup, stage.chunks))
+    return total
+
+
 def memory_report(setup) -> MemoryReport:
     mem = setup.efficiency.memory
     stages = tuple(stage_memory(setup, r) for r in range(setup.deg.pp))
@@ -566,7 +761,5 @@ def memory_report(setup) -> MemoryReport:
     capacity = setup.hw.gpu.hbm_usable_bytes.value - ctx - setup.job.memory_margin_bytes
     if setup.assumptions.allocator_margin_bytes is not None:
         capacity -= setup.assumptions.allocator_margin_bytes
-    host_needed = max(s.constant.host_optimizer for s in stages)
-    if setup.plan.offloads_activations:
-        host_needed += max(sum(n * c.kept for n, c in zip(s.inflight_end_of_warmup, s.chunks)) for s in stages)
+    host_needed = max(host_bytes(setup, s) for s in stages)
     return MemoryReport(setup, stages, frac, ctx, capacity, host_needed, setup.hw.host.host_memory_bytes.value)

@@ -57,11 +57,23 @@ def rank_ops(p: int, v: int, m: int, rank: int) -> tuple[Op, ...]:
     return tuple(ops)
 
 
-@lru_cache(maxsize=8192)
-def inflight_profiles(p: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+def profile_microbatches(p: int, v: int, m: int) -> int:
+    """A micro-batch count with the same in-flight vectors as ``m``: the schedule's steady state
+    repeats every p*v virtual micro-batches, so beyond the warm-up, a few periods and the partial
+    last group (m mod p) nothing new appears (tests check this against the full schedule)."""
+    cap = p * (v + 4) + (m % p)
+    return m if m <= cap else cap
+
+
+def inflight_profiles(p: int, v: int, m: int, rank: int):
     """Distinct in-flight count vectors (chunks held per virtual stage) seen just before each
     forward and each backward of each chunk: (before_forward[c], before_backward[c]) as tuples of
     count vectors. Enough to find the peak exactly without walking every op again."""
+    return _inflight_profiles(p, v, profile_microbatches(p, v, m), rank)
+
+
+@lru_cache(maxsize=8192)
+def _inflight_profiles(p: int, v: int, m: int, rank: int):
     held = [0] * v
     before_f: list[set] = [set() for _ in range(v)]
     before_b: list[set] = [set() for _ in range(v)]
@@ -78,6 +90,11 @@ def inflight_profiles(p: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[in
 def max_inflight(p: int, v: int, m: int, rank: int) -> int:
     """Most micro-batch chunks rank ``rank`` holds at once (the warm-up count plus one, when the
     steady state is reached)."""
+    return _max_inflight(p, v, profile_microbatches(p, v, m), rank)
+
+
+@lru_cache(maxsize=8192)
+def _max_inflight(p: int, v: int, m: int, rank: int) -> int:
     held = best = 0
     for op in rank_ops(p, v, m, rank):
         held += 1 if op.kind == "F" else -1

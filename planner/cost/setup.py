@@ -48,6 +48,20 @@ class Assumptions(Spec):
     assume). False models pre-2022 setups that replicate the [tokens, h] tensors on TP ranks."""
     allocator_margin_bytes: float | None = Field(None, ge=0.0)
     """Reserved-over-allocated margin plus CUDA context; None uses the generation profile's default."""
+    calibration: str | None = None
+    """Path of a calibration file from `planner calibrate` whose measured rates override the
+    generation profile in the time model (see planner.specs.calibration)."""
+    tp_comm_overlap: bool | None = None
+    """Overlap TP/SP all-gathers and reduce-scatters with the neighbouring GEMMs (Megatron
+    --tp-comm-overlap, Transformer Engine userbuffers). None: on with implementation 'te', off
+    with 'megatron-local' (2022-era Megatron overlapped only the backward's column-parallel
+    gradient communication)."""
+    dp_overlap: bool = True
+    """Overlap the data-parallel gradient reduce-scatter with the backward and the parameter
+    all-gather with the forward (Megatron --overlap-grad-reduce --overlap-param-gather)."""
+    rank_order: str = Field("tp-cp-ep-dp-pp", pattern=r"^(tp|cp|ep|dp|pp)(-(tp|cp|ep|dp|pp)){4}$")
+    """Order in which ranks are laid out over GPUs, fastest-varying first (Megatron --order);
+    GPUs of one NVLink domain get consecutive ranks."""
 
 
 @dataclass(frozen=True)

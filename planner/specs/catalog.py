@@ -7,6 +7,7 @@ becomes a one-paragraph :class:`~planner.errors.PlannerError` naming the file an
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -38,6 +39,25 @@ def catalog_root() -> Path:
     )
 
 
+@lru_cache(maxsize=1)
+def _yaml_loader():
+    """SafeLoader that also reads YAML 1.2 floats such as 989.4e12 or 1e9: PyYAML follows YAML 1.1,
+    whose float pattern needs a dot and a signed exponent, and would hand these over as strings."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return Loader
+
+
 def read_yaml(path: Path) -> dict:
     import yaml
 
@@ -46,7 +66,7 @@ def read_yaml(path: Path) -> dict:
     except OSError as exc:
         raise PlannerError(f"Cannot read '{path}': {exc.strerror}.") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -74,18 +94,43 @@ def read_json(path: Path) -> dict:
     return data
 
 
-def validation_paragraph(what: str, origin: str, exc: ValidationError) -> str:
-    """One paragraph naming each bad field of a spec file."""
+def _field_path(loc: tuple, data, missing: bool = False) -> str:
+    """Dotted path of an error location as the user wrote it: pydantic's union tags ('gqa') and
+    validator wrappers are dropped by following the location through the input (a missing field,
+    the one part not in the input, is kept)."""
+    parts: list[str] = []
+    node = data
+    for i, p in enumerate(loc):
+        s = str(p)
+        if s.startswith("function-"):
+            continue
+        if isinstance(node, dict) and p in node:
+            node = node[p]
+        elif isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
+            node = node[p]
+        elif data is not None and not (missing and i == len(loc) - 1):
+            continue  # a union tag or wrapper, not a key of the input
+        parts.append(s)
+    return ".".join(parts)
+
+
+def validation_paragraph(what: str, origin: str, exc: ValidationError, data=None) -> str:
+    """One paragraph naming each bad field of a spec file (and its value, where it has one)."""
     parts = []
     for err in exc.errors()[:4]:
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
+        loc = _field_path(err["loc"], data, missing=err["type"] == "missing")
         msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = f" = {value!r}" if isinstance(value, (int, float, str, bool)) and err["type"] != "missing" else ""
         if err["type"] == "missing":
             parts.append(f"field '{loc}' is missing")
         elif err["type"] == "extra_forbidden":
             parts.append(f"field '{loc}' is not a known {what} field")
+        elif err["type"] == "union_tag_not_found":
+            key = str(err.get("ctx", {}).get("discriminator", "kind")).strip("'")
+            parts.append(f"field '{loc}' needs a '{key}' key naming its variant (e.g. kind: gqa or kind: mla)")
         else:
-            parts.append(f"field '{loc}': {msg}" if loc else msg)
+            parts.append(f"field '{loc}'{shown}: {msg}" if loc else msg)
     more = f" (and {len(exc.errors()) - 4} more)" if len(exc.errors()) > 4 else ""
     return f"{what.capitalize()} spec '{origin}' is invalid: " + "; ".join(parts) + more + "."
 
@@ -94,7 +139,7 @@ def validate_spec(cls: type[S], data: dict, what: str, origin: str) -> S:
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise PlannerError(validation_paragraph(what, origin, exc)) from None
+        raise PlannerError(validation_paragraph(what, origin, exc, data)) from None
 
 
 def spec_hash(spec: BaseModel) -> str:
@@ -113,6 +158,20 @@ def _catalog(kind: str) -> dict[str, Path]:
         for name in [data.get("name", path.stem), *data.get("aliases", [])]:
             index[str(name).lower()] = path
     return index
+
+
+def _suggest_entry(kind: str, key: str) -> str:
+    """'Did you mean' over names and aliases, each catalog entry offered once, by its file's name."""
+    index = _catalog(kind)
+    other = "hw_specs" if kind == "models" else "models"
+    if key in _catalog(other):
+        what = "hardware" if other == "hw_specs" else "model"
+        return f"'{key}' is a {what} name, not a {'model' if kind == 'models' else 'hardware'} name."
+    close = difflib.get_close_matches(key, list(index), n=6, cutoff=0.5)
+    primary = list(dict.fromkeys(index[c].stem for c in close))[:3]
+    if primary:
+        return "Did you mean " + " or ".join(f"'{p}'" for p in primary) + "?"
+    return suggest(key, catalog_names(kind))
 
 
 def catalog_names(kind: str) -> list[str]:
@@ -147,7 +206,7 @@ def load_model(name: str):
     if key not in index:
         raise PlannerError(
             f"Unknown model '{name}'.",
-            hint=suggest(key, index) + " 'planner models' lists the catalog; a path to a model YAML or a "
+            hint=_suggest_entry("models", key) + " 'planner models' lists the catalog; a path to a model YAML or a "
             "HuggingFace config.json also works.",
         )
     return _load_catalog_file("models", index[key])
@@ -167,7 +226,7 @@ def load_hardware(name: str):
     if key not in index:
         raise PlannerError(
             f"Unknown hardware '{name}'.",
-            hint=suggest(key, index) + " 'planner hw' lists the catalog; a path to a hardware YAML also works.",
+            hint=_suggest_entry("hw_specs", key) + " 'planner hw' lists the catalog; a path to a hardware YAML also works.",
         )
     return _load_catalog_file("hw_specs", index[key])
 

@@ -37,12 +37,89 @@ class MemoryOverheads(Spec):
     communication buffers of this size."""
 
 
+class GemmCeiling(Spec):
+    """A measured GEMM rate of large shapes (planner.cost.compute.gemm_efficiency): the fraction of
+    the datasheet peak that shapes of 8192 and more in every dimension reach; smaller dimensions
+    lose from it by ComputeEfficiency.gemm_half_dim."""
+
+    fraction: float
+    """Achieved TFLOPS / dense datasheet peak of the same dtype at ``shape``."""
+    shape: tuple[int, int, int]
+    """(M, N, K) of the measurement (informational: MAMF shapes are large)."""
+    source: str
+    """Where the measurement comes from."""
+    note: str | None = None
+    """Caveats (unrecorded shape, recipe differences)."""
+
+
 class ComputeEfficiency(Spec):
-    """Achievable fractions of the dense peaks (owned by the time model; see planner.cost.compute)."""
+    """Achievable fractions of the dense peaks (owned by the time model; see planner.cost.compute).
+
+    One set per GPU generation; the GEMM ceilings are per precision recipe because FP8 GEMMs on a
+    given generation run at their own fraction of the FP8 peak."""
+
+    gemm: dict[str, GemmCeiling]
+    """GEMM ceilings by recipe: 'bf16' (also fp16), and the FP8 recipe names this generation runs
+    ('blockwise', 'mxfp8', 'tensorwise', 'delayed')."""
+    gemm_half_dim: Sourced[int]
+    """Size at which one GEMM dimension (M, N or K) costs half the rate: each dimension d keeps
+    x / (1 + x) of it with x = (d / half_dim)^exponent (tile quantization and SM fill for M and N,
+    pipeline fill and epilogue against the K loop). The ceiling above is the rate of large shapes
+    (8192^3 reaches it)."""
+    gemm_shape_exponent: Sourced[float]
+    """Exponent of that curve (how sharply small dimensions fall off)."""
+    flash_fwd_fraction: Sourced[float]
+    """Fused (flash) attention forward: asymptotic fraction of the BF16 peak at long sequences."""
+    flash_bwd_fraction: Sourced[float]
+    """Fused attention backward, counting the backward as 2.5x the forward FLOPs (FlashAttention's
+    convention: it recomputes QK^T and runs four more matmuls)."""
+    flash_half_keys: Sourced[float]
+    """Keys per query at which the fused attention kernel reaches half its asymptotic rate (tile
+    setup, softmax rescaling and the causal diagonal dominate short rows)."""
+    hbm_fraction: Sourced[float]
+    """Achievable fraction of the HBM bandwidth for streaming element-wise, norm, permute, softmax
+    and optimizer kernels."""
+    kernel_overhead_s: Sourced[float]
+    """Idle time per kernel between back-to-back kernels on one stream (launch gap and tail), added
+    to every kernel; makes many small kernels cost more than their bytes or FLOPs."""
+    host_launch_s: Sourced[float]
+    """CPU time to issue one kernel from eager PyTorch/Transformer Engine (Python, dispatcher,
+    autograd, launch). A block whose kernels the host issues slower than the GPU runs them is
+    host-bound: it takes the host's time (what CUDA graphs remove)."""
+    sustained_fraction: Sourced[float]
+    """Tensor-core rate sustained inside a multi-GPU training step relative to the isolated
+    benchmarks above (clock derating at the board power limit with every GPU of the node busy,
+    SMs and L2 shared with overlapped communication kernels). Applied to GEMM and attention math."""
+    optimizer_bytes_per_param: Sourced[float] | None = None
+    """Override of the optimizer-step HBM traffic per locally updated parameter (otherwise derived
+    from the precision of master weights, gradients and moments)."""
 
 
 class CommEfficiency(Spec):
     """Achievable fractions of link bandwidths and latencies (owned by the communication model)."""
+
+    nvlink_fraction: Sourced[float]
+    """Bus bandwidth of NCCL ring/tree collectives inside an NVLink domain over the per-direction
+    NVLink bandwidth (nccl-tests busbw / link)."""
+    nvls_fraction: Sourced[float]
+    """Same for all-reduce with in-switch reduction (NVLink SHARP), where the hardware has it:
+    algorithm bandwidth per GPU over the per-direction NVLink bandwidth."""
+    nic_fraction: Sourced[float]
+    """Bus bandwidth of collectives across domains over the per-GPU NIC bandwidth."""
+    nvlink_latency_s: Sourced[float]
+    """Per-step latency of a collective inside an NVLink domain (one ring hop or tree level)."""
+    a2a_nvlink_fraction: dict[str, Sourced[float]]
+    """EP dispatch/combine achievable bandwidth inside a domain over the per-direction NVLink
+    bandwidth, by dispatcher: 'alltoall' (NCCL), 'deepep', 'hybridep'."""
+    a2a_nic_fraction: dict[str, Sourced[float]]
+    """Same across domains over the NIC bandwidth (RDMA part of the dispatch)."""
+    a2a_peer_latency_s: Sourced[float]
+    """Extra latency per peer of an all-to-all (NCCL issues one send/receive per peer)."""
+    p2p_fraction: Sourced[float]
+    """Pipeline send/receive achievable bandwidth over the link bandwidth."""
+    overlap_interference: Sourced[float]
+    """Fraction of the hidden (overlapped) communication time that still slows the compute it hides
+    behind (SMs and HBM bandwidth taken by communication kernels)."""
 
 
 class EfficiencyProfile(Spec):
@@ -54,10 +131,10 @@ class EfficiencyProfile(Spec):
     """What hardware and software stack these constants describe."""
     memory: MemoryOverheads
     """Memory outside the model's tensors."""
-    compute: ComputeEfficiency = ComputeEfficiency()
-    """Kernel efficiencies for the time model."""
-    comm: CommEfficiency = CommEfficiency()
-    """Collective efficiencies for the communication model."""
+    compute: ComputeEfficiency | None = None
+    """Kernel efficiencies for the time model (required by planner.cost.time)."""
+    comm: CommEfficiency | None = None
+    """Collective efficiencies for the communication model (required by planner.cost.time)."""
 
 
 @lru_cache(maxsize=None)

@@ -7,14 +7,16 @@ its source; the generation-wide efficiency constants (achievable fractions of th
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import model_validator
+from pydantic import Field, PositiveInt, model_validator
 
 from planner.specs.common import Sourced, Spec
 
 Generation = Literal["ampere", "hopper", "blackwell", "blackwell_ultra"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp4"]
+Positive = Annotated[float, Field(gt=0)]
+"""Every hardware quantity (FLOP/s, bytes, bytes/s, seconds, watts) is positive."""
 
 
 class GPU(Spec):
@@ -26,16 +28,16 @@ class GPU(Spec):
     """Architecture generation; selects the efficiency profile."""
     arch: str
     """Compute capability (sm90, sm100, ...)."""
-    peak_flops: dict[Dtype, Sourced[float]]
+    peak_flops: dict[Dtype, Sourced[Positive]]
     """Dense tensor-core peak per dtype, FLOP/s."""
-    hbm_capacity_bytes: Sourced[float]
+    hbm_capacity_bytes: Sourced[Positive]
     """HBM as the vendor states it (bytes; 'GB' on datasheets are 1e9)."""
-    hbm_usable_bytes: Sourced[float]
+    hbm_usable_bytes: Sourced[Positive]
     """Device memory a process can allocate, as the driver reports it (total memory before the
     CUDA context and allocator margin are taken off)."""
-    hbm_bandwidth: Sourced[float]
+    hbm_bandwidth: Sourced[Positive]
     """Peak HBM bandwidth, bytes/s."""
-    tdp_watts: Sourced[float] | None = None
+    tdp_watts: Sourced[Positive] | None = None
     """Board power."""
 
     @model_validator(mode="after")
@@ -50,9 +52,9 @@ class NVLinkDomain(Spec):
 
     generation: int
     """NVLink generation (3: A100, 4: Hopper, 5: Blackwell)."""
-    domain_size: Sourced[int]
+    domain_size: Sourced[PositiveInt]
     """GPUs per NVLink domain: 8 on HGX boards, 72 on an NVL72 rack."""
-    bandwidth_per_direction: Sourced[float]
+    bandwidth_per_direction: Sourced[Positive]
     """Per-GPU NVLink bandwidth in one direction, bytes/s (half the 'bidirectional' figure)."""
     in_switch_reduction: Sourced[bool]
     """NVLink SHARP (NVLS): the switch reduces, halving all-reduce traffic per GPU."""
@@ -63,9 +65,9 @@ class ScaleOut(Spec):
 
     nic: str
     """NIC model and speed."""
-    bandwidth_per_direction: Sourced[float]
+    bandwidth_per_direction: Sourced[Positive]
     """Per-GPU NIC bandwidth in one direction, bytes/s (400 Gb/s = 50e9)."""
-    latency_s: Sourced[float]
+    latency_s: Sourced[Positive]
     """One-hop message latency across the fabric, seconds."""
 
 
@@ -74,13 +76,13 @@ class HostLink(Spec):
 
     kind: Literal["pcie", "nvlink-c2c"]
     """PCIe (x86 hosts) or NVLink-C2C (Grace superchips)."""
-    bandwidth_per_direction: Sourced[float]
+    bandwidth_per_direction: Sourced[Positive]
     """Per-GPU host-link bandwidth in one direction, bytes/s."""
-    host_memory_bytes: Sourced[float]
+    host_memory_bytes: Sourced[Positive]
     """Host memory available per GPU, bytes."""
-    host_memory_bandwidth: Sourced[float] | None = None
+    host_memory_bandwidth: Sourced[Positive] | None = None
     """Host DRAM bandwidth per GPU, bytes/s (bounds a CPU optimizer step)."""
-    cpu_adam_params_per_s: Sourced[float] | None = None
+    cpu_adam_params_per_s: Sourced[Positive] | None = None
     """Throughput of a CPU Adam step per GPU's share of host cores, parameters/s."""
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.specs.common import Sourced, Spec
 
@@ -122,7 +122,8 @@ class MoE(Spec):
     layer_freq: PositiveInt = 1
     """After the first k, layer i is MoE when i % layer_freq == 0 (DeepSeek moe_layer_freq)."""
     router_bias: bool = False
-    """A per-expert score-correction bias in the router (DeepSeek-V3 aux-loss-free balancing)."""
+    """One bias per expert in the router: DeepSeek-V3's score-correction bias (aux-loss-free
+    balancing, topk_method noaux_tc) or the bias of gpt-oss's router linear layer."""
     expert_bias: bool = False
     """Biases inside each expert MLP (gpt-oss)."""
     score_function: Literal["softmax", "sigmoid"] = "softmax"
@@ -151,14 +152,14 @@ class MoE(Spec):
 class Published(Spec):
     """What the model's publisher states, for checking planner's own counts."""
 
-    total_params: Sourced[float]
+    total_params: Sourced[PositiveFloat]
     """Published total parameters of the main model (MTP excluded), in parameters."""
-    active_params: Sourced[float] | None = None
+    active_params: Sourced[PositiveFloat] | None = None
     """Published activated parameters per token."""
     active_convention: Literal["excl_input_embedding", "incl_embedding"] = "excl_input_embedding"
     """How the publisher counts activated parameters: with or without the input-embedding lookup
     (the output head is always counted)."""
-    mtp_params: Sourced[float] | None = None
+    mtp_params: Sourced[PositiveFloat] | None = None
     """Published unique parameters of the multi-token-prediction modules."""
 
 
@@ -219,7 +220,7 @@ class ModelSpec(Spec):
     """The publisher's own parameter counts."""
     reference_job: ReferenceJob | None = None
     """A published training setup: the default job."""
-    training_tokens: Sourced[float] | None = None
+    training_tokens: Sourced[PositiveFloat] | None = None
     """Published pre-training token budget (for GPU-hours and days in `compare`)."""
     notes: str | None = None
     """Anything about the architecture the fields above do not capture."""

@@ -165,7 +165,10 @@ class Plan(Spec):
             return None
         from planner.specs.layout import parse_layout
 
-        parse_layout(v)  # syntax only; the layer count is checked against the model later
+        try:
+            parse_layout(v)  # syntax only; the layer count is checked against the model later
+        except PlannerError as exc:  # a field error, so that the message names the 'layout' key
+            raise ValueError(exc.paragraph()) from None
         return v.replace(" ", "")
 
     @field_validator("stage_recompute")
@@ -267,9 +270,8 @@ class Plan(Spec):
         except ValidationError as exc:
             err = exc.errors()[0]
             key = ".".join(str(p) for p in err["loc"]) or "plan"
-            raise PlannerError(
-                f"Plan key '{key}' has a bad value {values.get(key)!r}: {err['msg']}."
-            ) from None
+            msg = err["msg"].removeprefix("Value error, ").rstrip(".")
+            raise PlannerError(f"Plan key '{key}' has a bad value {values.get(key)!r}: {msg}.") from None
 
     def to_string(self) -> str:
         """Non-default keys in a fixed order (the canonical string when the plan is canonical)."""

@@ -1,0 +1,285 @@
+"""`planner export` (a plan to a Megatron-LM script, a torchtitan invocation or JSON) and
+`planner check` (a plan, or an existing Megatron launch script, against the launchers' start-up
+checks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from planner.cli import app
+from planner.errors import PlannerError
+from planner.options import (
+    DomainFillOpt,
+    GlobalBatchOpt,
+    GpusOpt,
+    JobFileOpt,
+    JsonOpt,
+    PrecisionOpt,
+    SeqLenOpt,
+    print_json,
+)
+
+FromOpt = Annotated[Optional[Path], typer.Option("--from", help="A 'planner search --save' file (JSON with a 'plans' list).")]
+RankOpt = Annotated[int, typer.Option("--rank", "-k", help="Which plan of --from, 1-based (file order).")]
+PlanOptional = Annotated[Optional[str], typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,ep=8,mbs=1\".")]
+ModelOptional = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json (default: the --from file's).")]
+HwOptional = Annotated[Optional[str], typer.Option("--hw", help="Hardware catalog name or YAML (default: the --from file's).")]
+NprocOpt = Annotated[Optional[int], typer.Option("--nproc-per-node", help="GPUs per node for torchrun (default: from the hardware).")]
+TTConfigOpt = Annotated[Optional[str], typer.Option(
+    "--torchtitan-config", help="torchtitan config_registry function as MODULE:FUNCTION (default: planner's table for the model).")]
+TargetOpt = Annotated[str, typer.Option("--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any.")]
+
+
+def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch, seq_len, precision, job_file, domain_fill):
+    """model, hw, job, plan and the saved entry (or None) from the shared options."""
+    from planner.export.common import read_saved_plan
+    from planner.options import resolve_job
+    from planner.specs.catalog import load_hardware, load_model
+    from planner.specs.plan import Plan
+
+    saved = None
+    if from_file is not None:
+        if plan_text:
+            raise PlannerError("Give either --plan or --from, not both.")
+        saved = read_saved_plan(from_file, rank)
+        plan = saved.plan
+        model_name = model_name or saved.model
+        hw_name = hw_name or saved.hardware
+        sj = saved.job or {}
+        gpus = gpus if gpus is not None else sj.get("gpus")
+        global_batch = global_batch if global_batch is not None else sj.get("global_batch")
+        seq_len = seq_len if seq_len is not None else sj.get("seq_len")
+        if precision is None and sj.get("precisions"):
+            precision = ",".join(sj["precisions"])
+        domain_fill = domain_fill if domain_fill is not None else sj.get("domain_fill")
+    elif plan_text is not None:
+        plan = Plan.parse(plan_text)
+    else:
+        raise PlannerError("No plan given.", hint="Pass --plan \"tp=...,pp=...\" or --from plans.json --rank K.")
+    if not model_name:
+        raise PlannerError("No model given.", hint="Pass --model (or a --from file that names its model).")
+    model = load_model(model_name)
+    if not hw_name:
+        hw_name = model.reference_job.hardware if model.reference_job and model.reference_job.hardware else None
+    if not hw_name:
+        raise PlannerError("No hardware given.", hint="Pass --hw (see 'planner hw').")
+    hw = load_hardware(hw_name)
+    job = resolve_job(model, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision,
+                      job_file=job_file, domain_fill=domain_fill)
+    if plan.precision and plan.precision not in job.precisions and precision is None:
+        job = job.model_copy(update={"precisions": [plan.precision, *[p for p in job.precisions if p != plan.precision]]})
+    if saved is not None and saved.edp is not None:
+        deg = plan.degrees(job.gpus)
+        if deg.edp != saved.edp:
+            raise PlannerError(f"Plan {rank} of '{from_file}' says edp={saved.edp}, but {job.gpus} GPUs give edp={deg.edp}.")
+    return model, hw, job, plan, saved
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        typer.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        out.write_text(text)
+    except OSError as exc:
+        raise PlannerError(f"Cannot write '{out}': {exc.strerror}.") from None
+    if text.startswith("#!"):
+        out.chmod(out.stat().st_mode | 0o111)
+    typer.echo(f"wrote {out}", err=True)
+
+
+@app.command("export")
+def export_cmd(
+    plan: PlanOptional = None,
+    from_file: FromOpt = None,
+    rank: RankOpt = 1,
+    model: ModelOptional = None,
+    hw: HwOptional = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="megatron (bash script for pretrain_gpt.py), torchtitan, or json.")] = "megatron",
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write here instead of stdout.")] = None,
+    nproc_per_node: NprocOpt = None,
+    torchtitan_config: TTConfigOpt = None,
+    gpus: GpusOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    seq_len: SeqLenOpt = None,
+    precision: PrecisionOpt = None,
+    job: JobFileOpt = None,
+    domain_fill: DomainFillOpt = None,
+) -> None:
+    """Write what a launcher runs for a plan. A plan the launcher would reject is not exported: the
+    error names the rule (see 'planner check')."""
+    from planner.cost.setup import resolve_setup
+    from planner.export.common import export_canonical, predictions
+    from planner.rules import launcher_violations, violations_error
+
+    if fmt not in ("megatron", "torchtitan", "json"):
+        raise PlannerError(f"Unknown --format '{fmt}'.", hint="Choose megatron, torchtitan or json.")
+    m, h, j, p, saved = _resolve(plan, from_file, rank, model, hw, gpus, global_batch, seq_len, precision, job, domain_fill)
+    canon = export_canonical(p, m, h, j)
+    if fmt != "json":
+        found = launcher_violations(canon, m, j, fmt, hw=h, torchtitan_config=torchtitan_config)
+        if found:
+            raise violations_error(found, fmt)
+    setup = resolve_setup(m, h, j, canon)
+    pred = {k: v for k, v in (("memory", saved.memory), ("time", saved.time)) if v} if saved else {}
+    if not pred:
+        pred = predictions(setup)
+    if fmt == "megatron":
+        from planner.export.megatron import export_megatron
+
+        text = export_megatron(setup, predictions=pred, nproc_per_node=nproc_per_node)
+    elif fmt == "torchtitan":
+        from planner.export.torchtitan import export_torchtitan
+
+        text = export_torchtitan(setup, predictions=pred, torchtitan_config=torchtitan_config,
+                                 nproc_per_node=nproc_per_node)
+    else:
+        from planner.export.json_export import export_json
+
+        text = export_json(setup, predictions=pred, torchtitan_config=torchtitan_config)
+    _write(text, out)
+
+
+@app.command("check")
+def check_cmd(
+    plan: PlanOptional = None,
+    from_file: FromOpt = None,
+    rank: RankOpt = 1,
+    megatron_args: Annotated[Optional[Path], typer.Option(
+        "--megatron-args", help="An existing Megatron-LM launch script or argument list to read back and check.")] = None,
+    model: ModelOptional = None,
+    hw: HwOptional = None,
+    target: TargetOpt = "megatron",
+    torchtitan_config: TTConfigOpt = None,
+    gpus: GpusOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    seq_len: SeqLenOpt = None,
+    precision: PrecisionOpt = None,
+    job: JobFileOpt = None,
+    domain_fill: DomainFillOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Check a plan (or a Megatron launch script) against the launchers' start-up checks; list every
+    rule it breaks. Exit status 1 when a rule is broken."""
+    from planner.rules import launcher_violations
+
+    if target not in ("megatron", "torchtitan", "any"):
+        raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
+    if megatron_args is not None:
+        report = _check_megatron_args(megatron_args, model, hw, target, torchtitan_config, gpus, global_batch,
+                                      seq_len, precision, job, domain_fill)
+    else:
+        from planner.export.common import export_canonical
+
+        m, h, j, p, _ = _resolve(plan, from_file, rank, model, hw, gpus, global_batch, seq_len, precision, job, domain_fill)
+        canon = export_canonical(p, m, h, j)
+        found = launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config)
+        report = {"model": m.name, "hardware": h.name, "job": j.model_dump(mode="json", exclude_none=True),
+                  "plan": canon.to_string(), "target": target,
+                  "violations": [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]}
+    if json:
+        print_json(report)
+    else:
+        _print_report(report)
+    if report["violations"]:
+        import click
+
+        raise click.exceptions.Exit(1)  # planner.cli.main turns it into the exit status
+
+
+def _check_megatron_args(path, model_name, hw_name, target, torchtitan_config, gpus, global_batch, seq_len,
+                         precision, job_file, domain_fill) -> dict:
+    from planner.export.common import export_canonical, predictions
+    from planner.export.megatron_args import (
+        args_violations,
+        hint_mismatches,
+        match_catalog_model,
+        model_from_hints,
+        plan_from_megatron_args,
+    )
+    from planner.options import resolve_job
+    from planner.rules import launcher_violations
+    from planner.specs.catalog import load_hardware, load_model
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise PlannerError(f"Cannot read '{path}': {exc.strerror}.") from None
+    parsed = plan_from_megatron_args(text, gpus=gpus)
+    if model_name:
+        model = load_model(model_name)
+        model_source = "--model"
+    else:
+        model = match_catalog_model(parsed.model_hints)
+        model_source = "catalog match"
+        if model is None:
+            model = model_from_hints(parsed.model_hints)
+            model_source = "built from the flags"
+    mismatches = hint_mismatches(model, parsed.model_hints) if model_source == "--model" else []
+    if not hw_name:
+        hw_name = model.reference_job.hardware if model.reference_job and model.reference_job.hardware else None
+    if not hw_name:
+        raise PlannerError("No hardware given.", hint="Pass --hw: the script does not say which GPUs it runs on.")
+    h = load_hardware(hw_name)
+    pj = parsed.job
+    missing = [opt for key, opt in (("gpus", "--gpus"), ("seq_len", "--seq-len")) if pj.get(key) is None and
+               {"gpus": gpus, "seq_len": seq_len}[key] is None]
+    if missing:
+        why = " (no torchrun line with numeric --nproc-per-node and --nnodes)" if "--gpus" in missing else ""
+        raise PlannerError(
+            f"The script does not give the value of {' or '.join(missing)}{why}.",
+            hint="Pass " + " and ".join(missing) + ".",
+        )
+    j = resolve_job(model, gpus=gpus or pj["gpus"], global_batch=global_batch or pj["global_batch"],
+                    seq_len=seq_len or pj["seq_len"], precision=precision or ",".join(pj["precisions"]),
+                    job_file=job_file, domain_fill=domain_fill)
+    canon = export_canonical(parsed.plan, model, h, j)
+    found = launcher_violations(canon, model, j, target, hw=h, torchtitan_config=torchtitan_config)
+    found += [v for v in args_violations(parsed, h) if v.rule != "sequence-parallel-needs-tp"]
+    warnings = [f"{v.message}" for v in args_violations(parsed, h) if v.rule == "sequence-parallel-needs-tp"]
+    report = {
+        "source": str(path), "model": model.name, "model_source": model_source, "hardware": h.name,
+        "job": j.model_dump(mode="json", exclude_none=True), "plan": canon.to_string(), "target": target,
+        "unknown_flags": parsed.unknown_flags, "ignored_flags": parsed.ignored_flags,
+        "unresolved_variables": parsed.unresolved, "notes": parsed.notes + warnings,
+        "model_mismatches": mismatches,
+        "violations": [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found],
+    }
+    if not found:
+        from planner.cost.setup import resolve_setup
+
+        report.update(predictions(resolve_setup(model, h, j, canon)))
+    return report
+
+
+def _print_report(r: dict) -> None:
+    echo = typer.echo
+    if "source" in r:
+        echo(f"{r['source']}: {r['model']} ({r['model_source']}) on {r['hardware']}")
+    else:
+        echo(f"{r['model']} on {r['hardware']}")
+    jb = r["job"]
+    echo(f"job: {jb.get('gpus')} GPUs, global batch {jb.get('global_batch')}, seq {jb.get('seq_len')}")
+    echo(f"plan: {r['plan']}")
+    for key, title in (("model_mismatches", "model mismatches"), ("unknown_flags", "flags planner does not model"),
+                       ("unresolved_variables", "unresolved variables"), ("notes", "approximations")):
+        if r.get(key):
+            echo(f"{title}:")
+            for item in r[key]:
+                echo(f"  - {item}")
+    if r.get("ignored_flags"):
+        echo(f"ignored (no effect on memory or time): {' '.join(r['ignored_flags'])}")
+    from planner.export.common import prediction_lines
+
+    for ln in prediction_lines(r):
+        echo(f"predicted: {ln}")
+    target = {"megatron": "Megatron-LM", "torchtitan": "torchtitan", "any": "the shared rules"}[r["target"]]
+    if r["violations"]:
+        echo(f"{len(r['violations'])} rule(s) broken for {target}:")
+        for v in r["violations"]:
+            echo(f"  [{v['rule']}] {v['message']}" + (f" {v['hint']}" if v.get("hint") else ""))
+    else:
+        echo(f"OK: passes {target}'s start-up checks.")

@@ -1,0 +1,314 @@
+"""Communication: collective costs on the links a group spans, and what Megatron overlaps.
+
+Collectives (bytes are the full buffer, per GPU):
+
+- ring all-reduce moves 2(n-1)/n of the buffer per rank, reduce-scatter and all-gather (n-1)/n,
+  all-to-all (n-1)/n (Thakur, Rabenseifner & Gropp 2005; NCCL's busbw convention); the latency
+  term is per ring step, or per tree level for all-reduce when that is smaller (NCCL tree);
+- inside an NVLink domain with in-switch reduction (NVLS / NVLink SHARP) an all-reduce sends and
+  receives the buffer once, at the NVLS algorithm bandwidth;
+- a group spanning k domains with g members each runs hierarchically (NCCL's intra-node then
+  inter-node phases on a rail-optimized fabric): NVLink for the intra-domain part, the g members'
+  NICs in parallel for the (k-1)/k inter-domain part on 1/g of the buffer;
+- EP dispatch/combine follow DeepEP's scheme: traffic to peers in the same domain over NVLink, to
+  other domains over RDMA, concurrently; DeepEP/HybridEP send a token once per destination domain
+  (then forward over NVLink), NCCL all-to-all once per destination expert.
+
+Per-layer traffic (Megatron-Core with sequence parallelism): TP all-gather before each
+column-parallel block and reduce-scatter after each row-parallel one, mirrored in the backward,
+plus the backward re-gather of the input for the weight gradient; CP ring passes K/V (and dK/dV in
+the backward) around the CP group during attention; EP dispatch and combine around the experts.
+
+Overlap (only the exposed part adds time; a fraction ``overlap_interference`` of the hidden part
+still slows the compute it hides behind):
+
+- TP: with --tp-comm-overlap each collective hides behind its neighbouring GEMM; without it only
+  the backward's column-parallel re-gather (behind dgrad) and input-gradient reduce-scatter (behind
+  wgrad) are asynchronous (Megatron's LinearWithGradAccumulationAndAsyncCommunication);
+- CP: each ring step's transfer hides behind the previous step's attention block;
+- EP: with ep_overlap=on (Megatron --overlap-moe-expert-parallel-comm, combined 1F1B) dispatch and
+  combine of one micro-batch hide behind the other micro-batch's layer compute; otherwise exposed;
+- DP: gradient reduce-scatter bucketed behind the last micro-batch's backward, parameter
+  all-gather behind the first micro-batch's forward (--overlap-grad-reduce/--overlap-param-gather);
+- PP: send/receive is exposed for plain 1F1B; the interleaved schedule overlaps it with compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.cost.compute import BlockTime
+from planner.cost.flops import BF16, ModelShape, Shard
+from planner.cost.rates import Rates
+from planner.cost.topology import GroupSpan
+
+
+# ---------------------------------------------------------------------------------------------
+# Collective primitives (pure): time for one GPU of an n-rank group.
+# ---------------------------------------------------------------------------------------------
+def ring_all_reduce_volume(nbytes: float, n: int) -> float:
+    """Bytes each rank sends (and receives) in a ring all-reduce: 2(n-1)/n of the buffer."""
+    return 2.0 * (n - 1) / n * nbytes
+
+
+def ring_gather_volume(nbytes: float, n: int) -> float:
+    """Bytes each rank sends in a ring reduce-scatter or all-gather of an n-rank buffer: (n-1)/n."""
+    return (n - 1) / n * nbytes
+
+
+def all_to_all_volume(nbytes: float, n: int) -> float:
+    """Bytes each rank sends in an all-to-all of its ``nbytes``: everything but its own share."""
+    return (n - 1) / n * nbytes
+
+
+def all_reduce_time(nbytes: float, n: int, busbw: float, latency: float) -> float:
+    """Ring all-reduce bandwidth term plus the smaller of the ring (2(n-1) steps) and tree
+    (2 log2 n levels) latency terms (NCCL picks the tree for small messages)."""
+    if n <= 1:
+        return 0.0
+    steps = min(2 * (n - 1), 2 * math.ceil(math.log2(n)))
+    return ring_all_reduce_volume(nbytes, n) / busbw + steps * latency
+
+
+def gather_time(nbytes: float, n: int, busbw: float, latency: float) -> float:
+    """Ring reduce-scatter or all-gather of an ``nbytes`` buffer."""
+    if n <= 1:
+        return 0.0
+    return ring_gather_volume(nbytes, n) / busbw + (n - 1) * latency
+
+
+def nvls_all_reduce_time(nbytes: float, n: int, algbw: float, latency: float) -> float:
+    """All-reduce with in-switch reduction: each GPU sends its buffer to the switch once and
+    receives the reduced buffer once."""
+    if n <= 1:
+        return 0.0
+    return nbytes / algbw + 2 * latency
+
+
+def p2p_time(nbytes: float, bw: float, latency: float) -> float:
+    return nbytes / bw + latency
+
+
+def collective_time(op: str, nbytes: float, span: GroupSpan, rates: Rates) -> float:
+    """Time of 'all_reduce', 'reduce_scatter' or 'all_gather' of an ``nbytes`` buffer on a group
+    with this span: flat on NVLink inside one domain, hierarchical across domains."""
+    n = span.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    lat_nv, lat_net = rates.nvlink_latency_s, rates.nic_latency_s
+    if not span.cross_domain:
+        if op == "all_reduce":
+            if rates.nvls_algbw:
+                return min(nvls_all_reduce_time(nbytes, n, rates.nvls_algbw, lat_nv),
+                           all_reduce_time(nbytes, n, rates.nvlink_busbw, lat_nv))
+            return all_reduce_time(nbytes, n, rates.nvlink_busbw, lat_nv)
+        return gather_time(nbytes, n, rates.nvlink_busbw, lat_nv)
+    k, g = span.domains, span.per_domain
+    intra = gather_time(nbytes, g, rates.nvlink_busbw, lat_nv) if g > 1 else 0.0
+    part = nbytes / g
+    if op == "all_reduce":
+        return 2 * intra + all_reduce_time(part, k, rates.nic_busbw, lat_net)
+    return intra + gather_time(part, k, rates.nic_busbw, lat_net)
+
+
+def a2a_time(bytes_per_token: float, tokens: float, top_k: int, span: GroupSpan, rates: Rates,
+             dispatcher: str | None, max_domains: int | None = None) -> float:
+    """One EP dispatch (or combine) on the worst group: ``tokens`` tokens of this GPU each going
+    to ``top_k`` experts spread evenly over the group. NVLink and network parts run concurrently.
+
+    Remote-domain copies per token: NCCL all-to-all sends one per expert, top_k (n-g)/n; DeepEP and
+    HybridEP one per destination domain, (k-1)(1-(1-1/k)^top_k) (capped by node-limited routing),
+    then forward over NVLink inside the destination domain."""
+    n = span.size
+    if n <= 1 or tokens <= 0:
+        return 0.0
+    k = span.domains
+    g = span.per_domain if k > 1 else n
+    local_copies = top_k * (g - 1) / n
+    remote_copies = top_k * (n - g) / n
+    nvl_copies = local_copies
+    net_copies = remote_copies
+    if dispatcher in ("deepep", "hybridep") and k > 1:
+        distinct = (k - 1) * (1 - (1 - 1 / k) ** top_k)
+        if max_domains:
+            distinct = min(distinct, max_domains)
+        net_copies = min(remote_copies, distinct)
+        nvl_copies = local_copies + remote_copies * (g - 1) / g  # forwarding in the destination domain
+    t_nvl = tokens * nvl_copies * bytes_per_token / rates.a2a_bw(dispatcher, False)
+    t_net = tokens * net_copies * bytes_per_token / rates.a2a_bw(dispatcher, True) if k > 1 else 0.0
+    latency = (rates.nic_latency_s if k > 1 else rates.nvlink_latency_s) + (n - 1) * rates.a2a_peer_latency_s
+    return max(t_nvl, t_net) + latency
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-layer communication with overlap.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommCost:
+    """Seconds of one cause's communication per micro-batch on one GPU: total and the part that
+    adds to the step (exposed); the rest is hidden behind compute."""
+
+    cause: str
+    total: float
+    exposed: float
+
+    @property
+    def hidden(self) -> float:
+        return self.total - self.exposed
+
+
+def overlapped(comm: float, capacity: float, interference: float) -> float:
+    """Exposed time of ``comm`` seconds overlapped with ``capacity`` seconds of compute: what does
+    not fit, plus the interference of what does."""
+    hidden = min(comm, capacity)
+    return comm - hidden + interference * hidden
+
+
+@dataclass(frozen=True)
+class CommFlags:
+    """Plan-level switches that decide what communication a block does and what overlaps."""
+
+    tp_overlap: bool
+    ep_overlap: bool
+    recompute: str | tuple[str, ...] | None
+    fp8_dispatch: bool
+    """DeepEP/HybridEP dispatch FP8 tokens (with scales) in FP8 training."""
+
+
+def block_comm(ms: ModelShape, sh: Shard, block: str, bt: BlockTime, spans: dict[str, GroupSpan],
+               rates: Rates, flags: CommFlags) -> tuple[CommCost, ...]:
+    """Communication of one block for one micro-batch (forward and backward together)."""
+    out: list[CommCost] = []
+    tp_span, interf = spans["tp"], rates.overlap_interference
+    act = sh.tokens * ms.hidden * BF16  # the gathered activation of one micro-batch
+    full = flags.recompute == "full"
+
+    def tp_pair(pre: str, post: str | None) -> tuple[float, float]:
+        """AG in front of GEMM ``pre`` and RS after GEMM ``post``, forward and backward mirrors."""
+        ag = collective_time("all_gather", act, tp_span, rates)
+        rs = collective_time("reduce_scatter", act, tp_span, rates)
+        f_pre, d_pre, w_pre = bt.gemm(pre)
+        f_post, d_post, _ = bt.gemm(post) if post else (0.0, 0.0, 0.0)
+        ov = flags.tp_overlap
+        total = ag + (rs if post else 0.0)  # forward
+        exposed = overlapped(ag, f_pre if ov else 0.0, interf)
+        if post:
+            exposed += overlapped(rs, f_post if ov else 0.0, interf)
+            # Backward: AG mirror of the forward RS (before the row-parallel dgrad).
+            total += ag
+            exposed += overlapped(ag, d_post if ov else 0.0, interf)
+        # Backward of the column-parallel GEMM: re-gather its input (async, behind dgrad) and
+        # reduce-scatter the input gradient (async, behind wgrad).
+        total += ag + rs
+        exposed += overlapped(ag, d_pre, interf) + overlapped(rs, w_pre, interf)
+        if full:  # the recomputed forward gathers again
+            total += ag + (rs if post else 0.0)
+            exposed += overlapped(ag, f_pre if ov else 0.0, interf) + (overlapped(rs, f_post if ov else 0.0, interf) if post else 0.0)
+        return total, exposed
+
+    base = block.removesuffix("_swa")
+    if tp_span.size > 1:
+        tot = exp = 0.0
+        if base in ("dense", "moe", "mtp"):
+            first = "q_down" if ms.attn_kind == "mla" and ms.q_lora else ("kv_down" if ms.attn_kind == "mla" else "qkv")
+            t, e = tp_pair(first, "proj")
+            tot, exp = tot + t, exp + e
+            if base == "dense" or (base == "mtp" and ms.mtp_kind == "dense"):
+                t, e = tp_pair("mlp.fc1", "mlp.fc2")
+                tot, exp = tot + t, exp + e
+            elif ms.shared_ffn:
+                t, e = tp_pair("shared.fc1", "shared.fc2")
+                tot, exp = tot + t, exp + e
+        if base in ("head", "mtp"):
+            t, e = tp_pair("output", None)
+            tot, exp = tot + t, exp + e
+        if base in ("embedding", "mtp"):
+            # Vocabulary-parallel embedding: partial sums reduce-scattered forward, gathered back.
+            rs = collective_time("reduce_scatter", act, tp_span, rates)
+            ag = collective_time("all_gather", act, tp_span, rates)
+            tot, exp = tot + rs + ag, exp + rs + ag
+        out.append(CommCost("tp", tot, exp))
+
+    if spans["cp"].size > 1 and base in ("dense", "moe", "mtp"):
+        out.append(_cp_ring(ms, sh, bt, spans["cp"], rates, full))
+
+    is_moe = base == "moe" or (base == "mtp" and ms.mtp_kind == "moe")
+    if is_moe and spans["ep"].size > 1:
+        out.append(_ep_a2a(ms, sh, bt, spans["ep"], rates, flags))
+    if is_moe and spans["etp"].size > 1:
+        routed = sh.sp_tokens * ms.top_k * sh.etp * ms.hidden * BF16
+        ag = collective_time("all_gather", routed, spans["etp"], rates)
+        rs = collective_time("reduce_scatter", routed, spans["etp"], rates)
+        out.append(CommCost("etp", 2 * (ag + rs), 2 * (ag + rs)))
+    return tuple(out)
+
+
+def _cp_ring(ms: ModelShape, sh: Shard, bt: BlockTime, span: GroupSpan, rates: Rates, full: bool) -> CommCost:
+    """Ring attention (Megatron context parallelism): cp-1 steps passing this rank's K and V; the
+    backward passes K, V and their gradients. Each step hides behind one step of attention."""
+    heads = ms.heads // sh.tp
+    kv_heads = heads if ms.attn_kind == "mla" else max(1, ms.kv_heads // sh.tp)
+    kv_bytes = sh.tokens * kv_heads * (ms.qk_dim + ms.v_dim) * BF16
+    cp = span.size
+    bw = rates.nvlink_bw if not span.cross_domain else rates.nic_bw
+    bw *= rates.p2p_fraction
+    lat = rates.nic_latency_s if span.cross_domain else rates.nvlink_latency_s
+    fwd = (cp - 1) * p2p_time(kv_bytes, bw, lat)
+    bwd = (cp - 1) * p2p_time(2 * kv_bytes, bw, lat)
+    share = (cp - 1) / cp
+    exposed = overlapped(fwd, bt.attn_fwd * share, rates.overlap_interference)
+    exposed += overlapped(bwd, bt.attn_bwd * share, rates.overlap_interference)
+    total = fwd + bwd
+    if full:
+        total += fwd
+        exposed += overlapped(fwd, bt.attn_fwd * share, rates.overlap_interference)
+    return CommCost("cp", total, exposed)
+
+
+def _ep_a2a(ms: ModelShape, sh: Shard, bt: BlockTime, span: GroupSpan, rates: Rates, flags: CommFlags) -> CommCost:
+    """Dispatch and combine, forward and backward (the backward mirrors them), for the heaviest
+    receiver (routing imbalance). FP8 dispatch sends 1 byte per element plus 1/128 scales."""
+    h = ms.hidden
+    disp_bytes = h * (1 + 4 / 128) if flags.fp8_dispatch else h * BF16
+    comb_bytes = h * BF16
+    tokens = sh.sp_tokens * sh.imbalance
+    disp = a2a_time(disp_bytes, tokens, ms.top_k, span, rates, sh.dispatcher, ms.group_top_k)
+    comb = a2a_time(comb_bytes, tokens, ms.top_k, span, rates, sh.dispatcher, ms.group_top_k)
+    once = disp + comb
+    total = 2 * once  # forward dispatch+combine, backward combine-grad+dispatch-grad
+    rec = flags.recompute == "full" or (isinstance(flags.recompute, tuple) and "moe" in flags.recompute)
+    if rec:
+        total += once
+    if flags.ep_overlap:
+        capacity = bt.fwd + bt.bwd
+        exposed = overlapped(total, capacity, rates.overlap_interference)
+    else:
+        exposed = total
+    return CommCost("ep", total, exposed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipeline and data-parallel communication.
+# ---------------------------------------------------------------------------------------------
+def pp_p2p_time(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> float:
+    """One activation (or gradient) transfer between pipeline neighbours: each TP rank sends its
+    sequence-parallel slice [s/tp, b, h] over its own link."""
+    if span.size <= 1:
+        return 0.0
+    nbytes = sh.sp_tokens * ms.hidden * BF16
+    cross = span.cross_domain
+    bw = (rates.nic_bw if cross else rates.nvlink_bw) * rates.p2p_fraction
+    return p2p_time(nbytes, bw, rates.nic_latency_s if cross else rates.nvlink_latency_s)
+
+
+def dp_time(grad_bytes: float, param_bytes: float, span: GroupSpan, sharded: bool, rates: Rates) -> tuple[float, float]:
+    """(gradient sync, parameter gather) seconds for one rank's local parameters: reduce-scatter
+    plus all-gather when the optimizer is sharded (distributed optimizer, ZeRO), all-reduce when
+    it is not (DDP)."""
+    if span.size <= 1:
+        return 0.0, 0.0
+    if sharded:
+        return (collective_time("reduce_scatter", grad_bytes, span, rates),
+                collective_time("all_gather", param_bytes, span, rates))
+    return collective_time("all_reduce", grad_bytes, span, rates), 0.0

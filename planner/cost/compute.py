@@ -1,0 +1,238 @@
+"""How long the kernels of :mod:`planner.cost.flops` take on one GPU.
+
+Three rate models, one per kernel class:
+
+- GEMMs: a roofline, ``max(FLOPs / (peak * eta), bytes / HBM)``, with ``eta`` the large-shape
+  rate of the precision recipe (MAMF, stas00/ml-engineering) times a shape factor: each dimension
+  d keeps x / (1 + x), x = (d / d0)^p, of it (tile quantization and SM fill for thin TP shards and few tokens per
+  expert, pipeline fill and epilogue for small K), fit to GEMMs measured on an H200. FP8 speeds up
+  exactly the GEMMs that run in FP8.
+  The backward's data-gradient and weight-gradient GEMMs are costed with their own shapes
+  (dgrad: M x K over N; wgrad: K x N over M, accumulated in fp32 as Megatron's
+  gradient-accumulation fusion does).
+- Fused attention: FLOPs over the flash-attention rate of the generation, which approaches its
+  asymptote as keys per query grow (kernel_keys / (kernel_keys + half_keys)); the backward runs
+  2.5x the forward FLOPs at its own rate (FlashAttention-2/3 papers).
+- Memory-bound kernels: bytes over the achievable HBM bandwidth.
+
+Every kernel also pays a fixed per-kernel gap (launch and tail). Recompute repeats the forward of
+the kernels whose Megatron module is recomputed, inside the backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planner.cost.flops import BF16, FP8, FP32, FusedAttention, Gemm, Kernel, ModelShape, Shard, Stream, block_kernels
+from planner.cost.rates import Rates
+
+# Kernel-count for a grouped GEMM of ``count`` experts: Transformer Engine's GroupedLinear runs
+# one cuBLAS call per expert spread over several streams, so their gaps overlap.
+GROUPED_GEMM_STREAMS = 4
+
+
+# Shape at which the measured ceiling holds: the MAMF benchmarks' best shapes run at the rate of
+# large GEMMs (on an H200, 8192^3 ran at 784 TFLOPS against a MAMF of 795-803).
+LARGE_GEMM = (8192, 8192, 8192)
+
+
+def dim_factor(d: float, half_dim: float, exponent: float) -> float:
+    """Share of the rate one GEMM dimension of size d keeps: x / (1 + x), x = (d / half_dim)^p."""
+    x = (d / half_dim) ** exponent
+    return x / (1.0 + x)
+
+
+def shape_factor(m: float, n: float, k: float, half_dim: float, exponent: float) -> float:
+    """Fraction of the large-shape GEMM rate kept at shape (m, n, k), relative to a large GEMM
+    (capped at 1). Fit to 18 bf16 shapes measured on an H200 (tests/fixtures/
+    h200_kernel_rates.json: thin TP shards, 64-1024 tokens per expert, K of 128-1536 for weight
+    gradients): every shape within 10%."""
+    f = dim_factor(m, half_dim, exponent) * dim_factor(n, half_dim, exponent) * dim_factor(k, half_dim, exponent)
+    big = 1.0
+    for d in LARGE_GEMM:
+        big *= dim_factor(d, half_dim, exponent)
+    return min(1.0, f / big)
+
+
+def gemm_efficiency(m: float, n: float, k: float, recipe: str, rates: Rates, count: int = 1) -> float:
+    """Achieved fraction of the recipe's dense peak for a GEMM of this shape inside a training
+    step: the large-shape ceiling of the recipe (MAMF or calibration), the shape factor, the
+    sustained fraction and the sensitivity scale (capped at 1). ``count`` GEMMs of a grouped GEMM
+    run one after another, each at its own shape."""
+    ceiling = rates.ceiling(recipe)
+    shape = shape_factor(m, n, k, rates.gemm_half_dim, rates.gemm_shape_exponent)
+    return min(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
+
+
+def _gemm_pass(m: float, n: float, k: float, count: int, recipe: str, in_bytes: float, out_bytes: float, rates: Rates) -> float:
+    flops = 2.0 * m * n * k * count
+    t_math = flops / (rates.peak(recipe) * gemm_efficiency(m, n, k, recipe, rates, count))
+    t_mem = count * (in_bytes * (m * k + k * n) + out_bytes * m * n) / rates.hbm_bw
+    kernels = max(1, count // GROUPED_GEMM_STREAMS)
+    return max(t_math, t_mem) + kernels * rates.kernel_overhead_s
+
+
+def gemm_recipe(g: Gemm, fp8: bool, rates: Rates) -> str:
+    """'bf16', or the hardware's FP8 recipe for the GEMMs FP8 applies to."""
+    if fp8 and g.fp8 and rates.fp8_recipe:
+        return rates.fp8_recipe
+    return "bf16"
+
+
+def gemm_times(g: Gemm, fp8: bool, rates: Rates) -> tuple[float, float, float]:
+    """(forward, data-gradient, weight-gradient) seconds of one GEMM kernel entry."""
+    recipe = gemm_recipe(g, fp8, rates)
+    inb = FP8 if recipe != "bf16" else BF16
+    fwd = _gemm_pass(g.m, g.n, g.k, g.count, recipe, inb, BF16, rates)
+    dgrad = _gemm_pass(g.m, g.k, g.n, g.count, recipe, inb, BF16, rates)
+    # Weight gradient accumulates into the fp32 main-grad buffer (read and write).
+    wgrad = _gemm_pass(g.k, g.n, g.m, g.count, recipe, inb, 2 * FP32, rates)
+    return fwd, dgrad, wgrad
+
+
+def attention_times(a: FusedAttention, rates: Rates) -> tuple[float, float]:
+    """(forward, backward) seconds of a fused attention kernel."""
+    rate = rates.peak_bf16 * rates.sustained * a.kernel_keys / (a.kernel_keys + rates.flash_half_keys)
+    fwd = a.flops / (rate * rates.flash_fwd) + rates.kernel_overhead_s
+    bwd = 2.5 * a.flops / (rate * rates.flash_bwd) + 2 * rates.kernel_overhead_s
+    return fwd, bwd
+
+
+def stream_times(s: Stream, rates: Rates) -> tuple[float, float]:
+    """(forward, backward) seconds of a memory-bound kernel."""
+    o = s.kernels * rates.kernel_overhead_s
+    return s.bytes_fwd / rates.hbm_bw + o, s.bytes_bwd / rates.hbm_bw + o
+
+
+@dataclass(frozen=True)
+class BlockTime:
+    """Seconds of one block (a decoder layer, the embedding, the head, an MTP module) for one
+    micro-batch on one GPU, by kernel class and pass; recompute is the forward work repeated in the
+    backward. FLOPs are per GPU for the same micro-batch."""
+
+    gemm_fwd: float
+    gemm_bwd: float
+    attn_fwd: float
+    attn_bwd: float
+    mem_fwd: float
+    mem_bwd: float
+    recompute: float
+    host_fwd: float
+    """Time the block waits for the host beyond its GPU work in the forward (host-bound)."""
+    host_bwd: float
+    hw_flops_fwd: float
+    hw_flops_bwd: float
+    recompute_flops: float
+    gemms: tuple[tuple[str, float, float, float], ...]
+    """(name, forward, dgrad, wgrad) seconds per GEMM, for communication overlap."""
+
+    @property
+    def fwd(self) -> float:
+        return self.gemm_fwd + self.attn_fwd + self.mem_fwd + self.host_fwd
+
+    @property
+    def bwd(self) -> float:
+        """Backward including the recomputed forward work."""
+        return self.gemm_bwd + self.attn_bwd + self.mem_bwd + self.recompute + self.host_bwd
+
+    def gemm(self, name: str) -> tuple[float, float, float]:
+        for n, f, d, w in self.gemms:
+            if n == name:
+                return f, d, w
+        return 0.0, 0.0, 0.0
+
+    def attention_fwd_bwd(self) -> tuple[float, float]:
+        return self.attn_fwd, self.attn_bwd
+
+
+MOE_MODULES = ("moe", "moe_act", "shared_experts")
+
+
+def recomputed(module: str, recompute: str | tuple[str, ...] | None) -> bool:
+    """Whether Megatron's recompute setting repeats a kernel of ``module`` ('full' repeats every
+    forward kernel; the 'moe' module covers the whole MoE block, shared experts included)."""
+    if recompute is None:
+        return False
+    if recompute == "full":
+        return True
+    if not module:
+        return False
+    if module in recompute:
+        return True
+    return "moe" in recompute and module in MOE_MODULES
+
+
+def launches(k: Kernel) -> tuple[int, int]:
+    """(forward, backward) kernels the host issues for one inventory entry."""
+    if isinstance(k, Gemm):
+        return k.count, 2 * k.count
+    if isinstance(k, FusedAttention):
+        return 1, 1
+    return k.kernels, k.kernels
+
+
+@lru_cache(maxsize=65536)
+def block_time(ms: ModelShape, sh: Shard, block: str, rates: Rates, recompute: str | tuple[str, ...] | None) -> BlockTime:
+    """Seconds and FLOPs of one block for one micro-batch (memoized on hashable arguments).
+    Each pass takes the longer of the GPU's kernel time and the host's issue time."""
+    g_f = g_b = a_f = a_b = m_f = m_b = rc = 0.0
+    fl_f = fl_b = fl_rc = 0.0
+    n_f = n_b = n_rc = 0
+    rc_gpu = 0.0
+    named = []
+    for k in block_kernels(ms, sh, block):
+        again = recomputed(k.module, recompute)
+        lf, lb = launches(k)
+        n_f += lf
+        n_b += lb
+        if again:
+            n_rc += lf
+        if isinstance(k, Gemm):
+            f, d, w = gemm_times(k, sh.fp8, rates)
+            g_f += f
+            g_b += d + w
+            fl_f += k.flops
+            fl_b += 2 * k.flops
+            named.append((k.name, f, d, w))
+            if again:
+                rc += f
+                fl_rc += k.flops
+        elif isinstance(k, FusedAttention):
+            f, b = attention_times(k, rates)
+            a_f += f
+            a_b += b
+            fl_f += k.flops
+            fl_b += 2.5 * k.flops
+            if again:
+                rc += f
+                fl_rc += k.flops
+        else:
+            f, b = stream_times(k, rates)
+            m_f += f
+            m_b += b
+            if again:
+                rc += f
+    host = rates.host_launch_s
+    host_f = max(0.0, n_f * host - (g_f + a_f + m_f))
+    host_b = max(0.0, (n_b + n_rc) * host - (g_b + a_b + m_b + rc))
+    return BlockTime(g_f, g_b, a_f, a_b, m_f, m_b, rc, host_f, host_b, fl_f, fl_b, fl_rc, tuple(named))
+
+
+def kernel_table(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> list[dict]:
+    """Per-kernel seconds of one block (for explain and debugging)."""
+    rows = []
+    for k in block_kernels(ms, sh, block):
+        if isinstance(k, Gemm):
+            f, d, w = gemm_times(k, sh.fp8, rates)
+            eff = gemm_efficiency(k.m, k.n, k.k, gemm_recipe(k, sh.fp8, rates), rates, k.count)
+            rows.append({"kernel": k.name, "class": "gemm", "shape": [k.m, k.n, k.k, k.count],
+                         "fwd_s": f, "bwd_s": d + w, "efficiency": eff})
+        elif isinstance(k, FusedAttention):
+            f, b = attention_times(k, rates)
+            rows.append({"kernel": k.name, "class": "attention", "fwd_s": f, "bwd_s": b})
+        else:
+            f, b = stream_times(k, rates)
+            rows.append({"kernel": k.name, "class": "memory", "fwd_s": f, "bwd_s": b})
+    return rows
+

@@ -1,0 +1,559 @@
+"""What one GPU computes for one micro-batch: an inventory of kernels per layer kind.
+
+Each pipeline chunk is a sum of *blocks* (a decoder layer of one kind, the embedding, the output
+head and loss, an MTP module); each block is a tuple of kernels of three classes:
+
+- :class:`Gemm`: a matrix multiply (M tokens x K -> N features), FLOPs 2*M*N*K per pass; the
+  backward runs the data-gradient and the weight-gradient GEMMs of the same size (Narayanan et al.
+  2021, appendix: "each GEMM is performed 3 times");
+- :class:`FusedAttention`: flash-style attention (FlashAttention / cuDNN fused attention), forward
+  2*q*keys*(d_qk + d_v) per head; the kernel's backward recomputes QK^T and runs 2.5x the forward
+  FLOPs (Dao 2023, FlashAttention-2, sec. 3), while model FLOPs count it as 2x like any GEMM;
+- :class:`Stream`: a memory-bound kernel (norm, residual/dropout, activation, RoPE, softmax,
+  permute, cross-entropy, FP8 casts) costed by the bytes it reads and writes.
+
+Shapes follow Megatron-Core's sharding: sequence parallelism whenever tp > 1 (norms and residuals
+on s/tp tokens, an all-gather in front of each column-parallel GEMM), column/row-parallel linears
+split by tp, MLA down-projections duplicated on every TP rank, experts split by ep (grouped GEMM,
+one per local expert) and etp, the output head vocabulary-parallel. Communication is not here
+(see :mod:`planner.cost.comm`); neither are rates (see :mod:`planner.cost.compute`).
+
+Every kernel carries the Megatron ``--recompute-modules`` name it belongs to, so selective
+recompute repeats exactly the kernels Megatron repeats.
+
+Model FLOPs (what Megatron logs and what MFU counts) come from :func:`megatron_model_flops`, an
+implementation of ``num_floating_point_operations`` in megatron/training/training.py; the kernel
+inventory gives hardware FLOPs (what the GPU executes, with recompute and duplicated work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from planner.specs.model import ModelSpec
+
+# Bytes per element.
+BF16 = 2
+FP32 = 4
+FP8 = 1
+
+# Backward bytes of an element-wise kernel relative to its forward: it reads the saved input and the
+# incoming gradient and writes the input gradient (plus weight-gradient partials for norms).
+STREAM_BWD_FACTOR = 1.5
+# Cross-entropy over the vocabulary-parallel logits, unfused (megatron/core/tensor_parallel/
+# cross_entropy.py): cast the bf16 logits to fp32 (2+4), max (4), subtract in place (4+4), exp in
+# place (4+4), sum (4), divide in place into the saved softmax (4+4): 38 bytes per logit; the
+# backward scales the saved softmax (4+4) and casts the gradient to bf16 (4+2): 14.
+CE_FWD_BYTES_PER_LOGIT = 38
+CE_BWD_BYTES_PER_LOGIT = 14
+# Router of an MoE layer: fp32 scores over the experts (--moe-router-dtype fp32), sigmoid/softmax,
+# top-k, score normalization and the aux-loss statistics: about five fp32 passes over T x E.
+ROUTER_PASSES = 5
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM (or ``count`` identical ones, e.g. the local experts of a grouped GEMM)."""
+
+    name: str
+    m: int
+    """Rows: tokens (or query positions for the batched attention GEMMs)."""
+    n: int
+    """Output features (the weight's columns on this GPU)."""
+    k: int
+    """Reduction dimension."""
+    count: int = 1
+    module: str = ""
+    """Megatron recompute module this GEMM belongs to ('' when only full recompute repeats it)."""
+    fp8: bool = True
+    """Runs in the FP8 recipe when the plan's precision is fp8 (Transformer Engine quantizes every
+    linear layer; attention, router, embedding and output head stay in BF16)."""
+    model_fraction: float = 1.0
+    """Share of these FLOPs that model FLOPs count: 1/tp for GEMMs every TP rank duplicates,
+    1/imbalance for experts on the most loaded rank, 1/2 for unfused causal attention scores."""
+
+    @property
+    def flops(self) -> float:
+        """Forward FLOPs (the backward runs twice this)."""
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class FusedAttention:
+    """Flash-style fused attention for the local heads of one micro-batch."""
+
+    name: str
+    queries: int
+    """Query positions on this GPU (mbs * seq / cp)."""
+    keys_per_query: float
+    """Average keys each query attends (causal: about seq/2; sliding window: about the window)."""
+    heads: int
+    """Query heads on this GPU (heads / tp)."""
+    qk_dim: int
+    v_dim: int
+    kernel_keys: float
+    """Keys per query inside one kernel call (CP splits a row over cp ring steps): sets the kernel's
+    efficiency."""
+    module: str = "core_attn"
+
+    @property
+    def flops(self) -> float:
+        """Forward FLOPs: QK^T and PV over the attended keys."""
+        return 2.0 * self.queries * self.keys_per_query * self.heads * (self.qk_dim + self.v_dim)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A memory-bound kernel, costed by bytes moved through HBM."""
+
+    name: str
+    bytes_fwd: float
+    bytes_bwd: float
+    module: str = ""
+    kernels: int = 1
+    """Kernels per pass (each pays the per-kernel overhead)."""
+
+
+Kernel = Gemm | FusedAttention | Stream
+
+
+# ---------------------------------------------------------------------------------------------
+# A hashable digest of the model: everything the kernel inventory needs, nothing else.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    hidden: int
+    vocab: int
+    norm: str
+    learned_positions: bool
+    attn_kind: Literal["gqa", "mla"]
+    heads: int
+    kv_heads: int
+    qk_dim: int
+    v_dim: int
+    rope_dim: int
+    """Per-head width carrying rotary embedding (0 with learned positions)."""
+    q_lora: int | None
+    kv_lora: int
+    qkv_bias: bool
+    sliding_window: int | None
+    sliding_every: int | None
+    gated: bool
+    """SwiGLU (three matrices) vs GELU (two)."""
+    ffn: int
+    ffn_bias: bool
+    num_experts: int
+    top_k: int
+    expert_ffn: int
+    shared_ffn: int
+    group_top_k: int | None
+    attention_dropout: bool
+    hidden_dropout: bool
+    mtp_layers: int
+    layer_kinds: tuple[str, ...]
+    """Block kind of each decoder layer: 'dense' / 'moe', with '_swa' for sliding-window layers."""
+
+    @property
+    def mtp_kind(self) -> str:
+        return self.layer_kinds[-1].removesuffix("_swa")
+
+    def __hash__(self) -> int:
+        # Memoized costs hash this on every lookup; the layer-kind tuple makes the generated hash
+        # slow, and name plus sizes already separate models (equality still compares all fields).
+        return hash((self.name, self.hidden, self.vocab, self.heads, self.ffn, self.num_experts, len(self.layer_kinds)))
+
+
+_SHAPES: dict[int, tuple[object, ModelShape]] = {}
+
+
+def model_shape(model: ModelSpec) -> ModelShape:
+    """The model's :class:`ModelShape`, cached per spec object (specs are immutable)."""
+    hit = _SHAPES.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    a = model.attention
+    moe = model.moe
+    if a.kind == "mla":
+        qk, v, rope = a.qk_head_dim, a.v_head_dim, a.qk_rope_head_dim
+        q_lora, kv_lora, bias, swa, every = a.q_lora_rank, a.kv_lora_rank, False, None, None
+    else:
+        qk = v = a.head_dim
+        rope = a.head_dim if model.position_embedding == "rope" else 0
+        q_lora, kv_lora, bias = None, 0, a.qkv_bias
+        swa, every = a.sliding_window, a.sliding_window_every
+    kinds = []
+    for i, kind in enumerate(model.layer_kinds):
+        uses_swa = swa is not None and (every is None or i % every == 0)
+        kinds.append(kind + ("_swa" if uses_swa else ""))
+    shape = ModelShape(
+        name=model.name, hidden=model.hidden_size, vocab=model.vocab_size, norm=model.norm,
+        learned_positions=model.position_embedding == "learned", attn_kind=a.kind,
+        heads=a.num_heads, kv_heads=a.num_kv_heads, qk_dim=qk, v_dim=v, rope_dim=rope,
+        q_lora=q_lora, kv_lora=kv_lora, qkv_bias=bias, sliding_window=swa, sliding_every=every,
+        gated=model.ffn.activation == "swiglu", ffn=model.ffn.hidden_size, ffn_bias=model.ffn.bias,
+        num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
+        expert_ffn=moe.expert_hidden_size if moe else 0, shared_ffn=moe.shared_hidden if moe else 0,
+        group_top_k=moe.group_top_k if moe else None,
+        attention_dropout=model.attention_dropout > 0, hidden_dropout=model.hidden_dropout > 0,
+        mtp_layers=model.mtp_layers, layer_kinds=tuple(kinds),
+    )
+    _SHAPES[id(model)] = (model, shape)
+    return shape
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharding context of one micro-batch on one GPU.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shard:
+    """Degrees and sizes that fix every kernel shape of a block (the memoization key)."""
+
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    mbs: int
+    seq: int
+    implementation: str = "te"
+    """'te' (fused attention, Transformer Engine) or 'megatron-local' (unfused attention)."""
+    dispatcher: str | None = None
+    """MoE token dispatcher: 'alltoall' permutes globally before and locally after the exchange;
+    'deepep'/'hybridep' fuse the global permutation into the communication kernel."""
+    imbalance: float = 1.0
+    """Routed tokens on the most loaded EP rank over the mean."""
+    fp8: bool = False
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the micro-batch on this GPU before TP splitting: mbs * seq / cp."""
+        return self.mbs * self.seq // self.cp
+
+    @property
+    def sp_tokens(self) -> float:
+        """Tokens held between TP regions under sequence parallelism (tokens / tp)."""
+        return self.tokens / self.tp
+
+
+def _norm(name: str, tokens: float, width: int, module: str) -> Stream:
+    """LayerNorm/RMSNorm: read and write each element once (bf16)."""
+    b = tokens * width * 2 * BF16
+    return Stream(name, b, b * STREAM_BWD_FACTOR, module)
+
+
+def _elementwise(name: str, elements: float, reads: float, writes: float, module: str = "", kernels: int = 1) -> Stream:
+    """An element-wise kernel reading ``reads`` and writing ``writes`` bytes per element."""
+    b = elements * (reads + writes)
+    return Stream(name, b, b * STREAM_BWD_FACTOR, module, kernels)
+
+
+def _fp8_casts(g: Gemm) -> Stream:
+    """FP8 quantization around one GEMM (Transformer Engine): the forward casts the input
+    activation (read bf16, write fp8 row- and column-wise for the weight gradient); the backward
+    casts the output gradient the same way. Weight casts are cached across micro-batches."""
+    fwd = g.count * g.m * g.k * (BF16 + 2 * FP8)
+    bwd = g.count * g.m * g.n * (BF16 + 2 * FP8)
+    return Stream(g.name + ".fp8_cast", fwd, bwd, g.module, kernels=1)
+
+
+def _with_casts(gemms: list[Gemm], sh: Shard) -> list[Kernel]:
+    out: list[Kernel] = []
+    for g in gemms:
+        out.append(g)
+        if sh.fp8 and g.fp8:
+            out.append(_fp8_casts(g))
+    return out
+
+
+def attention_keys(ms: ModelShape, seq: int, swa: bool, causal_executed: bool = True) -> float:
+    """Average keys per query of one sequence: causal (seq+1)/2, or a sliding window w
+    (w - w(w-1)/(2 seq) for seq >= w); the whole row when the kernel computes the masked half too
+    (unfused attention)."""
+    if not causal_executed:
+        return float(seq)
+    if swa and ms.sliding_window and ms.sliding_window < seq:
+        w = ms.sliding_window
+        return w - w * (w - 1) / (2.0 * seq)
+    return (seq + 1) / 2.0
+
+
+def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
+    """Input norm, projections, rotary embedding, core attention and output projection."""
+    h, T, Tsp, tp = ms.hidden, sh.tokens, sh.sp_tokens, sh.tp
+    heads = ms.heads // tp
+    ks: list[Kernel] = [_norm("input_norm", Tsp, h, "layernorm")]
+    gemms: list[Gemm] = []
+    if ms.attn_kind == "mla":
+        # Megatron MLA (megatron/core/transformer/multi_latent_attention.py): the down projections
+        # are 'duplicated' linears every TP rank computes in full on the gathered tokens.
+        if ms.q_lora:
+            gemms.append(Gemm("q_down", T, ms.q_lora, h, model_fraction=1.0 / tp))
+        kv_down_n = ms.kv_lora + ms.rope_dim
+        gemms.append(Gemm("kv_down", T, kv_down_n, h, model_fraction=1.0 / tp))
+        ks += _with_casts(gemms, sh)
+        up: list[Gemm] = []
+        if ms.q_lora:
+            ks.append(_norm("q_norm", T, ms.q_lora, "layernorm"))
+            up.append(Gemm("q_up", T, heads * ms.qk_dim, ms.q_lora, module="mla_up_proj"))
+        else:
+            up.append(Gemm("q_proj", T, heads * ms.qk_dim, h))
+        ks.append(_norm("kv_norm", T, ms.kv_lora, "layernorm"))
+        up.append(Gemm("kv_up", T, heads * (ms.qk_dim - ms.rope_dim + ms.v_dim), ms.kv_lora, module="mla_up_proj"))
+        ks += _with_casts(up, sh)
+        # RoPE on the query rope part and the shared key rope part, then Q/K assembly (copy).
+        rope_elems = T * (heads * ms.rope_dim + ms.rope_dim)
+        ks.append(_elementwise("rope", rope_elems, BF16, BF16, "mla_up_proj"))
+        qk_elems = T * heads * (2 * ms.qk_dim)
+        ks.append(_elementwise("qk_assemble", qk_elems, BF16, BF16, "mla_up_proj"))
+    else:
+        kv_local = max(1, ms.kv_heads // tp)  # Megatron replicates K/V heads when tp > kv heads
+        gemms.append(Gemm("qkv", T, (heads + 2 * kv_local) * ms.qk_dim, h))
+        ks += _with_casts(gemms, sh)
+        if ms.qkv_bias:
+            ks.append(_elementwise("qkv_bias", T * (heads + 2 * kv_local) * ms.qk_dim, BF16, BF16))
+        if ms.rope_dim:
+            ks.append(_elementwise("rope", T * (heads + kv_local) * ms.rope_dim, BF16, BF16))
+    ks += core_attention(ms, sh, swa)
+    proj = Gemm("proj", T, h, heads * ms.v_dim)
+    ks += _with_casts([proj], sh)
+    ks.append(_residual("attn_residual", ms, sh))
+    return ks
+
+
+def core_attention(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
+    """Fused attention, or the unfused path of 2022-era Megatron: batched QK^T, a fused
+    scale-mask-softmax, attention dropout and batched PV (Korthikanti et al. 2022, sec. 4)."""
+    heads = ms.heads // sh.tp
+    if sh.implementation == "te":
+        keys = attention_keys(ms, sh.seq, swa)
+        return [
+            FusedAttention("core_attention", sh.tokens, keys, heads, ms.qk_dim, ms.v_dim,
+                           kernel_keys=keys / sh.cp)
+        ]
+    s, b = sh.seq // sh.cp, sh.mbs * heads
+    scores = b * s * s
+    # The masked upper triangle is computed too; model FLOPs count half of it (causal).
+    ks: list[Kernel] = [
+        Gemm("attn_scores", s, s, ms.qk_dim, count=b, module="core_attn", fp8=False, model_fraction=0.5),
+        _elementwise("softmax", scores, BF16, BF16, "core_attn"),
+    ]
+    if ms.attention_dropout:
+        ks.append(_elementwise("attn_dropout", scores, BF16, BF16 + 1, "core_attn"))
+    ks.append(Gemm("attn_values", s, ms.v_dim, s, count=b, module="core_attn", fp8=False, model_fraction=0.5))
+    return ks
+
+
+def _residual(name: str, ms: ModelShape, sh: Shard) -> Stream:
+    """Bias + dropout + residual add on the sequence-parallel tokens (one fused kernel)."""
+    writes = BF16 + (1 if ms.hidden_dropout else 0)  # dropout keeps a 1-byte mask
+    return _elementwise(name, sh.sp_tokens * ms.hidden, 2 * BF16, writes)
+
+
+def _activation(name: str, tokens: float, width: float, gated: bool, module: str) -> Stream:
+    """SwiGLU reads gate and up and writes one; GELU (with its fused bias) reads and writes one."""
+    return _elementwise(name, tokens * width, (2 if gated else 1) * BF16, BF16, module)
+
+
+def mlp_block(ms: ModelShape, sh: Shard, width: int, module: str, name: str = "mlp") -> list[Kernel]:
+    """A TP-split MLP (dense FFN or shared experts): fc1, activation, fc2."""
+    T, w = sh.tokens, width / sh.tp
+    n_in = 2 if ms.gated else 1
+    fc1 = Gemm(f"{name}.fc1", T, int(n_in * w), ms.hidden, module=module)
+    fc2 = Gemm(f"{name}.fc2", T, ms.hidden, int(w), module=module)
+    ks: list[Kernel] = _with_casts([fc1], sh)
+    ks.append(_activation(f"{name}.act", T, w, ms.gated, module))
+    ks += _with_casts([fc2], sh)
+    return ks
+
+
+def routed_tokens(ms: ModelShape, sh: Shard) -> float:
+    """Token copies one GPU's experts process per micro-batch: its EP group's tokens times top-k
+    spread over the experts, gathered over expert-TP, times the imbalance of the heaviest rank."""
+    return sh.sp_tokens * ms.top_k * sh.etp * sh.imbalance
+
+
+def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
+    """Router, token permutation, routed experts (grouped GEMM) and shared experts."""
+    h, Tsp, E = ms.hidden, sh.sp_tokens, ms.num_experts
+    ks: list[Kernel] = [
+        Gemm("router", int(Tsp), E, h, module="moe", fp8=False),
+        _elementwise("router_topk", Tsp * E, FP32 * ROUTER_PASSES / 2, FP32 * ROUTER_PASSES / 2, "moe", kernels=ROUTER_PASSES),
+    ]
+    R = routed_tokens(ms, sh)
+    copies = Tsp * ms.top_k
+    # Permutation: alltoall permutes globally (T x h -> T*k x h) before the exchange and locally
+    # after it; DeepEP/HybridEP fuse the global permutation into their dispatch kernel.
+    global_perm = sh.dispatcher in (None, "alltoall")
+    perm_bytes = (copies * h * 2 * BF16 if global_perm else 0) + R * h * 2 * BF16
+    ks.append(Stream("permute", perm_bytes, perm_bytes, "moe", kernels=2 if global_perm else 1))
+    local = E // sh.ep
+    m_e = max(1, round(R / local))
+    w = ms.expert_ffn / sh.etp
+    n_in = 2 if ms.gated else 1
+    fc1 = Gemm("experts.fc1", m_e, int(n_in * w), h, count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    fc2 = Gemm("experts.fc2", m_e, h, int(w), count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    ks += _with_casts([fc1], sh)
+    ks.append(_activation("experts.act", R, w, ms.gated, "moe_act"))
+    ks += _with_casts([fc2], sh)
+    # Unpermute and the weighted sum of the k expert outputs per token.
+    ks.append(Stream("unpermute", perm_bytes + copies * h * BF16, perm_bytes + copies * h * BF16, "moe",
+                     kernels=2 if global_perm else 1))
+    if ms.shared_ffn:
+        ks += mlp_block(ms, sh, ms.shared_ffn, "shared_experts", "shared")
+    return ks
+
+
+def layer_block(ms: ModelShape, sh: Shard, kind: str) -> tuple[Kernel, ...]:
+    """One decoder layer of ``kind`` ('dense'/'moe', optional '_swa' suffix)."""
+    swa = kind.endswith("_swa")
+    base = kind.removesuffix("_swa")
+    ks = attention_block(ms, sh, swa)
+    ks.append(_norm("pre_mlp_norm", sh.sp_tokens, ms.hidden, "layernorm"))
+    if base == "dense":
+        ks += mlp_block(ms, sh, ms.ffn, "mlp")
+    else:
+        ks += moe_block(ms, sh)
+    ks.append(_residual("mlp_residual", ms, sh))
+    return tuple(ks)
+
+
+def embedding_block(ms: ModelShape, sh: Shard) -> tuple[Kernel, ...]:
+    """Vocabulary-parallel embedding lookup on every token (then reduce-scattered over TP), plus the
+    learned position table and embedding dropout where the model has them."""
+    T, h = sh.tokens, ms.hidden
+    ks: list[Kernel] = [_elementwise("embedding", T * h, BF16, BF16)]
+    if ms.learned_positions:
+        ks.append(_elementwise("position_embedding", sh.sp_tokens * h, 2 * BF16, BF16 + (1 if ms.hidden_dropout else 0)))
+    return tuple(ks)
+
+
+def head_block(ms: ModelShape, sh: Shard) -> tuple[Kernel, ...]:
+    """Final norm, output projection (vocabulary-parallel, BF16) and cross-entropy."""
+    T = sh.tokens
+    logits = T * ms.vocab / sh.tp
+    return (
+        _norm("final_norm", sh.sp_tokens, ms.hidden, ""),
+        Gemm("output", T, ms.vocab // sh.tp, ms.hidden, fp8=False),
+        Stream("cross_entropy", logits * CE_FWD_BYTES_PER_LOGIT, logits * CE_BWD_BYTES_PER_LOGIT),
+    )
+
+
+def mtp_block(ms: ModelShape, sh: Shard) -> tuple[Kernel, ...]:
+    """One MTP module (DeepSeek-V3 sec. 2.2; Megatron multi_token_prediction.py): embedding of the
+    shifted tokens, two norms, the 2h -> h projection, a decoder layer, and its own output head and
+    loss (the head weights are shared, its FLOPs are not)."""
+    T, Tsp, h = sh.tokens, sh.sp_tokens, ms.hidden
+    ks: list[Kernel] = list(embedding_block(ms, sh))
+    ks += [_norm("mtp.enorm", Tsp, h, "layernorm"), _norm("mtp.hnorm", Tsp, h, "layernorm")]
+    ks += _with_casts([Gemm("mtp.eh_proj", T, h // sh.tp, 2 * h)], sh)
+    ks += layer_block(ms, sh, ms.mtp_kind)
+    ks += head_block(ms, sh)
+    return tuple(ks)
+
+
+@lru_cache(maxsize=4096)
+def block_kernels(ms: ModelShape, sh: Shard, block: str) -> tuple[Kernel, ...]:
+    """Kernels of one block: a decoder layer kind ('dense', 'moe', '..._swa'), 'embedding',
+    'head' (final norm, output layer, loss) or 'mtp'."""
+    if block == "embedding":
+        return embedding_block(ms, sh)
+    if block == "head":
+        return head_block(ms, sh)
+    if block == "mtp":
+        return mtp_block(ms, sh)
+    return layer_block(ms, sh, block)
+
+
+def hardware_flops(kernels: tuple[Kernel, ...]) -> tuple[float, float]:
+    """(forward, backward) FLOPs the GPU executes for these kernels (backward of fused attention at
+    2.5x its forward, of GEMMs at 2x)."""
+    fwd = bwd = 0.0
+    for k in kernels:
+        if isinstance(k, Gemm):
+            fwd += k.flops
+            bwd += 2 * k.flops
+        elif isinstance(k, FusedAttention):
+            fwd += k.flops
+            bwd += 2.5 * k.flops
+    return fwd, bwd
+
+
+def model_flops_of(kernels: tuple[Kernel, ...]) -> float:
+    """Model FLOPs (forward + backward, 3x the forward) of these kernels on one GPU, counting
+    duplicated and imbalanced work once and causal attention as half the square."""
+    total = 0.0
+    for k in kernels:
+        if isinstance(k, Gemm):
+            total += 3 * k.flops * k.model_fraction
+        elif isinstance(k, FusedAttention):
+            total += 3 * k.flops
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron's model-FLOPs formula (what MFU counts).
+# ---------------------------------------------------------------------------------------------
+def megatron_model_flops(ms: ModelShape, sequences: float, seq: int, attention: Literal["causal", "full"] = "causal") -> float:
+    """Model FLOPs of ``sequences`` sequences, forward and backward, no recompute: Megatron-LM's
+    ``num_floating_point_operations`` (megatron/training/training.py, transformer branch):
+    3 passes x 2 FLOPs per multiply-add over every GEMM (projections, MLP/experts with top-k and
+    shared experts, MLA low-rank projections), attention scores and values over seq/2 keys
+    (causal; 'full' counts seq keys, as Megatron did until 2025 and Narayanan et al. 2021 do),
+    MTP projections and layers, and the logits of the main head and each MTP head. Sliding-window
+    layers count their window. The router, norms and element-wise work are not counted."""
+    h = ms.hidden
+    tokens = sequences * seq
+    per_token = 0.0
+    kinds = list(ms.layer_kinds) + [ms.layer_kinds[-1]] * ms.mtp_layers
+    for kind in kinds:
+        swa = kind.endswith("_swa")
+        keys = attention_keys(ms, seq, swa) if attention == "causal" else float(seq)
+        if attention == "causal" and not swa:
+            keys = seq / 2.0  # Megatron's exact convention (seq/2, not (seq+1)/2)
+        per_token += _attention_weight_macs(ms) + keys * ms.heads * (ms.qk_dim + ms.v_dim)
+        n_in = 3 if ms.gated else 2
+        if kind.startswith("dense"):
+            per_token += n_in * h * ms.ffn
+        else:
+            per_token += n_in * h * (ms.expert_ffn * ms.top_k + ms.shared_ffn)
+    per_token += ms.mtp_layers * (3 * h + 2 * h * h)  # MTP norms (as Megatron writes them) and eh_proj
+    per_token += h * ms.vocab * (1 + ms.mtp_layers)
+    return 6.0 * tokens * per_token
+
+
+def _attention_weight_macs(ms: ModelShape) -> float:
+    """Multiply-adds per token of the attention projections."""
+    h = ms.hidden
+    if ms.attn_kind == "mla":
+        q = ms.q_lora * (h + ms.heads * ms.qk_dim + 1) if ms.q_lora else h * ms.heads * ms.qk_dim
+        kv_nope = ms.qk_dim - ms.rope_dim
+        kv = ms.kv_lora * (h + ms.heads * (kv_nope + ms.v_dim) + 1) + h * ms.rope_dim
+        return q + kv + ms.heads * ms.v_dim * h
+    q = ms.heads * ms.qk_dim
+    kv = 2 * ms.kv_heads * ms.qk_dim
+    return h * (q + kv) + q * h
+
+
+def narayanan_flops(batch: float, seq: int, layers: int, hidden: int, vocab: int, recompute: bool) -> float:
+    """Narayanan et al. 2021 (arXiv 2104.04473, appendix) closed form for GPT models:
+    96*B*s*l*h^2*(1 + s/6h + V/16lh) with full recompute, 72*B*s*l*h^2*(1 + s/6h + V/12lh) without
+    (full attention square, 4x MLP, tied vocabulary head)."""
+    base = batch * seq * layers * hidden**2
+    if recompute:
+        return 96 * base * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+    return 72 * base * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+
+
+def block_names(ms: ModelShape) -> tuple[str, ...]:
+    """Distinct decoder-layer block kinds of the model."""
+    return tuple(sorted(set(ms.layer_kinds)))
+
+
+__all__ = [
+    "Gemm", "FusedAttention", "Stream", "Kernel", "ModelShape", "Shard", "model_shape", "block_kernels",
+    "hardware_flops", "model_flops_of", "megatron_model_flops", "narayanan_flops", "attention_keys",
+    "routed_tokens", "block_names",
+]

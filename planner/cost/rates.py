@@ -1,0 +1,216 @@
+"""Achievable rates of one GPU and its links: datasheet peaks times the generation profile's
+fractions, overridden by a calibration file, scaled by the sensitivity assumptions.
+
+This is the one place where hardware spec, efficiency profile (``hw_specs/efficiency/``),
+calibration (:mod:`planner.specs.calibration`) and :class:`~planner.cost.setup.Assumptions` meet;
+every time-model function takes the resulting :class:`Rates` (hashable, so costs memoize on it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.errors import PlannerError
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Per-GPU rates in FLOP/s, bytes/s and seconds."""
+
+    generation: str
+    peak_bf16: float
+    """Dense BF16 peak (MFU denominator)."""
+    peak_fp8: float
+    fp8_recipe: str | None
+    gemm_ceiling: tuple[tuple[str, float], ...]
+    """(recipe, large-shape fraction of that dtype's peak); see planner.cost.compute.gemm_efficiency."""
+    gemm_scale: float
+    """Assumptions.gemm_efficiency_scale (sensitivity)."""
+    gemm_half_dim: int
+    gemm_shape_exponent: float
+    flash_fwd: float
+    flash_bwd: float
+    flash_half_keys: float
+    hbm_bw: float
+    """Achievable streaming HBM bandwidth, bytes/s."""
+    kernel_overhead_s: float
+    host_launch_s: float
+    """CPU seconds to issue one kernel (eager mode)."""
+    sustained: float
+    """Sustained tensor-core fraction in training (ComputeEfficiency.sustained_fraction)."""
+    nvlink_bw: float
+    """Per-direction NVLink bandwidth per GPU (datasheet, times the network scale)."""
+    nvlink_busbw: float
+    """Achievable ring bus bandwidth inside a domain."""
+    nvls_algbw: float | None
+    """All-reduce algorithm bandwidth with in-switch reduction; None without NVLS."""
+    nic_bw: float
+    nic_busbw: float
+    """Achievable per-GPU bus bandwidth across domains."""
+    nvlink_latency_s: float
+    nic_latency_s: float
+    a2a_nvlink: tuple[tuple[str, float], ...]
+    """EP all-to-all achievable bandwidth inside a domain, bytes/s, by dispatcher."""
+    a2a_nic: tuple[tuple[str, float], ...]
+    a2a_peer_latency_s: float
+    p2p_fraction: float
+    overlap_interference: float
+    domain_size: int
+    host_kind: str
+    host_bw: float
+    """Per-direction host link bandwidth per GPU, bytes/s."""
+    cpu_adam_params_per_s: float
+    """CPU Adam throughput for one GPU's share of the host, parameters/s."""
+
+    def __hash__(self) -> int:
+        # Memoized costs hash Rates on every lookup; hash the fields that differ between setups.
+        return hash((self.generation, self.peak_bf16, self.peak_fp8, self.gemm_scale, self.hbm_bw, self.nvlink_bw,
+                     self.nic_bw, self.sustained, self.domain_size))
+
+    def ceiling(self, recipe: str) -> float:
+        """Large-shape GEMM fraction of the recipe's peak."""
+        for name, value in self.gemm_ceiling:
+            if name == recipe:
+                return value
+        raise PlannerError(f"The {self.generation} efficiency profile has no GEMM ceiling for '{recipe}'.")
+
+    def a2a_bw(self, dispatcher: str | None, cross_domain: bool) -> float:
+        table = self.a2a_nic if cross_domain else self.a2a_nvlink
+        key = dispatcher or "alltoall"
+        for name, value in table:
+            if name == key:
+                return value
+        return dict(table)["alltoall"]
+
+    def peak(self, recipe: str) -> float:
+        return self.peak_bf16 if recipe in ("bf16", "fp16") else self.peak_fp8
+
+
+# CPU Adam streams fp32 master weights, both moments and the gradient in and out of host DRAM:
+# read 16 bytes, write 12 bytes per parameter (DeepSpeed CPUAdam / Megatron HybridDeviceOptimizer).
+CPU_ADAM_BYTES_PER_PARAM = 28.0
+
+
+def build_rates(hw, profile, assumptions, calibration=None) -> Rates:
+    """Combine the hardware spec, its generation profile, an optional calibration and the
+    sensitivity scales into :class:`Rates`."""
+    from planner.cost.compute import shape_factor
+
+    if profile.compute is None or profile.comm is None:
+        raise PlannerError(
+            f"The '{profile.generation}' efficiency profile has no compute/comm section; the time model "
+            "needs them (hw_specs/efficiency/<generation>.yaml)."
+        )
+    c, m = profile.compute, profile.comm
+    gemm_half, gemm_exp = c.gemm_half_dim.value, c.gemm_shape_exponent.value
+    ceilings = {recipe: g.fraction for recipe, g in c.gemm.items()}
+    peak_bf16 = hw.peak("bf16")
+    peak_fp8 = hw.gpu.peak_flops["fp8"].value if "fp8" in hw.gpu.peak_flops else peak_bf16
+    hbm_bw = hw.gpu.hbm_bandwidth.value * c.hbm_fraction.value
+    flash_fwd, flash_bwd, half = c.flash_fwd_fraction.value, c.flash_bwd_fraction.value, c.flash_half_keys.value
+    kernel_overhead = c.kernel_overhead_s.value
+    nv = hw.nvlink.bandwidth_per_direction.value
+    nic = hw.scale_out.bandwidth_per_direction.value
+    nvlink_busbw = nv * m.nvlink_fraction.value
+    nvls = nv * m.nvls_fraction.value if hw.nvlink.in_switch_reduction.value else None
+    nic_busbw = nic * m.nic_fraction.value
+    a2a_nvl = {d: nv * f.value for d, f in m.a2a_nvlink_fraction.items()}
+    a2a_nic = {d: nic * f.value for d, f in m.a2a_nic_fraction.items()}
+
+    if calibration is not None:
+        if calibration.hardware.lower() != hw.name.lower() and calibration.hardware.lower() not in [a.lower() for a in hw.aliases]:
+            raise PlannerError(
+                f"Calibration file was measured on '{calibration.hardware}', but the plan runs on '{hw.name}'.",
+                hint="Use a calibration taken on this hardware, or drop --calibration.",
+            )
+        # Each measurement implies a large-shape ceiling through the shape factor; take the median.
+        implied: dict[str, list[float]] = {}
+        for g in calibration.gemm:
+            peak = peak_bf16 if g.recipe in ("bf16", "fp16") else peak_fp8
+            implied.setdefault(g.recipe, []).append(g.tflops * 1e12 / peak / shape_factor(g.m, g.n, g.k, gemm_half, gemm_exp))
+        best = {r: sorted(v)[len(v) // 2] for r, v in implied.items()}
+        ceilings.update(best)
+        if calibration.hbm_bandwidth:
+            hbm_bw = calibration.hbm_bandwidth
+        if calibration.attention:
+            at = calibration.attention
+            rescale = at.keys_per_query / (at.keys_per_query + half)
+            flash_fwd = at.fwd_tflops * 1e12 / peak_bf16 / rescale
+            flash_bwd = at.bwd_tflops * 1e12 / peak_bf16 / rescale
+        if calibration.kernel_overhead_s:
+            kernel_overhead = calibration.kernel_overhead_s
+        for col in calibration.collectives:
+            n = col.ranks
+            if col.op == "all_to_all":
+                table = a2a_nvl if col.span == "nvlink" else a2a_nic
+                table[col.dispatcher or "alltoall"] = col.busbw
+            elif col.span == "nvlink":
+                if col.op == "all_reduce" and nvls is not None:
+                    nvls = col.busbw * n / (2 * (n - 1))  # busbw -> algbw
+                elif col.op in ("all_gather", "reduce_scatter", "all_reduce"):
+                    nvlink_busbw = col.busbw
+            elif col.op != "send_recv":
+                nic_busbw = col.busbw
+
+    s_net = assumptions.network_bandwidth_scale
+    host = hw.host
+    cpu_rate = (
+        host.cpu_adam_params_per_s.value if host.cpu_adam_params_per_s is not None
+        else (host.host_memory_bandwidth.value if host.host_memory_bandwidth else 50e9) / CPU_ADAM_BYTES_PER_PARAM
+    )
+    return Rates(
+        generation=hw.generation,
+        peak_bf16=peak_bf16,
+        peak_fp8=peak_fp8,
+        fp8_recipe=hw.fp8_recipe,
+        gemm_ceiling=tuple(sorted(ceilings.items())),
+        gemm_scale=assumptions.gemm_efficiency_scale,
+        gemm_half_dim=gemm_half,
+        gemm_shape_exponent=gemm_exp,
+        flash_fwd=flash_fwd, flash_bwd=flash_bwd, flash_half_keys=half,
+        hbm_bw=hbm_bw,
+        kernel_overhead_s=kernel_overhead,
+        host_launch_s=c.host_launch_s.value,
+        sustained=c.sustained_fraction.value,
+        nvlink_bw=nv * s_net,
+        nvlink_busbw=nvlink_busbw * s_net,
+        nvls_algbw=nvls * s_net if nvls else None,
+        nic_bw=nic * s_net,
+        nic_busbw=nic_busbw * s_net,
+        nvlink_latency_s=m.nvlink_latency_s.value,
+        nic_latency_s=hw.scale_out.latency_s.value,
+        a2a_nvlink=tuple(sorted((k, v * s_net) for k, v in a2a_nvl.items())),
+        a2a_nic=tuple(sorted((k, v * s_net) for k, v in a2a_nic.items())),
+        a2a_peer_latency_s=m.a2a_peer_latency_s.value,
+        p2p_fraction=m.p2p_fraction.value,
+        overlap_interference=m.overlap_interference.value,
+        domain_size=hw.domain_size,
+        host_kind=host.kind,
+        host_bw=host.bandwidth_per_direction.value,
+        cpu_adam_params_per_s=cpu_rate,
+    )
+
+
+_RATES: dict[tuple, tuple[object, object, Rates]] = {}
+
+
+def rates_for(setup, calibration=None) -> Rates:
+    """Rates of a setup: cached per hardware spec object, assumptions and calibration object (the
+    cache holds references, so an id is never reused while its entry lives)."""
+    from planner.specs.calibration import load_calibration
+
+    a = setup.assumptions
+    if calibration is None and a.calibration:
+        calibration = load_calibration(a.calibration)
+    key = (id(setup.hw), a, id(calibration))
+    hit = _RATES.get(key)
+    if hit is not None and hit[0] is setup.hw and hit[1] is calibration:
+        return hit[2]
+    r = build_rates(setup.hw, setup.efficiency, a, calibration)
+    _RATES[key] = (setup.hw, calibration, r)
+    return r
+
+
+def with_peak_scale(r: Rates, factor: float) -> Rates:
+    """Rates with every compute peak scaled (what-if and monotonicity checks)."""
+    return replace(r, peak_bf16=r.peak_bf16 * factor, peak_fp8=r.peak_fp8 * factor)

@@ -1,0 +1,189 @@
+"""Where each process group's traffic runs: GPUs in NVLink domains, NICs, and rank placement.
+
+Ranks are laid out in Megatron's order (``--order``, default tp-cp-ep-dp-pp, fastest-varying
+first; megatron/core/parallel_state.py ``RankGenerator``): the attention grid uses tp, cp, dp, pp
+and the expert grid (parallel folding) etp, ep, edp, pp over the same ranks. Rank r runs on GPU
+slot r of the job, and ``domain_fill`` consecutive slots share one NVLink domain (8 on HGX, 72 on
+NVL72; fewer with ``--domain-fill``, leaving the rest of each domain idle).
+
+A group inside one domain talks over NVLink; a group spanning k domains with g members in each runs
+hierarchically: NVLink inside each domain and the members' NICs (rail-optimized fat tree, one NIC
+per GPU) across domains. :func:`group_spans` gives each dimension's worst group as a
+:class:`GroupSpan`; :func:`build_topology` builds the same placement as a networkx graph (GPUs,
+NVSwitch domains, one NIC per GPU, the fabric) for reports and checks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from planner.errors import PlannerError
+
+
+@dataclass(frozen=True)
+class GroupSpan:
+    """How the groups of one parallel dimension sit on NVLink domains (worst group)."""
+
+    dim: str
+    size: int
+    domains: int
+    """Domains the worst group spans."""
+    per_domain: int
+    """Fewest members the worst group has in one of its domains (its NIC-bound share)."""
+    groups: int
+    crossing: int
+    """Groups that span more than one domain."""
+    members: tuple[int, ...] = ()
+    """Ranks of the worst group (for explain)."""
+
+    @property
+    def cross_domain(self) -> bool:
+        return self.domains > 1
+
+
+def grid_orders(order: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(attention grid, expert grid) dimension orders from a Megatron order string."""
+    dims = tuple(order.split("-"))
+    dense = tuple(d for d in dims if d != "ep")
+    expert = tuple({"tp": "etp", "dp": "edp"}.get(d, d) for d in dims if d != "cp")
+    return dense, expert
+
+
+def group_ranks(sizes: dict[str, int], order: tuple[str, ...], dim: str) -> np.ndarray:
+    """Ranks of every group of ``dim`` (rows), for a grid whose dims vary fastest-first in
+    ``order``: rank = sum(coord_i * prod(size_j for j before i))."""
+    shape = tuple(sizes[d] for d in reversed(order))
+    grid = np.arange(math.prod(shape)).reshape(shape)
+    axis = len(order) - 1 - order.index(dim)
+    return np.moveaxis(grid, axis, -1).reshape(-1, sizes[dim])
+
+
+def default_domain_fill(domain_size: int, tp: int, cp: int, ep: int, etp: int) -> int:
+    """The largest GPU count per domain, at most the domain size, that keeps the NVLink-bound
+    groups whole: TP (and TP x CP) and the expert block ETP x EP when they fit in a domain, e.g. 64
+    of 72 on NVL72 for EP64, 72 for EP8 or dense plans."""
+    blocks = [tp]
+    if tp * cp <= domain_size:
+        blocks.append(tp * cp)
+    if etp * ep <= domain_size:
+        blocks.append(etp * ep)
+    block = math.lcm(*blocks)
+    if block > domain_size:
+        return domain_size
+    return (domain_size // block) * block
+
+
+def resolve_domain_fill(domain_size: int, requested: int | None, tp: int, cp: int, ep: int, etp: int) -> int:
+    if requested is None:
+        return default_domain_fill(domain_size, tp, cp, ep, etp)
+    if not 1 <= requested <= domain_size:
+        raise PlannerError(
+            f"--domain-fill {requested} must be between 1 and the NVLink domain size ({domain_size})."
+        )
+    return requested
+
+
+def idle_gpus(gpus: int, fill: int, domain_size: int) -> int:
+    """GPUs left idle in the domains the job occupies."""
+    return -(-gpus // fill) * domain_size - gpus
+
+
+@lru_cache(maxsize=4096)
+def group_spans(order: str, fill: int, tp: int, cp: int, dp: int, pp: int, etp: int, ep: int, edp: int) -> dict[str, GroupSpan]:
+    """Span of every parallel dimension's groups: tp, cp, dp (and 'dpcp', the gradient group of
+    dense parameters), pp; etp, ep, edp for the expert grid."""
+    dense_order, expert_order = grid_orders(order)
+    dense = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    expert = {"etp": etp, "ep": ep, "edp": edp, "pp": pp}
+    out: dict[str, GroupSpan] = {}
+
+    def span(name: str, ranks: np.ndarray) -> GroupSpan:
+        doms = ranks // fill
+        n_groups, size = ranks.shape
+        # Members per domain for every group: sort domains in each row and count runs.
+        srt = np.sort(doms, axis=1)
+        new = np.ones_like(srt, dtype=bool)
+        new[:, 1:] = srt[:, 1:] != srt[:, :-1]
+        k = new.sum(axis=1)
+        worst = int(np.argmax(k))
+        row = srt[worst]
+        _, counts = np.unique(row, return_counts=True)
+        return GroupSpan(name, size, int(k[worst]), int(counts.min()), n_groups, int((k > 1).sum()),
+                         tuple(int(x) for x in ranks[worst]))
+
+    for d in ("tp", "cp", "dp", "pp"):
+        out[d] = span(d, group_ranks(dense, dense_order, d))
+    # Gradient group of dense parameters: DP x CP (Megatron's data-parallel-with-CP group).
+    if cp > 1:
+        merged = _merged_group(dense, dense_order, ("cp", "dp"))
+        out["dpcp"] = span("dpcp", merged)
+    else:
+        out["dpcp"] = replace(out["dp"], dim="dpcp")
+    for d in ("etp", "ep", "edp"):
+        out[d] = span(d, group_ranks(expert, expert_order, d))
+    return out
+
+
+def _merged_group(sizes: dict[str, int], order: tuple[str, ...], dims: tuple[str, ...]) -> np.ndarray:
+    shape = tuple(sizes[d] for d in reversed(order))
+    grid = np.arange(math.prod(shape)).reshape(shape)
+    axes = [len(order) - 1 - order.index(d) for d in dims]
+    moved = np.moveaxis(grid, axes, list(range(-len(axes), 0)))
+    return moved.reshape(-1, math.prod(sizes[d] for d in dims))
+
+
+# ---------------------------------------------------------------------------------------------
+# The networkx view: for explain and for checking the analytic spans.
+# ---------------------------------------------------------------------------------------------
+def build_topology(gpus: int, fill: int, domain_size: int, nvlink_bw: float, nic_bw: float):
+    """A networkx graph of the job: node ('gpu', r) for each rank, ('nvswitch', d) for each
+    domain, ('nic', r) for each GPU's NIC and ('fabric',) for the scale-out network. Edges carry
+    ``bandwidth`` (bytes/s per direction) and ``kind`` ('nvlink', 'pcie-nic', 'network')."""
+    import networkx as nx
+
+    g = nx.Graph()
+    domains = -(-gpus // fill)
+    g.add_node(("fabric",), kind="fabric")
+    for d in range(domains):
+        g.add_node(("nvswitch", d), kind="nvswitch", slots=domain_size, used=min(fill, gpus - d * fill))
+    for r in range(gpus):
+        d = r // fill
+        g.add_node(("gpu", r), kind="gpu", domain=d)
+        g.add_node(("nic", r), kind="nic")
+        g.add_edge(("gpu", r), ("nvswitch", d), bandwidth=nvlink_bw, kind="nvlink")
+        g.add_edge(("gpu", r), ("nic", r), bandwidth=nic_bw, kind="pcie-nic")
+        g.add_edge(("nic", r), ("fabric",), bandwidth=nic_bw, kind="network")
+    return g
+
+
+def group_links(graph, ranks) -> dict:
+    """Members and links a group's collective uses, read off the graph: NVLink edges of members
+    sharing a domain, NIC and network edges when the group spans domains; and the bottleneck
+    per-GPU bandwidth along any member-to-member route."""
+    import networkx as nx
+
+    ranks = [int(r) for r in ranks]
+    domains = sorted({graph.nodes[("gpu", r)]["domain"] for r in ranks})
+    links = set()
+    bottleneck = math.inf
+    if len(ranks) > 1:
+        sub = graph.copy()
+        if len(domains) == 1:
+            # Inside one domain NCCL stays on NVLink.
+            sub.remove_node(("fabric",))
+        for a, b in zip(ranks, ranks[1:] + ranks[:1]):
+            path = nx.shortest_path(sub, ("gpu", a), ("gpu", b))
+            for u, v in zip(path, path[1:]):
+                e = sub.edges[u, v]
+                links.add((u, v, e["kind"]))
+                bottleneck = min(bottleneck, e["bandwidth"])
+    return {
+        "members": ranks,
+        "domains": domains,
+        "links": sorted({(str(u), str(v), k) for u, v, k in links}),
+        "bottleneck_bandwidth": None if bottleneck == math.inf else bottleneck,
+    }

@@ -1,0 +1,363 @@
+"""Megatron-LM launch script for ``pretrain_gpt.py`` (megatron-core 0.19.2 flags).
+
+Every flag name below is one of megatron-core 0.19.2's own option strings (the table in
+:mod:`planner.export.megatron_flags`, dumped from its argparse parser; a test checks that each
+emitted flag is in it). Plans Megatron would refuse never reach this module: :func:`megatron_launch`
+runs :func:`planner.rules.check_launcher_rules` first and raises the violated rule.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from planner.rules import check_launcher_rules, megatron_offload_modules
+
+# Flags that need Transformer Engine at config time (TransformerConfig imports TE for them); the
+# CPU validation harness drops these and re-adds them, as launchers.md §2 recommends.
+TE_ONLY_FLAGS = {"--fp8-format": 1, "--fp8-recipe": 1, "--moe-permute-fusion": 0}
+
+
+@dataclass
+class MegatronLaunch:
+    """The pieces of a Megatron launch: environment, torchrun geometry and argument groups."""
+
+    env: dict[str, str]
+    env_notes: dict[str, str]
+    """Why each environment variable is set (the check that requires it)."""
+    nproc_per_node: int
+    nnodes: int
+    groups: list[tuple[str, list[str]]] = field(default_factory=list)
+    """(bash array name, arguments) in script order."""
+    notes: list[str] = field(default_factory=list)
+
+    def argv(self) -> list[str]:
+        """The arguments of pretrain_gpt.py, in order."""
+        return [a for _, args in self.groups for a in args]
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+
+def _layer_freq(model) -> str:
+    """--moe-layer-freq: 1 when every layer is MoE, else a Python-list string such as
+    '([0]*3+[1]*58)' (validate_args evaluates it with moe_freq_type)."""
+    kinds = [1 if k == "moe" else 0 for k in model.layer_kinds]
+    if all(kinds):
+        return "1"
+    runs: list[tuple[int, int]] = []
+    for k in kinds:
+        if runs and runs[-1][0] == k:
+            runs[-1] = (k, runs[-1][1] + 1)
+        else:
+            runs.append((k, 1))
+    return "(" + "+".join(f"[{k}]*{n}" for k, n in runs) + ")"
+
+
+def architecture_args(model, job) -> list[str]:
+    """Model-shape flags: the same for every plan of a model."""
+    a = model.attention
+    args = [
+        "--num-layers", str(model.num_layers),
+        "--hidden-size", str(model.hidden_size),
+        "--ffn-hidden-size", str(model.ffn.hidden_size),
+        "--num-attention-heads", str(a.num_heads),
+    ]
+    if a.kind == "mla":
+        args += ["--multi-latent-attention"]
+        if a.q_lora_rank:
+            args += ["--q-lora-rank", str(a.q_lora_rank)]
+        args += [
+            "--kv-lora-rank", str(a.kv_lora_rank),
+            # Megatron's qk_head_dim is the no-rope part; qk_pos_emb_head_dim the rotary part.
+            "--qk-head-dim", str(a.qk_nope_head_dim),
+            "--qk-pos-emb-head-dim", str(a.qk_rope_head_dim),
+            "--v-head-dim", str(a.v_head_dim),
+            "--kv-channels", str(a.v_head_dim),
+        ]
+    else:
+        args += ["--kv-channels", str(a.head_dim)]
+        if a.num_kv_heads != a.num_heads:
+            # Without --group-query-attention Megatron ignores --num-query-groups (MHA).
+            args += ["--group-query-attention", "--num-query-groups", str(a.num_kv_heads)]
+        if a.qk_norm:
+            args += ["--qk-layernorm"]
+        if a.qkv_bias:
+            args += ["--add-qkv-bias"]
+    if model.ffn.activation == "swiglu":
+        args += ["--swiglu"]
+    args += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
+    args += ["--position-embedding-type", "rope" if model.position_embedding == "rope" else "learned_absolute"]
+    if not model.tie_embeddings:
+        args += ["--untie-embeddings-and-output-weights"]
+    has_bias = model.ffn.bias or (a.kind == "gqa" and a.output_bias) or (model.moe is not None and model.moe.expert_bias)
+    if not has_bias:
+        args += ["--disable-bias-linear"]  # Megatron's default adds biases to every linear
+    # Megatron defaults both dropouts to 0.1; the model's values are what planner's memory model uses.
+    args += ["--attention-dropout", repr(float(model.attention_dropout)),
+             "--hidden-dropout", repr(float(model.hidden_dropout))]
+    args += ["--vocab-size", str(model.vocab_size)]
+    max_pos = max(model.max_position_embeddings or job.seq_len, job.seq_len)
+    args += ["--seq-length", str(job.seq_len), "--max-position-embeddings", str(max_pos)]
+    if model.mtp_layers:
+        args += ["--mtp-num-layers", str(model.mtp_layers)]
+    return args
+
+
+def moe_args(model, plan) -> list[str]:
+    m = model.moe
+    if m is None:
+        return []
+    args = [
+        "--num-experts", str(m.num_experts),
+        "--moe-ffn-hidden-size", str(m.expert_hidden_size),
+        "--moe-router-topk", str(m.top_k),
+        "--moe-layer-freq", _layer_freq(model),
+    ]
+    if m.shared_hidden:
+        args += ["--moe-shared-expert-intermediate-size", str(m.shared_hidden)]
+    args += ["--moe-router-score-function", m.score_function]
+    if m.router_bias:
+        args += ["--moe-router-enable-expert-bias"]
+    if m.num_groups and m.group_top_k:
+        args += ["--moe-router-num-groups", str(m.num_groups), "--moe-router-group-topk", str(m.group_top_k)]
+    scaling = getattr(m, "routed_scaling_factor", None)
+    if scaling:
+        args += ["--moe-router-topk-scaling-factor", repr(float(scaling))]
+    if m.top_k == 1 and m.score_function == "softmax":
+        args += ["--moe-router-pre-softmax"]  # TransformerConfig: topk 1 with softmax needs it
+    # fp32 routing: TransformerConfig warns for >= 32 experts without it.
+    args += ["--moe-router-dtype", "fp32", "--moe-grouped-gemm", "--moe-permute-fusion"]
+    dispatcher = plan.dispatcher or "alltoall"
+    if dispatcher == "alltoall":
+        args += ["--moe-token-dispatcher-type", "alltoall"]
+    else:
+        args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", dispatcher]
+    return args
+
+
+def layout_args(model, plan) -> tuple[list[str], str]:
+    """Pipeline layout flags per launchers.md §6 rec. 1: nothing (or only the VPP count) for the
+    even split; --decoder-first/last-pipeline-num-layers (+ --num-virtual-stages-per-pipeline-rank)
+    when the layout is exactly such an uneven split; --pipeline-model-parallel-layout otherwise.
+    Returns the flags and the style name."""
+    from planner.errors import PlanRuleError
+    from planner.specs.layout import even_layout_symbols, format_layout, parse_layout, uneven_layout_symbols
+
+    pp, vpp = plan.pp, plan.vpp
+    if pp == 1:
+        return [], "none"
+    vpp_flag = ["--num-virtual-stages-per-pipeline-rank", str(vpp)] if vpp > 1 else []
+    try:
+        even = even_layout_symbols(model, pp, vpp)
+    except PlanRuleError:
+        even = None
+    syms = tuple(parse_layout(plan.layout)) if plan.layout else even
+    if syms == even:
+        return vpp_flag, "even"
+    per_rank = [sum(s.count("t") for s in syms[r::pp]) for r in range(pp)]
+    first, last = per_rank[0], per_rank[-1]
+    for f, la in ((first, last), (first, None), (None, last)):
+        try:
+            if uneven_layout_symbols(model, pp, vpp, f, la) == syms:
+                args = []
+                if f is not None:
+                    args += ["--decoder-first-pipeline-num-layers", str(f)]
+                if la is not None:
+                    args += ["--decoder-last-pipeline-num-layers", str(la)]
+                return args + vpp_flag, "first-last"
+        except PlanRuleError:
+            continue
+    # The layout flag sets VPP itself (stages / PP); giving a VPP flag too is an error (validate_args).
+    return ["--pipeline-model-parallel-layout", format_layout(syms)], "layout"
+
+
+def parallel_args(model, plan, deg) -> list[str]:
+    args = [
+        "--tensor-model-parallel-size", str(plan.tp),
+        "--pipeline-model-parallel-size", str(plan.pp),
+        "--context-parallel-size", str(plan.cp),
+    ]
+    if model.is_moe:
+        args += ["--expert-model-parallel-size", str(plan.ep), "--expert-tensor-parallel-size", str(deg.etp)]
+    if plan.tp > 1:
+        args += ["--sequence-parallel"]  # planner pairs TP with SP; validate_args drops SP at TP=1
+    args += layout_args(model, plan)[0]
+    if plan.ep_overlap == "on":
+        args += ["--overlap-moe-expert-parallel-comm"]
+    return args
+
+
+def memory_args(model, plan) -> list[str]:
+    """Recompute and offload."""
+    rc = plan.recompute_spec
+    args: list[str] = []
+    if rc.kind == "selective":
+        # TransformerConfig: selective takes no method and no layer count.
+        args += ["--recompute-granularity", "selective", "--recompute-modules", *rc.modules]
+    elif rc.kind == "full":
+        if rc.layers is None:
+            # uniform with groups of one layer: every layer keeps only its input.
+            args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        else:
+            # block: the first N layers of each (virtual) stage are recomputed.
+            args += ["--recompute-granularity", "full", "--recompute-method", "block",
+                     "--recompute-num-layers", str(rc.layers)]
+    if plan.offloads_optimizer:
+        # validate_args: --optimizer-cpu-offload needs --use-precision-aware-optimizer.
+        args += ["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0", "--use-precision-aware-optimizer"]
+    if plan.offloads_activations:
+        args += ["--fine-grained-activation-offloading", "--offload-modules", *megatron_offload_modules(model, plan)]
+    return args
+
+
+def precision_args(hw, plan, job) -> list[str]:
+    args = ["--bf16"]
+    if (plan.precision or job.default_precision) == "fp8":
+        args += ["--fp8-format", "e4m3", "--fp8-recipe", hw.fp8_recipe]
+    if plan.moments == "bf16":
+        if not plan.offloads_optimizer:
+            args += ["--use-precision-aware-optimizer"]
+        args += ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    return args
+
+
+def sharding_args(plan, deg) -> list[str]:
+    sh = plan.sharding_spec
+    if sh.kind == "ddp":
+        return ["--overlap-grad-reduce"]
+    if sh.kind == "dist_opt":
+        return ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
+    strategy = "optim_grads" if sh.kind == "zero2" else "optim_grads_params"
+    # Megatron FSDP: validate_args forces the distributed optimizer and requires fsdp_dtensor ckpts.
+    args = ["--use-megatron-fsdp", "--use-distributed-optimizer", "--data-parallel-sharding-strategy", strategy,
+            "--ckpt-format", "fsdp_dtensor"]
+    if sh.kind == "hsdp":
+        instances = deg.dp * deg.cp // sh.group
+        if instances > 1:
+            args += ["--num-distributed-optimizer-instances", str(instances)]
+    return args + ["--overlap-grad-reduce", "--overlap-param-gather"]
+
+
+def environment(hw, plan) -> tuple[dict[str, str], dict[str, str]]:
+    env: dict[str, str] = {}
+    why: dict[str, str] = {}
+    fsdp = plan.sharding_spec.kind in ("fsdp", "zero2", "hsdp")
+    pre_blackwell = hw.generation in ("ampere", "hopper")
+    if (plan.tp > 1 or plan.cp > 1) and pre_blackwell and not fsdp:
+        if plan.ep_overlap == "on":
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
+            why["CUDA_DEVICE_MAX_CONNECTIONS"] = (
+                "EP A2A overlap wants more than one hardware queue; validate_args only warns with TP/CP>1")
+        else:
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+            why["CUDA_DEVICE_MAX_CONNECTIONS"] = "validate_args asserts it for TP/CP > 1 before Blackwell"
+    if plan.offloads_activations:
+        env["NVTE_CPU_OFFLOAD_V1"] = "1"
+        why["NVTE_CPU_OFFLOAD_V1"] = "validate_args requires it for fine-grained activation offloading with TE >= 2.10"
+    return env, why
+
+
+def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaunch:
+    """All flags for a resolved setup; raises PlanRuleError naming the rule Megatron would break."""
+    from planner.export.common import gpus_per_node
+
+    check_launcher_rules(setup, target="megatron")
+    model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
+    nproc = gpus_per_node(hw, job.gpus, nproc_per_node)
+    env, why = environment(hw, plan)
+    launch = MegatronLaunch(env=env, env_notes=why, nproc_per_node=nproc, nnodes=job.gpus // nproc)
+    launch.groups = [
+        ("MODEL_ARGS", architecture_args(model, job)),
+        ("MOE_ARGS", moe_args(model, plan)),
+        ("PARALLEL_ARGS", parallel_args(model, plan, deg)),
+        ("MEMORY_ARGS", memory_args(model, plan)),
+        ("PRECISION_ARGS", precision_args(hw, plan, job)),
+        ("OPTIMIZER_ARGS", sharding_args(plan, deg) + ["--optimizer", "adam"]),
+        ("TRAINING_ARGS", [
+            "--micro-batch-size", str(plan.mbs),
+            "--global-batch-size", str(job.global_batch),
+            "--train-iters", "1000",
+            "--lr", "1.0e-4", "--min-lr", "1.0e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", "100",
+            "--weight-decay", "0.1", "--clip-grad", "1.0", "--log-interval", "1",
+        ]),
+        ("DATA_ARGS", ["--mock-data", "--tokenizer-type", "NullTokenizer"]),
+    ]
+    launch.groups = [(n, a) for n, a in launch.groups if a]
+    return launch
+
+
+def _quote(token: str) -> str:
+    # "$VAR" stays expandable; everything else is single-quoted where the shell needs it.
+    if token.startswith("$") and token[1:].replace("_", "").isalnum():
+        return f'"{token}"'
+    return shlex.quote(token)
+
+
+def _bash_array(name: str, args: list[str]) -> str:
+    """NAME=( ... ) with one flag and its values per line."""
+    lines: list[str] = []
+    for a in args:
+        if a.startswith("--") or not lines:
+            lines.append(_quote(a))
+        else:
+            lines[-1] += " " + _quote(a)
+    body = "\n".join("    " + ln for ln in lines)
+    return f"{name}=(\n{body}\n)"
+
+
+def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: list[str], version: str) -> str:
+    job, hw, model = setup.job, setup.hw, setup.model
+    out = [
+        "#!/usr/bin/env bash",
+        f"# Megatron-LM launch script written by planner {version} (planner export --format megatron).",
+        f"# model: {model.name}   hardware: {hw.name}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
+        f"seq {job.seq_len}",
+        f"# plan: {plan_text}",
+        f"# degrees: dp={setup.deg.dp} edp={setup.deg.edp}, {setup.micro_batches} micro-batches per step",
+    ]
+    if pred_lines:
+        out += [f"# predicted: {ln}" for ln in pred_lines]
+    out += [
+        "# Flags as in megatron-core 0.19.2. Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT",
+        "# set by your scheduler, and MEGATRON_LM pointing at a Megatron-LM checkout. DATA_ARGS uses mock",
+        "# data: put your --data-path and tokenizer there; TRAINING_ARGS holds placeholder hyperparameters.",
+    ]
+    out += [f"# note: {n}" for n in launch.notes]
+    out += [
+        "set -euo pipefail",
+        "",
+        'MEGATRON_LM=${MEGATRON_LM:-.}',
+        f"NNODES=${{NNODES:-{launch.nnodes}}}",
+        "NODE_RANK=${NODE_RANK:-0}",
+        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
+        "MASTER_PORT=${MASTER_PORT:-6000}",
+        "",
+    ]
+    for k, v in launch.env.items():
+        out.append(f"# {launch.env_notes.get(k, '')}")
+        out.append(f"export {k}={shlex.quote(v)}")
+    if launch.env:
+        out.append("")
+    if "CUDA_DEVICE_MAX_CONNECTIONS" not in launch.env and setup.plan.sharding_spec.kind in ("fsdp", "zero2", "hsdp"):
+        out += ["# Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is unset or > 1.",
+                "unset CUDA_DEVICE_MAX_CONNECTIONS", ""]
+    out.append(_bash_array("DISTRIBUTED_ARGS", [
+        "--nproc-per-node", str(launch.nproc_per_node), "--nnodes", "$NNODES", "--node-rank", "$NODE_RANK",
+        "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT",
+    ]))
+    for name, args in launch.groups:
+        out.append(_bash_array(name, args))
+    arrays = " ".join(f'"${{{n}[@]}}"' for n, _ in launch.groups)
+    out += ["", 'torchrun "${DISTRIBUTED_ARGS[@]}" "$MEGATRON_LM/pretrain_gpt.py" \\', f"    {arrays}", ""]
+    return "\n".join(out)
+
+
+def export_megatron(setup, *, predictions: dict | None = None, nproc_per_node: int | None = None) -> str:
+    """The launch script text for a resolved setup."""
+    from planner import __version__
+    from planner.export.common import prediction_lines
+
+    launch = megatron_launch(setup, nproc_per_node=nproc_per_node)
+    return render_script(setup, launch, setup.plan.to_string(), prediction_lines(predictions or {}), __version__)

@@ -1,0 +1,150 @@
+"""torchtitan 0.3.0 invocation: ``--module M --config F`` plus tyro overrides.
+
+torchtitan 0.3 has no TOML job files: a job is a config_registry function
+(``torchtitan/models/<module>/config_registry.py``) plus ``--<section>.<field> VALUE`` overrides
+and an ``activation_checkpoint:{none|selective|full}`` subcommand (shared/reference/launchers.md §3).
+Plans torchtitan cannot express are refused with every missing feature named
+(:func:`planner.rules.torchtitan_violations`).
+
+Mapping (planner -> torchtitan):
+- dp with sharding fsdp -> data_parallel_shard_degree = dp; zero2 -> the same with
+  fsdp_reshard_after_forward never (parameters stay gathered between forward and backward, ZeRO-2);
+  ddp -> data_parallel_replicate_degree = dp; hsdp:N -> dp_shard = N/cp, dp_replicate = dp/dp_shard
+  (torchtitan's FSDP group is dp_shard*cp).
+- the pipeline layout -> module_fqns_per_model_part (tok_embeddings, layers.i, norm, lm_head), with
+  schedule 1F1B (vpp=1) or Interleaved1F1B (vpp>1);
+- mbs and the micro-batch count -> with PP, local_batch_size = global/dp (one optimizer step per
+  local batch) split into pipeline micro-batches of pipeline_parallel_microbatch_size = mbs;
+  without PP, local_batch_size = mbs and the rest is gradient accumulation;
+- recompute none/full -> activation_checkpoint:none/full; moments=bf16 -> optimizer.implementation
+  fused_opt_states_bf16.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from planner.rules import (
+    check_launcher_rules,
+    torchtitan_batch_violations,
+    torchtitan_config_for,
+    torchtitan_dims,
+    violations_error,
+)
+
+
+@dataclass
+class TorchtitanLaunch:
+    module: str
+    config: str
+    overrides: list[str] = field(default_factory=list)
+    subcommand: str = "activation_checkpoint:none"
+    nproc_per_node: int = 8
+    nnodes: int = 1
+
+    def argv(self) -> list[str]:
+        """ConfigManager().parse_args argv: --module, --config, overrides, then the subcommand
+        (tyro takes subcommand arguments last)."""
+        return ["--module", self.module, "--config", self.config, *self.overrides, self.subcommand]
+
+
+def _fqns(setup) -> list[str]:
+    """--parallelism.module_fqns_per_model_part: one comma-joined list of module names per virtual
+    stage, in stage order (torchtitan's tyro rule splits list[str] on commas)."""
+    parts = []
+    for st in setup.layout.stages:
+        names = []
+        if st.embedding:
+            names.append("tok_embeddings")
+        names += [f"layers.{i}" for i in st.layers]
+        if st.loss:
+            names += ["norm", "lm_head"]
+        parts.append(",".join(names))
+    return parts
+
+
+def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
+                      nproc_per_node: int | None = None) -> TorchtitanLaunch:
+    """All overrides for a resolved setup; raises PlanRuleError listing what torchtitan lacks."""
+    from planner.export.common import gpus_per_node
+
+    check_launcher_rules(setup, target="torchtitan", torchtitan_config=torchtitan_config)
+    model, job, plan, deg = setup.model, setup.job, setup.plan, setup.deg
+    module, config = torchtitan_config_for(model, torchtitan_config)
+    dims = torchtitan_dims(plan, deg)
+    if plan.pp > 1:
+        local, pp_micro = job.global_batch // deg.dp, plan.mbs
+    else:
+        local, pp_micro = plan.mbs, 1
+    batch = torchtitan_batch_violations(job.global_batch, local, dims["dp_replicate"] * dims["dp_shard"], plan.pp, pp_micro)
+    if batch:
+        raise violations_error(batch, "torchtitan")
+    ov = [
+        "--parallelism.data_parallel_replicate_degree", str(dims["dp_replicate"]),
+        "--parallelism.data_parallel_shard_degree", str(dims["dp_shard"]),
+        "--parallelism.tensor_parallel_degree", str(dims["tp"]),
+        "--parallelism.context_parallel_degree", str(dims["cp"]),
+        "--parallelism.pipeline_parallel_degree", str(dims["pp"]),
+        "--parallelism.expert_parallel_degree", str(dims["ep"] if model.is_moe else 1),
+    ]
+    if plan.sharding_spec.kind == "zero2":
+        ov += ["--parallelism.fsdp_reshard_after_forward", "never"]
+    if plan.pp > 1:
+        ov += ["--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if plan.vpp > 1 else "1F1B",
+               "--parallelism.pipeline_parallel_microbatch_size", str(pp_micro),
+               "--parallelism.module_fqns_per_model_part", *_fqns(setup)]
+    ov += [
+        "--training.local_batch_size", str(local),
+        "--training.global_batch_size", str(job.global_batch),
+        "--training.seq_len", str(job.seq_len),
+    ]
+    if plan.pp > 1:
+        ov += ["--training.disable_cuda_graphs"]  # Trainer.Config: CUDA graphs do not support PP yet
+    if plan.moments == "bf16":
+        ov += ["--optimizer.implementation", "fused_opt_states_bf16"]
+    rc = plan.recompute_spec
+    sub = "activation_checkpoint:full" if rc.kind == "full" else "activation_checkpoint:none"
+    nproc = gpus_per_node(setup.hw, job.gpus, nproc_per_node)
+    return TorchtitanLaunch(module, config, ov, sub, nproc, job.gpus // nproc)
+
+
+def export_torchtitan(setup, *, predictions: dict | None = None, torchtitan_config: str | None = None,
+                      nproc_per_node: int | None = None) -> str:
+    """A bash script running torchtitan's trainer with the plan's overrides."""
+    from planner import __version__
+    from planner.export.common import prediction_lines
+
+    launch = torchtitan_launch(setup, torchtitan_config=torchtitan_config, nproc_per_node=nproc_per_node)
+    job, hw, model = setup.job, setup.hw, setup.model
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# torchtitan 0.3.0 launch written by planner {__version__} (planner export --format torchtitan).",
+        f"# model: {model.name}   hardware: {hw.name}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
+        f"seq {job.seq_len}",
+        f"# plan: {setup.plan.to_string()}",
+        f"# config_registry function: {launch.module}.{launch.config} (its model, optimizer and data settings "
+        "apply; the overrides below set the parallel layout and batch).",
+    ]
+    lines += [f"# predicted: {ln}" for ln in prediction_lines(predictions or {})]
+    lines += [
+        "set -euo pipefail",
+        "",
+        f"NNODES=${{NNODES:-{launch.nnodes}}}",
+        "NODE_RANK=${NODE_RANK:-0}",
+        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
+        "MASTER_PORT=${MASTER_PORT:-29500}",
+        "",
+        f"torchrun --nproc-per-node {launch.nproc_per_node} --nnodes \"$NNODES\" --node-rank \"$NODE_RANK\" \\",
+        "    --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" \\",
+        "    -m torchtitan.train \\",
+    ]
+    args = launch.argv()
+    chunks: list[str] = []
+    for a in args:
+        if a.startswith("--") or a.startswith("activation_checkpoint:") or not chunks:
+            chunks.append(shlex.quote(a))
+        else:
+            chunks[-1] += " " + shlex.quote(a)
+    lines += [f"    {c} \\" for c in chunks[:-1]] + [f"    {chunks[-1]}", ""]
+    return "\n".join(lines)

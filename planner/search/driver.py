@@ -1,0 +1,230 @@
+"""The search: build the space and its tables, find the top-K plans, explain infeasibility.
+
+Exactness: structural keys are visited in order of a lower bound on their step time (each time
+term at its minimum over the levers); CP-SAT ranks the plans of the keys visited so far; the search
+stops once the K-th best plan is faster than the next key's bound, so no unvisited key can enter
+the top K (branch and bound over keys, CP-SAT within). Launcher rules of each key are checked
+when it is visited. ``--solver exhaustive`` enumerates every plan of every valid key instead.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.errors import NothingFitsError, PlannerError
+from planner.search.rulecheck import rule_violations, struct_violations
+from planner.search.space import LEVERS, Limits, Space, build_space, make_plan
+from planner.search.tables import MiB, Tables, build_tables, lever_indices, lever_values
+
+
+@dataclass
+class Options:
+    target: str = "megatron"
+    top: int = 10
+    solver: str = "cpsat"
+    time_limit_s: float = 60.0
+    limits: Limits = field(default_factory=Limits)
+    moments: tuple[str, ...] = ("fp32",)
+    first_batch: int = 64
+
+
+@dataclass
+class Ranked:
+    rank: int
+    plan: object
+    setup: object
+    objective_us: int
+    evaluation: dict
+
+
+@dataclass
+class SearchResult:
+    space: Space
+    tables: Tables
+    plans: list[Ranked]
+    solver: dict
+    timings: dict
+
+
+def _timed(timings: dict, name: str, t0: float) -> float:
+    now = time.perf_counter()
+    timings[name] = round(now - t0, 4)
+    return now
+
+
+def run_search(model, hw, job, options: Options | None = None, *, assumptions=None, time_terms=None,
+               progress=None) -> SearchResult:
+    from planner.cost.setup import Assumptions
+
+    options = options or Options()
+    assumptions = assumptions or Assumptions()
+    timings: dict[str, float] = {}
+    say = progress or (lambda msg: None)
+    t = t0 = time.perf_counter()
+    say("enumerating the plan space")
+    space = build_space(model, hw, job, target=options.target, limits=options.limits,
+                        implementation=assumptions.implementation, moments=options.moments, check_rules=False)
+    t = _timed(timings, "space_s", t)
+    if not space.structs:
+        raise _no_structure(space, options)
+    say(f"cost tables for {len(space.structs)} structural keys x {space.lever_product_size} lever combinations")
+    tables = build_tables(space, assumptions=assumptions, time_terms=time_terms)
+    t = _timed(timings, "tables_s", t)
+    lb = tables.time_lower_bound()
+    may = tables.may_fit()
+    order = [int(i) for i in np.argsort(lb, kind="stable") if may[i]]
+    checked: dict[int, bool] = {}
+
+    def valid(i: int) -> bool:
+        if i not in checked:
+            checked[i] = not struct_violations(model, hw, job, space.structs[i], options.target)
+        return checked[i]
+
+    P = space.lever_product_size
+    radix = len(space.structs) * P
+    say("solving")
+    if options.solver == "exhaustive":
+        from planner.search.exhaustive import solve_exhaustive
+
+        cand = [i for i in order if valid(i)]
+        found = solve_exhaustive(tables.subset(cand), options.top) if cand else []
+        status, bound, solves, visited = "OPTIMAL", None, 0, len(cand)
+    elif options.solver == "cpsat":
+        from planner.search.cpsat import solve_cpsat
+
+        cand: list[int] = []
+        pos, batch = 0, options.first_batch
+        status, found, bound, solves = "OPTIMAL", [], None, 0
+        while True:
+            added = 0
+            while added < batch and pos < len(order):
+                i = order[pos]
+                pos += 1
+                if valid(i):
+                    cand.append(i)
+                    added += 1
+            remaining = options.time_limit_s - (time.perf_counter() - t0)
+            res = solve_cpsat(tables.subset(cand), options.top, time_limit_s=max(remaining, 0.1)) if cand else None
+            if res is not None:
+                found, status, bound = res.plans, res.status, res.bound
+                solves += res.solves
+            kth = found[options.top - 1][0] // radix if len(found) >= options.top else math.inf
+            next_lb = lb[order[pos]] if pos < len(order) else math.inf
+            if pos >= len(order) or kth < next_lb or status not in ("OPTIMAL", "INFEASIBLE"):
+                break
+            batch *= 2
+        visited = len(cand)
+        if status == "INFEASIBLE":
+            status = "OPTIMAL"  # proven: no plan of any visited key fits, and every key was visited
+    else:
+        raise PlannerError(f"Unknown solver '{options.solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
+    t = _timed(timings, "solve_s", t)
+    if not found:
+        raise diagnose_nothing_fits(space, tables, options, [i for i in order if checked.get(i)] or order)
+    say("evaluating the ranked plans")
+    plans = [_ranked(space, tables, k + 1, key, gid, flat, radix, assumptions) for k, (key, gid, flat) in enumerate(found)]
+    bad = [p for p in plans if rule_violations(model, hw, job, p.plan, options.target)]
+    if bad:  # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
+        plans = [p for p in plans if p not in bad]
+    _timed(timings, "evaluate_s", t)
+    timings["total_s"] = round(time.perf_counter() - t0, 4)
+    solver = {
+        "name": options.solver,
+        "status": status,
+        "objective_us": found[0][0] // radix,
+        "bound_us": (bound // radix) if bound is not None else found[0][0] // radix,
+        "structural_keys": len(space.structs),
+        "lever_combinations": P,
+        "keys_visited": visited,
+        "cp_sat_solves": solves,
+        "dropped_by_rules": [p.plan.to_string() for p in bad],
+    }
+    return SearchResult(space, tables, plans, solver, timings)
+
+
+def _ranked(space, tables, rank, key, gid, flat, radix, assumptions) -> Ranked:
+    from planner.cost.evaluate import evaluate
+    from planner.cost.setup import resolve_setup
+
+    s = space.structs[gid]
+    plan = make_plan(s, lever_values(space, lever_indices(space, flat)))
+    setup = resolve_setup(space.model, space.hw, space.job, plan, assumptions)
+    return Ranked(rank, setup.plan, setup, key // radix, evaluate(setup))
+
+
+def _no_structure(space, options) -> PlannerError:
+    pruned = ", ".join(f"{k} ({v})" for k, v in sorted(space.pruned.items())) or "none"
+    lim = ""
+    if options.limits.fix or options.limits.max:
+        lim = f" Your limits: --fix {options.limits.fix or '-'} --max {options.limits.max or '-'}."
+    return NothingFitsError(
+        f"No parallel layout of {space.model.name} on {space.job.gpus} {space.hw.name} GPUs satisfies the "
+        f"divisibility and layout rules (rejected by: {pruned}).{lim}",
+        hint="Try a GPU count with more factors of 2, a global batch divisible by more data-parallel degrees, "
+        "or looser --fix/--max.",
+    )
+
+
+def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: list[int]) -> NothingFitsError:
+    """Say plainly why nothing fits: the smallest achievable peak (over every lever combination of
+    the keys considered), the class that dominates it, and what would make room."""
+    from planner.search.exhaustive import _group_index_vectors
+
+    gi, _ = _group_index_vectors(tables)
+    best = (math.inf, None, None, None)
+    for s in rows:
+        ot = tables.OT[gi["OT"]]
+        peak = np.zeros(len(gi["W"]), dtype=np.int64)
+        parts = {}
+        for r in tables.stages_kept[s]:
+            w, c, a = tables.W[s, r][gi["W"]], tables.C[s, r][gi["C"]], np.maximum(tables.A[s, r][gi["A"]], ot)
+            tot = w + c + a
+            higher = tot > peak
+            peak = np.where(higher, tot, peak)
+            for name, arr in (("constant (weights, gradients, optimizer)", w), ("communication buffers", c),
+                              ("activations and transients", a)):
+                parts[name] = np.where(higher, arr, parts.get(name, np.zeros_like(arr)))
+        j = int(np.argmin(peak))
+        if peak[j] < best[0]:
+            best = (int(peak[j]), s, j, {k: int(v[j]) for k, v in parts.items()})
+    peak_mib, s, j, parts = best
+    cap = tables.cap_mib
+    from planner.search.tables import lever_indices as _li, lever_values as _lv
+
+    plan = make_plan(space.structs[s], _lv(space, _li(space, j))) if s is not None else None
+    dominant = max(parts, key=parts.get) if parts else "memory"
+    gib = MiB / 2**30
+    msg = (f"Nothing fits: every plan of {space.model.name} on {space.job.gpus} {space.hw.name} GPUs "
+           f"({space.target} launcher) exceeds the {cap * gib:.1f} GiB per-GPU allocation limit. The smallest "
+           f"achievable peak is {peak_mib * gib:.1f} GiB ({(peak_mib - cap) * gib:.1f} GiB over), with plan "
+           f"{plan.to_string() if plan else '-'}; {dominant} dominate it "
+           f"({', '.join(f'{k} {v * gib:.1f} GiB' for k, v in parts.items())}).")
+    hints = []
+    if options.limits.fix or options.limits.max:
+        hints.append("relax your --fix/--max limits")
+    if "constant" in dominant:
+        need = math.ceil(space.job.gpus * parts[dominant] / max(cap - (peak_mib - parts[dominant]), 1))
+        hints.append(f"more GPUs (constant memory shrinks with sharding: about {need} GPUs)")
+    else:
+        hints.append("a shorter sequence or smaller global batch per GPU")
+    larger = _larger_hardware(space.hw, peak_mib * MiB)
+    if larger:
+        hints.append(f"a larger GPU ({larger})")
+    return NothingFitsError(msg, hint="To make room: " + "; ".join(hints) + ".",
+                            details={"smallest_peak_bytes": peak_mib * MiB, "capacity_bytes": cap * MiB,
+                                     "plan": plan.to_string() if plan else None, "dominant": dominant,
+                                     "components_bytes": {k: v * MiB for k, v in parts.items()}})
+
+
+def _larger_hardware(hw, need_bytes: float) -> str:
+    from planner.specs.catalog import all_hardware
+
+    out = []
+    for h in all_hardware():
+        if h.gpu.hbm_usable_bytes.value > need_bytes * 1.1 and h.name != hw.name:
+            out.append((h.gpu.hbm_usable_bytes.value, h.name))
+    return ", ".join(n for _, n in sorted(out)[:3])

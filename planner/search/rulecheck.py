@@ -1,0 +1,93 @@
+"""Launcher rules for the search, evaluated with the real rule functions of planner.rules.
+
+Structural keys are checked one by one. Lever rules (which recompute, offload, overlap,
+dispatcher, sharding and precision combinations a launcher accepts) depend on a few structural
+properties only (the signature), so they are evaluated once per signature and lever group. The
+search's outputs are checked against the full rule set again (tests do that too)."""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+
+def rule_violations(model, hw, job, plan, target: str) -> list:
+    """All violations of ``plan`` for ``target`` (the launcher rules when available)."""
+    try:
+        from planner.rules import launcher_violations
+    except ImportError:  # launcher rules not in this build: the shared model rules only
+        return _model_only(model, hw, job, plan)
+    return launcher_violations(plan, model=model, job=job, hw=hw, target=target)
+
+
+def _model_only(model, hw, job, plan) -> list:
+    from planner.errors import PlanRuleError
+    from planner.rules import Violation, model_violations, shape_violations
+    from planner.specs.layout import build_layout
+
+    canon = plan.canonical(is_moe=model.is_moe, default_dispatcher=hw.default_dispatcher,
+                           default_precision=job.default_precision)
+    out = list(shape_violations(model, plan))
+    try:
+        deg = canon.degrees(job.gpus)
+    except PlanRuleError as exc:
+        return out + [Violation(exc.rule, exc.message)]
+    out += model_violations(model, hw, job, canon, deg)
+    try:
+        build_layout(model, canon.pp, canon.vpp, canon.layout)
+    except PlanRuleError as exc:
+        out.append(Violation(exc.rule, exc.message))
+    return out
+
+
+# Lever values tried, in order, to check a structural key on its own: the first combination a
+# launcher accepts (torchtitan, for one, has no distributed optimizer, only FSDP).
+_NEUTRAL = [
+    {},
+    {"sharding": "fsdp"},
+    {"sharding": "fsdp", "recompute": "full"},
+]
+
+
+def neutral_levers(model, hw, job, s, target: str) -> tuple[dict | None, list[str]]:
+    """The first neutral lever choice under which the launcher accepts structural key ``s``
+    (None and the rule names of the first rejection when none does)."""
+    from planner.search.space import make_plan
+
+    first: list[str] = []
+    for levers in _NEUTRAL:
+        found = rule_violations(model, hw, job, make_plan(s, levers), target)
+        if not found:
+            return levers, []
+        if not first:
+            first = [v.rule for v in found]
+    return None, first
+
+
+def struct_violations(model, hw, job, s, target: str) -> list[str]:
+    """Rule names that reject structural key ``s`` under every neutral lever choice."""
+    return neutral_levers(model, hw, job, s, target)[1]
+
+
+LEVER_GROUPS = (
+    ("recompute", "offload", "ep_overlap", "dispatcher"),
+    ("sharding", "precision", "moments", "offload"),
+)
+
+
+def lever_allowed(space, rep_struct, group: tuple[str, ...]) -> dict[tuple, bool]:
+    """For one signature's representative structural key: which value combinations of a lever
+    group the launcher accepts (other levers at their first option)."""
+    from planner.search.space import make_plan
+
+    neutral, _ = neutral_levers(space.model, space.hw, space.job, rep_struct, space.target)
+    base = {k: v[0] for k, v in space.levers.items()}
+    for k, v in (neutral or {}).items():
+        if v in space.levers.get(k, ()):
+            base[k] = v
+    out = {}
+    for values in itertools.product(*(space.levers[k] for k in group)):
+        levers = dict(base, **dict(zip(group, values)))
+        plan = make_plan(rep_struct, levers)
+        out[values] = not rule_violations(space.model, space.hw, space.job, plan, space.target)
+    return out

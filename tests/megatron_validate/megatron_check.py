@@ -1,0 +1,103 @@
+"""Run exported Megatron arguments through megatron-core's own start-up checks, on the CPU.
+
+Runs inside the validation venv (scripts/setup_validation_env.sh), per launchers.md §2:
+parse_args -> validate_args -> ConstantNumMicroBatchesCalculator -> core_transformer_config_from_args,
+with the two GPU probes stubbed. Reads one JSON object on stdin:
+    {"argv": [...pretrain_gpt.py flags...], "world_size": N, "arch": 9 | 10}
+and prints one JSON object: {"ok": true, ...derived values...} or {"ok": false, "stage", "error"}.
+A JSON list of such objects gives a list of results (one interpreter start for many plans).
+"env" in a request sets CUDA_DEVICE_MAX_CONNECTIONS / NVTE_CPU_OFFLOAD_V1 for it (unset when
+absent): the test passes the exported script's own variables, so validate_args's environment
+checks run on them too.
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import traceback
+import typing
+import warnings
+
+if not hasattr(typing, "override"):  # megatron.training uses Python 3.12's typing.override
+    typing.override = lambda f: f
+warnings.filterwarnings("ignore")
+
+# Settings whose TransformerConfig checks import Transformer Engine (absent on the CPU): validated by
+# parse_args/validate_args with the rest, then switched off before the config is built (launchers.md
+# §2). apply_rope_fusion is Megatron's default (on unless --no-rope-fusion); its check needs TE >= 1.4.
+TE_ONLY = ("fp8", "moe_permute_fusion", "apply_rope_fusion")
+
+
+ENV_KEYS = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_CPU_OFFLOAD_V1")
+
+
+def main() -> None:
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    req = json.load(sys.stdin)
+    results = [check(r) for r in req] if isinstance(req, list) else check(req)
+    print(json.dumps(results))
+
+
+def check(req: dict) -> dict:
+    argv, world, arch = req["argv"], int(req["world_size"]), int(req.get("arch", 9))
+    os.environ["WORLD_SIZE"] = str(world)
+    os.environ["RANK"] = "0"
+    for k in ENV_KEYS:
+        os.environ.pop(k, None)
+    os.environ.update(req.get("env") or {})
+
+    import torch
+
+    torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)  # --moe-grouped-gemm probe
+    import megatron.training.arguments as margs
+
+    margs.get_device_arch_version = lambda: arch  # TP/CP>1 CUDA_DEVICE_MAX_CONNECTIONS probe
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+    from megatron.training.arguments import core_transformer_config_from_args, parse_args, validate_args
+
+    stage = "parse_args"
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            sys.argv = ["pretrain_gpt.py", *argv]
+            args = parse_args()
+            stage = "validate_args"
+            validate_args(args)
+            stage = "num_microbatches_calculator"
+            calc = ConstantNumMicroBatchesCalculator(
+                args.global_batch_size, args.micro_batch_size, args.data_parallel_size, False, 0)
+            stage = "core_transformer_config_from_args"
+            te = {k: getattr(args, k) for k in TE_ONLY}
+            for k in TE_ONLY:
+                setattr(args, k, None if k == "fp8" else False)  # then re-added: the command line keeps them
+            cfg = core_transformer_config_from_args(args)
+    except SystemExit as exc:  # argparse errors
+        return {"ok": False, "stage": stage, "error": f"SystemExit {exc.code}: {log.getvalue()[-600:]}"}
+    except BaseException as exc:  # noqa: BLE001 - report every failure of Megatron's checks
+        tb = traceback.format_exc(limit=3)
+        return {"ok": False, "stage": stage, "error": f"{type(exc).__name__}: {exc}", "trace": tb[-800:]}
+    layout = cfg.pipeline_model_parallel_layout
+    return {
+        "ok": True,
+        "config_class": type(cfg).__name__,
+        "data_parallel_size": args.data_parallel_size,
+        "virtual_pipeline_model_parallel_size": args.virtual_pipeline_model_parallel_size,
+        "num_microbatches": calc.get(),
+        "expert_tensor_parallel_size": args.expert_tensor_parallel_size,
+        "sequence_parallel": cfg.sequence_parallel,
+        "recompute_granularity": cfg.recompute_granularity,
+        "recompute_modules": cfg.recompute_modules,
+        "num_layers_in_first_pipeline_stage": cfg.num_layers_in_first_pipeline_stage,
+        "num_layers_in_last_pipeline_stage": cfg.num_layers_in_last_pipeline_stage,
+        "layout": None if layout is None else str(layout),
+        "mtp_standalone": getattr(cfg, "mtp_standalone", None),
+        "te_flags": {k: (v if isinstance(v, (bool, str, type(None))) else str(v)) for k, v in te.items()},
+    }
+
+
+if __name__ == "__main__":
+    main()

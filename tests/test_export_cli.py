@@ -1,0 +1,126 @@
+"""`planner export` and `planner check` end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.cli import main
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+V3 = ["--model", "deepseek-v3", "--hw", "gb200-nvl72"]
+PLAN = "pp=4,vpp=4,ep=64,mbs=1,recompute=mla_up_proj+moe_act,layout=Et*3|(tttt|)*14ttmL"
+
+
+def _saved(tmp_path, plans):
+    path = tmp_path / "plans.json"
+    path.write_text(json.dumps({
+        "model": "deepseek-v3", "hardware": {"name": "gb200-nvl72"},
+        "job": {"gpus": 256, "global_batch": 8192, "seq_len": 4096, "precisions": ["bf16"]},
+        "plans": plans,
+    }))
+    return path
+
+
+def test_export_megatron_to_stdout(capsys):
+    code, out, err = _run(capsys, "export", *V3, "--plan", PLAN)
+    assert code == 0, err
+    assert out.startswith("#!/usr/bin/env bash") and "pretrain_gpt.py" in out
+
+
+def test_export_from_saved_file_and_check_it(capsys, tmp_path):
+    path = _saved(tmp_path, [
+        {"plan": {"tp": 1, "pp": 4, "vpp": 4, "ep": 64, "mbs": 1, "dp": 64, "edp": 1, "layout": "Et*3|(tttt|)*14ttmL"},
+         "memory": {"peak_bytes": 100 * 2**30, "capacity_bytes": 186e9, "worst_stage": 3},
+         "time": {"step_time_s": 20.0, "tokens_per_s_per_gpu": 6553.6, "mfu": 0.25}},
+        {"plan": "tp=2,pp=4,ep=32,etp=1,layout=Et*14|(t*16|)*2t*15mL"},
+    ])
+    script = tmp_path / "run.sh"
+    code, _, err = _run(capsys, "export", "--from", str(path), "--rank", "1", "--out", str(script))
+    assert code == 0, err
+    text = script.read_text()
+    assert "# predicted: peak memory 100.0 GiB" in text and "step 20.00 s" in text
+    code, out, _ = _run(capsys, "check", "--megatron-args", str(script), "--hw", "gb200-nvl72")
+    assert code == 0 and "OK: passes Megatron-LM's start-up checks" in out and "catalog match" in out
+    code, out, _ = _run(capsys, "export", "--from", str(path), "--rank", "2", "--format", "json")
+    data = json.loads(out)
+    assert data["plan"]["tp"] == 2 and data["plan"]["dp"] == 32 and data["plan"]["edp"] == 2
+    assert data["launchers"]["megatron"]["exportable"] is True
+    assert data["launchers"]["torchtitan"]["exportable"] is False
+
+
+def test_saved_file_errors(capsys, tmp_path):
+    path = _saved(tmp_path, [{"plan": "tp=1,ep=64"}])
+    code, _, err = _run(capsys, "export", "--from", str(path), "--rank", "3")
+    assert code == 2 and "out of range" in err and "Traceback" not in err
+    (tmp_path / "bad.json").write_text("{}")
+    code, _, err = _run(capsys, "export", "--from", str(tmp_path / "bad.json"))
+    assert code == 2 and "no 'plans' list" in err
+    bad_edp = _saved(tmp_path, [{"plan": {"ep": 64, "edp": 2}}])
+    code, _, err = _run(capsys, "export", "--from", str(bad_edp))
+    assert code == 2 and "edp=2" in err
+
+
+def test_export_refusal_names_the_rule(capsys):
+    code, out, err = _run(capsys, "export", *V3, "--plan", "pp=4,ep=64")
+    assert code == 2 and out == ""
+    assert err.startswith("Error: [layers-divisible]") and "\n" == err[-1] and err.count("\n") == 1
+    code, _, err = _run(capsys, "export", *V3, "--plan", PLAN, "--format", "torchtitan")
+    assert code == 2 and "[torchtitan-mtp]" in err and "[torchtitan-sharding]" in err
+
+
+def test_check_lists_violations_and_exits_1(capsys):
+    code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,ep=64,stage_recompute=1/0/0/0,layout=Et*15|t*15|t*15|t*16mL")
+    assert code == 1 and "[megatron-stage-recompute]" in out
+    code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,ep=64,stage_recompute=1/0/0/0,layout=Et*15|t*15|t*15|t*16mL",
+                        "--target", "any", "--json")
+    assert code == 0 and json.loads(out)["violations"] == []
+
+
+def test_check_megatron_args_reports_unknown_and_env(capsys, tmp_path):
+    script = tmp_path / "mine.sh"
+    script.write_text(
+        "torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py --num-layers 126 --hidden-size 16384 "
+        "--num-attention-heads 128 --group-query-attention --num-query-groups 8 --kv-channels 128 "
+        "--ffn-hidden-size 53248 --swiglu --seq-length 4096 --max-position-embeddings 131072 "
+        "--vocab-size 128256 --untie-embeddings-and-output-weights --normalization RMSNorm "
+        "--position-embedding-type rope --disable-bias-linear "
+        "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --micro-batch-size 1 "
+        "--global-batch-size 64 --use-distributed-optimizer --overlap-param-gather --frobnicate\n")
+    code, out, _ = _run(capsys, "check", "--megatron-args", str(script), "--hw", "h100", "--json")
+    data = json.loads(out)
+    assert code == 1
+    rules = {v["rule"] for v in data["violations"]}
+    assert {"cuda-device-max-connections", "overlap-param-gather-needs-grad-reduce", "layers-divisible"} <= rules
+    assert "--frobnicate (not a megatron-core 0.19.2 flag)" in data["unknown_flags"]
+    assert data["job"]["gpus"] == 32 and data["plan"].startswith("tp=8,pp=4")
+
+
+def test_check_megatron_args_needs_world_size(capsys, tmp_path):
+    script = tmp_path / "args.txt"
+    script.write_text("--tensor-model-parallel-size 2 --micro-batch-size 1\n")
+    code, _, err = _run(capsys, "check", "--megatron-args", str(script), "--model", "deepseek-v3", "--hw", "h100")
+    assert code == 2 and "--gpus" in err
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "json"])
+def test_formats_write_files(capsys, tmp_path, fmt):
+    out = tmp_path / f"out.{fmt}"
+    plan = "tp=8,mbs=1,sharding=fsdp" if fmt == "torchtitan" else "tp=8,mbs=1"
+    code, _, err = _run(capsys, "export", "--model", "deepseek-v3", "--hw", "h100",
+                        "--gpus", "512", "--global-batch", "512",
+                        "--plan", plan.replace("tp=8", "tp=8,ep=64,etp=1") if fmt != "torchtitan" else plan,
+                        "--format", fmt, "--out", str(out), "--torchtitan-config", "deepseek_v3:deepseek_v3_671b")
+    if fmt == "torchtitan":
+        # deepseek-v3 plan with tp=8 and the default etp=tp: torchtitan has no expert TP.
+        assert code == 2 and "[torchtitan-etp]" in err
+        return
+    assert code == 0, err
+    assert out.exists() and out.read_text()
