@@ -211,17 +211,18 @@ def planner_plan_string(cfg: RunConfig) -> str:
     return ",".join(parts)
 
 
-def planner_setup(cfg: RunConfig, hardware_path: str | None = None):
-    """resolve_setup for this run on one GPU with the megatron-local implementation profile."""
-    from pathlib import Path
-
+def planner_setup(cfg: RunConfig, hardware: str = "h200", calibration: str | None = None):
+    """resolve_setup for this run on one GPU with the megatron-local implementation profile
+    (optionally with a calibration file for the time model)."""
     from planner.cost.setup import Assumptions, resolve_setup
     from planner.specs.catalog import load_hardware
     from planner.specs.job import Job
     from planner.specs.plan import Plan
 
-    hw_ref = hardware_path or str(Path(__file__).with_name("h200.yaml"))
-    hw = load_hardware(hw_ref)
+    hw = load_hardware(hardware)
     job = Job(gpus=1, global_batch=cfg.global_batch, seq_len=cfg.seq, precisions=["bf16"])
+    assumptions = {"implementation": "megatron-local"}
+    if calibration is not None:
+        assumptions["calibration"] = str(calibration)
     return resolve_setup(planner_model(cfg.model), hw, job, Plan.parse(planner_plan_string(cfg)),
-                         Assumptions(implementation="megatron-local"))
+                         Assumptions(**assumptions))

@@ -370,8 +370,56 @@ def cuda_used() -> int:
     return total - free
 
 
+def _category(name: str) -> str:
+    n = name.lower()
+    if any(k in n for k in ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "matmul")):
+        return "gemm"
+    if "softmax" in n:
+        return "softmax"
+    if "nccl" in n:
+        return "nccl"
+    if "memcpy" in n or "memset" in n:
+        return "memcpy"
+    if "adam" in n or "foreach" in n or "multi_tensor" in n:
+        return "optimizer"
+    if "norm" in n:
+        return "norm"
+    if any(k in n for k in ("elementwise", "vectorized", "unrolled", "reduce", "copy", "fill", "index", "scatter",
+                            "gather", "sort", "cat", "triu", "where", "masked")):
+        return "elementwise/other"
+    return "other"
+
+
+def profile_step(run: "Run", data, cuda: bool) -> dict:
+    """One step under torch.profiler: wall time, GPU busy time (sum of kernel times) by category
+    and the heaviest kernels; tells launch- or host-bound steps from kernel-bound ones."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        t = time.perf_counter()
+        run.step(data)
+        wall = time.perf_counter() - t
+    rows = []
+    for e in prof.key_averages():
+        dev = getattr(e, "self_device_time_total", None)
+        if dev is None:
+            dev = getattr(e, "self_cuda_time_total", 0)
+        if e.device_type == torch.autograd.DeviceType.CUDA and dev > 0:
+            rows.append((e.key, dev / 1e6, e.count))
+    cats: dict = {}
+    for name, sec, n in rows:
+        c = _category(name)
+        cats[c] = cats.get(c, 0.0) + sec
+    rows.sort(key=lambda r: -r[1])
+    launches = sum(n for _, _, n in rows)
+    return {"wall_s": wall, "gpu_busy_s": sum(r[1] for r in rows), "kernel_launches": launches,
+            "by_category_s": cats, "top_kernels": [{"name": k[:160], "s": s, "count": n} for k, s, n in rows[:30]]}
+
+
 def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, max_entries: int = 20000,
-            inventory: bool = True) -> dict:
+            inventory: bool = True, profile: bool = False) -> dict:
     import torch
 
     res: dict = {"config": cfg.name, "spec": cfg.to_json(), "device": device, "torch": torch.__version__,
@@ -399,7 +447,12 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
         res["context_bytes_after_init"] = cuda_used() - torch.cuda.memory_reserved()
     data = run.batches()
     steps = []
-    if snapshot and cuda:
+    if profile:
+        for _ in range(2):
+            run.step(data)
+        res["profile"] = profile_step(run, data, cuda)
+        steps = [run.step(data)]
+    elif snapshot and cuda:
         # Step 1 allocates the optimizer states; the snapshot records step 2.
         s1 = run.step(data)
         torch.cuda.memory._record_memory_history(max_entries=max_entries, stacks="python")
@@ -479,17 +532,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snapshot", default=None, help="write a memory snapshot of step 2 to this pickle")
     p.add_argument("--max-entries", type=int, default=20000)
     p.add_argument("--no-inventory", action="store_true")
+    p.add_argument("--profile", action="store_true", help="profile one step (torch.profiler summary) instead of timing")
     a = p.parse_args(argv)
     if a.all:
         names = a.only.split(",") if a.only else [c.name for c in CONFIGS]
-        summary = run_all(names, Path(a.out_dir), a.budget_s, a.per_config_s, a.device)
+        extra = (["--profile", "--no-inventory"] if a.profile else []) + (["--no-inventory"] if a.no_inventory and not a.profile else [])
+        summary = run_all(names, Path(a.out_dir), a.budget_s, a.per_config_s, a.device, extra)
         (Path(a.out_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
         return 0
     if not a.config:
         p.error("--config NAME or --all")
     cfg = by_name(a.config)
     try:
-        res = run_one(cfg, a.device, a.snapshot, a.max_entries, inventory=not a.no_inventory)
+        res = run_one(cfg, a.device, a.snapshot, a.max_entries, inventory=not a.no_inventory, profile=a.profile)
     except Exception as exc:
         res = {"config": cfg.name, "error": repr(exc), "traceback": traceback.format_exc()}
         print(res["traceback"], file=sys.stderr)
