@@ -452,6 +452,7 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
             run.step(data)
         res["profile"] = profile_step(run, data, cuda)
         steps = [run.step(data)]
+        res["step1"] = steps[0]
     elif snapshot and cuda:
         # Step 1 allocates the optimizer states; the snapshot records step 2.
         s1 = run.step(data)
