@@ -40,7 +40,8 @@ def build_assumptions(routing_imbalance: float | None = None, implementation: st
             from planner.errors import PlannerError
 
             raise PlannerError("--calibration needs the time model's calibration support, which this build lacks.")
-        a = load_calibration(calibration, a)
+        load_calibration(str(calibration))  # a bad file fails here, as one paragraph
+        a = a.model_copy(update={"calibration": str(calibration)})
     return a
 
 
