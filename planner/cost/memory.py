@@ -756,7 +756,7 @@ def host_bytes(setup, stage: StageMemory) -> float:
 def memory_report(setup) -> MemoryReport:
     mem = setup.efficiency.memory
     stages = tuple(stage_memory(setup, r) for r in range(setup.deg.pp))
-    frac = mem.allocator_fraction.value if setup.assumptions.allocator_margin_bytes is None else 0.0
+    frac = setup.allocator_fraction
     ctx = mem.cuda_context_bytes.value
     capacity = setup.hw.gpu.hbm_usable_bytes.value - ctx - setup.job.memory_margin_bytes
     if setup.assumptions.allocator_margin_bytes is not None:

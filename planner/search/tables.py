@@ -375,11 +375,12 @@ def _capacities(space: Space, assumptions) -> tuple[int, int]:
     from planner.cost.efficiency_access import memory_constants
 
     mem = memory_constants(space.hw)
+    from planner.cost.setup import allocator_fraction
+
     usable = space.hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - space.job.memory_margin_bytes
-    frac = mem.allocator_fraction.value
-    if assumptions is not None and assumptions.allocator_margin_bytes is not None:
+    frac = allocator_fraction(mem, assumptions)
+    if assumptions.allocator_margin_bytes is not None:
         usable -= assumptions.allocator_margin_bytes
-        frac = 0.0
     cap = int(math.floor(usable / (1 + frac) / MiB))
     host = int(math.floor(space.hw.host.host_memory_bytes.value / MiB))
     return cap, host
