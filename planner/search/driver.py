@@ -124,16 +124,19 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     else:
         raise PlannerError(f"Unknown solver '{options.solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
     t = _timed(timings, "solve_s", t)
-    if not found:
-        rows = [i for i in order if checked.get(i)] or list(range(len(space.structs)))
-        raise diagnose_nothing_fits(space, tables, options, rows)
     say("evaluating the ranked plans")
     plans = [_ranked(space, tables, k + 1, key, gid, flat, radix, assumptions) for k, (key, gid, flat) in enumerate(found)]
     refined_info = {"tried": 0, "improved": 0}
     if options.per_stage and space.model.num_layers > 1:
+        # Per-stage layouts can also rescue layouts that fit no uniform split.
         say("per-stage layouts (CP-SAT)")
         plans = _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, refined_info, t0)
         t = _timed(timings, "per_stage_s", t)
+    if not plans:
+        rows = [i for i in order if checked.get(i)] or list(range(len(space.structs)))
+        raise diagnose_nothing_fits(space, tables, options, rows)
+    if not found:
+        status = "FEASIBLE"  # no uniform plan fits; the ranked plans come from per-stage refinement
     bad = [p for p in plans if rule_violations(model, hw, job, p.plan, options.target)]
     if bad:  # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
         plans = [p for p in plans if p not in bad]
@@ -142,8 +145,8 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     solver = {
         "name": options.solver,
         "status": status,
-        "objective_us": found[0][0] // radix,
-        "kth_bound_us": (bound // radix) if bound is not None else found[-1][0] // radix,
+        "objective_us": plans[0].objective_us,
+        "kth_bound_us": (bound // radix) if bound is not None else plans[-1].objective_us,
         "structural_keys": len(space.structs),
         "lever_combinations": P,
         "keys_in_model": visited,
@@ -168,7 +171,7 @@ def _per_stage(space, tables, options, plans, best, order, valid, radix, assumpt
     seeds = [r.setup for r in plans]
     # Layouts whose best lever choice, ignoring memory, could beat the K-th plan: the uniform split
     # may be what keeps them out (the first stages hold the most micro-batches).
-    kth = max(v[0] for v in pool.values()) if pool else math.inf
+    kth = max(v[0] for v in pool.values()) if len(pool) >= options.top else math.inf
     gi, _ = group_index_vectors(tables)
     tried = 0
     for i in np.argsort(tables.time_lower_bound(), kind="stable"):
