@@ -164,12 +164,17 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
         - act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8)
         for b, bt in blocks
     }
+    # Megatron's full recompute (CheckpointFunction) re-runs the layer and back-propagates through
+    # the re-run: the re-computed layer output, a fresh tensor of the output's shape, lives beside
+    # the original (kept as the next layer's input) for the whole window. Selective recompute
+    # re-creates discarded outputs into their own storage (CheckpointWithoutOutput).
+    rerun_output = grad_out if full_rc else 0.0
     bwd = 0.0
     alive = 0.0
     for i, (b, _) in enumerate(blocks):
         alive = alive + recreated[b] if full_rc else recreated[b]
-        window = grad_out + alive + grad_trans.get(b, 0.0)
-        window = where(recreated[b] > 0, maximum(window, grad_out + alive + fwd_trans.get(b, 0.0)), window)
+        window = grad_out + rerun_output + alive + grad_trans.get(b, 0.0)
+        window = where(recreated[b] > 0, maximum(window, grad_out + rerun_output + alive + fwd_trans.get(b, 0.0)), window)
         if ordered:
             for later, _ in blocks[i + 1:]:
                 window = window - kept_b[later]
