@@ -211,20 +211,33 @@ def block_time(ms: ModelShape, sh: Shard, block: str, rates: Rates, recompute: s
     return block_time_of(kernel_times(ms, sh, block, rates), rates, recompute)
 
 
-def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tuple[str, ...] | None) -> BlockTime:
-    """Sum a block's kernel times (:func:`kernel_times`) under a recompute setting."""
-    g_f = g_b = a_f = a_b = m_f = m_b = rc = 0.0
-    fl_f = fl_b = fl_rc = 0.0
-    n_f = n_b = n_rc = 0
+@dataclass(frozen=True)
+class KernelSums:
+    """A block's kernel times and FLOPs summed by class and pass, before recompute."""
+
+    gemm_fwd: float
+    gemm_bwd: float
+    attn_fwd: float
+    attn_bwd: float
+    mem_fwd: float
+    mem_bwd: float
+    flops_fwd: float
+    flops_bwd: float
+    launches_fwd: int
+    launches_bwd: int
+    gemms: tuple[tuple[str, float, float, float], ...]
+
+
+def kernel_sums(kts: tuple[KernelTime, ...]) -> KernelSums:
+    g_f = g_b = a_f = a_b = m_f = m_b = 0.0
+    fl_f = fl_b = 0.0
+    n_f = n_b = 0
     named = []
     for kt in kts:
         k = kt.kernel
-        again = recomputed(k.module, recompute)
         lf, lb = launches(k)
         n_f += lf
         n_b += lb
-        if again:
-            n_rc += lf
         f = kt.fwd
         if isinstance(k, Gemm):
             d, w = kt.dgrad, kt.wgrad
@@ -233,26 +246,37 @@ def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tu
             fl_f += k.flops
             fl_b += 2 * k.flops
             named.append((k.name, f, d, w))
-            if again:
-                rc += f
-                fl_rc += k.flops
         elif isinstance(k, FusedAttention):
             a_f += f
             a_b += kt.dgrad
             fl_f += k.flops
             fl_b += 2.5 * k.flops
-            if again:
-                rc += f
-                fl_rc += k.flops
         else:
             m_f += f
             m_b += kt.dgrad
-            if again:
-                rc += f
+    return KernelSums(g_f, g_b, a_f, a_b, m_f, m_b, fl_f, fl_b, n_f, n_b, tuple(named))
+
+
+def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tuple[str, ...] | None,
+                  sums: KernelSums | None = None) -> BlockTime:
+    """Sum a block's kernel times (:func:`kernel_times`; ``sums`` when already summed) under a
+    recompute setting: the recomputed kernels' forward repeats in the backward, and each pass
+    waits for the host when it issues kernels faster than they run."""
+    s = sums if sums is not None else kernel_sums(kts)
+    rc = fl_rc = 0.0
+    n_rc = 0
+    for kt in kts:
+        k = kt.kernel
+        if recomputed(k.module, recompute):
+            n_rc += launches(k)[0]
+            rc += kt.fwd
+            if not isinstance(k, Stream):
+                fl_rc += k.flops
     host = rates.host_launch_s
-    host_f = maximum(0.0, n_f * host - (g_f + a_f + m_f))
-    host_b = maximum(0.0, (n_b + n_rc) * host - (g_b + a_b + m_b + rc))
-    return BlockTime(g_f, g_b, a_f, a_b, m_f, m_b, rc, host_f, host_b, fl_f, fl_b, fl_rc, tuple(named))
+    host_f = maximum(0.0, s.launches_fwd * host - (s.gemm_fwd + s.attn_fwd + s.mem_fwd))
+    host_b = maximum(0.0, (s.launches_bwd + n_rc) * host - (s.gemm_bwd + s.attn_bwd + s.mem_bwd + rc))
+    return BlockTime(s.gemm_fwd, s.gemm_bwd, s.attn_fwd, s.attn_bwd, s.mem_fwd, s.mem_bwd, rc, host_f, host_b,
+                     s.flops_fwd, s.flops_bwd, fl_rc, s.gemms)
 
 
 @lru_cache(maxsize=65536)

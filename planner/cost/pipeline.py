@@ -137,18 +137,29 @@ def block_cost(ms: ModelShape, sh: Shard, name: str, count: int, rates: Rates, r
     return BlockCost(name, count, bt, comm)
 
 
+def rank_blocks(ms: ModelShape, chunks, recompute, full_layers_per_chunk: tuple[int, ...]) -> list[tuple[str, int, object, bool]]:
+    """(block, count, recompute setting of its compute, fully recomputed) of every block of a rank's
+    chunks, in order. Recompute covers decoder layers (Megatron recomputes inside TransformerBlock);
+    the embedding, the output layer/loss and the MTP head are never recomputed."""
+    out = []
+    for chunk, n_full in zip(chunks, full_layers_per_chunk):
+        for name, count, is_full in chunk_blocks(ms, chunk.layers, chunk.embedding, chunk.loss, chunk.mtp, n_full):
+            rc = "full" if is_full else (recompute if name not in ("embedding", "head", "mtp") else None)
+            out.append((name, count, rc, is_full))
+    return out
+
+
+def full_flags(flags: CommFlags) -> CommFlags:
+    """The switches of a fully recomputed layer inside a plan with other settings."""
+    return CommFlags(flags.tp_overlap, flags.ep_overlap, "full", flags.fp8_dispatch)
+
+
 def rank_cost(ms: ModelShape, sh: Shard, rank: int, chunks, rates: Rates, recompute, spans: Spans,
               flags: CommFlags, full_layers_per_chunk: tuple[int, ...], vpp: int, p2p_overlap: bool) -> RankCost:
     """Cost of pipeline rank ``rank`` for one micro-batch. ``chunks`` are its VirtualStages;
     ``p2p_overlap``: send/receive runs behind compute (interleaved schedule in Megatron-Core)."""
-    blocks: list[BlockCost] = []
-    for chunk, n_full in zip(chunks, full_layers_per_chunk):
-        for name, count, is_full in chunk_blocks(ms, chunk.layers, chunk.embedding, chunk.loss, chunk.mtp, n_full):
-            # Recompute covers decoder layers (Megatron recomputes inside TransformerBlock); the
-            # embedding, the output layer/loss and the MTP head are never recomputed.
-            rc = "full" if is_full else (recompute if name not in ("embedding", "head", "mtp") else None)
-            f = flags if not is_full else CommFlags(flags.tp_overlap, flags.ep_overlap, "full", flags.fp8_dispatch)
-            blocks.append(block_cost(ms, sh, name, count, rates, rc, spans, f))
+    blocks = [block_cost(ms, sh, name, count, rates, rc, spans, full_flags(flags) if is_full else flags)
+              for name, count, rc, is_full in rank_blocks(ms, chunks, recompute, full_layers_per_chunk)]
     compute = sum(b.compute for b in blocks)
     p2p_total, p2p_exposed = rank_p2p(pp_p2p_time(ms, sh, spans.pp, rates), spans.pp.size, vpp, compute,
                                       p2p_overlap, rates)

@@ -101,7 +101,7 @@ def recompute_setting(setup) -> tuple[str | tuple[str, ...] | None, int | None]:
     return None, rc.layers
 
 
-def _full_layers(setup, rank: int, chunks) -> tuple[int, ...]:
+def full_layers_per_chunk(setup, rank: int, chunks) -> tuple[int, ...]:
     """Fully recomputed layers in each chunk of a rank: full:N per chunk, or the plan's per-stage
     counts spread over the rank's chunks in order."""
     per_stage = setup.plan.stage_recompute_layers
@@ -188,7 +188,7 @@ def evaluate(setup, calibration=None, rates: Rates | None = None) -> Evaluation:
     for r in range(deg.pp):
         chunks = setup.layout.rank_stages(r)
         ranks.append(rank_cost(ms, sh, r, chunks, rates, recompute, sp, flags,
-                               _full_layers(setup, r, chunks), deg.vpp, p2p_overlap))
+                               full_layers_per_chunk(setup, r, chunks), deg.vpp, p2p_overlap))
     m = setup.micro_batches
     times = [rc.per_microbatch for rc in ranks]
 
