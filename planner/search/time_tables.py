@@ -62,18 +62,39 @@ _SPAN_DIMS = ("tp", "cp", "ep", "etp", "pp", "dpcp", "edp")
 _BLOCK_SPANS = ("tp", "cp", "ep", "etp")
 
 
-def _to_us(x) -> np.ndarray:
-    return np.rint(np.asarray(x, dtype=float) * 1e6).astype(np.int64)
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct rows, first row of each, each row's distinct index) of a small-integer matrix:
+    the columns folded into one integer key (np.unique(axis=0) sorts a structured view, slower)."""
+    key = np.zeros(len(a), dtype=np.int64)
+    radix = 1
+    for j in range(a.shape[1]):
+        u, inv = np.unique(a[:, j], return_inverse=True)
+        key = key * len(u) + inv.reshape(-1)
+        radix *= len(u)
+        if radix > 2**40:
+            u, key = np.unique(key, return_inverse=True)
+            key, radix = key.reshape(-1), len(u)
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return a[first], first, inv.reshape(-1)
+
+
+def _ep_axis(x):
+    """An EP-overlap axis (size 1) before the structural keys of a term that does not depend on it."""
+    x = np.asarray(x)
+    return x if x.ndim == 0 else np.expand_dims(x, -2)
 
 
 def _put(table: np.ndarray, rows: np.ndarray, values: np.ndarray, axes: tuple[str, ...], group: tuple[str, ...],
          sizes: dict[str, int]) -> None:
-    """Write ``values`` (rows first, then one axis per lever named in ``axes``, each of full size or
-    1 where the term does not depend on it) into ``table[rows]`` in the group's mixed-radix order."""
-    order = [axes.index(k) + 1 for k in group]
-    v = np.transpose(values, [0] + order)
+    """Write seconds ``values`` (one axis per lever named in ``axes``, then the structural keys) into
+    ``table[rows]`` as microseconds, in the group's mixed-radix order; levers of the group missing
+    from ``axes`` do not change the term."""
+    v = values.reshape(values.shape + (1,) * (len(group) - len(axes)))
+    names = axes + tuple(k for k in group if k not in axes)
+    v = np.moveaxis(v, len(axes), 0)  # structural keys first
+    v = np.transpose(v, [0] + [names.index(k) + 1 for k in group])
     v = np.broadcast_to(v, (len(rows),) + tuple(sizes[k] for k in group))
-    table[rows] = _to_us(v.reshape(len(rows), -1))
+    table[rows] = np.rint(v.reshape(len(rows), -1) * 1e6).astype(np.int64)
 
 
 class _Batch:
@@ -82,48 +103,47 @@ class _Batch:
     def __init__(self, space: Space, structs: list[Struct], assumptions):
         hw, job = space.hw, space.job
         rows = np.array(list(map(attrgetter(*_FIELDS), structs)), dtype=np.int64).reshape(len(structs), len(_FIELDS))
-        self.col = {f: rows[:, i] for i, f in enumerate(_FIELDS)}
-        c = self.col
+        self.col = c = {f: rows[:, i] for i, f in enumerate(_FIELDS)}
         # NVLink-domain fill per distinct (tp, cp, ep, etp), spans per distinct placement.
-        u4, inv4 = np.unique(np.stack([c["tp"], c["cp"], c["ep"], c["etp"]], 1), axis=0, return_inverse=True)
+        u4, _, inv4 = _unique_rows(np.stack([c["tp"], c["cp"], c["ep"], c["etp"]], 1))
         fill = np.array([resolve_domain_fill(hw.domain_size, job.domain_fill, *map(int, r)) for r in u4],
-                        dtype=np.int64)[inv4.reshape(-1)]
-        key = np.stack([fill, c["tp"], c["cp"], c["dp"], c["pp"], c["etp"], c["ep"], c["edp"]], 1)
-        u8, inv8 = np.unique(key, axis=0, return_inverse=True)
+                        dtype=np.int64)[inv4]
+        u8, _, inv8 = _unique_rows(np.stack([fill, c["tp"], c["cp"], c["dp"], c["pp"], c["etp"], c["ep"], c["edp"]], 1))
         fields = np.zeros((len(u8), len(_SPAN_DIMS), 2), dtype=np.int64)
         for i, r in enumerate(u8):
             spans = group_spans(assumptions.rank_order, *map(int, r))
-            for j, d in enumerate(_SPAN_DIMS):
-                fields[i, j] = spans[d].domains, spans[d].per_domain
-        fields = fields[inv8.reshape(-1)]
+            fields[i] = [(spans[d].domains, spans[d].per_domain) for d in _SPAN_DIMS]
+        fields = fields[inv8]
         size = {"tp": c["tp"], "cp": c["cp"], "ep": c["ep"], "etp": c["etp"], "pp": c["pp"],
                 "dpcp": c["dp"] * c["cp"], "edp": c["edp"]}
         self.span_cols = {d: (size[d], fields[:, j, 0], fields[:, j, 1]) for j, d in enumerate(_SPAN_DIMS)}
-        # Block keys: what a block's time and communication depend on besides the levers.
+        # Block keys: what a block's time and communication depend on besides the levers; and a
+        # structural key of each (for the settings a setup derives: dispatcher, imbalance...).
         bk = np.stack([c["tp"], c["cp"], c["ep"], c["etp"], c["mbs"]]
                       + [self.span_cols[d][k] for d in _BLOCK_SPANS for k in (1, 2)], 1)
-        self.bk, inv = np.unique(bk, axis=0, return_inverse=True)
-        self.bk_of = inv.reshape(-1)
-        # A structural key of each block key (for the scalar settings a setup derives).
-        self.bk_first = np.zeros(len(self.bk), dtype=np.int64)
-        self.bk_first[self.bk_of[::-1]] = np.arange(len(structs))[::-1]
+        self.bk, self.bk_first, self.bk_of = _unique_rows(bk)
 
     def spans(self, rows: np.ndarray, dims=_SPAN_DIMS) -> dict[str, GroupSpan]:
         """Group spans of some structural keys, as GroupSpans with array fields."""
-        return {d: GroupSpan(d, self.span_cols[d][0][rows], self.span_cols[d][1][rows], self.span_cols[d][2][rows], 0, 0)
-                for d in dims}
+        return {d: GroupSpan(d, *(x[rows] for x in self.span_cols[d]), 0, 0) for d in dims}
 
     def block_spans(self, keys: np.ndarray) -> dict[str, GroupSpan]:
         """Group spans of some block keys."""
         b = self.bk[keys]
-        size = {"tp": b[:, 0], "cp": b[:, 1], "ep": b[:, 2], "etp": b[:, 3]}
-        return {d: GroupSpan(d, size[d], b[:, 5 + 2 * j], b[:, 6 + 2 * j], 0, 0) for j, d in enumerate(_BLOCK_SPANS)}
+        return {d: GroupSpan(d, b[:, j], b[:, 5 + 2 * j], b[:, 6 + 2 * j], 0, 0) for j, d in enumerate(_BLOCK_SPANS)}
+
+    def shard(self, sh, rows: np.ndarray):
+        """A setup's Shard with the degrees of some structural keys."""
+        c = self.col
+        return dataclasses.replace(sh, tp=c["tp"][rows], cp=c["cp"][rows], ep=c["ep"][rows], etp=c["etp"][rows],
+                                   mbs=c["mbs"][rows])
 
 
 def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray, TD: np.ndarray,
                 TO: np.ndarray) -> None:
     """Fill TP, TD and TO (microseconds) for ``structs`` over their lever groups (GROUPS), with the
-    time model's functions on arrays (see the module docstring)."""
+    time model's functions on arrays (see the module docstring). Internally every term is an array
+    with one axis per lever it depends on and the structural keys last."""
     if not structs:
         return
     model, hw, job = space.model, space.hw, space.job
@@ -133,7 +153,6 @@ def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray
     base = {k: v[0] for k, v in lev.items()}
     batch = _Batch(space, structs, assumptions)
     col = batch.col
-
     resolved: dict[int, object] = {}
 
     def setup_of(i: int, **levers):
@@ -144,145 +163,147 @@ def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray
 
     rep = setup_of(0)
     rates = rates_for(rep)
+    # What each lever value means for the plan (the same for every structural key).
+    offloads_act = [_variant(rep, offload=o).plan.offloads_activations for o in lev["offload"]]
+    offloads_opt = [_variant(rep, offload=o).plan.offloads_optimizer for o in lev["offload"]]
+    shardings = [_variant(rep, sharding=v).sharding for v in lev["sharding"]]
+    opt_override = _opt_override(rep)
 
-    # Each layout group's ranks: per recompute setting, the blocks of each rank as
-    # (block, count, recompute of its compute, recompute its communication sees).
+    # Each layout group's ranks: per recompute setting, the blocks of each rank, as counts of
+    # block variants (block, recompute of its compute, recompute its communication sees).
     groups = []
     variants: dict[tuple, int] = {}
     for (pp, vpp, layout_str), idx in _groups(structs).items():
         g_rep = setup_of(int(idx[0]))
         layout = build_layout(model, pp, vpp, layout_str)
         chunks = [layout.rank_stages(r) for r in range(pp)]
-        per_rc = []
+        counts = []
         for rc_value in lev["recompute"]:
             v = _variant(g_rep, recompute=rc_value)
             recompute, _ = recompute_setting(v)
-            ranks = []
+            per_rank = []
             for r in range(pp):
-                blocks = []
-                for name, count, rc, is_full in rank_blocks(ms, chunks[r], recompute, full_layers_per_chunk(v, r, chunks[r])):
-                    key = (name, rc, "full" if is_full else recompute)
-                    blocks.append((variants.setdefault(key, len(variants)), count))
-                ranks.append(tuple(blocks))
-            per_rc.append(ranks)
-        groups.append((pp, vpp, idx, g_rep, chunks, per_rc))
+                c: dict[int, int] = {}
+                for name, count, rc, is_full in rank_blocks(ms, chunks[r], recompute,
+                                                             full_layers_per_chunk(v, r, chunks[r])):
+                    vi = variants.setdefault((name, rc, "full" if is_full else recompute), len(variants))
+                    c[vi] = c.get(vi, 0) + count
+                per_rank.append(c)
+            counts.append(per_rank)
+        groups.append((pp, vpp, idx, g_rep, chunks, counts))
 
-    fwd, bwd, exp = _block_costs(space, batch, ms, rates, list(variants), setup_of)
-
-    P, R, D, OV = (sizes[k] for k in ("precision", "recompute", "dispatcher", "ep_overlap"))
-    for pp, vpp, idx, g_rep, chunks, per_rc in groups:
-        n = len(idx)
+    # (variants, precision, dispatcher[, ep_overlap], block keys)
+    FV, BV, XV = _block_costs(space, batch, ms, rates, list(variants), setup_of)
+    R = sizes["recompute"]
+    for pp, vpp, idx, g_rep, chunks, counts in groups:
         keys = batch.bk_of[idx]
         m = col["micro_batches"][idx]
-        # Per rank: forward, backward (n, R, P, D) and exposed communication (n, R, P, D, OV)
-        # seconds per micro-batch; ranks with the same blocks share arrays.
-        memo: dict[tuple, tuple] = {}
-        F, B, X = [], [], []
+        gf, gb, gx = (np.take(a, keys, axis=-1) for a in (FV, BV, XV))
+        # Per rank, per micro-batch: forward and backward (recompute, precision, dispatcher, keys)
+        # and exposed communication (... ep_overlap, keys) seconds: its blocks' counts times
+        # their costs. Ranks with the same blocks share arrays.
+        memo: dict[tuple, int] = {}
+        F, B, X, rank_of = [], [], [], []
         for r in range(pp):
-            comp = tuple(per_rc[ri][r] for ri in range(R))
+            comp = tuple(tuple(sorted(counts[ri][r].items())) for ri in range(R))
             if comp not in memo:
-                f = np.zeros((n, R, P, D))
-                b = np.zeros((n, R, P, D))
-                x = np.zeros((n, R, P, D, OV))
-                for ri, blocks in enumerate(comp):
-                    for vi, count in blocks:
-                        f[:, ri] += count * fwd[vi][keys]
-                        b[:, ri] += count * bwd[vi][keys]
-                        x[:, ri] += count * exp[vi][keys]
-                memo[comp] = (f, b, x)
-            f, b, x = memo[comp]
-            F.append(f)
-            B.append(b)
-            X.append(x)
+                memo[comp] = len(F)
+                for out, g in ((F, gf), (B, gb), (X, gx)):
+                    a = np.zeros((R,) + g.shape[1:])
+                    for ri, blocks in enumerate(comp):
+                        for vi, count in blocks:
+                            a[ri] += count * g[vi]
+                    out.append(a)
+            rank_of.append(memo[comp])
 
-        # Pipeline send/receive, per rank per micro-batch.
-        sh = dataclasses.replace(plan_shard(g_rep), tp=col["tp"][idx], cp=col["cp"][idx], mbs=col["mbs"][idx],
-                                 ep=col["ep"][idx], etp=col["etp"][idx])
-        t_p2p = pp_p2p_time(ms, sh, batch.spans(idx, ("pp",))["pp"], rates)[:, None, None, None]
+        # Per-micro-batch time of each rank, pipeline send/receive included.
+        sh = batch.shard(plan_shard(g_rep), idx)
+        t_p2p = pp_p2p_time(ms, sh, batch.spans(idx, ("pp",))["pp"], rates)
         p2p_overlap = p2p_overlaps(g_rep)
-        times, p2p_total = [], None
-        t_memo: dict[int, np.ndarray] = {}
-        for r in range(pp):
-            if id(F[r]) not in t_memo:
-                p2p_total, p2p_exposed = rank_p2p(t_p2p, pp, vpp, F[r] + B[r], p2p_overlap, rates)
-                t_memo[id(F[r])] = F[r][..., None] + B[r][..., None] + X[r] + np.asarray(p2p_exposed)[..., None]
-            times.append(t_memo[id(F[r])])
-        p2p_total = np.asarray(p2p_total)[..., None]
-        m5 = m.reshape(n, 1, 1, 1, 1)
+        T = []
+        for k in range(len(F)):
+            p2p_total, p2p_exposed = rank_p2p(t_p2p, pp, vpp, F[k] + B[k], p2p_overlap, rates)
+            T.append(_ep_axis(F[k] + B[k]) + X[k] + _ep_axis(p2p_exposed))
+        times = [T[k] for k in rank_of]
 
-        # TP: the schedule over the ranks, with activation offload where the lever asks for it.
-        tp_out = np.empty((n, R, P, D, OV, sizes["offload"]))
-        plain = None
-        for oi, off in enumerate(lev["offload"]):
-            if _variant(g_rep, offload=off).plan.offloads_activations:
-                stack = np.stack(times)
-                worst = np.argmax(stack, axis=0)[None]
-                layers = np.array([sum(ch.num_layers for ch in chunks[r]) for r in range(pp)])
-                fw = np.take_along_axis(np.stack(F)[..., None], worst, axis=0)[0]
-                bw = np.take_along_axis(np.stack(B)[..., None], worst, axis=0)[0]
-                _, extra = activation_offload(layers[worst[0]], sh.sp_tokens.reshape(n, 1, 1, 1, 1), ms.hidden,
-                                              fw, bw, rates)
-                hit = np.arange(pp).reshape(pp, 1, 1, 1, 1, 1) == worst
-                shifted = list(stack + np.where(hit, extra[None], 0.0))
-                tp_out[..., oi] = pipeline_phase(shifted, m5, vpp, pp, p2p_total, p2p_overlap)
-            else:
-                if plain is None:
-                    plain = pipeline_phase(times, m5, vpp, pp, p2p_total, p2p_overlap)
-                tp_out[..., oi] = plain
+        # TP: the schedule over the ranks, with activation offload where the lever asks for it:
+        # the slowest rank (the first of equals) streams its layers' activations.
+        tp_out = np.empty((R,) + T[0].shape[1:-1] + (sizes["offload"], len(idx)))
+        plain = pipeline_phase(times, m, vpp, pp, p2p_total, p2p_overlap)
+        extra = worst = None
+        for oi in range(sizes["offload"]):
+            if not offloads_act[oi]:
+                tp_out[..., oi, :] = plain
+                continue
+            if extra is None:
+                slow, worst = times[0], np.zeros(times[0].shape, dtype=np.int64)
+                fw, bw = _ep_axis(F[rank_of[0]]), _ep_axis(B[rank_of[0]])
+                layers = np.full(times[0].shape, sum(ch.num_layers for ch in chunks[0]))
+                for r in range(1, pp):
+                    if rank_of[r] in rank_of[:r]:
+                        continue  # equal to an earlier rank: never the first slowest
+                    k = rank_of[r]
+                    later = times[r] > slow
+                    slow = np.where(later, times[r], slow)
+                    worst = np.where(later, r, worst)
+                    fw = np.where(later, _ep_axis(F[k]), fw)
+                    bw = np.where(later, _ep_axis(B[k]), bw)
+                    layers = np.where(later, sum(ch.num_layers for ch in chunks[r]), layers)
+                _, extra = activation_offload(layers, sh.sp_tokens, ms.hidden, fw, bw, rates)
+            shifted = [t + np.where(worst == r, extra, 0.0) for r, t in enumerate(times)]
+            tp_out[..., oi, :] = pipeline_phase(shifted, m, vpp, pp, p2p_total, p2p_overlap)
         _put(TP, idx, tp_out, ("recompute", "precision", "dispatcher", "ep_overlap", "offload"), GROUPS["TP"], sizes)
 
-        # TD and TO: per rank, its parameters' data-parallel sync and optimizer step.
+        # TD and TO: per rank, its parameters' data-parallel sync and optimizer step; the worst
+        # rank gates the step (ranks with the same blocks and parameters give the same terms).
         spans = batch.spans(idx)
-        tp_, ep_, etp_ = col["tp"][idx], col["ep"][idx], col["etp"][idx]
-        dp_, cp_, edp_ = col["dp"][idx], col["cp"][idx], col["edp"][idx]
-        S, M, O = sizes["sharding"], sizes["moments"], sizes["offload"]
-        td = np.zeros((n, S, R, P, D))
-        to = np.zeros((n, S, M, O))
-        params: dict[tuple, tuple] = {}
-        m4 = m.reshape(n, 1, 1, 1)
-        for si, sharding_value in enumerate(lev["sharding"]):
-            vs = _variant(g_rep, sharding=sharding_value)
-            sharding = vs.sharding
-            g_best = f_best = None
-            opt = np.zeros((n, M, O))
-            for r in range(pp):
-                ck = tuple((c.layers, c.embedding, c.loss, c.mtp) for c in chunks[r])
-                if ck not in params:
-                    params[ck] = local_params(model, chunks[r], tp_, ep_, etp_, pp)
-                dense, expert = params[ck]
-                grad, param = data_parallel(dense, expert, spans, "ddp" if sharding.kind == "ddp" else "sharded",
-                                            rates, BF16)
-                _, g_exp, _, p_exp, _, f_exp = dp_exposure(
-                    np.reshape(grad, (n, 1, 1, 1)), np.reshape(param, (n, 1, 1, 1)), sharding.kind in ("fsdp", "hsdp"),
-                    m4, F[r], B[r], rates, assumptions.dp_overlap)
-                gp = np.broadcast_to(g_exp + p_exp, (n, R, P, D))
-                fe = np.broadcast_to(f_exp, (n, R, P, D))
-                g_best = gp if g_best is None else np.maximum(g_best, gp)
-                f_best = fe if f_best is None else np.maximum(f_best, fe)
-                shard = optimizer_shard(sharding, dense, expert, dp_, cp_, edp_)
-                for mi, moments in enumerate(lev["moments"]):
-                    for oi, off in enumerate(lev["offload"]):
-                        if _variant(vs, offload=off).plan.offloads_optimizer:
+        c = {f: col[f][idx] for f in ("tp", "ep", "etp", "dp", "cp", "edp")}
+        params: dict[int, tuple] = {}
+        for r in range(pp):
+            ck = (rank_of[r], tuple((ch.layers, ch.embedding, ch.loss, ch.mtp) for ch in chunks[r]))
+            if ck not in params:
+                params[ck] = (rank_of[r], *local_params(model, chunks[r], c["tp"], c["ep"], c["etp"], pp))
+        td = np.empty((len(shardings),) + F[0].shape)
+        to = np.empty((len(shardings), sizes["moments"], sizes["offload"], len(idx)))
+        exposed: dict[tuple, np.ndarray] = {}
+        for si, sharding in enumerate(shardings):
+            kind = "ddp" if sharding.kind == "ddp" else "sharded"
+            fsdp = sharding.kind in ("fsdp", "hsdp")
+            if (kind, fsdp) not in exposed:
+                dp_best = fsdp_best = 0.0
+                for ck, (k, dense, expert) in params.items():
+                    grad, param = data_parallel(dense, expert, spans, kind, rates, BF16)
+                    _, g_exp, _, p_exp, _, f_exp = dp_exposure(grad, param, fsdp, m, F[k], B[k], rates,
+                                                               assumptions.dp_overlap)
+                    dp_best = np.maximum(dp_best, g_exp + p_exp)
+                    fsdp_best = np.maximum(fsdp_best, f_exp)
+                exposed[kind, fsdp] = dp_best + fsdp_best
+            td[si] = exposed[kind, fsdp]
+            for mi, moments in enumerate(lev["moments"]):
+                for oi in range(sizes["offload"]):
+                    opt = 0.0
+                    for ck, (k, dense, expert) in params.items():
+                        shard = optimizer_shard(sharding, dense, expert, c["dp"], c["cp"], c["edp"])
+                        if offloads_opt[oi]:
                             t = offloaded_optimizer_time(shard, rates)[0]
                         else:
-                            t = optimizer_time(shard, dense + expert, moments, rates, _opt_override(vs))
-                        opt[:, mi, oi] = np.maximum(opt[:, mi, oi], t)
-            td[:, si] = g_best + f_best
-            to[:, si] = opt
-        _put(TD, idx, td[..., None], ("sharding", "recompute", "precision", "dispatcher", "ep_overlap"), GROUPS["TD"], sizes)
-        _put(TO, idx, to[..., None], ("sharding", "moments", "offload", "precision"), GROUPS["TO"], sizes)
+                            t = optimizer_time(shard, dense + expert, moments, rates, opt_override)
+                        opt = np.maximum(opt, t)
+                    to[si, mi, oi] = opt
+        _put(TD, idx, td, ("sharding", "recompute", "precision", "dispatcher"), GROUPS["TD"], sizes)
+        _put(TO, idx, to, ("sharding", "moments", "offload"), GROUPS["TO"], sizes)
 
 
 def _block_costs(space: Space, batch: _Batch, ms, rates, variants: list[tuple], setup_of):
     """Per block variant (block, recompute of its compute, recompute its communication sees): forward
-    and backward seconds per micro-batch (block keys, precision, dispatcher) and exposed
-    communication (block keys, precision, dispatcher, EP overlap)."""
+    and backward seconds per micro-batch (variants, precision, dispatcher, block keys) and exposed
+    communication (variants, precision, dispatcher, EP overlap, block keys)."""
     lev = space.levers
     n = len(batch.bk)
     P, D, OV = len(lev["precision"]), len(lev["dispatcher"]), len(lev["ep_overlap"])
-    fwd = [np.zeros((n, P, D)) for _ in variants]
-    bwd = [np.zeros((n, P, D)) for _ in variants]
-    exp = [np.zeros((n, P, D, OV)) for _ in variants]
+    FV = np.zeros((len(variants), P, D, n))
+    BV = np.zeros((len(variants), P, D, n))
+    XV = np.zeros((len(variants), P, D, OV, n))
     by_name: dict[str, list[int]] = {}
     for vi, (name, _, _) in enumerate(variants):
         by_name.setdefault(name, []).append(vi)
@@ -290,17 +311,15 @@ def _block_costs(space: Space, batch: _Batch, ms, rates, variants: list[tuple], 
     for subset in (np.flatnonzero(~with_ep), np.flatnonzero(with_ep)):
         if not len(subset):
             continue
-        b = batch.bk[subset]
         spans = batch.block_spans(subset)
         first = int(batch.bk_first[subset[0]])
         # Without EP the dispatcher does nothing: one evaluation serves every dispatcher value.
-        dispatchers = list(enumerate(lev["dispatcher"]))[: D if b[0, 2] > 1 else 1]
+        dispatchers = lev["dispatcher"] if with_ep[subset[0]] else lev["dispatcher"][:1]
         for pi, precision in enumerate(lev["precision"]):
-            for di, dispatcher in dispatchers:
+            for di, dispatcher in enumerate(dispatchers):
                 setups = [setup_of(first, precision=precision, dispatcher=dispatcher, ep_overlap=ov)
                           for ov in lev["ep_overlap"]]
-                sh = dataclasses.replace(plan_shard(setups[0]), tp=b[:, 0], cp=b[:, 1], ep=b[:, 2], etp=b[:, 3],
-                                         mbs=b[:, 4])
+                sh = batch.shard(plan_shard(setups[0]), batch.bk_first[subset])
                 flags = [comm_flags(s, sh) for s in setups]
                 tp_coll = cp_tr = ep_once = None
                 for name, vis in by_name.items():
@@ -311,8 +330,8 @@ def _block_costs(space: Space, batch: _Batch, ms, rates, variants: list[tuple], 
                     for vi in vis:
                         _, rc, flags_rc = variants[vi]
                         bt = block_time_of(kts, rates, rc, sums)
-                        fwd[vi][subset, pi, di] = bt.fwd
-                        bwd[vi][subset, pi, di] = bt.bwd
+                        FV[vi, pi, di, subset] = bt.fwd
+                        BV[vi, pi, di, subset] = bt.bwd
                         full = flags_rc == "full"
                         exposed = [0.0] * OV
                         for cause in causes:
@@ -323,7 +342,8 @@ def _block_costs(space: Space, batch: _Batch, ms, rates, variants: list[tuple], 
                                     tp_coll = tp_collectives(ms, sh, spans["tp"], rates)
                                 if ("tp", full) not in memo:
                                     # tp_comm reads the block's GEMM times, which recompute leaves alone.
-                                    memo["tp", full] = tp_comm(ms, name, bt, tp_coll, rates, flags[0].tp_overlap, full).exposed
+                                    memo["tp", full] = tp_comm(ms, name, bt, tp_coll, rates, flags[0].tp_overlap,
+                                                               full).exposed
                                 e = [memo["tp", full]] * OV
                             elif cause == "cp":
                                 if cp_tr is None:
@@ -341,10 +361,10 @@ def _block_costs(space: Space, batch: _Batch, ms, rates, variants: list[tuple], 
                                 if "etp" not in memo:
                                     memo["etp"] = etp_comm(ms, sh, spans["etp"], rates).exposed
                                 e = [memo["etp"]] * OV
-                            exposed = [a + c for a, c in zip(exposed, e)]
+                            exposed = [a + b for a, b in zip(exposed, e)]
                         for oi in range(OV):
-                            exp[vi][subset, pi, di, oi] = exposed[oi]
+                            XV[vi, pi, di, oi, subset] = exposed[oi]
         if len(dispatchers) < D:
-            for arr in fwd + bwd + exp:
-                arr[subset, :, 1:] = arr[subset, :, :1]
-    return fwd, bwd, exp
+            for arr in (FV, BV, XV):
+                arr[:, :, 1:, ..., subset] = arr[:, :, :1, ..., subset]
+    return FV, BV, XV
