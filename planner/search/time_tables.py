@@ -89,12 +89,15 @@ def _put(table: np.ndarray, rows: np.ndarray, values: np.ndarray, axes: tuple[st
     """Write seconds ``values`` (one axis per lever named in ``axes``, then the structural keys) into
     ``table[rows]`` as microseconds, in the group's mixed-radix order; levers of the group missing
     from ``axes`` do not change the term."""
-    v = values.reshape(values.shape + (1,) * (len(group) - len(axes)))
+    us = np.rint(values * 1e6).astype(np.int64)
+    us = us.reshape(us.shape + (1,) * (len(group) - len(axes)))
     names = axes + tuple(k for k in group if k not in axes)
-    v = np.moveaxis(v, len(axes), 0)  # structural keys first
-    v = np.transpose(v, [0] + [names.index(k) + 1 for k in group])
-    v = np.broadcast_to(v, (len(rows),) + tuple(sizes[k] for k in group))
-    table[rows] = np.rint(v.reshape(len(rows), -1) * 1e6).astype(np.int64)
+    us = np.moveaxis(us, len(axes), 0)  # structural keys first
+    us = np.transpose(us, [0] + [names.index(k) + 1 for k in group])
+    if table.flags.c_contiguous:  # write through a view: one pass
+        table.reshape((len(table),) + tuple(sizes[k] for k in group))[rows] = us
+    else:
+        table[rows] = us.reshape(len(rows), -1)
 
 
 class _Batch:
