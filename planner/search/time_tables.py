@@ -47,12 +47,13 @@ from planner.cost.pipeline import (
     rank_blocks, rank_p2p,
 )
 from planner.cost.rates import rates_for
-from planner.cost.setup import resolve_setup
+from planner.cost.setup import Setup, resolve_setup
 from planner.cost.time import (
     _opt_override, activation_offload, comm_flags, full_layers_per_chunk, p2p_overlaps, pipeline_phase,
     plan_shard, recompute_setting,
 )
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
+from planner.errors import PlanRuleError
 from planner.search.space import Space, Struct, make_plan
 from planner.search.tables import GROUPS, _groups, _variant
 from planner.specs.layout import build_layout
@@ -142,6 +143,21 @@ class _Batch:
                                    mbs=c["mbs"][rows])
 
 
+def _base_setup(space: Space, s: Struct, levers: dict, assumptions) -> Setup:
+    """The setup of a plan. A key that breaks a model rule under these levers (hsdp:N not dividing
+    dp*cp, say) gets the same setup without the check: its rows are filled all the same, and the
+    search drops the key by its rules."""
+    plan = make_plan(s, levers)
+    try:
+        return resolve_setup(space.model, space.hw, space.job, plan, assumptions)
+    except PlanRuleError:
+        m, hw, job = space.model, space.hw, space.job
+        canon = plan.canonical(is_moe=m.is_moe, default_dispatcher=hw.default_dispatcher,
+                               default_precision=job.default_precision)
+        return Setup(m, hw, job, canon, canon.degrees(job.gpus), build_layout(m, canon.pp, canon.vpp, canon.layout),
+                     assumptions)
+
+
 def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray, TD: np.ndarray,
                 TO: np.ndarray) -> None:
     """Fill TP, TD and TO (microseconds) for ``structs`` over their lever groups (GROUPS), with the
@@ -161,7 +177,7 @@ def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray
     def setup_of(i: int, **levers):
         """The setup of structural key i with the base levers, and some levers changed."""
         if i not in resolved:
-            resolved[i] = resolve_setup(model, hw, job, make_plan(structs[i], base), assumptions)
+            resolved[i] = _base_setup(space, structs[i], base, assumptions)
         return _variant(resolved[i], **levers) if levers else resolved[i]
 
     rep = setup_of(0)
