@@ -256,6 +256,21 @@ def offloaded_optimizer_time(shard_params: float, rates: Rates) -> tuple[float, 
     return maximum(transfer, cpu), transfer, cpu
 
 
+def optimizer_step_time(shard_params: float, local_params_: float, moments: str, offload: bool, rates: Rates,
+                        override: float | None = None) -> float:
+    """Seconds of the optimizer step: on the host with optimizer offload, else on the GPU."""
+    if offload:
+        return offloaded_optimizer_time(shard_params, rates)[0]
+    return optimizer_time(shard_params, local_params_, moments, rates, override)
+
+
+def sync_kind(sharding) -> tuple[str, bool]:
+    """How a sharding setting syncs data-parallel replicas: the :func:`data_parallel` mode ('ddp':
+    all-reduce, 'sharded': reduce-scatter and all-gather) and whether parameters are gathered per
+    micro-batch (FSDP, HSDP)."""
+    return ("ddp" if sharding.kind == "ddp" else "sharded"), sharding.kind in ("fsdp", "hsdp")
+
+
 def optimizer_shard(sharding, dense: float, expert: float, dp: int, cp: int, edp: int) -> float:
     """Parameters whose optimizer state one GPU updates: everything with DDP, the sharding group's
     share with HSDP, else dense parameters over DP x CP and experts over expert-DP (degrees may be

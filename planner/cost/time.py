@@ -15,6 +15,12 @@ How a plan's time is composed:
 
 ``stage_times``/``step_time`` expose the pieces for the search's cost tables; ``time_report`` adds
 FLOPs, throughput, the breakdown by cause (exposed and hidden communication) and the bottleneck.
+
+The pieces ``evaluate`` composes (kernel inventory and times, block time under a recompute setting,
+each cause's collectives and exposure, rank p2p, activation offload, the schedule, the
+data-parallel exposure and optimizer step) take numpy arrays for the degrees, micro-batch size and
+count and group spans as well as numbers (memoized only on hashable arguments);
+planner.search.time_tables runs them over many structural keys at once.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from planner.cost.comm import CommFlags
 from planner.cost.flops import BF16, FP32, Shard, megatron_model_flops, model_shape
 from planner.cost.pipeline import (
     RankCost, Spans, data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard,
-    optimizer_time, pipeline_time, rank_cost,
+    optimizer_step_time, pipeline_time, rank_cost, sync_kind,
 )
 from planner.cost.rates import Rates, rates_for
 from planner.cost.topology import GroupSpan, group_spans, idle_gpus, resolve_domain_fill
@@ -200,23 +206,21 @@ def evaluate(setup, calibration=None, rates: Rates | None = None) -> Evaluation:
     for r, rc in enumerate(ranks):
         dense, expert = local_params(setup.model, setup.layout.rank_stages(r), deg.tp, deg.ep, deg.etp, deg.pp)
         shard = optimizer_shard(sharding, dense, expert, deg.dp, deg.cp, deg.edp)
-        grad, param = data_parallel(dense, expert, spans, "ddp" if sharding.kind == "ddp" else "sharded", rates, BF16)
-        grad, g_exp, param, p_exp, f_tot, f_exp = dp_exposure(
-            grad, param, sharding.kind in ("fsdp", "hsdp"), m, rc.fwd, rc.bwd, rates, a.dp_overlap)
+        kind, fsdp = sync_kind(sharding)
+        grad, param = data_parallel(dense, expert, spans, kind, rates, BF16)
+        grad, g_exp, param, p_exp, f_tot, f_exp = dp_exposure(grad, param, fsdp, m, rc.fwd, rc.bwd, rates, a.dp_overlap)
         if f_exp >= fsdp_exp:
             fsdp_tot, fsdp_exp = f_tot, f_exp
         if g_exp + p_exp >= dp_g_exp + dp_p_exp:
             dp_g_tot, dp_g_exp, dp_p_tot, dp_p_exp = grad, g_exp, param, p_exp
+        opt = max(opt, optimizer_step_time(shard, dense + expert, moments, plan.offloads_optimizer, rates,
+                                           _opt_override(setup)))
         if plan.offloads_optimizer:
             total, transfer, cpu = offloaded_optimizer_time(shard, rates)
             if opt_off is None or total > opt_off["time_s"]:
                 opt_off = {"time_s": total, "transfer_s": transfer, "cpu_s": cpu,
                            "bytes_per_step": shard * (FP32 + BF16), "link": rates.host_kind,
                            "link_bytes_per_s": rates.host_bw}
-            opt = max(opt, total)
-        else:
-            opt = max(opt, optimizer_time(shard, dense + expert, moments, rates,
-                                          _opt_override(setup)))
 
     # Activation offload: the bandwidth it needs and any time it adds.
     act_off, act_exp = None, 0.0

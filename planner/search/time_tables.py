@@ -43,8 +43,7 @@ from planner.cost.comm import (
 from planner.cost.compute import block_time_of, kernel_sums, kernel_times
 from planner.cost.flops import BF16, model_shape
 from planner.cost.pipeline import (
-    data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard, optimizer_time,
-    rank_blocks, rank_p2p,
+    data_parallel, dp_exposure, local_params, optimizer_shard, optimizer_step_time, rank_blocks, rank_p2p, sync_kind,
 )
 from planner.cost.rates import rates_for
 from planner.cost.setup import Setup, resolve_setup
@@ -286,8 +285,7 @@ def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray
         to = np.empty((len(shardings), sizes["moments"], sizes["offload"], len(idx)))
         exposed: dict[tuple, np.ndarray] = {}
         for si, sharding in enumerate(shardings):
-            kind = "ddp" if sharding.kind == "ddp" else "sharded"
-            fsdp = sharding.kind in ("fsdp", "hsdp")
+            kind, fsdp = sync_kind(sharding)
             if (kind, fsdp) not in exposed:
                 dp_best = fsdp_best = 0.0
                 for ck, (k, dense, expert) in params.items():
@@ -303,11 +301,8 @@ def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray
                     opt = 0.0
                     for ck, (k, dense, expert) in params.items():
                         shard = optimizer_shard(sharding, dense, expert, c["dp"], c["cp"], c["edp"])
-                        if offloads_opt[oi]:
-                            t = offloaded_optimizer_time(shard, rates)[0]
-                        else:
-                            t = optimizer_time(shard, dense + expert, moments, rates, opt_override)
-                        opt = np.maximum(opt, t)
+                        opt = np.maximum(opt, optimizer_step_time(shard, dense + expert, moments, offloads_opt[oi],
+                                                                  rates, opt_override))
                     to[si, mi, oi] = opt
         _put(TD, idx, td, ("sharding", "recompute", "precision", "dispatcher"), GROUPS["TD"], sizes)
         _put(TO, idx, to, ("sharding", "moments", "offload"), GROUPS["TO"], sizes)
