@@ -16,7 +16,7 @@ NVSwitch domains, one NIC per GPU, the fabric) for reports and checks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -45,6 +45,7 @@ class GroupSpan:
         return self.domains > 1
 
 
+@lru_cache(maxsize=256)
 def grid_orders(order: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(attention grid, expert grid) dimension orders from a Megatron order string."""
     dims = tuple(order.split("-"))
@@ -108,13 +109,13 @@ def progression_ranks(stride: int, size: int, total: int) -> np.ndarray:
     return first[:, None] + stride * np.arange(size)[None, :]
 
 
-def _span(name: str, ranks: np.ndarray, fill: int) -> GroupSpan:
+def _span(name: str, ranks: np.ndarray, fill: int, rows_sorted: bool = False) -> GroupSpan:
     """The worst group of these (one row per group): the most domains, and its fewest members in
-    one domain."""
+    one domain. ``rows_sorted``: each row's ranks ascend already."""
     doms = ranks // fill
     n_groups, size = ranks.shape
     # Members per domain for every group: sort domains in each row and count runs.
-    srt = np.sort(doms, axis=1)
+    srt = doms if rows_sorted else np.sort(doms, axis=1)
     new = np.ones_like(srt, dtype=bool)
     new[:, 1:] = srt[:, 1:] != srt[:, :-1]
     k = new.sum(axis=1)
@@ -122,14 +123,18 @@ def _span(name: str, ranks: np.ndarray, fill: int) -> GroupSpan:
     row = srt[worst]
     _, counts = np.unique(row, return_counts=True)
     return GroupSpan(name, size, int(k[worst]), int(counts.min()), n_groups, int((k > 1).sum()),
-                     tuple(int(x) for x in ranks[worst]))
+                     tuple(ranks[worst].tolist()))
+
+
+def _named(span: GroupSpan, dim: str) -> GroupSpan:
+    return GroupSpan(dim, span.size, span.domains, span.per_domain, span.groups, span.crossing, span.members)
 
 
 @lru_cache(maxsize=4096)
 def _progression_span(stride: int, size: int, total: int, fill: int) -> GroupSpan:
     """Span of one dimension's groups; depends only on where its ranks fall (memoized on that
     small key: many plans share a dimension's stride and size)."""
-    return _span("", progression_ranks(stride, size, total), fill)
+    return _span("", progression_ranks(stride, size, total), fill, rows_sorted=True)
 
 
 @lru_cache(maxsize=4096)
@@ -141,14 +146,14 @@ def group_spans(order: str, fill: int, tp: int, cp: int, dp: int, pp: int, etp: 
     expert = {"etp": etp, "ep": ep, "edp": edp, "pp": pp}
     out: dict[str, GroupSpan] = {}
     for d in ("tp", "cp", "dp", "pp"):
-        out[d] = replace(_progression_span(*group_stride(dense, dense_order, d), fill), dim=d)
+        out[d] = _named(_progression_span(*group_stride(dense, dense_order, d), fill), d)
     # Gradient group of dense parameters: DP x CP (Megatron's data-parallel-with-CP group).
     if cp > 1:
         out["dpcp"] = _merged_span(dense_order, fill, tp, cp, dp, pp)
     else:
-        out["dpcp"] = replace(out["dp"], dim="dpcp")
+        out["dpcp"] = _named(out["dp"], "dpcp")
     for d in ("etp", "ep", "edp"):
-        out[d] = replace(_progression_span(*group_stride(expert, expert_order, d), fill), dim=d)
+        out[d] = _named(_progression_span(*group_stride(expert, expert_order, d), fill), d)
     return out
 
 
