@@ -28,15 +28,17 @@ def test_peak_moment_moves_from_end_of_warmup_to_backward_with_full_recompute():
 def test_a_recompute_window_can_raise_the_peak():
     """The seed's warning: recompute only postpones the peak into backward. Here (one layer,
     unfused attention, seq 8192) recomputing core attention re-creates the s^2 scores and the fp32
-    softmax in backward while the incoming gradient is alive: the window outweighs what the
-    recompute saved, and the peak rises."""
+    softmax in backward while the incoming gradient is alive, so the recompute window reaches the
+    peak of the run without recompute: the saving does not lower the peak. (Measured on an H200,
+    results/validation/gpu-memory.md: the softmax backward holds three fp32 s^2 buffers beside the
+    saved fp32 probabilities either way, so the two peaks coincide.)"""
     m = ModelSpec(name="one-layer", source=["test construction"], hidden_size=4096, num_layers=1, vocab_size=1024,
                   attention={"kind": "gqa", "num_heads": 32, "num_kv_heads": 32, "head_dim": 128},
                   ffn={"activation": "swiglu", "hidden_size": 11008})
     kw = dict(gpus=8, global_batch=8, seq_len=8192, implementation="megatron-local")
     none = memory_report(setup_for(m, "h100", "mbs=1", **kw))
     window = memory_report(setup_for(m, "h100", "mbs=1,recompute=core_attn", **kw))
-    assert window.worst.peak_bytes > none.worst.peak_bytes
+    assert window.worst.peak_bytes >= none.worst.peak_bytes * (1 - 1e-9)
     assert window.to_json()["peak_moment"]["window"] == "recompute_window"
     assert none.to_json()["peak_moment"]["window"] == "end_of_warmup"
 

@@ -13,15 +13,9 @@ from planner.units import GiB, fmt_count
 
 
 def _console():
-    """Rich console; piped output (no terminal, no COLUMNS) gets 160 columns instead of rich's 80,
-    so that tables are not truncated in files and CI logs."""
-    import os
-    import sys
+    from planner.report.tables import console
 
-    from rich.console import Console
-
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-    return Console(highlight=False, width=width)
+    return console()
 
 
 def model_summary(m) -> dict:

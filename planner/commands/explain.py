@@ -10,8 +10,8 @@ import typer
 
 from planner.cli import app
 from planner.options import (
-    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, HwOpt, JobFileOpt, JsonOpt, MemoryMarginOpt,
-    ModelOpt, PrecisionOpt, SeqLenOpt, print_json, resolve_job,
+    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobFileOpt, JsonOpt, MemoryMarginOpt,
+    PrecisionOpt, SeqLenOpt, print_json, resolve_job,
 )
 from planner.units import GiB
 
@@ -40,15 +40,18 @@ def build_assumptions(routing_imbalance: float | None = None, implementation: st
             from planner.errors import PlannerError
 
             raise PlannerError("--calibration needs the time model's calibration support, which this build lacks.")
-        a = load_calibration(calibration, a)
+        load_calibration(str(calibration))  # a bad file fails here, as one paragraph
+        a = a.model_copy(update={"calibration": str(calibration)})
     return a
 
 
 @app.command("explain")
 def explain_cmd(
-    model: ModelOpt,
-    hw: HwOpt,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog name or alias, a model YAML, or a HuggingFace config.json (default: from --from, or built from --megatron-args).")] = None,
+    hw: Annotated[Optional[str], typer.Option("--hw", help="Hardware catalog name or alias, or a hardware YAML (default: from --from).")] = None,
     plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,vpp=2,ep=8,mbs=1,recompute=full\".")] = None,
+    from_file: Annotated[Optional[Path], typer.Option("--from", help="A 'planner search --save' file; explain its plan --rank.")] = None,
+    rank: Annotated[int, typer.Option("--rank", "-k", help="Which plan of --from, 1-based.")] = 1,
     gpus: GpusOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
@@ -60,10 +63,11 @@ def explain_cmd(
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
+    against: Annotated[Optional[Path], typer.Option("--against", help="A 'planner search --save' file: compare this plan with its top plan.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the worst stage's memory over one step as a PNG.")] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Explain one plan: per-stage memory by class, the peak moment, headroom; time when modeled."""
+    """Explain one plan: per-stage memory by class, the peak moment, headroom; time and bottleneck."""
     from planner.cost.evaluate import context_json, evaluate
     from planner.cost.memory import memory_report
     from planner.cost.setup import resolve_setup
@@ -71,24 +75,53 @@ def explain_cmd(
     from planner.specs.catalog import load_hardware, load_model
     from planner.specs.plan import Plan
 
-    m = load_model(model)
-    h = load_hardware(hw)
     unknown_flags: list[str] = []
+    given = sum(x is not None for x in (plan, from_file, megatron_args))
+    if given != 1:
+        raise PlannerError("explain needs exactly one plan source.",
+                           hint="Give --plan \"tp=..,pp=..\", or --from plans.json --rank K, or --megatron-args FILE.")
+    m = None
     if megatron_args is not None:
         try:
-            from planner.export.megatron_args import plan_from_megatron_args
+            from planner.export.megatron_args import model_from_hints, plan_from_megatron_args
         except ModuleNotFoundError:
             raise PlannerError("--megatron-args needs the Megatron exporter, which this build lacks.") from None
-        parsed = plan_from_megatron_args(Path(megatron_args).read_text())
+        try:
+            text = Path(megatron_args).read_text()
+        except OSError as exc:
+            raise PlannerError(f"Cannot read '{megatron_args}': {exc.strerror}.") from None
+        parsed = plan_from_megatron_args(text)
         p = parsed.plan
         gpus = gpus or parsed.job.get("gpus")
         global_batch = global_batch or parsed.job.get("global_batch")
         seq_len = seq_len or parsed.job.get("seq_len")
+        if precision is None and parsed.job.get("precisions"):
+            precision = ",".join(parsed.job["precisions"])
         unknown_flags = list(parsed.unknown_flags)
-    elif plan is None:
-        raise PlannerError("explain needs a plan.", hint="Give --plan \"tp=..,pp=..\" or --megatron-args FILE.")
+        if model is None:
+            m = model_from_hints(parsed.model_hints)
+    elif from_file is not None:
+        from planner.export.common import read_saved_plan
+
+        saved = read_saved_plan(from_file, rank)
+        p = saved.plan
+        model = model or saved.model
+        hw = hw or saved.hardware
+        sj = saved.job or {}
+        gpus = gpus if gpus is not None else sj.get("gpus")
+        global_batch = global_batch if global_batch is not None else sj.get("global_batch")
+        seq_len = seq_len if seq_len is not None else sj.get("seq_len")
+        if precision is None and sj.get("precisions"):
+            precision = ",".join(sj["precisions"])
     else:
         p = Plan.parse(plan)
+    if m is None:
+        if model is None:
+            raise PlannerError("explain needs --model.", hint="Name a catalog model, a model YAML or a config.json.")
+        m = load_model(model)
+    if hw is None:
+        raise PlannerError("explain needs --hw.", hint="Name a catalog system (see 'planner hw') or a hardware YAML.")
+    h = load_hardware(hw)
     j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
                     domain_fill=domain_fill, memory_margin_gib=memory_margin)
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
@@ -97,6 +130,8 @@ def explain_cmd(
     result = evaluate(setup, memory=mem)
     if unknown_flags:
         result["unknown_megatron_flags"] = unknown_flags
+    if against is not None:
+        result["versus_top_plan"] = _versus(result, against)
     if plot is not None:
         from planner.report.plots import plot_memory_timeline
 
@@ -108,3 +143,23 @@ def explain_cmd(
     from planner.report.tables import print_explain
 
     print_explain(setup, mem, result, unknown_flags=unknown_flags)
+
+
+def _versus(result: dict, path: Path) -> dict:
+    """This plan's predicted speed against the top plan of a saved search."""
+    from planner.errors import PlannerError
+    from planner.specs.catalog import read_json
+
+    data = read_json(Path(path))
+    plans = data.get("plans") or []
+    if not plans or "time" not in plans[0]:
+        raise PlannerError(f"'{path}' holds no ranked plans with times.", hint="Give a file from 'planner search --save'.")
+    top = plans[0]
+    mine, theirs = result["time"]["step_time_s"], top["time"]["step_time_s"]
+    return {
+        "top_plan": top.get("plan_string") or top["plan"],
+        "top_step_time_s": theirs,
+        "step_time_s": mine,
+        "slower_by": round(mine / theirs - 1, 6),
+        "top_tokens_per_s_per_gpu": top["time"]["tokens_per_s_per_gpu"],
+    }

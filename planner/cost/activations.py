@@ -138,8 +138,11 @@ def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
         terms += [
             ActTerm("attn.norm_output", BF16 * T * h / seq_div, "layer" if fused_norm else "layernorm", linear_input=True),
             ActTerm("attn.q", BF16 * T * nh * a.head_dim, "layer"),
-            ActTerm("attn.kv", 2 * BF16 * T * kv_heads * a.head_dim, "layer"),
         ]
+        if sh.implementation == "megatron-local":
+            terms += local_kv_terms(sh, nh, kv_heads, a.head_dim)
+        else:
+            terms.append(ActTerm("attn.kv", 2 * BF16 * T * kv_heads * a.head_dim, "layer"))
         v_dim = a.head_dim
     terms += core_attention_terms(model, sh, nh)
     # The attention output feeds the output projection (saved once, shared with the kernel).
@@ -147,6 +150,25 @@ def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     if dropout_mask:
         terms.append(ActTerm("attn.dropout_mask", 1 * T * h / seq_div, "layer"))
     return terms
+
+
+def local_kv_terms(sh: ActShape, nh: float, kv_heads: float, head_dim: int) -> list[ActTerm]:
+    """K and V as Megatron-Core 0.19's local ``DotProductAttention`` keeps them (measured on an
+    H200, results/validation/gpu-memory.md).
+
+    GQA: key and value are ``repeat_interleave``-d to all query heads before the two batched
+    matmuls, which save the repeated copies: 2 x nh heads, not 2 x kv_heads. MHA: the key after
+    RoPE is a new tensor, but the value stays a strided view of ``linear_qkv``'s output, so the
+    probs @ V matmul keeps that whole [tokens, (nq + 2 nkv) d] output alive. The unfused RoPE keeps
+    its cos and sin tables ([s, 1, 1, d] bf16, for Q and for K)."""
+    T = sh.tokens
+    if nh > kv_heads:
+        kv = [ActTerm("attn.k_repeated", BF16 * T * nh * head_dim, "layer"),
+              ActTerm("attn.v_repeated", BF16 * T * nh * head_dim, "layer")]
+    else:
+        kv = [ActTerm("attn.k", BF16 * T * nh * head_dim, "layer"),
+              ActTerm("attn.qkv_projection", BF16 * T * (nh + 2 * kv_heads) * head_dim, "layer")]
+    return kv + [ActTerm("attn.rope_cos_sin", 2 * 2 * BF16 * sh.seq * head_dim, "layer")]
 
 
 def core_attention_terms(model: ModelSpec, sh: ActShape, nh: float) -> list[ActTerm]:
@@ -164,6 +186,9 @@ def core_attention_terms(model: ModelSpec, sh: ActShape, nh: float) -> list[ActT
     if sh.implementation == "megatron-local":
         terms.append(ActTerm("attn.softmax_fp32", FP32 * s2, "core_attn"))
         terms.append(ActTerm("attn.probs", BF16 * s2, "core_attn"))
+        # Megatron-Core 0.19 builds the causal mask anew in every layer (get_default_causal_mask is
+        # not cached) and masked_fill_ keeps it: one bool per (query, key) pair of a sequence.
+        terms.append(ActTerm("attn.causal_mask", 1 * sh.seq * sh.seq, "core_attn"))
     else:  # megatron-local-fused-softmax: the fused kernel keeps its 16-bit output
         terms.append(ActTerm("attn.softmax", BF16 * s2, "core_attn"))
     if p > 0:

@@ -7,13 +7,11 @@ from planner import __version__
 
 
 def plan_json(setup) -> dict:
-    """The plan's keys, with the derived dp and edp filled in, and its canonical string."""
+    """The plan's keys (DESIGN.md section 6), with the derived dp and, for MoE models, edp."""
     out = setup.plan.to_json()
-    out.update(dp=setup.deg.dp, edp=setup.deg.edp if setup.model.is_moe else None,
-               micro_batches=setup.micro_batches, canonical=setup.plan.to_string())
-    out.setdefault("vpp", setup.deg.vpp)
-    if out["edp"] is None:
-        del out["edp"]
+    out.update(dp=setup.deg.dp, vpp=setup.deg.vpp)
+    if setup.model.is_moe:
+        out["edp"] = setup.deg.edp
     return {k: out[k] for k in sorted(out)}
 
 
@@ -30,7 +28,8 @@ def evaluate(setup, *, memory=None, time=True) -> dict:
     from planner.cost.memory import memory_report
 
     mem = memory if memory is not None else memory_report(setup)
-    out = {"plan": plan_json(setup), "memory": mem.to_json()}
+    out = {"plan": plan_json(setup), "plan_string": setup.plan.to_string(),
+           "micro_batches": setup.micro_batches, "memory": mem.to_json()}
     if time:
         out["time"] = time_json(setup)
     return out

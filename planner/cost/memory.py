@@ -130,19 +130,35 @@ def _blocks(terms) -> dict[str, list]:
 
 
 def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
-                  fwd_trans: dict[str, float], grad_trans: dict[str, float], grad_out: float) -> LayerMemory:
-    """Kept bytes and transients of one layer from its inventory."""
+                  fwd_trans: dict[str, float], grad_trans: dict[str, float], grad_out: float,
+                  ordered: bool = False) -> LayerMemory:
+    """Kept bytes and transients of one layer from its inventory.
+
+    ``ordered`` (the megatron-local profile, checked against H200 measurements) places each
+    block's transient at its moment inside the layer: in forward, block b's transient sits on the
+    bytes kept by the blocks before it plus all of b's own intermediates (those recompute drops
+    too: they exist until the block returns), not on the whole layer's kept bytes; in backward,
+    the blocks after b have already released what they kept when b's backward runs. Without it,
+    both transients sit on the whole layer's kept bytes (an upper bound)."""
     full_rc = rc_kind == "full"
     kept = act.kept_bytes(terms, full=full_rc, drop=drop, fp8=fp8)
     full = act.kept_bytes(terms, full=False, drop=frozenset(), fp8=fp8)
+    blocks = list(_blocks(terms).items())
+    kept_b = {b: act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8) for b, bt in blocks}
     # Forward: the largest block transient on top of what the layer has saved so far.
     fwd = maximum(*fwd_trans.values()) if fwd_trans else 0.0
+    if ordered:
+        peak = prefix = 0.0
+        for b, bt in blocks:
+            full_bytes = act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8)
+            peak = maximum(peak, prefix + full_bytes + fwd_trans.get(b, 0.0))
+            prefix = prefix + kept_b[b]
+        fwd = maximum(0.0, peak - kept)
     # Backward. Full recompute re-runs the whole layer's forward before its backward, so while
     # block b's forward is re-run or its backward runs, the re-created intermediates of b and of
     # the blocks before it are alive, with the incoming gradient (the seed's recompute window:
     # saved inputs + re-created intermediates + new gradients together). Selective recompute
     # re-creates one module just before its own backward.
-    blocks = list(_blocks(terms).items())
     recreated = {
         b: act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8)
         - act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8)
@@ -150,10 +166,13 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     }
     bwd = 0.0
     alive = 0.0
-    for b, _ in blocks:
+    for i, (b, _) in enumerate(blocks):
         alive = alive + recreated[b] if full_rc else recreated[b]
         window = grad_out + alive + grad_trans.get(b, 0.0)
         window = where(recreated[b] > 0, maximum(window, grad_out + alive + fwd_trans.get(b, 0.0)), window)
+        if ordered:
+            for later, _ in blocks[i + 1:]:
+                window = window - kept_b[later]
         bwd = maximum(bwd, window)
     return LayerMemory(name, kept, fwd, bwd, full)
 
@@ -190,7 +209,14 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
         # transiently in forward; the backward holds the score gradient.
         s2 = sh.mbs * nh * sh.seq * sh.seq
         attn_fwd += s2 * (BF16 + (4 if sh.implementation == "megatron-local" else 0))
-        attn_grad += s2 * 4
+        if sh.implementation == "megatron-local":
+            # Measured (H200 memory snapshot, results/validation/gpu-memory.md): the bf16 probs
+            # gradient is cast to fp32 (4), the softmax backward writes its fp32 output and one
+            # more fp32 buffer of the same shape (4 + 4) while the saved fp32 probs are alive; the
+            # bf16 probs (2) were already released by the probs @ V backward.
+            attn_grad += s2 * (4 + 4 + 4 - BF16)
+        else:
+            attn_grad += s2 * 4
     fwd = {"attn": attn_fwd}
     grad = {"attn": attn_grad}
     if kind == "moe":
@@ -276,7 +302,8 @@ class _PieceMemory:
             fwd_t, grad_t = layer_transients(self.model, self.sh, kind, self.sh.tp)
             lm = _layer_memory(name, terms, rc_kind=rc_kind,
                                drop=self.drop if rc_kind == "selective" else frozenset(), fp8=self.fp8,
-                               fwd_trans=fwd_t, grad_trans=grad_t, grad_out=self.grad_out)
+                               fwd_trans=fwd_t, grad_trans=grad_t, grad_out=self.grad_out,
+                               ordered=self.sh.implementation == "megatron-local")
             self.cache[key] = LayerMemory(name, lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, key)
         m = self.cache[key]
         return m if m.name == name else LayerMemory(name, m.kept, m.fwd_transient, m.bwd_transient, m.full, m.piece)
@@ -370,7 +397,18 @@ def comm_buffers(setup) -> float:
 
     return comm_bytes(setup.model, setup.efficiency.memory, setup.deg, fill=domain_fill(setup),
                       dispatcher=setup.plan.dispatcher, tokens=setup.tokens_per_microbatch,
-                      sp=setup.sequence_parallel)
+                      sp=setup.sequence_parallel) + attention_score_buffer(setup)
+
+
+def attention_score_buffer(setup) -> float:
+    """Megatron's unfused ``DotProductAttention`` (local spec) takes the baddbmm input buffer for the
+    [b * heads, s, s] scores from the global memory buffer ('mpu'), which keeps it for the rest of
+    the run: bf16 scores of one micro-batch, measured on an H200 as the steady memory above
+    weights and optimizer states (results/validation/gpu-memory.md). Counted with the buffers."""
+    if setup.assumptions.implementation == "te":
+        return 0.0
+    heads = setup.model.attention.num_heads / setup.deg.tp
+    return BF16 * setup.plan.mbs * heads * setup.seq_per_gpu ** 2
 
 
 def comm_bytes(model, mem, deg, *, fill, dispatcher, tokens, sp):
@@ -474,6 +512,13 @@ def _vocab_div(setup) -> int:
 
 
 def optimizer_transient(setup, const: ConstantMemory | None = None) -> float:
+    if (setup.assumptions.implementation == "megatron-local" and const is not None
+            and setup.plan.moments != "bf16" and setup.precision != "fp8"):
+        # Without Transformer Engine or Apex, Megatron-Core falls back to torch.optim.AdamW, whose
+        # foreach step builds sqrt(v) for every parameter at once: one fp32 copy of the optimizer's
+        # parameters (measured on an H200: the optimizer-step peak is 4 B per parameter above the
+        # steady memory, results/validation/gpu-memory.md).
+        return 4.0 * const.optimizer / (4.0 + 8.0)
     return optimizer_transient_bytes(setup.hw, setup.plan.moments, setup.precision)
 
 

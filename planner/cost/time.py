@@ -98,6 +98,8 @@ class Evaluation:
 def recompute_setting(setup) -> tuple[str | tuple[str, ...] | None, int | None]:
     """(setting for every layer, fully recomputed layers per chunk or None)."""
     rc = setup.recompute
+    if setup.plan.stage_recompute_layers is not None and rc.kind == "full":
+        return None, 0  # per-stage counts: see full_layers_per_chunk
     if rc.kind == "none":
         return None, None
     if rc.kind == "selective":
@@ -108,17 +110,13 @@ def recompute_setting(setup) -> tuple[str | tuple[str, ...] | None, int | None]:
 
 
 def full_layers_per_chunk(setup, rank: int, chunks) -> tuple[int, ...]:
-    """Fully recomputed layers in each chunk of a rank: full:N per chunk, or the plan's per-stage
-    counts spread over the rank's chunks in order."""
+    """Fully recomputed layers in each chunk of a rank: the first N layers of every chunk (Megatron's
+    block method; with VPP, N per virtual stage), N from full:N or the plan's per-stage counts (the
+    same semantics as the memory model's planner.cost.memory.stage_chunks)."""
     per_stage = setup.plan.stage_recompute_layers
-    if per_stage:
-        left = per_stage[rank] if rank < len(per_stage) else 0
-        out = []
-        for ch in chunks:
-            n = min(left, ch.num_layers)
-            out.append(n)
-            left -= n
-        return tuple(out)
+    if per_stage and setup.recompute.kind == "full":
+        n = per_stage[rank] if rank < len(per_stage) else 0
+        return tuple(min(n, ch.num_layers) for ch in chunks)
     _, n = recompute_setting(setup)
     return tuple(min(n or 0, ch.num_layers) for ch in chunks)
 

@@ -8,9 +8,15 @@ CLASSES = ("weights", "gradients", "optimizer", "activations", "transient", "com
 
 
 def console():
+    """Rich console; piped output (no terminal, no COLUMNS) gets 160 columns instead of rich's 80,
+    so that tables are not truncated in files and CI logs."""
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(highlight=False)
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(highlight=False, width=width)
 
 
 def header_lines(setup) -> list[str]:
@@ -84,7 +90,50 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
             c.print(f"  bottleneck: {tj['bottleneck']}")
     else:
         c.print(f"time: {tj.get('note', 'not modeled')}")
+    vs = result.get("versus_top_plan")
+    if vs:
+        word = "slower" if vs["slower_by"] > 0 else "faster"
+        c.print(f"versus the search's top plan {vs['top_plan']}: step {fmt_time(vs['step_time_s'])} vs "
+                f"{fmt_time(vs['top_step_time_s'])} ({abs(vs['slower_by']):.1%} {word})")
     if unknown_flags:
         c.print("[yellow]Megatron flags planner does not model:[/yellow] " + " ".join(unknown_flags))
     if "plot" in result:
         c.print(f"plot written to {result['plot']}")
+
+
+def print_search(result, out: dict, saved=None) -> None:
+    from rich.table import Table
+
+    c = console()
+    space = result.space
+    m, h, j = space.model, space.hw, space.job
+    c.print(f"[bold]{m.display_name or m.name}[/bold] on [bold]{h.name}[/bold] ({h.gpu.name}, NVLink domain of "
+            f"{h.domain_size}) · {j.gpus} GPUs · global batch {j.global_batch} x seq {j.seq_len} · "
+            f"precisions {', '.join(j.precisions)} · target {space.target}")
+    if j.source:
+        c.print(f"job: {j.source}")
+    sv = out["solver"]
+    c.print(f"solver: {sv['name']} [bold]{sv['status']}[/bold] · {sv['structural_keys']:,} layouts x "
+            f"{sv['lever_combinations']} lever combinations · {sv['keys_in_model']} layouts in the model")
+    t = Table(title="Ranked plans (peak = worst stage's estimated reserved memory; GiB = 2^30 B)")
+    for col, just in (("#", "right"), ("plan", "left"), ("peak / capacity", "right"), ("step", "right"),
+                      ("tok/s/GPU", "right"), ("MFU", "right"), ("bottleneck", "left")):
+        t.add_column(col, justify=just)
+    for p in out["plans"]:
+        mem, tm = p["memory"], p["time"]
+        t.add_row(str(p["rank"]), p["plan_string"], f"{mem['peak_bytes'] / GiB:.1f} / {mem['capacity_bytes'] / GiB:.1f}",
+                  fmt_time(tm["step_time_s"]), f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
+                  tm.get("bottleneck", ""))
+    c.print(t)
+    if out.get("sensitivity"):
+        print_sensitivity(out["sensitivity"])
+    if saved:
+        c.print(f"saved to {saved} (use: planner explain/export --from {saved} --rank K)")
+
+
+def print_sensitivity(sens: dict) -> None:
+    c = console()
+    c.print(f"[bold]sensitivity[/bold]: {sens['summary']}")
+    for row in sens["perturbations"]:
+        mark = "winner unchanged" if not row["winner_changes"] else f"winner becomes #{row['new_winner_rank']}: {row['new_winner']}"
+        c.print(f"  {row['name']}: {mark}")

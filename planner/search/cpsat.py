@@ -5,9 +5,10 @@ Each lever group's combination is a linear mixed-radix expression of the lever v
 table lookup is an element constraint on (key, combination). Constraints: every non-dominated
 pipeline stage's peak (constant + communication + max(activation peak, optimizer temporaries))
 within the allocated-memory limit, host memory within the host, and the launcher's rule tables.
-Objective: step time in microseconds, made unique per plan by the key's and levers' indices (so
-the ranking is deterministic and equal to the oracle's). Top-K: solve, then require a strictly
-larger objective and solve again (each plan has its own objective value).
+Top-K: the search bounds the K-th best step time from above (the K-th fastest key's best
+plan, from the tables), and CP-SAT enumerates every feasible plan below that bound; they are
+ranked by step time, then by the key's and levers' indices (unique per plan, so the ranking is
+deterministic and equal to the oracle's). A complete enumeration proves the ranking (OPTIMAL).
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ class CpSatResult:
     solves: int
 
 
-def _build(tables: Tables):
+def _build(tables: Tables, time_cap_us: int | None = None):
     """The model without an objective: variables, table constraints, memory and rule
-    constraints. Returns (model, struct var, lever vars, time expression, tie-break expression)."""
+    constraints. Returns (model, struct var, lever vars, time expression, tie-break expression).
+
+    With ``time_cap_us``, step time is bounded and table rows that cannot meet the bound (their
+    value plus the other time terms' minima exceeds it) or the memory limit (likewise) are left
+    out: the same feasible set below the cap, a much smaller model."""
     from ortools.sat.python import cp_model
 
     import numpy as np
@@ -43,18 +48,20 @@ def _build(tables: Tables):
     s = m.new_int_var(0, max(nS - 1, 0), "struct")
     lv = {k: m.new_int_var(0, len(space.levers[k]) - 1, k) for k in LEVERS}
 
-    def lookup(name: str, table, grp) -> "cp_model.IntVar":
+    def lookup(name: str, table, grp, slack=None, cap=None) -> "cp_model.IntVar":
         """A variable equal to table[s, combination of grp's levers], as a table constraint over
-        (struct, levers..., value): CP-SAT propagates those fully."""
+        (struct, levers..., value): CP-SAT propagates those fully. Rows whose value plus
+        ``slack[s]`` exceeds ``cap`` cannot be part of a solution and are left out."""
         table = np.asarray(table)
         shape = [len(space.levers[k]) for k in grp]
-        target = m.new_int_var(int(table.min()), int(table.max()), name)
         combos = np.indices(shape).reshape(len(grp), -1).T  # rows: lever indices, mixed radix
         rows = []
         for si in range(nS):
             vals = table[si]
-            for ci, combo in enumerate(combos):
-                rows.append((si, *combo.tolist(), int(vals[ci])))
+            keep = np.arange(len(combos)) if cap is None else np.flatnonzero(vals + slack[si] <= cap)
+            rows += [(si, *combos[ci].tolist(), int(vals[ci])) for ci in keep]
+        values = [r[-1] for r in rows] or [0]
+        target = m.new_int_var(min(values), max(values), name)
         m.add_allowed_assignments([s, *(lv[k] for k in grp), target], rows)
         return target
 
@@ -81,16 +88,24 @@ def _build(tables: Tables):
                     out[si] = T[si, kept[j]]
             return out
 
-        w = lookup(f"W{j}", slot_table(tables.W), GROUPS["W"])
-        c = lookup(f"C{j}", slot_table(tables.C), GROUPS["C"])
-        a = lookup(f"A{j}", slot_table(tables.A), GROUPS["A"])
+        Wj, Cj, Aj = slot_table(tables.W), slot_table(tables.C), slot_table(tables.A)
+        mins = [x.min(axis=1) for x in (Wj, Cj, Aj)]
+        cap = tables.cap_mib
+        w = lookup(f"W{j}", Wj, GROUPS["W"], mins[1] + mins[2], cap)
+        c = lookup(f"C{j}", Cj, GROUPS["C"], mins[0] + mins[2], cap)
+        a = lookup(f"A{j}", Aj, GROUPS["A"], mins[0] + mins[1], cap)
         m.add(w + c + a <= tables.cap_mib)
         if ot is not None:
             m.add(w + c + ot <= tables.cap_mib)
         hw_ = lookup(f"HW{j}", slot_table(tables.HW), GROUPS["W"])
         ha = lookup(f"HA{j}", slot_table(tables.HA), GROUPS["A"])
         m.add(hw_ + ha <= tables.host_cap_mib)
-    step = lookup("TP", tables.TP, GROUPS["TP"]) + lookup("TD", tables.TD, GROUPS["TD"]) + lookup("TO", tables.TO, GROUPS["TO"])
+    tmins = [x.min(axis=1) for x in (tables.TP, tables.TD, tables.TO)]
+    step = (lookup("TP", tables.TP, GROUPS["TP"], tmins[1] + tmins[2], time_cap_us)
+            + lookup("TD", tables.TD, GROUPS["TD"], tmins[0] + tmins[2], time_cap_us)
+            + lookup("TO", tables.TO, GROUPS["TO"], tmins[0] + tmins[1], time_cap_us))
+    if time_cap_us is not None:
+        m.add(step <= time_cap_us)
     gid = m.new_int_var(0, max(tables.n_total - 1, 0), "struct_id")
     m.add_element(s, [int(x) for x in tables.ids], gid)
     lever_flat = 0
@@ -100,10 +115,10 @@ def _build(tables: Tables):
     return m, s, lv, step, tiebreak
 
 
-def solve_cpsat(tables: Tables, top: int, *, time_limit_s: float = 30.0, workers: int = 2, seed: int = 0) -> CpSatResult:
-    """Top ``top`` plans: each by two solves (fastest step time, then the smallest tie-break
-    among plans of that time), after which the found assignment is forbidden. Each plan's
-    (time, tie-break) is unique, so the ranking is deterministic whatever the worker count."""
+def enumerate_cpsat(tables: Tables, time_cap_us: int, top: int, *, time_limit_s: float = 30.0) -> CpSatResult:
+    """Every feasible plan with step time <= ``time_cap_us`` (CP-SAT's solution enumeration over
+    the pruned model), ranked by (time, tie-break); the first ``top`` are returned. Complete
+    enumeration proves the ranking: status OPTIMAL."""
     import time
 
     from ortools.sat.python import cp_model
@@ -111,60 +126,30 @@ def solve_cpsat(tables: Tables, top: int, *, time_limit_s: float = 30.0, workers
     t0 = time.perf_counter()
     if not tables.structs:
         return CpSatResult([], "INFEASIBLE", None, 0.0, 0)
-    m, s, lv, step, tiebreak = _build(tables)
+    m, s, lv, step, tiebreak = _build(tables, time_cap_us)
     space = tables.space
     P = space.lever_product_size
     radix = tables.n_total * P
-    found: list[tuple[int, int, int]] = []
-    status_all = "OPTIMAL"
-    bound = None
-    solves = 0
     decision = [s, *(lv[k] for k in LEVERS)]
-    forbidden: list[tuple[int, ...]] = []
+    t_var = m.new_int_var(0, max(int(time_cap_us), 0), "step")
+    m.add(t_var == step)
+    seen: list[tuple[int, int, int]] = []
 
-    def run(model):
-        nonlocal solves
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = seed
-        solver.parameters.max_time_in_seconds = max(time_limit_s - (time.perf_counter() - t0), 0.05)
-        st = solver.solve(model)
-        solves += 1
-        return solver, st
+    class Collect(cp_model.CpSolverSolutionCallback):
+        def on_solution_callback(self):
+            values = [self.value(v) for v in decision]
+            si = int(tables.ids[values[0]])
+            flat = 0
+            for k, v in zip(LEVERS, values[1:]):
+                flat = flat * len(space.levers[k]) + int(v)
+            seen.append((int(self.value(t_var)) * radix + si * P + flat, si, flat))
 
-    for _ in range(top):
-        model = m.clone()
-        if forbidden:
-            model.add_forbidden_assignments(decision, forbidden)
-        model.minimize(step)
-        solver, st = run(model)
-        if st == cp_model.INFEASIBLE:
-            break
-        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            status_all = "FEASIBLE" if found else "UNKNOWN"
-            break
-        best_time = int(solver.objective_value)
-        if bound is None:
-            bound = int(solver.best_objective_bound) * radix
-        if st != cp_model.OPTIMAL:
-            status_all = "FEASIBLE"
-        model.clear_objective()
-        model.add(step == best_time)
-        model.minimize(tiebreak)
-        solver2, st2 = run(model)
-        if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            solver2 = solver  # keep the first solve's plan
-        elif st2 != cp_model.OPTIMAL:
-            status_all = "FEASIBLE"
-        values = tuple(int(solver2.value(v)) for v in decision)
-        forbidden.append(values)
-        si = int(tables.ids[values[0]])
-        flat = 0
-        for k, v in zip(LEVERS, values[1:]):
-            flat = flat * len(space.levers[k]) + v
-        found.append((best_time * radix + si * P + flat, si, flat))
-        if status_all != "OPTIMAL":
-            break
-    if not found and status_all == "OPTIMAL":
-        status_all = "INFEASIBLE"
-    return CpSatResult(found, status_all, bound, time.perf_counter() - t0, solves)
+    solver = cp_model.CpSolver()
+    solver.parameters.enumerate_all_solutions = True
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = time_limit_s
+    st = solver.solve(m, Collect())
+    status = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
+              cp_model.INFEASIBLE: "INFEASIBLE"}.get(st, "UNKNOWN")
+    found = sorted(set(seen))[:top]
+    return CpSatResult(found, status, found[0][0] if found else None, time.perf_counter() - t0, 1)

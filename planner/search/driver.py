@@ -29,7 +29,10 @@ class Options:
     time_limit_s: float = 60.0
     limits: Limits = field(default_factory=Limits)
     moments: tuple[str, ...] = ("fp32",)
-    first_batch: int = 64
+    per_stage: bool = True
+    """Refine layouts (and, for --target any, per-rank recompute) with the per-stage CP-SAT model."""
+    per_stage_keys: int = 12
+    """Layouts that do not fit uniformly but might with per-stage choices, tried in bound order."""
 
 
 @dataclass
@@ -74,9 +77,12 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     say(f"cost tables for {len(space.structs)} structural keys x {space.lever_product_size} lever combinations")
     tables = build_tables(space, assumptions=assumptions, time_terms=time_terms)
     t = _timed(timings, "tables_s", t)
-    lb = tables.time_lower_bound()
-    may = tables.may_fit()
-    order = [int(i) for i in np.argsort(lb, kind="stable") if may[i]]
+    # Each key's fastest feasible plan, from the tables (numpy over every lever combination).
+    from planner.search.exhaustive import best_per_key
+
+    best = best_per_key(tables)
+    t = _timed(timings, "bound_s", t)
+    order = [int(i) for i in np.argsort(best, kind="stable") if np.isfinite(best[i])]
     checked: dict[int, bool] = {}
 
     def valid(i: int) -> bool:
@@ -94,32 +100,27 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         found = solve_exhaustive(tables.subset(cand), options.top) if cand else []
         status, bound, solves, visited = "OPTIMAL", None, 0, len(cand)
     elif options.solver == "cpsat":
-        from planner.search.cpsat import solve_cpsat
+        from planner.search.cpsat import enumerate_cpsat
 
+        # The K fastest valid keys each have a plan no slower than the K-th of them: the K-th best
+        # plan overall is at most that fast (U). Only keys whose best plan is <= U can hold a
+        # top-K plan; CP-SAT enumerates every feasible plan of those keys up to U.
         cand: list[int] = []
-        pos, batch = 0, options.first_batch
-        status, found, bound, solves = "OPTIMAL", [], None, 0
-        while True:
-            added = 0
-            while added < batch and pos < len(order):
-                i = order[pos]
-                pos += 1
-                if valid(i):
-                    cand.append(i)
-                    added += 1
-            remaining = options.time_limit_s - (time.perf_counter() - t0)
-            res = solve_cpsat(tables.subset(cand), options.top, time_limit_s=max(remaining, 0.1)) if cand else None
-            if res is not None:
-                found, status, bound = res.plans, res.status, res.bound
-                solves += res.solves
-            kth = found[options.top - 1][0] // radix if len(found) >= options.top else math.inf
-            next_lb = lb[order[pos]] if pos < len(order) else math.inf
-            if pos >= len(order) or kth < next_lb or status not in ("OPTIMAL", "INFEASIBLE"):
+        for i in order:
+            if len(cand) >= options.top and best[i] > best[cand[options.top - 1]]:
                 break
-            batch *= 2
+            if valid(i):
+                cand.append(i)
+        found, status, bound, solves = [], "OPTIMAL", None, 0
+        if cand:
+            cap = int(best[cand[min(options.top, len(cand)) - 1]])
+            remaining = options.time_limit_s - (time.perf_counter() - t0)
+            res = enumerate_cpsat(tables.subset(cand), cap, options.top, time_limit_s=max(remaining, 0.5))
+            found, status, solves = res.plans, res.status, res.solves
+            bound = cap * radix
+            if status == "INFEASIBLE":  # cannot happen with a valid bound; say so rather than hide it
+                status = "UNKNOWN"
         visited = len(cand)
-        if status == "INFEASIBLE":
-            status = "OPTIMAL"  # proven: no plan of any visited key fits, and every key was visited
     else:
         raise PlannerError(f"Unknown solver '{options.solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
     t = _timed(timings, "solve_s", t)
@@ -127,6 +128,11 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         raise diagnose_nothing_fits(space, tables, options, [i for i in order if checked.get(i)] or order)
     say("evaluating the ranked plans")
     plans = [_ranked(space, tables, k + 1, key, gid, flat, radix, assumptions) for k, (key, gid, flat) in enumerate(found)]
+    refined_info = {"tried": 0, "improved": 0}
+    if options.per_stage and space.model.num_layers > 1:
+        say("per-stage layouts (CP-SAT)")
+        plans = _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, refined_info, t0)
+        t = _timed(timings, "per_stage_s", t)
     bad = [p for p in plans if rule_violations(model, hw, job, p.plan, options.target)]
     if bad:  # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
         plans = [p for p in plans if p not in bad]
@@ -136,14 +142,70 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         "name": options.solver,
         "status": status,
         "objective_us": found[0][0] // radix,
-        "bound_us": (bound // radix) if bound is not None else found[0][0] // radix,
+        "kth_bound_us": (bound // radix) if bound is not None else found[-1][0] // radix,
         "structural_keys": len(space.structs),
         "lever_combinations": P,
-        "keys_visited": visited,
-        "cp_sat_solves": solves,
+        "keys_in_model": visited,
         "dropped_by_rules": [p.plan.to_string() for p in bad],
+        "per_stage": refined_info,
     }
     return SearchResult(space, tables, plans, solver, timings)
+
+
+def _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, info, t0) -> list[Ranked]:
+    """Refine the ranked plans' layouts, and try the fastest layouts that do not fit uniformly,
+    with the per-stage CP-SAT model; return the top K of all, ranked by exact step time."""
+    from planner.cost.evaluate import evaluate
+    from planner.search.exhaustive import group_index_vectors
+    from planner.search.stages import refine
+
+    stage_rc = options.target == "any"
+    budget = max(options.time_limit_s - (time.perf_counter() - t0), 1.0)
+    pool: dict[str, tuple[float, object, dict]] = {}
+    for r in plans:
+        pool[r.plan.to_string()] = (r.evaluation["time"]["step_time_s"], r.setup, r.evaluation)
+    seeds = [r.setup for r in plans]
+    # Layouts whose best lever choice, ignoring memory, could beat the K-th plan: the uniform split
+    # may be what keeps them out (the first stages hold the most micro-batches).
+    kth = max(v[0] for v in pool.values()) if pool else math.inf
+    gi, _ = group_index_vectors(tables)
+    tried = 0
+    for i in np.argsort(tables.time_lower_bound(), kind="stable"):
+        if tried >= options.per_stage_keys or tables.time_lower_bound()[i] / 1e6 >= kth:
+            break
+        if np.isfinite(best[i]) or space.structs[i].pp == 1 or not valid(int(i)):
+            continue
+        seed = _fastest_ignoring_memory(space, tables, int(i), gi, assumptions)
+        if seed is not None:
+            seeds.append(seed)
+            tried += 1
+    for setup in seeds:
+        if time.perf_counter() - t0 > budget:
+            break
+        info["tried"] += 1
+        res = refine(setup, stage_recompute=stage_rc and setup.recompute.kind in ("none", "full"),
+                     time_limit_s=min(5.0, budget))
+        if res.improved:
+            ev = evaluate(res.setup)
+            key = res.setup.plan.to_string()
+            if key not in pool and not rule_violations(space.model, space.hw, space.job, res.setup.plan, options.target):
+                info["improved"] += 1
+                pool[key] = (ev["time"]["step_time_s"], res.setup, ev)
+    ranked = sorted(pool.items(), key=lambda kv: (kv[1][0], kv[0]))[: options.top]
+    return [Ranked(k + 1, s.plan, s, int(round(t * 1e6)), ev) for k, (_, (t, s, ev)) in enumerate(ranked)]
+
+
+def _fastest_ignoring_memory(space, tables, i, gi, assumptions):
+    """The launcher-valid lever choice with the fastest step for key ``i``, memory ignored."""
+    from planner.cost.setup import resolve_setup
+
+    ok = tables.R1[i][gi["R1"]] & tables.R2[i][gi["R2"]]
+    if not ok.any():
+        return None
+    t = tables.TP[i][gi["TP"]] + tables.TD[i][gi["TD"]] + tables.TO[i][gi["TO"]]
+    j = int(np.argmin(np.where(ok, t, np.iinfo(np.int64).max)))
+    plan = make_plan(space.structs[i], lever_values(space, lever_indices(space, j)))
+    return resolve_setup(space.model, space.hw, space.job, plan, assumptions)
 
 
 def _ranked(space, tables, rank, key, gid, flat, radix, assumptions) -> Ranked:
@@ -172,9 +234,9 @@ def _no_structure(space, options) -> PlannerError:
 def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: list[int]) -> NothingFitsError:
     """Say plainly why nothing fits: the smallest achievable peak (over every lever combination of
     the keys considered), the class that dominates it, and what would make room."""
-    from planner.search.exhaustive import _group_index_vectors
+    from planner.search.exhaustive import group_index_vectors
 
-    gi, _ = _group_index_vectors(tables)
+    gi, _ = group_index_vectors(tables)
     best = (math.inf, None, None, None)
     for s in rows:
         ot = tables.OT[gi["OT"]]

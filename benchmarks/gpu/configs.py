@@ -1,0 +1,228 @@
+"""The validation configurations: one Megatron-Core model and training setup each, and the planner
+ModelSpec / Job / Plan that describe the same run.
+
+Pure Python (no torch, no planner import at module level) so the device harness can read it without
+planner's dependencies, and planner's tests can read it without torch.
+
+Every model uses the Megatron-Core local layer spec (no Transformer Engine): unfused attention with
+torch's fp32 softmax (``masked_softmax_fusion=False``), torch RMSNorm/LayerNorm, SequentialMLP
+experts with the alltoall dispatcher on EP=1. bf16 parameters, fp32 main gradients
+(``grad_reduce_in_fp32``, Megatron's default for bf16), Adam through ``get_megatron_optimizer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    activation: str = "swiglu"  # swiglu | gelu
+    norm: str = "rmsnorm"  # rmsnorm | layernorm
+    # MoE (None: dense)
+    experts: int | None = None
+    top_k: int = 2
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    first_k_dense: int = 0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str
+    model: ModelDims
+    seq: int
+    mbs: int
+    micro_batches: int
+    recompute: str = "none"
+    """planner's recompute key: none | full | full:N | module+module (selective)."""
+    recompute_method: str = "uniform"
+    """For full recompute: uniform (recompute_num_layers=1) or block (full:N, first N layers)."""
+    dist_opt: bool = False
+    steps: int = 6
+    """Training steps: step 1 allocates the optimizer states (warm-up), the rest are timed."""
+
+    @property
+    def global_batch(self) -> int:
+        return self.mbs * self.micro_batches
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# Llama-3-8B-shaped layers (GQA 32/8, SwiGLU 14336), four of them.
+GQA = ModelDims("gqa-h4096", hidden=4096, layers=4, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=32768)
+# GPT-style multi-head attention with a GeLU MLP and LayerNorm.
+MHA = ModelDims("mha-h3072", hidden=3072, layers=4, heads=24, kv_heads=24, head_dim=128, ffn=12288, vocab=50304,
+                activation="gelu", norm="layernorm")
+# A small DeepSeek-MoE-shaped model: 16 routed experts, top-4, two shared experts' width.
+MOE = ModelDims("moe-h2048", hidden=2048, layers=4, heads=16, kv_heads=4, head_dim=128, ffn=8192, vocab=32768,
+                experts=16, top_k=4, expert_ffn=1536, shared_ffn=3072)
+
+CONFIGS: tuple[RunConfig, ...] = (
+    RunConfig("gqa-s2k-b1-none", GQA, seq=2048, mbs=1, micro_batches=2),
+    RunConfig("gqa-s4k-b1-none", GQA, seq=4096, mbs=1, micro_batches=2),
+    RunConfig("gqa-s2k-b4-none", GQA, seq=2048, mbs=4, micro_batches=1),
+    RunConfig("gqa-s4k-b2-coreattn", GQA, seq=4096, mbs=2, micro_batches=2, recompute="core_attn"),
+    RunConfig("gqa-s8k-b1-coreattn", GQA, seq=8192, mbs=1, micro_batches=1, recompute="core_attn"),
+    RunConfig("gqa-s2k-b2-mlp", GQA, seq=2048, mbs=2, micro_batches=2, recompute="mlp"),
+    RunConfig("gqa-s4k-b2-full", GQA, seq=4096, mbs=2, micro_batches=2, recompute="full"),
+    RunConfig("gqa-s4k-b1-full2block", GQA, seq=4096, mbs=1, micro_batches=2, recompute="full:2", recompute_method="block"),
+    RunConfig("gqa-s4k-b1-distopt", GQA, seq=4096, mbs=1, micro_batches=2, dist_opt=True),
+    RunConfig("mha-s2k-b2-none", MHA, seq=2048, mbs=2, micro_batches=2),
+    RunConfig("mha-s4k-b1-layernorm-coreattn", MHA, seq=4096, mbs=1, micro_batches=2, recompute="core_attn+layernorm"),
+    RunConfig("mha-s2k-b4-full", MHA, seq=2048, mbs=4, micro_batches=1, recompute="full"),
+    RunConfig("moe-s4k-b1-none", MOE, seq=4096, mbs=1, micro_batches=2),
+    RunConfig("moe-s2k-b4-none", MOE, seq=2048, mbs=4, micro_batches=1),
+    RunConfig("moe-s2k-b2-moe", MOE, seq=2048, mbs=2, micro_batches=2, recompute="moe"),
+    RunConfig("moe-s4k-b1-shared-coreattn", MOE, seq=4096, mbs=1, micro_batches=2, recompute="core_attn+shared_experts"),
+    RunConfig("moe-s4k-b2-full", MOE, seq=4096, mbs=2, micro_batches=1, recompute="full"),
+    RunConfig("moe-s2k-b2-distopt", MOE, seq=2048, mbs=2, micro_batches=2, dist_opt=True),
+)
+
+# Held out: measured after the memory model was fixed on CONFIGS, to test the fixes on shapes
+# they were not derived from.
+HOLDOUT: tuple[RunConfig, ...] = (
+    RunConfig("holdout-gqa-s6k-b1-none", GQA, seq=6144, mbs=1, micro_batches=2),
+    RunConfig("holdout-mha-s4k-b2-none", MHA, seq=4096, mbs=2, micro_batches=1),
+    RunConfig("holdout-moe-s8k-b1-coreattn", MOE, seq=8192, mbs=1, micro_batches=1, recompute="core_attn"),
+    RunConfig("holdout-gqa-s3k-b2-full1block", GQA, seq=3072, mbs=2, micro_batches=2, recompute="full:1", recompute_method="block"),
+)
+
+# Small runs for the committed memory snapshots (tests/fixtures/memtrace/real/).
+SNAP_MODEL = ModelDims("snap-h1024", hidden=1024, layers=2, heads=8, kv_heads=4, head_dim=128, ffn=2816, vocab=8192)
+SNAPSHOTS: tuple[RunConfig, ...] = (
+    RunConfig("snapshot-none", SNAP_MODEL, seq=1024, mbs=1, micro_batches=1, steps=2),
+    RunConfig("snapshot-full", SNAP_MODEL, seq=1024, mbs=1, micro_batches=1, recompute="full", steps=2),
+)
+
+# A tiny configuration for CPU tests of the harness.
+TINY = ModelDims("tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=256)
+TINY_MOE = replace(TINY, name="tiny-moe", experts=4, top_k=2, expert_ffn=32, shared_ffn=64)
+TINY_MHA = replace(TINY, name="tiny-mha", kv_heads=4, activation="gelu", norm="layernorm")
+TINY_CONFIGS: tuple[RunConfig, ...] = (
+    RunConfig("tiny-none", TINY, seq=32, mbs=2, micro_batches=2, steps=2),
+    RunConfig("tiny-mha-none", TINY_MHA, seq=32, mbs=2, micro_batches=1, steps=2),
+    RunConfig("tiny-full", TINY, seq=32, mbs=1, micro_batches=2, recompute="full", steps=2),
+    RunConfig("tiny-coreattn", TINY, seq=32, mbs=1, micro_batches=1, recompute="core_attn+layernorm", steps=2),
+    RunConfig("tiny-moe-none", TINY_MOE, seq=32, mbs=2, micro_batches=1, steps=2),
+    RunConfig("tiny-moe-distopt", TINY_MOE, seq=32, mbs=1, micro_batches=2, recompute="moe+shared_experts", dist_opt=True, steps=2),
+)
+
+
+def by_name(name: str) -> RunConfig:
+    for c in CONFIGS + HOLDOUT + SNAPSHOTS + TINY_CONFIGS:
+        if c.name == name:
+            return c
+    raise KeyError(name)
+
+
+# ---- Megatron-Core ------------------------------------------------------------------------------
+
+def recompute_kwargs(cfg: RunConfig) -> dict:
+    """TransformerConfig recompute arguments for planner's recompute key."""
+    rc = cfg.recompute
+    if rc == "none":
+        return {}
+    if rc == "full" or rc.startswith("full:"):
+        n = int(rc.split(":")[1]) if ":" in rc else (1 if cfg.recompute_method == "uniform" else cfg.model.layers)
+        return {"recompute_granularity": "full", "recompute_method": cfg.recompute_method, "recompute_num_layers": n}
+    return {"recompute_granularity": "selective", "recompute_modules": rc.split("+")}
+
+
+def megatron_config_kwargs(cfg: RunConfig) -> dict:
+    """Keyword arguments of megatron.core.transformer.TransformerConfig (torch imported by the caller
+    supplies activation_func and dtypes)."""
+    m = cfg.model
+    kw = dict(
+        num_layers=m.layers,
+        hidden_size=m.hidden,
+        num_attention_heads=m.heads,
+        num_query_groups=m.kv_heads,
+        kv_channels=m.head_dim,
+        ffn_hidden_size=m.ffn,
+        normalization="RMSNorm" if m.norm == "rmsnorm" else "LayerNorm",
+        gated_linear_unit=m.activation == "swiglu",
+        add_bias_linear=False,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        bf16=True,
+        # unfused attention with torch's fp32 softmax: Megatron's fused softmax kernels need TE/apex
+        masked_softmax_fusion=False,
+        attention_softmax_in_fp32=True,
+        # Megatron-LM's default --bias-swiglu-fusion: SwiGLUFunction keeps only its input. Pure
+        # PyTorch (no TE); the harness turns Megatron's jit fuser (torch.compile) off, so it runs eager.
+        # GeLU without biases has no fused path (Megatron requires add_bias_linear for it).
+        bias_activation_fusion=m.activation == "swiglu",
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+        cross_entropy_loss_fusion=False,
+    )
+    if m.experts:
+        kw.update(
+            num_moe_experts=m.experts,
+            moe_router_topk=m.top_k,
+            moe_ffn_hidden_size=m.expert_ffn,
+            moe_shared_expert_intermediate_size=m.shared_ffn or None,
+            moe_token_dispatcher_type="alltoall",
+            moe_grouped_gemm=False,
+            moe_router_dtype="fp32",
+            moe_router_load_balancing_type="aux_loss",
+            moe_aux_loss_coeff=1e-3,
+            moe_layer_freq=[0] * m.first_k_dense + [1] * (m.layers - m.first_k_dense),
+        )
+    kw.update(recompute_kwargs(cfg))
+    return kw
+
+
+# ---- planner ------------------------------------------------------------------------------------
+
+def planner_model(m: ModelDims):
+    """The planner ModelSpec of these dimensions."""
+    from planner.specs.model import ModelSpec
+
+    data = dict(
+        name=m.name, source=["benchmarks/gpu/configs.py (validation model)"], hidden_size=m.hidden,
+        num_layers=m.layers, vocab_size=m.vocab, tie_embeddings=False, norm=m.norm,
+        attention={"kind": "gqa", "num_heads": m.heads, "num_kv_heads": m.kv_heads, "head_dim": m.head_dim},
+        ffn={"activation": m.activation, "hidden_size": m.ffn},
+    )
+    if m.experts:
+        data["moe"] = {"num_experts": m.experts, "top_k": m.top_k, "expert_hidden_size": m.expert_ffn,
+                       "shared_expert_hidden_size": m.shared_ffn or None, "first_k_dense": m.first_k_dense}
+    return ModelSpec(**data)
+
+
+def planner_plan_string(cfg: RunConfig) -> str:
+    parts = ["tp=1", "pp=1", f"mbs={cfg.mbs}", f"recompute={cfg.recompute}",
+             "sharding=" + ("dist_opt" if cfg.dist_opt else "ddp")]
+    if cfg.model.experts:
+        parts += ["ep=1", "dispatcher=alltoall"]
+    return ",".join(parts)
+
+
+def planner_setup(cfg: RunConfig, hardware: str = "h200", calibration: str | None = None):
+    """resolve_setup for this run on one GPU with the megatron-local implementation profile
+    (optionally with a calibration file for the time model)."""
+    from planner.cost.setup import Assumptions, resolve_setup
+    from planner.specs.catalog import load_hardware
+    from planner.specs.job import Job
+    from planner.specs.plan import Plan
+
+    hw = load_hardware(hardware)
+    job = Job(gpus=1, global_batch=cfg.global_batch, seq_len=cfg.seq, precisions=["bf16"])
+    assumptions = {"implementation": "megatron-local"}
+    if calibration is not None:
+        assumptions["calibration"] = str(calibration)
+    return resolve_setup(planner_model(cfg.model), hw, job, Plan.parse(planner_plan_string(cfg)),
+                         Assumptions(**assumptions))

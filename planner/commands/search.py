@@ -1,0 +1,90 @@
+"""`planner search`: rank the feasible plans for a model on a cluster (CP-SAT over the cost
+tables; `--solver exhaustive` enumerates them instead)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from planner.cli import app
+from planner.commands.explain import ImplOpt, RoutingOpt, build_assumptions
+from planner.options import (
+    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, HwOpt, JobFileOpt, JsonOpt, MemoryMarginOpt,
+    ModelOpt, PrecisionOpt, SeqLenOpt, print_json, resolve_job,
+)
+
+
+@app.command("search")
+def search_cmd(
+    model: ModelOpt,
+    hw: HwOpt,
+    gpus: GpusOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    seq_len: SeqLenOpt = None,
+    precision: PrecisionOpt = None,
+    job: JobFileOpt = None,
+    domain_fill: DomainFillOpt = None,
+    memory_margin: MemoryMarginOpt = None,
+    moments: Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")] = "fp32",
+    target: Annotated[str, typer.Option("--target", help="Only plans this launcher can run: megatron, torchtitan or any.")] = "megatron",
+    fix: Annotated[Optional[str], typer.Option("--fix", help="Pin plan keys, e.g. \"tp=2,recompute=full\".")] = None,
+    max_: Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees, e.g. \"pp=8,tp=4\".")] = None,
+    top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="How many plans to rank.")] = 10,
+    solver: Annotated[str, typer.Option("--solver", help="cpsat (default) or exhaustive (the enumeration oracle).")] = "cpsat",
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds the solver may take.")] = 60.0,
+    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Re-rank the top plans under perturbed assumptions.")] = False,
+    routing_imbalance: RoutingOpt = None,
+    implementation: ImplOpt = "te",
+    calibration: CalibrationOpt = None,
+    save: Annotated[Optional[Path], typer.Option("--save", help="Write the ranked plans as JSON (for explain and export).")] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock timings (JSON output is otherwise byte-stable).")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Rank feasible plans: parallel degrees, layout, recompute, offload, precision, sharding."""
+    from planner.cost.evaluate import context_json
+    from planner.errors import PlannerError
+    from planner.search.driver import Options, run_search
+    from planner.search.space import Limits
+    from planner.specs.catalog import load_hardware, load_model
+
+    m = load_model(model)
+    h = load_hardware(hw)
+    j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
+                    domain_fill=domain_fill, memory_margin_gib=memory_margin)
+    if target not in ("megatron", "torchtitan", "any"):
+        raise PlannerError(f"Unknown --target '{target}'.", hint="Use megatron, torchtitan or any.")
+    mom = tuple(x.strip() for x in moments.split(",") if x.strip())
+    if not mom or any(x not in ("fp32", "bf16") for x in mom):
+        raise PlannerError(f"--moments '{moments}' must list fp32 and/or bf16.")
+    assumptions = build_assumptions(routing_imbalance, implementation, calibration)
+    opts = Options(target=target, top=top, solver=solver, time_limit_s=time_limit,
+                   limits=Limits.parse(fix, max_), moments=mom)
+    from rich.console import Console
+
+    err = Console(stderr=True, highlight=False)
+    with err.status("searching", spinner="dots") as status:
+        result = run_search(m, h, j, opts, assumptions=assumptions, progress=lambda msg: status.update(msg))
+        sens = None
+        if sensitivity:
+            from planner.search.sensitivity import sensitivity_report
+
+            status.update("sensitivity: re-ranking the top plans under perturbed assumptions")
+            sens = sensitivity_report(result, assumptions)
+    out = {**context_json(m, h, j, assumptions), "target": target, "solver": result.solver,
+           "plans": [{"rank": r.rank, **r.evaluation} for r in result.plans]}
+    if sens is not None:
+        out["sensitivity"] = sens
+    if timings:
+        out["timings"] = result.timings
+    if save is not None:
+        import json as _json
+
+        Path(save).write_text(_json.dumps(out, indent=2, sort_keys=True) + "\n")
+    if json:
+        print_json(out)
+        return
+    from planner.report.tables import print_search
+
+    print_search(result, out, saved=save)

@@ -1,0 +1,126 @@
+"""The search (issue 7): CP-SAT's ranking equals the exhaustive oracle's over the same tables;
+outputs are valid for the target launcher, limits hold, output is deterministic, infeasibility
+explains itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.errors import NothingFitsError
+from planner.rules import launcher_violations
+from planner.search.driver import Options, run_search
+from planner.search.space import Limits
+from planner.specs.catalog import load_hardware, load_model
+from planner.specs.job import Job
+
+from tests._fake_time import FakeTime
+
+# (model, hardware, gpus, global batch, seq, max limits): dense and MoE, Hopper and Blackwell,
+# 8 to 16,384 GPUs. Limits keep each space small enough for a unit test; the comparison is of two
+# solvers over the same tables, whatever their size.
+CASES = [
+    ("llama3.1-8b", "h100", 8, 64, 4096, "pp=2"),
+    ("llama3.1-8b", "gb200-nvl72", 16, 64, 8192, "pp=2"),
+    ("llama3.1-70b", "h100", 64, 128, 4096, "pp=4,cp=2"),
+    ("llama3.1-70b", "b200", 128, 256, 4096, "pp=4,cp=1"),
+    ("llama3.1-405b", "h100", 1024, 1024, 8192, "pp=16,cp=1,vpp=2,tp=8"),
+    ("llama3.1-405b", "gb300-nvl72", 16384, 2048, 8192, "pp=16,cp=1,vpp=1,tp=8,mbs=1"),
+    ("gpt3-175b", "a100-80gb", 64, 64, 2048, "pp=8,cp=1,vpp=2"),
+    ("mixtral-8x7b", "h100", 32, 128, 4096, "pp=4,cp=1"),
+    ("mixtral-8x22b", "h200", 64, 256, 4096, "pp=4,cp=1,vpp=2"),
+    ("qwen3-30b-a3b", "h100", 16, 128, 4096, "pp=2,cp=2"),
+    ("qwen3-30b-a3b", "gb200-nvl72", 64, 256, 4096, "pp=2,cp=1"),
+    ("qwen3-235b-a22b", "h100", 256, 1024, 4096, "pp=8,cp=1,vpp=2,tp=4"),
+    ("qwen3-235b-a22b", "gb200-nvl72", 256, 1024, 4096, "pp=4,cp=1,vpp=2,tp=2"),
+    ("deepseek-v2", "h800", 256, 1024, 4096, "pp=8,cp=1,vpp=1,tp=2"),
+    ("deepseek-v3", "h100", 1024, 4096, 4096, "pp=16,cp=1,vpp=1,tp=2,mbs=1"),
+    ("deepseek-v3", "gb200-nvl72", 256, 8192, 4096, "pp=8,cp=1,vpp=2,tp=2,mbs=1"),
+    ("deepseek-v3", "gb300-nvl72", 512, 8192, 4096, "pp=8,cp=1,vpp=1,tp=2,mbs=1"),
+    ("kimi-k2", "gb200-nvl72", 512, 4096, 4096, "pp=8,cp=1,vpp=1,tp=2,mbs=1"),
+    ("gpt-oss-120b", "h100", 64, 256, 4096, "pp=2,cp=1"),
+    ("gpt-oss-120b", "b200", 16, 128, 4096, "pp=2,cp=2"),
+]
+
+
+def _search(model, hw, gpus, gb, seq, maxes, solver, top=5, target="megatron", fix=None, per_stage=False):
+    job = Job(gpus=gpus, global_batch=gb, seq_len=seq, precisions=["bf16", "fp8"] if hw != "a100-80gb" else ["bf16"])
+    opts = Options(target=target, top=top, solver=solver, limits=Limits.parse(fix, maxes), per_stage=per_stage)
+    return run_search(load_model(model), load_hardware(hw), job, opts, time_terms=FakeTime())
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_cpsat_top_k_equals_the_oracle(case):
+    try:
+        cp = _search(*case, solver="cpsat")
+    except NothingFitsError:
+        with pytest.raises(NothingFitsError):
+            _search(*case, solver="exhaustive")
+        return
+    ex = _search(*case, solver="exhaustive")
+    assert [p.plan.to_string() for p in cp.plans] == [p.plan.to_string() for p in ex.plans]
+    assert [p.objective_us for p in cp.plans] == [p.objective_us for p in ex.plans]
+    assert cp.solver["status"] == "OPTIMAL"
+
+
+def test_at_least_twenty_cases_cover_dense_moe_hopper_blackwell_and_scale():
+    assert len(CASES) >= 20
+    gens = {load_hardware(c[1]).generation for c in CASES}
+    assert {"hopper", "blackwell"} <= gens
+    assert any(load_model(c[0]).is_moe for c in CASES) and any(not load_model(c[0]).is_moe for c in CASES)
+    assert min(c[2] for c in CASES) == 8 and max(c[2] for c in CASES) == 16384
+
+
+@pytest.mark.parametrize("target", ["megatron", "torchtitan", "any"])
+def test_every_plan_passes_the_target_launchers_rules(target):
+    res = _search("qwen3-30b-a3b", "h100", 16, 128, 4096, "pp=2,cp=2", "cpsat", top=8, target=target)
+    assert res.plans
+    for p in res.plans:
+        assert launcher_violations(p.plan, model=res.space.model, job=res.space.job, hw=res.space.hw, target=target) == []
+
+
+def test_fix_and_max_are_respected():
+    res = _search("llama3.1-70b", "h100", 64, 128, 4096, "pp=4,tp=4", "cpsat", top=10, fix="recompute=full,mbs=1")
+    assert res.plans
+    for p in res.plans:
+        assert p.plan.pp <= 4 and p.plan.tp <= 4
+        assert p.plan.recompute == "full" and p.plan.mbs == 1
+
+
+def test_nothing_fits_says_what_binds():
+    with pytest.raises(NothingFitsError) as e:
+        _search("deepseek-v3", "h100", 8, 64, 4096, None, "cpsat")
+    msg = str(e.value)
+    assert "smallest achievable peak" in msg and "GiB" in msg and "over" in msg
+    assert "more GPUs" in msg or "larger GPU" in msg
+    assert e.value.details["smallest_peak_bytes"] > e.value.details["capacity_bytes"]
+
+
+def test_nothing_fits_from_the_cli_is_one_paragraph_and_nonzero(capsys):
+    from planner.cli import main
+
+    code = main(["search", "--model", "v3", "--hw", "h100", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096",
+                 "--max", "pp=1"])
+    err = capsys.readouterr().err
+    assert code != 0 and "Traceback" not in err and "Nothing fits" in err
+
+
+def test_search_json_is_byte_identical_across_runs(capsys, monkeypatch):
+    from planner.cli import main
+    import planner.search.tables as tables
+
+    monkeypatch.setattr(tables, "TimeTerms", FakeTime)
+    args = ["search", "--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096", "--max", "pp=2", "--top", "4", "--json"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main(args) == 0
+    second = capsys.readouterr().out
+    assert first == second
+    data = json.loads(first)
+    assert data["solver"]["status"] in ("OPTIMAL", "FEASIBLE") and len(data["plans"]) == 4
+    assert "timings" not in data
+    p = data["plans"][0]
+    assert {"plan", "memory", "time"} <= set(p) and "dp" in p["plan"]
+    assert p["memory"]["peak_bytes"] <= p["memory"]["capacity_bytes"]
