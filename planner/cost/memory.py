@@ -164,12 +164,17 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
         - act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8)
         for b, bt in blocks
     }
+    # Megatron's full recompute (CheckpointFunction) re-runs the layer and back-propagates through
+    # the re-run: the re-computed layer output, a fresh tensor of the output's shape, lives beside
+    # the original (kept as the next layer's input) for the whole window. Selective recompute
+    # re-creates discarded outputs into their own storage (CheckpointWithoutOutput).
+    rerun_output = grad_out if full_rc else 0.0
     bwd = 0.0
     alive = 0.0
     for i, (b, _) in enumerate(blocks):
         alive = alive + recreated[b] if full_rc else recreated[b]
-        window = grad_out + alive + grad_trans.get(b, 0.0)
-        window = where(recreated[b] > 0, maximum(window, grad_out + alive + fwd_trans.get(b, 0.0)), window)
+        window = grad_out + rerun_output + alive + grad_trans.get(b, 0.0)
+        window = where(recreated[b] > 0, maximum(window, grad_out + rerun_output + alive + fwd_trans.get(b, 0.0)), window)
         if ordered:
             for later, _ in blocks[i + 1:]:
                 window = window - kept_b[later]
@@ -572,6 +577,7 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
                            (*_profile_matrix(pp, vpp, m, rank, 1, offload), bwd_rise)):
         if N is None:
             continue
+        N = N.astype(kept.dtype, copy=False)  # float32 tables in the search, exact float64 in explain
         held = N @ kept
         if offload:
             # Activation offload keeps only the chunk being computed and the one being prefetched.
@@ -590,16 +596,18 @@ def _profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bo
     profiles = inflight_profiles(pp, vpp, m, rank)[kind]
     rows, chunk = [], []
     for c in range(vpp):
-        vecs = profiles[c]
-        for vec in vecs:
+        vecs = np.array(profiles[c], dtype=float).reshape(-1, vpp)
+        if not offload and len(vecs) > 1:
             # Without offload, a vector no larger than another (entry by entry) before the same
             # op can never be the peak, since held bytes grow with every count: keep maximal ones.
-            if not offload and any(o != vec and all(a <= b for a, b in zip(vec, o)) for o in vecs):
-                continue
-            rows.append(vec), chunk.append(c)
-    if not rows:
+            le = (vecs[:, None, :] <= vecs[None, :, :]).all(axis=2)
+            ne = (vecs[:, None, :] != vecs[None, :, :]).any(axis=2)
+            vecs = vecs[~(le & ne).any(axis=1)]
+        rows.append(vecs)
+        chunk += [c] * len(vecs)
+    if not chunk:
         return None, None
-    return np.array(rows, dtype=float), np.array(chunk)
+    return np.concatenate(rows).astype(np.float32), np.array(chunk)
 
 
 stage_chunks_of = chunk_memories
@@ -756,7 +764,7 @@ def host_bytes(setup, stage: StageMemory) -> float:
 def memory_report(setup) -> MemoryReport:
     mem = setup.efficiency.memory
     stages = tuple(stage_memory(setup, r) for r in range(setup.deg.pp))
-    frac = mem.allocator_fraction.value if setup.assumptions.allocator_margin_bytes is None else 0.0
+    frac = setup.allocator_fraction
     ctx = mem.cuda_context_bytes.value
     capacity = setup.hw.gpu.hbm_usable_bytes.value - ctx - setup.job.memory_margin_bytes
     if setup.assumptions.allocator_margin_bytes is not None:

@@ -46,6 +46,10 @@ class Assumptions(Spec):
     sequence_parallel: bool = True
     """Pair TP with sequence parallelism (Megatron's recommended setting, and what planner's plans
     assume). False models pre-2022 setups that replicate the [tokens, h] tensors on TP ranks."""
+    expandable_segments: bool | None = None
+    """PyTorch allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,
+    set by Megatron-Bridge/NeMo training recipes). None: on for 'te' (production recipes), off for
+    the megatron-local harness. Selects the measured allocator margin."""
     allocator_margin_bytes: float | None = Field(None, ge=0.0)
     """Reserved-over-allocated margin plus CUDA context; None uses the generation profile's default."""
     calibration: str | None = None
@@ -114,8 +118,23 @@ class Setup:
 
         return load_efficiency(self.hw.generation)
 
+    @property
+    def allocator_fraction(self) -> float:
+        """Reserved-over-allocated fraction for this setup's allocator settings (0 when the user
+        gives an explicit margin in bytes)."""
+        return allocator_fraction(self.efficiency.memory, self.assumptions)
+
     def key(self) -> tuple:
         return (self.model.name, self.hw.name, self.job, self.plan)
+
+
+def allocator_fraction(mem, assumptions: Assumptions) -> float:
+    if assumptions.allocator_margin_bytes is not None:
+        return 0.0
+    expandable = assumptions.expandable_segments
+    if expandable is None:
+        expandable = assumptions.implementation == "te"
+    return (mem.allocator_fraction_expandable if expandable else mem.allocator_fraction).value
 
 
 def resolve_setup(

@@ -124,15 +124,19 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     else:
         raise PlannerError(f"Unknown solver '{options.solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
     t = _timed(timings, "solve_s", t)
-    if not found:
-        raise diagnose_nothing_fits(space, tables, options, [i for i in order if checked.get(i)] or order)
     say("evaluating the ranked plans")
     plans = [_ranked(space, tables, k + 1, key, gid, flat, radix, assumptions) for k, (key, gid, flat) in enumerate(found)]
     refined_info = {"tried": 0, "improved": 0}
     if options.per_stage and space.model.num_layers > 1:
+        # Per-stage layouts can also rescue layouts that fit no uniform split.
         say("per-stage layouts (CP-SAT)")
         plans = _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, refined_info, t0)
         t = _timed(timings, "per_stage_s", t)
+    if not plans:
+        rows = [i for i in order if checked.get(i)] or list(range(len(space.structs)))
+        raise diagnose_nothing_fits(space, tables, options, rows)
+    if not found:
+        status = "FEASIBLE"  # no uniform plan fits; the ranked plans come from per-stage refinement
     bad = [p for p in plans if rule_violations(model, hw, job, p.plan, options.target)]
     if bad:  # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
         plans = [p for p in plans if p not in bad]
@@ -141,8 +145,8 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     solver = {
         "name": options.solver,
         "status": status,
-        "objective_us": found[0][0] // radix,
-        "kth_bound_us": (bound // radix) if bound is not None else found[-1][0] // radix,
+        "objective_us": plans[0].objective_us,
+        "kth_bound_us": (bound // radix) if bound is not None else plans[-1].objective_us,
         "structural_keys": len(space.structs),
         "lever_combinations": P,
         "keys_in_model": visited,
@@ -167,7 +171,7 @@ def _per_stage(space, tables, options, plans, best, order, valid, radix, assumpt
     seeds = [r.setup for r in plans]
     # Layouts whose best lever choice, ignoring memory, could beat the K-th plan: the uniform split
     # may be what keeps them out (the first stages hold the most micro-batches).
-    kth = max(v[0] for v in pool.values()) if pool else math.inf
+    kth = max(v[0] for v in pool.values()) if len(pool) >= options.top else math.inf
     gi, _ = group_index_vectors(tables)
     tried = 0
     for i in np.argsort(tables.time_lower_bound(), kind="stable"):
@@ -255,6 +259,8 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: 
             best = (int(peak[j]), s, j, {k: int(v[j]) for k, v in parts.items()})
     peak_mib, s, j, parts = best
     cap = tables.cap_mib
+    if s is not None and peak_mib <= cap:
+        return _rules_bind(space, options)
     from planner.search.tables import lever_indices as _li, lever_values as _lv
 
     plan = make_plan(space.structs[s], _lv(space, _li(space, j))) if s is not None else None
@@ -280,6 +286,24 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: 
                             details={"smallest_peak_bytes": peak_mib * MiB, "capacity_bytes": cap * MiB,
                                      "plan": plan.to_string() if plan else None, "dominant": dominant,
                                      "components_bytes": {k: v * MiB for k, v in parts.items()}})
+
+
+def _rules_bind(space, options) -> NothingFitsError:
+    """Memory is not the problem: every plan breaks a rule of the target launcher."""
+    from collections import Counter
+
+    counts: Counter = Counter()
+    for st in space.structs[:2000]:
+        bad = struct_violations(space.model, space.hw, space.job, st, options.target)
+        counts.update(bad[:1])
+    top = ", ".join(f"{rule} ({n} layouts)" for rule, n in counts.most_common(3)) or "the lever rules"
+    return NothingFitsError(
+        f"No plan of {space.model.name} on {space.job.gpus} {space.hw.name} GPUs passes the {options.target} "
+        f"launcher's start-up checks, although some fit in memory: rejected by {top}.",
+        hint="Try --target any (plans no launcher may run yet), another launcher, or fix the model spec "
+        "('planner check' explains each rule).",
+        details={"rules": dict(counts)},
+    )
 
 
 def _larger_hardware(hw, need_bytes: float) -> str:

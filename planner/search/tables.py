@@ -254,9 +254,10 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
             # micro-batch count and offload setting.
             n = len(idx)
             # (chunks, keys, plans): all (recompute, precision, overlap) combinations side by side.
-            kept = np.stack([chunk_arrays[k][0] for k in keys], axis=1)
-            fwd = np.stack([chunk_arrays[k][1] for k in keys], axis=1)
-            bwd = np.stack([chunk_arrays[k][2] for k in keys], axis=1)
+            # float32 is exact to ~1e-7 relative: far below the tables' MiB rounding.
+            kept = np.stack([chunk_arrays[k][0] for k in keys], axis=1).astype(np.float32)
+            fwd = np.stack([chunk_arrays[k][1] for k in keys], axis=1).astype(np.float32)
+            bwd = np.stack([chunk_arrays[k][2] for k in keys], axis=1).astype(np.float32)
             bounds = np.flatnonzero(np.diff(ms[np.argsort(ms, kind="stable")])) + 1
             for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(idx)]):
                 m = int(ms[a])
@@ -382,11 +383,12 @@ def _capacities(space: Space, assumptions) -> tuple[int, int]:
     from planner.cost.efficiency_access import memory_constants
 
     mem = memory_constants(space.hw)
+    from planner.cost.setup import allocator_fraction
+
     usable = space.hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - space.job.memory_margin_bytes
-    frac = mem.allocator_fraction.value
-    if assumptions is not None and assumptions.allocator_margin_bytes is not None:
+    frac = allocator_fraction(mem, assumptions)
+    if assumptions.allocator_margin_bytes is not None:
         usable -= assumptions.allocator_margin_bytes
-        frac = 0.0
     cap = int(math.floor(usable / (1 + frac) / MiB))
     host = int(math.floor(space.hw.host.host_memory_bytes.value / MiB))
     return cap, host

@@ -20,7 +20,10 @@ class MemoryOverheads(Spec):
     """CUDA context, cuBLAS/cuDNN handles and loaded kernels: taken before the caching allocator."""
     allocator_fraction: Sourced[float]
     """Reserved above allocated at the peak, as a fraction of the allocated peak (fragmentation and
-    the 'staircase' of transient peaks the caching allocator keeps)."""
+    the 'staircase' of transient peaks the caching allocator keeps), default allocator settings."""
+    allocator_fraction_expandable: Sourced[float]
+    """The same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place, so
+    transient peaks leave far less stranded memory)."""
     gemm_workspace_bytes: Sourced[float]
     """cuBLAS/cuBLASLt workspace per stream that runs GEMMs (Transformer Engine's size)."""
     gemm_workspace_streams: Sourced[int]

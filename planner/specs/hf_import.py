@@ -294,7 +294,7 @@ def _gpt_oss(c: _Config) -> dict:
         "num_experts": c.integer("num_local_experts"),
         "top_k": c.integer("num_experts_per_tok"),
         "expert_hidden_size": c.integer("intermediate_size"),
-        "router_bias": True,  # the router is a linear layer with a bias
+        "router_linear_bias": True,  # the router is a linear layer with a bias
         "expert_bias": True,  # gate_up_proj_bias and down_proj_bias
         "score_function": "softmax",
     }

@@ -122,8 +122,10 @@ class MoE(Spec):
     layer_freq: PositiveInt = 1
     """After the first k, layer i is MoE when i % layer_freq == 0 (DeepSeek moe_layer_freq)."""
     router_bias: bool = False
-    """One bias per expert in the router: DeepSeek-V3's score-correction bias (aux-loss-free
-    balancing, topk_method noaux_tc) or the bias of gpt-oss's router linear layer."""
+    """DeepSeek-V3's per-expert score-correction bias (aux-loss-free balancing, topk_method
+    noaux_tc; Megatron --moe-router-enable-expert-bias, which needs sigmoid scores)."""
+    router_linear_bias: bool = False
+    """The router's gating linear layer has a bias, one parameter per expert (gpt-oss)."""
     expert_bias: bool = False
     """Biases inside each expert MLP (gpt-oss)."""
     score_function: Literal["softmax", "sigmoid"] = "softmax"

@@ -110,7 +110,7 @@ def layer_block(model: ModelSpec, kind: str) -> Block:
         m = model.moe
         assert m is not None
         comps.append(
-            Component("router", h * m.num_experts + (m.num_experts if m.router_bias else 0), "replicated")
+            Component("router", h * m.num_experts + m.num_experts * (m.router_bias + m.router_linear_bias), "replicated")
         )
         e_sh, e_rep = mlp_params(model, m.expert_hidden_size, m.expert_bias)
         comps.append(Component("experts", m.num_experts * (e_sh + e_rep), "expert"))
