@@ -280,7 +280,14 @@ def _mib_arr(x) -> np.ndarray:
 
 
 def time_tables(space: Space, structs: list[Struct], assumptions, time_terms, TP, TD, TO) -> None:
-    """Fill the time tables from the time model's pipeline, data-parallel and optimizer terms."""
+    """Fill the time tables from the time model's pipeline, data-parallel and optimizer terms: the
+    time model's own functions on arrays (planner.search.time_tables) for the model's terms
+    (TimeTerms itself); any other ``time_terms`` (a stand-in, a subclass) is asked plan by plan."""
+    if type(time_terms) is TimeTerms:
+        from planner.search.time_tables import time_tables as vectorized
+
+        vectorized(space, structs, assumptions, TP, TD, TO)
+        return
     from planner.cost.setup import resolve_setup
 
     base_levers = {k: v[0] for k, v in space.levers.items()}
