@@ -132,7 +132,7 @@ class Tables:
 def _variant(setup, **changes):
     """The setup with some plan keys changed (no re-validation: the values come from the
     space's own option lists, already checked)."""
-    d = {k: v for k, v in setup.plan.__dict__.items() if k in setup.plan.model_fields}
+    d = {k: v for k, v in setup.plan.__dict__.items() if k in type(setup.plan).model_fields}
     d.update(changes)
     from planner.specs.plan import Plan
 
@@ -351,32 +351,32 @@ def build_tables(space: Space, *, assumptions=None, time_terms: TimeTerms | None
     rule_tables(space, structs, R1, R2)
     OT = np.array([_mib(optimizer_transient_bytes(space.hw, moments, precision)) for moments, precision in g["OT"]],
                   dtype=np.int64)
-    kept = [_undominated(W[i, : s.pp], C[i, : s.pp], A[i, : s.pp], HW[i, : s.pp], HA[i, : s.pp])
-            for i, s in enumerate(structs)]
+    kept = undominated_stages(structs, W, C, A, HW, HA)
     cap, host_cap = _capacities(space, assumptions)
     return Tables(space, structs, W, C, A, HW, HA, OT, TP, TD, TO, R1, R2, cap, host_cap, kept)
 
 
-def _undominated(W, C, A, HW, HA) -> list[int]:
-    """Ranks whose memory constraint another rank's does not imply (all of its tables <= the
-    other's, entry by entry); ties keep the lower rank."""
-    n = W.shape[0]
-    keep = []
-    for r in range(n):
-        dominated = False
-        for q in range(n):
-            if q == r:
-                continue
-            ge = (np.all(W[q] >= W[r]) and np.all(C[q] >= C[r]) and np.all(A[q] >= A[r])
-                  and np.all(HW[q] >= HW[r]) and np.all(HA[q] >= HA[r]))
-            eq = (np.array_equal(W[q], W[r]) and np.array_equal(C[q], C[r]) and np.array_equal(A[q], A[r])
-                  and np.array_equal(HW[q], HW[r]) and np.array_equal(HA[q], HA[r]))
-            if ge and (not eq or q < r):
-                dominated = True
-                break
-        if not dominated:
-            keep.append(r)
-    return keep
+def undominated_stages(structs, W, C, A, HW, HA, chunk: int = 256) -> list[list[int]]:
+    """Per structural key, the pipeline ranks whose memory constraint another rank's does not
+    imply: rank r is dropped when some rank q has every table entry >= r's (ties keep the lower
+    rank). Vectorized over keys with the same pipeline depth."""
+    out: list[list[int]] = [[] for _ in structs]
+    by_pp: dict[int, list[int]] = {}
+    for i, s in enumerate(structs):
+        by_pp.setdefault(s.pp, []).append(i)
+    for pp, rows in by_pp.items():
+        order = np.arange(pp)
+        lower = order[:, None] < order[None, :]  # q < r
+        for a in range(0, len(rows), chunk):
+            idx = np.array(rows[a : a + chunk])
+            X = np.concatenate([T[idx, :pp] for T in (W, C, A, HW, HA)], axis=2)  # (n, pp, K)
+            ge = (X[:, :, None, :] >= X[:, None, :, :]).all(axis=3)  # ge[i, q, r]: q >= r everywhere
+            eq = (X[:, :, None, :] == X[:, None, :, :]).all(axis=3)
+            beats = ge & (~eq | lower[None]) & ~np.eye(pp, dtype=bool)[None]
+            dominated = beats.any(axis=1)  # (n, r)
+            for k, i in enumerate(idx):
+                out[i] = [r for r in range(pp) if not dominated[k, r]]
+    return out
 
 
 def _capacities(space: Space, assumptions) -> tuple[int, int]:
