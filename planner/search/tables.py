@@ -187,7 +187,6 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
     from planner.cost.efficiency_access import memory_constants
     from planner.cost.memory import _PieceMemory, chunks_from_pieces, comm_bytes, peak_over_profiles
     from planner.cost.schedule import max_inflight
-    from planner.cost.topology_groups import default_domain_fill
     from planner.specs.layout import build_layout
     from planner.specs.plan import parse_recompute, parse_sharding
 
@@ -221,9 +220,8 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
         layout = build_layout(model, pp, vpp, layout_str)
         deg = _Degrees(tp_all[idx], cp_all[idx], pp, vpp, dp_all[idx], ep_all[idx], etp_all[idx], edp_all[idx])
         ms = m_all[idx]  # sorted
-        fill = (min(job.domain_fill, hw.domain_size) if job.domain_fill
-                else default_domain_fill(hw.domain_size, job.gpus, deg.tp * deg.cp, deg.etp * deg.ep))
-        comm = {(d, v): comm_bytes(model, mem, deg, fill=fill, dispatcher=d, tokens=tokens_all[idx], sp=sp_all[idx])
+        crosses = _crossings([structs[i] for i in idx], hw, job, assumptions)
+        comm = {(d, v): comm_bytes(model, mem, deg, crosses=crosses, dispatcher=d, tokens=tokens_all[idx], sp=sp_all[idx])
                 for _, d, v in gC}
         sliced = {k: (rc, pc.sliced(idx)) for k, (rc, pc) in pieces.items()}
         by_comp: dict[tuple, tuple] = {}
@@ -273,6 +271,19 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
                     if offload_act:
                         biggest = k_.max(axis=0).reshape(len(keys), b - a)
                         HA[rows[None, :], r, cis[:, None]] = _mib_arr(max_inflight(pp, vpp, m, r) * biggest)[kis]
+
+
+def _crossings(structs, hw, job, assumptions) -> dict[str, np.ndarray]:
+    """Per communicator, which keys' groups cross NVLink domains (planner.cost.topology, the same
+    spans the time model uses; memoized per dimension)."""
+    from planner.cost.memory import span_crossings
+    from planner.cost.topology import group_spans, resolve_domain_fill
+
+    rows = []
+    for s in structs:
+        fill = resolve_domain_fill(hw.domain_size, job.domain_fill, s.tp, s.cp, s.ep, s.etp)
+        rows.append(span_crossings(group_spans(assumptions.rank_order, fill, s.tp, s.cp, s.dp, s.pp, s.etp, s.ep, s.edp)))
+    return {name: np.array([r[name] for r in rows]) for name in rows[0]} if rows else {}
 
 
 def _mib_arr(x) -> np.ndarray:
