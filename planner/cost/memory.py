@@ -403,7 +403,18 @@ def comm_buffers(setup) -> float:
     spans, _ = plan_spans(setup)
     return comm_bytes(setup.model, setup.efficiency.memory, setup.deg, crosses=span_crossings(spans),
                       dispatcher=setup.plan.dispatcher, tokens=setup.tokens_per_microbatch,
-                      sp=setup.sequence_parallel)
+                      sp=setup.sequence_parallel) + attention_score_buffer(setup)
+
+
+def attention_score_buffer(setup) -> float:
+    """Megatron's unfused ``DotProductAttention`` (local spec) takes the baddbmm input buffer for the
+    [b * heads, s, s] scores from the global memory buffer ('mpu'), which keeps it for the rest of
+    the run: bf16 scores of one micro-batch, measured on an H200 as the steady memory above
+    weights and optimizer states (results/validation/gpu-memory.md). Counted with the buffers."""
+    if setup.assumptions.implementation == "te":
+        return 0.0
+    heads = setup.model.attention.num_heads / setup.deg.tp
+    return BF16 * setup.plan.mbs * heads * setup.seq_per_gpu ** 2
 
 
 # The process groups whose NCCL communicators a GPU holds (names of planner.cost.topology's

@@ -140,6 +140,10 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     bad = [p for p in plans if rule_violations(model, hw, job, p.plan, options.target)]
     if bad:  # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
         plans = [p for p in plans if p not in bad]
+    # The exact memory model has the last word (the tables leave out a few implementation-specific
+    # temporaries, e.g. torch AdamW's step copy on the megatron-local path).
+    unfit = [p for p in plans if not p.evaluation["memory"]["fits"]]
+    plans = [p for p in plans if p not in unfit]
     _timed(timings, "evaluate_s", t)
     timings["total_s"] = round(time.perf_counter() - t0, 4)
     solver = {
@@ -151,6 +155,7 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         "lever_combinations": P,
         "keys_in_model": visited,
         "dropped_by_rules": [p.plan.to_string() for p in bad],
+        "dropped_by_exact_memory": [p.plan.to_string() for p in unfit],
         "per_stage": refined_info,
     }
     return SearchResult(space, tables, plans, solver, timings)

@@ -223,6 +223,10 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
         crosses = _crossings([structs[i] for i in idx], hw, job, assumptions)
         comm = {(d, v): comm_bytes(model, mem, deg, crosses=crosses, dispatcher=d, tokens=tokens_all[idx], sp=sp_all[idx])
                 for _, d, v in gC}
+        if assumptions.implementation != "te":
+            # The local spec's persistent attention-score buffer (memory.attention_score_buffer).
+            scores = 2.0 * mbs_all[idx] * model.attention.num_heads / deg.tp * (job.seq_len // deg.cp) ** 2
+            comm = {k: v + scores for k, v in comm.items()}
         sliced = {k: (rc, pc.sliced(idx)) for k, (rc, pc) in pieces.items()}
         by_comp: dict[tuple, tuple] = {}
         for r in range(pp):
