@@ -32,7 +32,7 @@ from planner.cost.comm import CommFlags
 from planner.cost.flops import BF16, FP32, Shard, megatron_model_flops, model_shape
 from planner.cost.pipeline import (
     RankCost, Spans, data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard,
-    optimizer_step_time, pipeline_time, rank_cost, sync_kind,
+    optimizer_step_time, param_tensors, pipeline_time, rank_cost, sync_kind,
 )
 from planner.cost.rates import Rates, rates_for
 from planner.cost.topology import GroupSpan, group_spans, idle_gpus, resolve_domain_fill
@@ -211,8 +211,9 @@ def evaluate(setup, calibration=None, rates: Rates | None = None) -> Evaluation:
             fsdp_tot, fsdp_exp = f_tot, f_exp
         if g_exp + p_exp >= dp_g_exp + dp_p_exp:
             dp_g_tot, dp_g_exp, dp_p_tot, dp_p_exp = grad, g_exp, param, p_exp
+        tensors = param_tensors(setup.model, setup.layout.rank_stages(r), deg.ep) if rates.torch_optimizer else 0.0
         opt = max(opt, optimizer_step_time(shard, dense + expert, moments, plan.offloads_optimizer, rates,
-                                           _opt_override(setup)))
+                                           _opt_override(setup), tensors))
         if plan.offloads_optimizer:
             total, transfer, cpu = offloaded_optimizer_time(shard, rates)
             if opt_off is None or total > opt_off["time_s"]:
