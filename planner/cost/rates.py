@@ -110,10 +110,13 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     ``gpus``: the job's GPU count. The profile's ``sustained_fraction`` was calibrated end to end on
     multi-GPU runs and stands for what those lose against single-GPU kernel rates: communication
     kernels sharing SMs and HBM with the compute they overlap, rank skew at every collective, clocks
-    under node-wide power and thermal load. A job on one GPU has none of it: its kernels run at the
-    measured single-GPU rates (profiled Megatron-Core steps on one H200: GEMMs at 750-770 TFLOPS,
-    0.76-0.78 of the BF16 peak, against 0.80 for the isolated MAMF benchmark; gpu-memory.md), so
-    there the fraction is 1."""
+    under node-wide power and thermal load. A job on one GPU has none of the communication part:
+    its kernels run at the measured single-GPU rates (profiled Megatron-Core steps on one H200: all
+    GEMMs together at 750-770 TFLOPS, 0.76-0.78 of the BF16 peak, against 0.80 for the isolated
+    MAMF benchmark; gpu-memory.md), so there the fraction is 1. What a GEMM-bound step loses to
+    the board power limit on one GPU is what a calibration file's back-to-back GEMM loop measures
+    (``planner calibrate`` on that H200: 0.72 of the peak, where the profiled steps, two thirds
+    element-wise work, ran their GEMMs near the MAMF rate)."""
     from planner.cost.compute import shape_factor
 
     if profile.compute is None or profile.comm is None:

@@ -47,6 +47,7 @@ LABELS = {
     "attention": "attention kernels",
     "memory_bound": "memory-bound kernels (norms, element-wise, permutation, loss)",
     "recompute": "activation recompute",
+    "host": "host-bound issue (the GPU waits for Python and kernel launches)",
     "tp": "exposed TP/SP communication",
     "cp": "exposed CP ring-attention communication",
     "ep": "exposed EP all-to-all",
@@ -62,7 +63,8 @@ LABELS = {
 }
 
 NOT_MODELED = (
-    "host (CPU) launch overhead beyond a fixed per-kernel gap; CUDA graphs",
+    "host (CPU) time beyond a fixed cost per kernel launch (and, for megatron-local, per linear-layer "
+    "call); CUDA graphs",
     "network congestion between concurrent groups sharing NICs",
     "tied-embedding gradient all-reduce between first and last pipeline stages",
     "stragglers, clock throttling and failures",
@@ -366,6 +368,7 @@ def time_report(setup, calibration=None) -> TimeReport:
         "attention": m * (slow.sum("attn_fwd") + slow.sum("attn_bwd")),
         "memory_bound": m * (slow.sum("mem_fwd") + slow.sum("mem_bwd")),
         "recompute": m * slow.sum("recompute"),
+        "host": m * (slow.sum("host_fwd") + slow.sum("host_bwd")),
     }
     hidden: dict[str, float] = {}
     exposed_comm = slow.comm(exposed=True)
