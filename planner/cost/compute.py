@@ -75,20 +75,26 @@ def gemm_efficiency(m: float, n: float, k: float, recipe: str, rates: Rates, cou
     return minimum(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
 
 
+def pass_efficiency(m: float, n: float, k: float, count: int, recipe: str, rates: Rates, issue: str = "grouped") -> float:
+    """:func:`gemm_efficiency` of one pass of ``count`` matrices issued as ``issue``. One
+    strided-batched kernel (torch.bmm/baddbmm) schedules the tiles of all its matrices together: a
+    thin output dimension no longer leaves SMs idle, so the shape factor sees the batch folded into
+    the thinner of M and N (a small K still pays its pipeline fill). Profiled on an H200: the
+    unfused attention's batched GEMMs and the projections together ran at 750-770 TFLOPS (0.76-0.78
+    of the BF16 peak)."""
+    if issue == "batched":
+        thin_m = m <= n
+        return gemm_efficiency(where(thin_m, m * count, m), where(thin_m, n, n * count), k, recipe, rates)
+    return gemm_efficiency(m, n, k, recipe, rates, count)
+
+
 def _gemm_pass(m: float, n: float, k: float, count: int, recipe: str, in_bytes: float, out_bytes: float, rates: Rates,
                issue: str = "grouped") -> float:
     flops = 2.0 * m * n * k * count
+    eff = pass_efficiency(m, n, k, count, recipe, rates, issue)
     if issue == "batched":
-        # One strided-batched kernel (torch.bmm/baddbmm) schedules the tiles of all ``count``
-        # matrices together: a thin output dimension no longer leaves SMs idle, so the shape
-        # factor sees the batch folded into the thinner of M and N (a small K still pays its
-        # pipeline fill). Profiled on an H200: the unfused attention's batched GEMMs and the
-        # projections together ran at 750-770 TFLOPS (0.76-0.78 of the BF16 peak).
-        thin_m = m <= n
-        eff = gemm_efficiency(where(thin_m, m * count, m), where(thin_m, n, n * count), k, recipe, rates)
         kernels = 1
     else:
-        eff = gemm_efficiency(m, n, k, recipe, rates, count)
         kernels = count if issue == "sequential" else maximum(1, count // GROUPED_GEMM_STREAMS)
     t_math = flops / (rates.peak(recipe) * eff)
     t_mem = count * (in_bytes * (m * k + k * n) + out_bytes * m * n) / rates.hbm_bw
@@ -360,7 +366,7 @@ def kernel_table(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> list[di
     for k in block_kernels(ms, sh, block):
         if isinstance(k, Gemm):
             f, d, w = gemm_times(k, sh.fp8, rates)
-            eff = gemm_efficiency(k.m, k.n, k.k, gemm_recipe(k, sh.fp8, rates), rates, k.count)
+            eff = pass_efficiency(k.m, k.n, k.k, k.count, gemm_recipe(k, sh.fp8, rates), rates, k.issue)
             rows.append({"kernel": k.name, "class": "gemm", "shape": [k.m, k.n, k.k, k.count],
                          "fwd_s": f, "bwd_s": d + w, "efficiency": eff})
         elif isinstance(k, FusedAttention):
