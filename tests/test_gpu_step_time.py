@@ -7,7 +7,7 @@ the committed calibration (results/calibration/h200-2026-11-29.yaml), as
 results/validation/gpu-memory.md reports it. No GPU needed.
 
 Dense runs are kernel-bound and repeat within 1% from step to step. The MoE runs are host-bound
-(SequentialMLP) and noisy: their five timed steps spread by 26-62% (max over min), and the repeats
+(SequentialMLP) and noisy: their five timed steps spread by 24-50% (max over min), and the repeats
 of three of them with expandable segments ran 13-20% faster than the runs below. Three MoE runs
 miss 10% by less than a point (listed in ``HOST_BOUND_MISSES``); each is inside the range of its own
 timed steps (checked below), and the strict xfail marks fail the suite if they start to pass.
