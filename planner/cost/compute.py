@@ -22,10 +22,10 @@ Every kernel also pays a fixed per-kernel gap (launch and tail). Recompute repea
 the kernels whose Megatron module is recomputed, inside the backward.
 
 The host issues every kernel (``host_launch_s`` each) and, on the local spec, runs each Megatron
-linear layer's Python (``linear_host_fwd_s`` / ``linear_host_bwd_s`` per call). A pass takes the longer of the GPU's
-kernel time and the host's issue time; a kernel after which the host reads a size back from the
-GPU (``Stream.host_sync``) splits the pass, since the host cannot run ahead across it: the parts
-add up, each the longer of its GPU and host time.
+linear layer's Python (``linear_host_fwd_s`` / ``linear_host_bwd_s`` per call). A pass takes the
+longer of the GPU's kernel time and the host's issue time; a kernel after which the host reads a
+size back from the GPU (``Stream.host_sync``) splits the pass, since the host cannot run ahead
+across it: the parts add up, each the longer of its GPU and host time.
 """
 
 from __future__ import annotations

@@ -66,8 +66,9 @@ ROUTER_PASSES = 5
 #   forward: .float() (read bf16 2, write fp32 4; a dtype-converting copy), masked_fill_ with the
 #   broadcast causal mask in place (4 + 4), softmax (4 + 4), .bfloat16() (4 + 2);
 #   backward: the .bfloat16()'s gradient cast up (2 + 4), softmax backward (read gradient and output,
-#   write: 12), one more fp32 multiply over the score gradient (12: BinaryFunctor<float> MulFunctor,
-#   once per layer and micro-batch in every profile), masked_fill's gradient
+#   write: 12), one more fp32 multiply over the score gradient (12: a BinaryFunctor<float>
+#   MulFunctor kernel scaling with heads x s^2, once per layer and micro-batch in every profile; the
+#   kernel name does not say which op issues it), masked_fill's gradient
 #   grad.masked_fill(mask, 0) = a clone (4 + 4, a device copy) and masked_fill_ (4 + 4), the
 #   .float()'s gradient cast down (4 + 2).
 # Profiled per score element on the H200: forward 11.3 ps (4096 keys), backward 12.8-14.6 ps.
@@ -91,12 +92,13 @@ ROPE_KERNELS_FWD, ROPE_KERNELS_BWD = 12, 5
 # step for 27 weights x 2 micro-batches, 2.7 TB/s).
 GRAD_ACCUM_BYTES_PER_PARAM = 10
 # Routing on the local spec (TopKRouter, fp32 router, aux-loss statistics and tracker, the
-# alltoall dispatcher's preprocessing): small kernels over T x E, about 20 forward and 15 backward.
+# alltoall dispatcher's preprocessing): small kernels over T x E, about 20 forward and 15 backward
+# (estimate from the code; the inventory counts 74-79% of the profiled launches overall).
 LOCAL_ROUTER_KERNELS = (20, 15)
 # Unfused permutation (moe_permute_fusion off): the routing map transposed, two masked_selects
 # (token indices and probabilities: each reads its output size back on the host) and the token
 # index_select; backward: index_add and masked_scatter. Unpermutation: zeros + scatter_add;
-# backward: a gather.
+# backward: a gather (kernel counts estimated from the code).
 LOCAL_PERMUTE_KERNELS = (9, 5)
 LOCAL_UNPERMUTE_KERNELS = (2, 1)
 

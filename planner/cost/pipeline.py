@@ -238,7 +238,7 @@ def param_tensors(model, chunks, ep) -> float:
     a, ffn, moe = model.attention, model.ffn, model.moe
     norm = 2 if model.norm == "layernorm" else 1
     if a.kind == "mla":
-        attn = (3 + norm if a.q_lora_rank else 1) + 2 + norm + 1
+        attn = (2 + norm if a.q_lora_rank else 1) + 2 + norm + 1  # q down/up/norm or q; kv down/up/norm; out
     else:
         attn = 2 + a.qkv_bias + a.output_bias + 2 * a.qk_norm
     mlp = 2 * (2 if ffn.bias else 1)
