@@ -5,8 +5,11 @@ Unpublished settings are assumptions, stated here once and used by every calibra
 
 - Korthikanti et al. 2022 (arXiv 2205.05198) Table 5: layouts as published; 'full' is full
   activation recompute, 'seqsel' sequence parallelism + selective (core attention) recompute;
-  2022 Megatron: unfused attention with dropout 0.1 (Assumptions.implementation =
-  'megatron-local'), no TP communication overlap, no distributed optimizer (dp = 1 anyway).
+  2022 Megatron: unfused attention with dropout 0.1 and Megatron's fused scale-mask-softmax,
+  Apex's fused LayerNorm/Adam and gradient-accumulation fusion (Assumptions.implementation =
+  'megatron-local-fused-softmax'; 'megatron-local' is Megatron-Core's local spec without any of
+  those, measured on an H200 in results/validation/gpu-memory.md), no TP communication overlap,
+  no distributed optimizer (dp = 1 anyway).
 - Megatron-LM README weak scaling (H100, 2024): one micro-batch per step where there is no
   pipeline (pp = 1: micro-batch = global batch / dp = 4 sequences, which fits in 80 GB without
   recompute; splitting it would only add DP-sync exposure), micro-batch 1 with pipelining;
@@ -18,7 +21,8 @@ Unpublished settings are assumptions, stated here once and used by every calibra
   attention square (Megatron's formula before 2025: issue NVIDIA/Megatron-LM#831).
 - Narayanan et al. 2021 (arXiv 2104.04473) Table 1: full recompute, interleaved schedule
   (VPP in ``NARAYANAN_VPP``), micro-batch as for the README rows (one micro-batch per step
-  without a pipeline: 16 for the 1.7B model; 1 with pipelining), unfused attention with dropout, data-parallel
+  without a pipeline: 16 for the 1.7B model; 1 with pipelining), unfused attention with dropout
+  and the fused softmax ('megatron-local-fused-softmax'), data-parallel
   all-reduce after the backward (not overlapped in 2021 Megatron); TFLOPS count the
   recompute forward (96 B s l h^2 (1 + s/6h + V/16lh)).
 """
@@ -76,7 +80,7 @@ KORTHIKANTI_STEP_S = {
     ("turing-530B", "full"): 49.05, ("turing-530B", "seqsel"): 37.83,
     ("megatron-1T", "full"): 94.42, ("megatron-1T", "seqsel"): 71.49,
 }
-KORTHIKANTI_ASSUMPTIONS = Assumptions(implementation="megatron-local")
+KORTHIKANTI_ASSUMPTIONS = Assumptions(implementation="megatron-local-fused-softmax")
 
 
 def korthikanti_setup(name: str, mode: str, assumptions: Assumptions = KORTHIKANTI_ASSUMPTIONS, hw=None):
@@ -126,7 +130,7 @@ NARAYANAN_ROWS = [  # name, heads, hidden, layers, tp, pp, gpus, global batch, p
 # Assumed VPP: 145.6B has 10 layers per rank (5 chunks of 2); 1008B has 2 per rank (2 chunks of 1).
 NARAYANAN_VPP = {"ptdp-gpt-145.6B": 5, "ptdp-gpt-1008B": 2}
 # 2021 Megatron all-reduced gradients after the backward (no --overlap-grad-reduce yet).
-NARAYANAN_ASSUMPTIONS = Assumptions(implementation="megatron-local", dp_overlap=False)
+NARAYANAN_ASSUMPTIONS = Assumptions(implementation="megatron-local-fused-softmax", dp_overlap=False)
 
 
 def narayanan_setup(row, assumptions: Assumptions = NARAYANAN_ASSUMPTIONS):

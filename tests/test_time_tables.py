@@ -46,6 +46,9 @@ CASES = {
     "moe-mla-h100-imbalance": ("deepseek-v3", "h100", _job(512, 1024),
                                Assumptions(routing_imbalance=1.25, dp_overlap=False), None),
     "moe-gqa-h200": ("qwen3-235b-a22b", "h200", _job(256, 1024), Assumptions(), None),
+    # the local spec's SequentialMLP experts (host syncs, per-linear host cost, torch AdamW)
+    "moe-gqa-h200-local": ("mixtral-8x7b", "h200", _job(64, 256, 2048), Assumptions(implementation="megatron-local"),
+                           None),
     "moe-gqa-b200-order": ("mixtral-8x7b", "b200", _job(128, 512, domain_fill=4),
                            Assumptions(rank_order="tp-cp-dp-ep-pp", tp_comm_overlap=False), None),
     "dense-hsdp-full-layers": ("llama3.1-70b", "h200", _job(256, 512), Assumptions(),
@@ -189,6 +192,26 @@ def test_block_time_on_arrays_is_elementwise_scalar():
             assert arr.fwd[i] == pytest.approx(one.fwd, rel=1e-12)
             assert arr.bwd[i] == pytest.approx(one.bwd, rel=1e-12)
             assert np.broadcast_to(arr.recompute, tp.shape)[i] == pytest.approx(one.recompute, rel=1e-12, abs=0)
+
+
+def test_local_block_time_on_arrays_is_elementwise_scalar():
+    """The local spec's host syncs and per-linear host time on arrays of degrees (experts per GPU
+    differ with ep): elementwise the scalar result."""
+    setup = resolve_setup(load_model("mixtral-8x7b"), load_hardware("h200"), _job(64, 256, 2048),
+                          make_plan(build_space(load_model("mixtral-8x7b"), load_hardware("h200"), _job(64, 256, 2048),
+                                                check_rules=False).structs[0], {}),
+                          Assumptions(implementation="megatron-local"))
+    ms, rates = model_shape(setup.model), rates_for(setup)
+    degrees = [(1, 1, 1, 1, 1), (2, 1, 2, 1, 2), (4, 2, 4, 1, 1), (8, 1, 8, 2, 1)]
+    tp, cp, ep, etp, mbs = (np.array(c) for c in zip(*degrees))
+    for block, recompute in itertools.product(("moe", "embedding", "head"), (None, ("moe",), ("core_attn",), "full")):
+        sh = Shard(tp, cp, ep, etp, mbs, 2048, implementation="megatron-local", dispatcher="alltoall")
+        arr = block_time(ms, sh, block, rates, recompute)
+        for i, d in enumerate(degrees):
+            one = block_time(ms, Shard(*d, 2048, implementation="megatron-local", dispatcher="alltoall"), block, rates,
+                             recompute)
+            assert np.broadcast_to(arr.fwd, tp.shape)[i] == pytest.approx(one.fwd, rel=1e-12)
+            assert np.broadcast_to(arr.bwd, tp.shape)[i] == pytest.approx(one.bwd, rel=1e-12)
 
 
 def test_collectives_on_arrays_are_elementwise_scalar():

@@ -13,10 +13,19 @@ Three rate models, one per kernel class:
 - Fused attention: FLOPs over the flash-attention rate of the generation, which approaches its
   asymptote as keys per query grow (kernel_keys / (kernel_keys + half_keys)); the backward runs
   2.5x the forward FLOPs at its own rate (FlashAttention-2/3 papers).
-- Memory-bound kernels: bytes over the achievable HBM bandwidth.
+- Memory-bound kernels: bytes over the achievable HBM bandwidth; the bytes PyTorch moves on its
+  non-vectorized element-wise path (dtype-converting copies, broadcast operands, mixed-dtype
+  arithmetic: the local spec's unfused softmax and gradient accumulation) at the generation's
+  ``unvectorized_fraction`` of it.
 
 Every kernel also pays a fixed per-kernel gap (launch and tail). Recompute repeats the forward of
 the kernels whose Megatron module is recomputed, inside the backward.
+
+The host issues every kernel (``host_launch_s`` each) and, on the local spec, runs each Megatron
+linear layer's Python (``linear_host_fwd_s`` / ``linear_host_bwd_s`` per call). A pass takes the
+longer of the GPU's kernel time and the host's issue time; a kernel after which the host reads a
+size back from the GPU (``Stream.host_sync``) splits the pass, since the host cannot run ahead
+across it: the parts add up, each the longer of its GPU and host time.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.cost.arrays import hashable, maximum, minimum
+from planner.cost.arrays import hashable, maximum, minimum, where
 from planner.cost.flops import BF16, FP8, FP32, FusedAttention, Gemm, Kernel, ModelShape, Shard, Stream, block_kernels
 from planner.cost.rates import Rates
 
@@ -66,11 +75,29 @@ def gemm_efficiency(m: float, n: float, k: float, recipe: str, rates: Rates, cou
     return minimum(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
 
 
-def _gemm_pass(m: float, n: float, k: float, count: int, recipe: str, in_bytes: float, out_bytes: float, rates: Rates) -> float:
+def pass_efficiency(m: float, n: float, k: float, count: int, recipe: str, rates: Rates, issue: str = "grouped") -> float:
+    """:func:`gemm_efficiency` of one pass of ``count`` matrices issued as ``issue``. One
+    strided-batched kernel (torch.bmm/baddbmm) schedules the tiles of all its matrices together: a
+    thin output dimension no longer leaves SMs idle, so the shape factor sees the batch folded into
+    the thinner of M and N (a small K still pays its pipeline fill). Profiled on an H200: the
+    unfused attention's batched GEMMs and the projections together ran at 750-770 TFLOPS (0.76-0.78
+    of the BF16 peak)."""
+    if issue == "batched":
+        thin_m = m <= n
+        return gemm_efficiency(where(thin_m, m * count, m), where(thin_m, n, n * count), k, recipe, rates)
+    return gemm_efficiency(m, n, k, recipe, rates, count)
+
+
+def _gemm_pass(m: float, n: float, k: float, count: int, recipe: str, in_bytes: float, out_bytes: float, rates: Rates,
+               issue: str = "grouped") -> float:
     flops = 2.0 * m * n * k * count
-    t_math = flops / (rates.peak(recipe) * gemm_efficiency(m, n, k, recipe, rates, count))
+    eff = pass_efficiency(m, n, k, count, recipe, rates, issue)
+    if issue == "batched":
+        kernels = 1
+    else:
+        kernels = count if issue == "sequential" else maximum(1, count // GROUPED_GEMM_STREAMS)
+    t_math = flops / (rates.peak(recipe) * eff)
     t_mem = count * (in_bytes * (m * k + k * n) + out_bytes * m * n) / rates.hbm_bw
-    kernels = maximum(1, count // GROUPED_GEMM_STREAMS)
     return maximum(t_math, t_mem) + kernels * rates.kernel_overhead_s
 
 
@@ -85,10 +112,11 @@ def gemm_times(g: Gemm, fp8: bool, rates: Rates) -> tuple[float, float, float]:
     """(forward, data-gradient, weight-gradient) seconds of one GEMM kernel entry."""
     recipe = gemm_recipe(g, fp8, rates)
     inb = FP8 if recipe != "bf16" else BF16
-    fwd = _gemm_pass(g.m, g.n, g.k, g.count, recipe, inb, BF16, rates)
-    dgrad = _gemm_pass(g.m, g.k, g.n, g.count, recipe, inb, BF16, rates)
-    # Weight gradient accumulates into the fp32 main-grad buffer (read and write).
-    wgrad = _gemm_pass(g.k, g.n, g.m, g.count, recipe, inb, 2 * FP32, rates)
+    fwd = _gemm_pass(g.m, g.n, g.k, g.count, recipe, inb, BF16, rates, g.issue)
+    dgrad = _gemm_pass(g.m, g.k, g.n, g.count, recipe, inb, BF16, rates, g.issue)
+    # Weight gradient accumulates into the fp32 main-grad buffer (read and write), or writes a bf16
+    # gradient that a separate kernel adds to it (no gradient-accumulation fusion).
+    wgrad = _gemm_pass(g.k, g.n, g.m, g.count, recipe, inb, 2 * FP32 if g.fused_wgrad else BF16, rates, g.issue)
     return fwd, dgrad, wgrad
 
 
@@ -101,9 +129,12 @@ def attention_times(a: FusedAttention, rates: Rates) -> tuple[float, float]:
 
 
 def stream_times(s: Stream, rates: Rates) -> tuple[float, float]:
-    """(forward, backward) seconds of a memory-bound kernel."""
-    o = s.kernels * rates.kernel_overhead_s
-    return s.bytes_fwd / rates.hbm_bw + o, s.bytes_bwd / rates.hbm_bw + o
+    """(forward, backward) seconds of a memory-bound kernel: its bytes over the streaming
+    bandwidth, the share on PyTorch's non-vectorized path over ``unvectorized_fraction`` of it."""
+    slow_bw = rates.hbm_bw * rates.unvectorized_fraction
+    fwd = (s.bytes_fwd - s.slow_fwd) / rates.hbm_bw + s.slow_fwd / slow_bw
+    bwd = (s.bytes_bwd - s.slow_bwd) / rates.hbm_bw + s.slow_bwd / slow_bw
+    return fwd + s.kernels * rates.kernel_overhead_s, bwd + s.launches_bwd * rates.kernel_overhead_s
 
 
 @dataclass(frozen=True)
@@ -120,7 +151,8 @@ class BlockTime:
     mem_bwd: float
     recompute: float
     host_fwd: float
-    """Time the block waits for the host beyond its GPU work in the forward (host-bound)."""
+    """Time the block waits for the host beyond its GPU work in the forward (host-bound, or host
+    work a host sync keeps from overlapping the GPU's)."""
     host_bwd: float
     hw_flops_fwd: float
     hw_flops_bwd: float
@@ -167,22 +199,37 @@ def recomputed(module: str, recompute: str | tuple[str, ...] | None) -> bool:
 def launches(k: Kernel) -> tuple[int, int]:
     """(forward, backward) kernels the host issues for one inventory entry."""
     if isinstance(k, Gemm):
+        if k.issue == "batched":
+            return 1, 2
         return k.count, 2 * k.count
     if isinstance(k, FusedAttention):
         return 1, 1
-    return k.kernels, k.kernels
+    return k.kernels, k.launches_bwd
+
+
+def host_times(k: Kernel, rates: Rates) -> tuple[float, float]:
+    """(forward, backward) host seconds to issue one inventory entry: its kernel launches, plus the
+    Python of each Megatron linear-layer call it stands for (``Gemm.linear_calls``, the local
+    spec: the module's forward, the autograd function's Python backward and DDP's per-parameter
+    gradient hook)."""
+    lf, lb = launches(k)
+    calls = k.linear_calls if isinstance(k, Gemm) else 0
+    return (lf * rates.host_launch_s + calls * rates.linear_host_s[0],
+            lb * rates.host_launch_s + calls * rates.linear_host_s[1])
 
 
 @dataclass(frozen=True)
 class KernelTime:
     """One inventory entry's seconds for one micro-batch: forward, and the backward's two parts
     (data and weight gradient for GEMMs; the whole backward in ``dgrad`` otherwise, ``wgrad``
-    None)."""
+    None); ``host_f``/``host_b``: the host's seconds to issue it (:func:`host_times`)."""
 
     kernel: Kernel
     fwd: float
     dgrad: float
     wgrad: float | None = None
+    host_f: float = 0.0
+    host_b: float = 0.0
 
 
 def kernel_times(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> tuple[KernelTime, ...]:
@@ -190,15 +237,16 @@ def kernel_times(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> tuple[K
     sums them per setting). Shard degrees may be arrays."""
     out = []
     for k in block_kernels(ms, sh, block):
+        hf, hb = host_times(k, rates)
         if isinstance(k, Gemm):
             f, d, w = gemm_times(k, sh.fp8, rates)
-            out.append(KernelTime(k, f, d, w))
+            out.append(KernelTime(k, f, d, w, hf, hb))
         elif isinstance(k, FusedAttention):
             f, b = attention_times(k, rates)
-            out.append(KernelTime(k, f, b))
+            out.append(KernelTime(k, f, b, None, hf, hb))
         else:
             f, b = stream_times(k, rates)
-            out.append(KernelTime(k, f, b))
+            out.append(KernelTime(k, f, b, None, hf, hb))
     return tuple(out)
 
 
@@ -223,21 +271,25 @@ class KernelSums:
     mem_bwd: float
     flops_fwd: float
     flops_bwd: float
-    launches_fwd: int
-    launches_bwd: int
+    host_fwd: float
+    """Host seconds to issue the forward / backward (:func:`host_times`)."""
+    host_bwd: float
     gemms: tuple[tuple[str, float, float, float], ...]
+    syncs: bool = False
+    """Some kernel makes the host wait for the GPU in the forward (``Stream.host_sync``)."""
 
 
 def kernel_sums(kts: tuple[KernelTime, ...]) -> KernelSums:
     g_f = g_b = a_f = a_b = m_f = m_b = 0.0
     fl_f = fl_b = 0.0
-    n_f = n_b = 0
+    h_f = h_b = 0.0
+    syncs = False
     named = []
     for kt in kts:
         k = kt.kernel
-        lf, lb = launches(k)
-        n_f += lf
-        n_b += lb
+        h_f = h_f + kt.host_f
+        h_b = h_b + kt.host_b
+        syncs = syncs or (isinstance(k, Stream) and k.host_sync)
         f = kt.fwd
         if isinstance(k, Gemm):
             d, w = kt.dgrad, kt.wgrad
@@ -254,27 +306,51 @@ def kernel_sums(kts: tuple[KernelTime, ...]) -> KernelSums:
         else:
             m_f += f
             m_b += kt.dgrad
-    return KernelSums(g_f, g_b, a_f, a_b, m_f, m_b, fl_f, fl_b, n_f, n_b, tuple(named))
+    return KernelSums(g_f, g_b, a_f, a_b, m_f, m_b, fl_f, fl_b, h_f, h_b, tuple(named), syncs)
+
+
+def _forward_segments(kts) -> tuple[float, float, float]:
+    """(seconds of the parts closed by host syncs, GPU and host seconds of the open part) of the
+    forward of ``kts`` in issue order: at each sync the host waits for every kernel issued so far,
+    so a closed part takes the longer of its GPU and host time."""
+    closed = g = h = 0.0
+    for kt in kts:
+        g = g + kt.fwd
+        h = h + kt.host_f
+        if isinstance(kt.kernel, Stream) and kt.kernel.host_sync:
+            closed = closed + maximum(g, h)
+            g = h = 0.0
+    return closed, g, h
 
 
 def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tuple[str, ...] | None,
                   sums: KernelSums | None = None) -> BlockTime:
     """Sum a block's kernel times (:func:`kernel_times`; ``sums`` when already summed) under a
     recompute setting: the recomputed kernels' forward repeats in the backward, and each pass
-    waits for the host when it issues kernels faster than they run."""
+    waits for the host when it issues kernels faster than they run. Host syncs split a pass (see
+    the module docstring); the recomputed forward runs before the backward, its last part
+    overlapping the backward's issue."""
     s = sums if sums is not None else kernel_sums(kts)
-    rc = fl_rc = 0.0
-    n_rc = 0
+    rc = fl_rc = h_rc = 0.0
+    rc_kts = []
     for kt in kts:
         k = kt.kernel
         if recomputed(k.module, recompute):
-            n_rc += launches(k)[0]
+            h_rc = h_rc + kt.host_f
             rc += kt.fwd
+            rc_kts.append(kt)
             if not isinstance(k, Stream):
                 fl_rc += k.flops
-    host = rates.host_launch_s
-    host_f = maximum(0.0, s.launches_fwd * host - (s.gemm_fwd + s.attn_fwd + s.mem_fwd))
-    host_b = maximum(0.0, (s.launches_bwd + n_rc) * host - (s.gemm_bwd + s.attn_bwd + s.mem_bwd + rc))
+    gpu_f = s.gemm_fwd + s.attn_fwd + s.mem_fwd
+    gpu_b = s.gemm_bwd + s.attn_bwd + s.mem_bwd
+    if not s.syncs:
+        host_f = maximum(0.0, s.host_fwd - gpu_f)
+        host_b = maximum(0.0, s.host_bwd + h_rc - (gpu_b + rc))
+    else:
+        closed, g, h = _forward_segments(kts)
+        host_f = closed + maximum(g, h) - gpu_f
+        closed, g, h = _forward_segments(rc_kts)
+        host_b = closed + maximum(g + gpu_b, h + s.host_bwd) - (gpu_b + rc)
     return BlockTime(s.gemm_fwd, s.gemm_bwd, s.attn_fwd, s.attn_bwd, s.mem_fwd, s.mem_bwd, rc, host_f, host_b,
                      s.flops_fwd, s.flops_bwd, fl_rc, s.gemms)
 
@@ -290,7 +366,7 @@ def kernel_table(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> list[di
     for k in block_kernels(ms, sh, block):
         if isinstance(k, Gemm):
             f, d, w = gemm_times(k, sh.fp8, rates)
-            eff = gemm_efficiency(k.m, k.n, k.k, gemm_recipe(k, sh.fp8, rates), rates, k.count)
+            eff = pass_efficiency(k.m, k.n, k.k, k.count, gemm_recipe(k, sh.fp8, rates), rates, k.issue)
             rows.append({"kernel": k.name, "class": "gemm", "shape": [k.m, k.n, k.k, k.count],
                          "fwd_s": f, "bwd_s": d + w, "efficiency": eff})
         elif isinstance(k, FusedAttention):

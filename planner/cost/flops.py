@@ -28,11 +28,11 @@ inventory gives hardware FLOPs (what the GPU executes, with recompute and duplic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
-from planner.cost.arrays import as_int, hashable, maximum, round_int
+from planner.cost.arrays import as_int, hashable, maximum, round_int, where
 
 if TYPE_CHECKING:
     from planner.specs.model import ModelSpec
@@ -55,6 +55,53 @@ CE_BWD_BYTES_PER_LOGIT = 14
 # top-k, score normalization and the aux-loss statistics: about five fp32 passes over T x E.
 ROUTER_PASSES = 5
 
+# ---- Megatron-Core's local layer spec without Transformer Engine or Apex ('megatron-local') ----
+# Every number below follows what megatron-core 0.19.2 runs there (eager PyTorch 2.11) and was
+# checked against torch.profiler's kernel list of one training step on an H200
+# (results/validation/gpu-raw/profile/: gqa-s4k-b1-none, mha-s2k-b2-none, moe-s2k-b4-none,
+# moe-s4k-b1-none; results/validation/gpu-memory.md).
+#
+# Unfused attention (DotProductAttention, masked_softmax_fusion off: FusedScaleMaskSoftmax's
+# forward_torch_softmax), bytes per score element (heads x s x s per sequence):
+#   forward: .float() (read bf16 2, write fp32 4; a dtype-converting copy), masked_fill_ with the
+#   broadcast causal mask in place (4 + 4), softmax (4 + 4), .bfloat16() (4 + 2);
+#   backward: the .bfloat16()'s gradient cast up (2 + 4), softmax backward (read gradient and output,
+#   write: 12), one more fp32 multiply over the score gradient (12: a BinaryFunctor<float>
+#   MulFunctor kernel scaling with heads x s^2, once per layer and micro-batch in every profile; the
+#   kernel name does not say which op issues it), masked_fill's gradient
+#   grad.masked_fill(mask, 0) = a clone (4 + 4, a device copy) and masked_fill_ (4 + 4), the
+#   .float()'s gradient cast down (4 + 2).
+# Profiled per score element on the H200: forward 11.3 ps (4096 keys), backward 12.8-14.6 ps.
+TORCH_SOFTMAX_FWD_BYTES = {"to_fp32": 6, "mask_fill": 8, "softmax": 8, "to_bf16": 6}
+TORCH_SOFTMAX_BWD_BYTES = {"to_fp32": 6, "mask_fill": 16, "softmax": 24, "to_bf16": 6}
+# torch's softmax runs one warp per row up to 2048 fp32 elements (softmax_warp_forward) and a
+# block per row beyond (cunn_SoftMaxForward): profiled 3.2 TB/s at 2048 keys, 2.2 TB/s at 4096.
+TORCH_WARP_SOFTMAX_MAX = 2048
+# megatron-core 0.19.2's get_default_causal_mask builds the s x s mask per layer and micro-batch:
+# torch.ones fp32 (4), triu (4 + 4), .bool() (4 + 1).
+CAUSAL_MASK_BYTES = 17
+# Unfused rotary embedding (apply_rope_fusion off: _apply_rotary_pos_emb_bshd) per rotated element:
+# t * cos (2 + 2), -x2 of half the elements (1 + 1), cat (2 + 2), * sin (2 + 2), add (4 + 2),
+# the final cat (2 + 2): 24 bytes; the backward multiplies, negates, concatenates and adds: 20.
+# Per tensor (q, k): 6 kernels plus cos/sin of the position table (6 small kernels); 5 backward.
+ROPE_FWD_BYTES, ROPE_BWD_BYTES = 24, 20
+ROPE_KERNELS_FWD, ROPE_KERNELS_BWD = 12, 5
+# Without gradient-accumulation fusion (it needs Apex or TE) the weight-gradient GEMM writes a bf16
+# gradient and Megatron's DDP hook adds it into the fp32 main gradient: read 4 + 2, write 4, one
+# mixed-dtype kernel per weight and micro-batch (profiled: CUDAFunctor_add<float>, 54 calls per
+# step for 27 weights x 2 micro-batches, 2.7 TB/s).
+GRAD_ACCUM_BYTES_PER_PARAM = 10
+# Routing on the local spec (TopKRouter, fp32 router, aux-loss statistics and tracker, the
+# alltoall dispatcher's preprocessing): small kernels over T x E, about 20 forward and 15 backward
+# (estimate from the code; the inventory counts 74-79% of the profiled launches overall).
+LOCAL_ROUTER_KERNELS = (20, 15)
+# Unfused permutation (moe_permute_fusion off): the routing map transposed, two masked_selects
+# (token indices and probabilities: each reads its output size back on the host) and the token
+# index_select; backward: index_add and masked_scatter. Unpermutation: zeros + scatter_add;
+# backward: a gather (kernel counts estimated from the code).
+LOCAL_PERMUTE_KERNELS = (9, 5)
+LOCAL_UNPERMUTE_KERNELS = (2, 1)
+
 
 @dataclass(frozen=True)
 class Gemm:
@@ -76,6 +123,18 @@ class Gemm:
     model_fraction: float = 1.0
     """Share of these FLOPs that model FLOPs count: 1/tp for GEMMs every TP rank duplicates,
     1/imbalance for experts on the most loaded rank, 1/2 for unfused causal attention scores."""
+    issue: str = "grouped"
+    """How ``count`` > 1 matrices are issued: 'grouped' (Transformer Engine's GroupedLinear: one
+    cuBLAS call per expert spread over several streams), 'batched' (one strided-batched kernel over
+    all of them: torch.bmm/baddbmm of the unfused attention), 'sequential' (one call per matrix, one
+    after another from a Python loop: Megatron-Core's SequentialMLP)."""
+    linear_calls: int = 0
+    """Python-level Megatron linear-layer calls this entry stands for in each pass (the local
+    spec's host cost, :mod:`planner.cost.compute`); 0 where the host cost is not modeled per call."""
+    fused_wgrad: bool = True
+    """The weight-gradient GEMM accumulates into the fp32 main gradient (gradient-accumulation
+    fusion, Apex/Transformer Engine). False: it writes a bf16 gradient that Megatron's DDP hook
+    adds to the main gradient afterwards (a separate element-wise kernel, see ``grad_accum``)."""
 
     @property
     def flops(self) -> float:
@@ -117,6 +176,21 @@ class Stream:
     module: str = ""
     kernels: int = 1
     """Kernels per pass (each pays the per-kernel overhead)."""
+    kernels_bwd: int | None = None
+    """Kernels of the backward when they differ from the forward's (None: ``kernels``)."""
+    slow_fwd: float = 0.0
+    """Bytes of ``bytes_fwd`` moved by kernels on PyTorch's non-vectorized element-wise path
+    (dtype-converting copies, operands broadcast over a dimension, mixed-dtype arithmetic), costed at
+    the generation's ``unvectorized_fraction`` of the streaming bandwidth."""
+    slow_bwd: float = 0.0
+    """The same for ``bytes_bwd``."""
+    host_sync: bool = False
+    """The host waits for the GPU after issuing this kernel in the forward (it reads a
+    data-dependent size back): work issued after it cannot overlap the GPU work before it."""
+
+    @property
+    def launches_bwd(self) -> int:
+        return self.kernels if self.kernels_bwd is None else self.kernels_bwd
 
 
 Kernel = Gemm | FusedAttention | Stream
@@ -242,10 +316,12 @@ class Shard:
         return self.tokens / self.tp
 
 
-def _norm(name: str, tokens: float, width: int, module: str) -> Stream:
-    """LayerNorm/RMSNorm: read and write each element once (bf16)."""
+def _norm(name: str, tokens: float, width: int, module: str, sh: Shard | None = None) -> Stream:
+    """LayerNorm/RMSNorm: read and write each element once (bf16). On the local spec (torch's
+    norm modules) the backward runs the input gradient, the weight-gradient reduction and the
+    main-gradient accumulation of the weight as separate kernels."""
     b = tokens * width * 2 * BF16
-    return Stream(name, b, b * STREAM_BWD_FACTOR, module)
+    return Stream(name, b, b * STREAM_BWD_FACTOR, module, kernels_bwd=3 if sh is not None and torch_eager(sh) else None)
 
 
 def _elementwise(name: str, elements: float, reads: float, writes: float, module: str = "", kernels: int = 1) -> Stream:
@@ -263,12 +339,34 @@ def _fp8_casts(g: Gemm) -> Stream:
     return Stream(g.name + ".fp8_cast", fwd, bwd, g.module, kernels=1)
 
 
+def torch_eager(sh: Shard) -> bool:
+    """Megatron-Core's local layer spec without Transformer Engine or Apex ('megatron-local'):
+    unfused attention with torch's fp32 softmax, unfused RoPE, Megatron's local linear layers
+    without gradient-accumulation fusion, SequentialMLP experts, torch AdamW. The 2021-22 setups
+    ('megatron-local-fused-softmax') had Megatron's and Apex's fused kernels instead."""
+    return sh.implementation == "megatron-local"
+
+
+def _grad_accum(g: Gemm) -> Stream:
+    """Megatron DDP's ``main_grad.add_(grad)`` after a weight-gradient GEMM that could not
+    accumulate in place (:data:`GRAD_ACCUM_BYTES_PER_PARAM`): backward only, one kernel per weight,
+    on the non-vectorized (mixed-dtype) path."""
+    b = GRAD_ACCUM_BYTES_PER_PARAM * g.n * g.k * g.count
+    return Stream(g.name + ".grad_accum", 0.0, b, g.module, kernels=0, kernels_bwd=g.count, slow_bwd=b)
+
+
 def _with_casts(gemms: list[Gemm], sh: Shard) -> list[Kernel]:
+    """Linear layers with what runs around them: FP8 casts (Transformer Engine), or on the local
+    spec one Python linear-layer call per matrix and the separate main-gradient accumulation."""
     out: list[Kernel] = []
     for g in gemms:
+        if torch_eager(sh):
+            g = replace(g, linear_calls=g.count, fused_wgrad=False, issue="sequential")
         out.append(g)
         if sh.fp8 and g.fp8:
             out.append(_fp8_casts(g))
+        if not g.fused_wgrad:
+            out.append(_grad_accum(g))
     return out
 
 
@@ -288,7 +386,7 @@ def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
     """Input norm, projections, rotary embedding, core attention and output projection."""
     h, T, Tsp, tp = ms.hidden, sh.tokens, sh.sp_tokens, sh.tp
     heads = ms.heads // tp
-    ks: list[Kernel] = [_norm("input_norm", Tsp, h, "layernorm")]
+    ks: list[Kernel] = [_norm("input_norm", Tsp, h, "layernorm", sh)]
     gemms: list[Gemm] = []
     if ms.attn_kind == "mla":
         # Megatron MLA (megatron/core/transformer/multi_latent_attention.py): the down projections
@@ -319,7 +417,12 @@ def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
         if ms.qkv_bias:
             ks.append(_elementwise("qkv_bias", T * (heads + 2 * kv_local) * ms.qk_dim, BF16, BF16))
         if ms.rope_dim:
-            ks.append(_elementwise("rope", T * (heads + kv_local) * ms.rope_dim, BF16, BF16))
+            if torch_eager(sh):
+                e = T * (heads + kv_local) * ms.rope_dim
+                ks.append(Stream("rope", e * ROPE_FWD_BYTES, e * ROPE_BWD_BYTES, kernels=2 * ROPE_KERNELS_FWD,
+                                 kernels_bwd=2 * ROPE_KERNELS_BWD))
+            else:
+                ks.append(_elementwise("rope", T * (heads + kv_local) * ms.rope_dim, BF16, BF16))
     ks += core_attention(ms, sh, swa)
     proj = Gemm("proj", T, h, heads * ms.v_dim)
     ks += _with_casts([proj], sh)
@@ -329,7 +432,8 @@ def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
 
 def core_attention(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
     """Fused attention, or the unfused path of 2022-era Megatron: batched QK^T, a fused
-    scale-mask-softmax, attention dropout and batched PV (Korthikanti et al. 2022, sec. 4)."""
+    scale-mask-softmax, attention dropout and batched PV (Korthikanti et al. 2022, sec. 4), or the
+    local spec's unfused attention with torch's fp32 softmax (:func:`_torch_attention`)."""
     heads = ms.heads // sh.tp
     if sh.implementation == "te":
         keys = attention_keys(ms, sh.seq, swa)
@@ -338,6 +442,8 @@ def core_attention(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
                            kernel_keys=keys / sh.cp)
         ]
     s, b = sh.seq // sh.cp, sh.mbs * heads
+    if torch_eager(sh):
+        return _torch_attention(ms, sh, s, b, heads)
     scores = b * s * s
     # The masked upper triangle is computed too; model FLOPs count half of it (causal).
     ks: list[Kernel] = [
@@ -347,6 +453,47 @@ def core_attention(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
     if ms.attention_dropout:
         ks.append(_elementwise("attn_dropout", scores, BF16, BF16 + 1, "core_attn"))
     ks.append(Gemm("attn_values", s, ms.v_dim, s, count=b, module="core_attn", fp8=False, model_fraction=0.5))
+    return ks
+
+
+def _torch_attention(ms: ModelShape, sh: Shard, s: int, b: int, heads: int) -> list[Kernel]:
+    """megatron-core 0.19's DotProductAttention without fusions: K and V repeated to every query
+    head (GQA), one strided-batched baddbmm for the scores, the causal mask built per call, torch's
+    fp32 softmax chain (:data:`TORCH_SOFTMAX_FWD_BYTES`), one batched bmm for the context and
+    its [b, np, s, d] -> [s, b, h] copy. Bytes per kernel with the share on PyTorch's
+    non-vectorized path (dtype-converting copies, the broadcast mask, block softmax over long rows)."""
+    scores = b * s * s
+    kv = maximum(1, ms.kv_heads // sh.tp) if ms.attn_kind != "mla" else heads
+    gqa = 1 if ms.attn_kind != "mla" and ms.kv_heads < ms.heads else 0
+    q_elems = sh.mbs * s * heads * ms.qk_dim
+    # Layout copies: the context's permute().contiguous() (2 + 2) and, for GQA, the query's
+    # reshape out of the QKV split (2 + 2) and repeat_interleave of K and V (read kv heads, write
+    # all heads); the backward concatenates the Q/K/V gradients into the QKV projection's gradient
+    # and sums the repeated K/V gradients back.
+    qkv_elems = sh.mbs * s * ms.qk_dim * (heads + 2 * kv)
+    kv_rep = 2 * sh.mbs * s * ms.qk_dim * (heads + kv) * BF16
+    layout_f = q_elems * 2 * BF16 + gqa * (q_elems * 2 * BF16 + kv_rep)
+    layout_b = qkv_elems * 2 * BF16 + gqa * kv_rep
+    fb, bb = TORCH_SOFTMAX_FWD_BYTES, TORCH_SOFTMAX_BWD_BYTES
+    long_rows = where(s > TORCH_WARP_SOFTMAX_MAX, 1, 0)
+    ks: list[Kernel] = [
+        Stream("attn_layout", layout_f, layout_b, "core_attn", kernels=1 + 3 * gqa, kernels_bwd=1 + 2 * gqa),
+        Gemm("attn_scores", s, s, ms.qk_dim, count=b, module="core_attn", fp8=False, model_fraction=0.5,
+             issue="batched"),
+        Stream("causal_mask", CAUSAL_MASK_BYTES * s * s, 0.0, "core_attn", kernels=3, kernels_bwd=0),
+        Stream("scores_to_fp32", fb["to_fp32"] * scores, bb["to_bf16"] * scores, "core_attn",
+               slow_fwd=fb["to_fp32"] * scores),
+        Stream("mask_fill", fb["mask_fill"] * scores, bb["mask_fill"] * scores, "core_attn", kernels_bwd=2,
+               slow_fwd=fb["mask_fill"] * scores, slow_bwd=bb["mask_fill"] / 2 * scores),
+        Stream("softmax", fb["softmax"] * scores, bb["softmax"] * scores, "core_attn", kernels_bwd=2,
+               slow_fwd=long_rows * fb["softmax"] * scores),
+        Stream("probs_to_bf16", fb["to_bf16"] * scores, bb["to_fp32"] * scores, "core_attn",
+               slow_bwd=bb["to_fp32"] * scores),
+    ]
+    if ms.attention_dropout:
+        ks.append(_elementwise("attn_dropout", scores, BF16, BF16 + 1, "core_attn"))
+    ks.append(Gemm("attn_values", s, ms.v_dim, s, count=b, module="core_attn", fp8=False, model_fraction=0.5,
+                   issue="batched"))
     return ks
 
 
@@ -381,6 +528,8 @@ def routed_tokens(ms: ModelShape, sh: Shard) -> float:
 
 def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     """Router, token permutation, routed experts (grouped GEMM) and shared experts."""
+    if torch_eager(sh):
+        return _local_moe_block(ms, sh)
     h, Tsp, E = ms.hidden, sh.sp_tokens, ms.num_experts
     ks: list[Kernel] = [
         Gemm("router", as_int(Tsp), E, h, module="moe", fp8=False),
@@ -410,12 +559,50 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     return ks
 
 
+def _local_moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
+    """megatron-core 0.19's MoE layer on the local spec: TopKRouter with the fp32 router (the
+    input cast to fp32), the alltoall dispatcher's unfused permutation, whose masked_select and the
+    experts' ``tokens_per_expert.tolist()`` read sizes back on the host (a host sync every layer),
+    SequentialMLP running each local expert as its own MLP module from a Python loop (two linear
+    layers and the weighted SwiGLU per expert, one after another), the concatenation of their
+    outputs, the unpermutation (zeros + scatter_add) and the shared experts."""
+    h, Tsp, E = ms.hidden, sh.sp_tokens, ms.num_experts
+    ks: list[Kernel] = _with_casts([Gemm("router", as_int(Tsp), E, h, module="moe", fp8=False)], sh)
+    route = Tsp * h * (BF16 + FP32) + Tsp * E * FP32 * ROUTER_PASSES
+    ks.append(Stream("router_topk", route, route, "moe", kernels=LOCAL_ROUTER_KERNELS[0],
+                     kernels_bwd=LOCAL_ROUTER_KERNELS[1], slow_fwd=Tsp * h * (BF16 + FP32)))
+    R = routed_tokens(ms, sh)
+    copies = Tsp * ms.top_k
+    # Permute globally (T x h -> T*k x h) and sort the chunks by local expert after the exchange
+    # (split + cat, also with one rank): as the alltoall path of moe_block.
+    perm = copies * h * 2 * BF16 + R * h * 2 * BF16
+    ks.append(Stream("permute", perm, perm, "moe", kernels=LOCAL_PERMUTE_KERNELS[0],
+                     kernels_bwd=LOCAL_PERMUTE_KERNELS[1], host_sync=True))
+    local = E // sh.ep
+    m_e = maximum(1, round_int(R / local))
+    w = ms.expert_ffn / sh.etp
+    n_in = 2 if ms.gated else 1
+    fc1 = Gemm("experts.fc1", m_e, as_int(n_in * w), h, count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    fc2 = Gemm("experts.fc2", m_e, h, as_int(w), count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    ks += _with_casts([fc1], sh)
+    ks.append(replace(_activation("experts.act", R, w, ms.gated, "moe_act"), kernels=local))
+    ks += _with_casts([fc2], sh)
+    # torch.cat of the expert outputs, the chunk sort back, then zeros + scatter_add into the
+    # token order (the routing probabilities are applied inside the expert activation).
+    unperm = R * h * 2 * BF16 + perm + copies * h * BF16
+    ks.append(Stream("unpermute", unperm, unperm, "moe", kernels=LOCAL_UNPERMUTE_KERNELS[0] + 2,
+                     kernels_bwd=LOCAL_UNPERMUTE_KERNELS[1] + 1))
+    if ms.shared_ffn:
+        ks += mlp_block(ms, sh, ms.shared_ffn, "shared_experts", "shared")
+    return ks
+
+
 def layer_block(ms: ModelShape, sh: Shard, kind: str) -> tuple[Kernel, ...]:
     """One decoder layer of ``kind`` ('dense'/'moe', optional '_swa' suffix)."""
     swa = kind.endswith("_swa")
     base = kind.removesuffix("_swa")
     ks = attention_block(ms, sh, swa)
-    ks.append(_norm("pre_mlp_norm", sh.sp_tokens, ms.hidden, "layernorm"))
+    ks.append(_norm("pre_mlp_norm", sh.sp_tokens, ms.hidden, "layernorm", sh))
     if base == "dense":
         ks += mlp_block(ms, sh, ms.ffn, "mlp")
     else:
@@ -431,6 +618,13 @@ def embedding_block(ms: ModelShape, sh: Shard) -> tuple[Kernel, ...]:
     ks: list[Kernel] = [_elementwise("embedding", T * h, BF16, BF16)]
     if ms.learned_positions:
         ks.append(_elementwise("position_embedding", sh.sp_tokens * h, 2 * BF16, BF16 + (1 if ms.hidden_dropout else 0)))
+    if torch_eager(sh):
+        # The table's dense gradient (embedding_dense_backward: zero the bf16 vocab x h gradient,
+        # sort the token ids, sum rows) and its main-gradient accumulation (no fusion on the local spec).
+        table = ms.vocab / sh.tp * h
+        acc = GRAD_ACCUM_BYTES_PER_PARAM * table
+        ks.append(Stream("embedding.grad", 0.0, table * BF16 + T * h * 2 * BF16 + acc, kernels=0, kernels_bwd=7,
+                         slow_bwd=acc))
     return tuple(ks)
 
 
@@ -438,6 +632,15 @@ def head_block(ms: ModelShape, sh: Shard) -> tuple[Kernel, ...]:
     """Final norm, output projection (vocabulary-parallel, BF16) and cross-entropy."""
     T = sh.tokens
     logits = T * ms.vocab / sh.tp
+    if torch_eager(sh):
+        # cross_entropy_loss_fusion off: the same bytes, in about a dozen torch kernels; the
+        # logits' cast to fp32 (6) and the max-subtract and normalizing divide over a broadcast
+        # row statistic (8 + 8) run on the non-vectorized path, as does the backward's broadcast
+        # scaling (8).
+        ce = Stream("cross_entropy", logits * CE_FWD_BYTES_PER_LOGIT, logits * CE_BWD_BYTES_PER_LOGIT,
+                    kernels=12, kernels_bwd=6, slow_fwd=22 * logits, slow_bwd=8 * logits)
+        return (_norm("final_norm", sh.sp_tokens, ms.hidden, "", sh),
+                *_with_casts([Gemm("output", T, ms.vocab // sh.tp, ms.hidden, fp8=False)], sh), ce)
     return (
         _norm("final_norm", sh.sp_tokens, ms.hidden, ""),
         Gemm("output", T, ms.vocab // sh.tp, ms.hidden, fp8=False),

@@ -37,7 +37,8 @@ class Rates:
     host_launch_s: float
     """CPU seconds to issue one kernel (eager mode)."""
     sustained: float
-    """Sustained tensor-core fraction in training (ComputeEfficiency.sustained_fraction)."""
+    """Sustained tensor-core fraction in training (ComputeEfficiency.sustained_fraction) for jobs
+    of more than one GPU; 1 for a job on one GPU (see :func:`build_rates`)."""
     nvlink_bw: float
     """Per-direction NVLink bandwidth per GPU (datasheet, times the network scale)."""
     nvlink_busbw: float
@@ -61,6 +62,17 @@ class Rates:
     """Per-direction host link bandwidth per GPU, bytes/s."""
     cpu_adam_params_per_s: float
     """CPU Adam throughput for one GPU's share of the host, parameters/s."""
+    unvectorized_fraction: float = 1.0
+    """Share of ``hbm_bw`` that PyTorch's non-vectorized element-wise kernels reach
+    (ComputeEfficiency.unvectorized_fraction)."""
+    linear_host_s: tuple[float, float] = (0.0, 0.0)
+    """Host seconds per Megatron local linear-layer call in the forward and in the backward
+    (ComputeEfficiency.linear_host_fwd_s / linear_host_bwd_s); 0 unless the implementation is
+    'megatron-local'."""
+    torch_optimizer: bool = False
+    """The optimizer step is torch.optim.AdamW with Megatron's torch fallbacks of the multi-tensor
+    kernels (the local spec without Apex or Transformer Engine): see
+    planner.cost.pipeline.optimizer_time."""
 
     def __hash__(self) -> int:
         # Memoized costs hash Rates on every lookup; hash the fields that differ between setups.
@@ -91,9 +103,20 @@ class Rates:
 CPU_ADAM_BYTES_PER_PARAM = 28.0
 
 
-def build_rates(hw, profile, assumptions, calibration=None) -> Rates:
+def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Rates:
     """Combine the hardware spec, its generation profile, an optional calibration and the
-    sensitivity scales into :class:`Rates`."""
+    sensitivity scales into :class:`Rates`.
+
+    ``gpus``: the job's GPU count. The profile's ``sustained_fraction`` was calibrated end to end on
+    multi-GPU runs and stands for what those lose against single-GPU kernel rates: communication
+    kernels sharing SMs and HBM with the compute they overlap, rank skew at every collective, clocks
+    under node-wide power and thermal load. A job on one GPU has none of the communication part:
+    its kernels run at the measured single-GPU rates (profiled Megatron-Core steps on one H200: all
+    GEMMs together at 750-770 TFLOPS, 0.76-0.78 of the BF16 peak, against 0.80 for the isolated
+    MAMF benchmark; gpu-memory.md), so there the fraction is 1. What a GEMM-bound step loses to
+    the board power limit on one GPU is what a calibration file's back-to-back GEMM loop measures
+    (``planner calibrate`` on that H200: 0.72 of the peak, where the profiled steps, two thirds
+    element-wise work, ran their GEMMs near the MAMF rate)."""
     from planner.cost.compute import shape_factor
 
     if profile.compute is None or profile.comm is None:
@@ -171,7 +194,7 @@ def build_rates(hw, profile, assumptions, calibration=None) -> Rates:
         hbm_bw=hbm_bw,
         kernel_overhead_s=kernel_overhead,
         host_launch_s=c.host_launch_s.value,
-        sustained=c.sustained_fraction.value,
+        sustained=c.sustained_fraction.value if gpus > 1 else 1.0,
         nvlink_bw=nv * s_net,
         nvlink_busbw=nvlink_busbw * s_net,
         nvls_algbw=nvls * s_net if nvls else None,
@@ -188,6 +211,11 @@ def build_rates(hw, profile, assumptions, calibration=None) -> Rates:
         host_kind=host.kind,
         host_bw=host.bandwidth_per_direction.value,
         cpu_adam_params_per_s=cpu_rate,
+        unvectorized_fraction=c.unvectorized_fraction.value if c.unvectorized_fraction else 1.0,
+        linear_host_s=((c.linear_host_fwd_s.value if c.linear_host_fwd_s else 0.0,
+                        c.linear_host_bwd_s.value if c.linear_host_bwd_s else 0.0)
+                       if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
+        torch_optimizer=assumptions.implementation == "megatron-local",
     )
 
 
@@ -202,11 +230,12 @@ def rates_for(setup, calibration=None) -> Rates:
     a = setup.assumptions
     if calibration is None and a.calibration:
         calibration = load_calibration(a.calibration)
-    key = (id(setup.hw), a, id(calibration))
+    gpus = setup.job.gpus
+    key = (id(setup.hw), a, id(calibration), gpus > 1)
     hit = _RATES.get(key)
     if hit is not None and hit[0] is setup.hw and hit[1] is calibration:
         return hit[2]
-    r = build_rates(setup.hw, setup.efficiency, a, calibration)
+    r = build_rates(setup.hw, setup.efficiency, a, calibration, gpus)
     _RATES[key] = (setup.hw, calibration, r)
     return r
 

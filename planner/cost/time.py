@@ -32,7 +32,7 @@ from planner.cost.comm import CommFlags
 from planner.cost.flops import BF16, FP32, Shard, megatron_model_flops, model_shape
 from planner.cost.pipeline import (
     RankCost, Spans, data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard,
-    optimizer_step_time, pipeline_time, rank_cost, sync_kind,
+    optimizer_step_time, param_tensors, pipeline_time, rank_cost, sync_kind,
 )
 from planner.cost.rates import Rates, rates_for
 from planner.cost.topology import GroupSpan, group_spans, idle_gpus, resolve_domain_fill
@@ -47,6 +47,7 @@ LABELS = {
     "attention": "attention kernels",
     "memory_bound": "memory-bound kernels (norms, element-wise, permutation, loss)",
     "recompute": "activation recompute",
+    "host": "host-bound issue (the GPU waits for Python and kernel launches)",
     "tp": "exposed TP/SP communication",
     "cp": "exposed CP ring-attention communication",
     "ep": "exposed EP all-to-all",
@@ -62,7 +63,8 @@ LABELS = {
 }
 
 NOT_MODELED = (
-    "host (CPU) launch overhead beyond a fixed per-kernel gap; CUDA graphs",
+    "host (CPU) time beyond a fixed cost per kernel launch (and, for megatron-local, per linear-layer "
+    "call); CUDA graphs",
     "network congestion between concurrent groups sharing NICs",
     "tied-embedding gradient all-reduce between first and last pipeline stages",
     "stragglers, clock throttling and failures",
@@ -211,8 +213,9 @@ def evaluate(setup, calibration=None, rates: Rates | None = None) -> Evaluation:
             fsdp_tot, fsdp_exp = f_tot, f_exp
         if g_exp + p_exp >= dp_g_exp + dp_p_exp:
             dp_g_tot, dp_g_exp, dp_p_tot, dp_p_exp = grad, g_exp, param, p_exp
+        tensors = param_tensors(setup.model, setup.layout.rank_stages(r), deg.ep) if rates.torch_optimizer else 0.0
         opt = max(opt, optimizer_step_time(shard, dense + expert, moments, plan.offloads_optimizer, rates,
-                                           _opt_override(setup)))
+                                           _opt_override(setup), tensors))
         if plan.offloads_optimizer:
             total, transfer, cpu = offloaded_optimizer_time(shard, rates)
             if opt_off is None or total > opt_off["time_s"]:
@@ -365,6 +368,7 @@ def time_report(setup, calibration=None) -> TimeReport:
         "attention": m * (slow.sum("attn_fwd") + slow.sum("attn_bwd")),
         "memory_bound": m * (slow.sum("mem_fwd") + slow.sum("mem_bwd")),
         "recompute": m * slow.sum("recompute"),
+        "host": m * (slow.sum("host_fwd") + slow.sum("host_bwd")),
     }
     hidden: dict[str, float] = {}
     exposed_comm = slow.comm(exposed=True)

@@ -43,7 +43,8 @@ from planner.cost.comm import (
 from planner.cost.compute import block_time_of, kernel_sums, kernel_times
 from planner.cost.flops import BF16, model_shape
 from planner.cost.pipeline import (
-    data_parallel, dp_exposure, local_params, optimizer_shard, optimizer_step_time, rank_blocks, rank_p2p, sync_kind,
+    data_parallel, dp_exposure, local_params, optimizer_shard, optimizer_step_time, param_tensors, rank_blocks, rank_p2p,
+    sync_kind,
 )
 from planner.cost.rates import rates_for
 from planner.cost.setup import Setup, resolve_setup
@@ -280,7 +281,8 @@ def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray
         for r in range(pp):
             ck = (rank_of[r], tuple((ch.layers, ch.embedding, ch.loss, ch.mtp) for ch in chunks[r]))
             if ck not in params:
-                params[ck] = (rank_of[r], *local_params(model, chunks[r], c["tp"], c["ep"], c["etp"], pp))
+                tensors = param_tensors(model, chunks[r], c["ep"]) if rates.torch_optimizer else 0.0
+                params[ck] = (rank_of[r], *local_params(model, chunks[r], c["tp"], c["ep"], c["etp"], pp), tensors)
         td = np.empty((len(shardings),) + F[0].shape)
         to = np.empty((len(shardings), sizes["moments"], sizes["offload"], len(idx)))
         exposed: dict[tuple, np.ndarray] = {}
@@ -288,7 +290,7 @@ def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray
             kind, fsdp = sync_kind(sharding)
             if (kind, fsdp) not in exposed:
                 dp_best = fsdp_best = 0.0
-                for ck, (k, dense, expert) in params.items():
+                for ck, (k, dense, expert, _) in params.items():
                     grad, param = data_parallel(dense, expert, spans, kind, rates, BF16)
                     _, g_exp, _, p_exp, _, f_exp = dp_exposure(grad, param, fsdp, m, F[k], B[k], rates,
                                                                assumptions.dp_overlap)
@@ -299,10 +301,10 @@ def time_tables(space: Space, structs: list[Struct], assumptions, TP: np.ndarray
             for mi, moments in enumerate(lev["moments"]):
                 for oi in range(sizes["offload"]):
                     opt = 0.0
-                    for ck, (k, dense, expert) in params.items():
+                    for ck, (k, dense, expert, tensors) in params.items():
                         shard = optimizer_shard(sharding, dense, expert, c["dp"], c["cp"], c["edp"])
                         opt = np.maximum(opt, optimizer_step_time(shard, dense + expert, moments, offloads_opt[oi],
-                                                                  rates, opt_override))
+                                                                  rates, opt_override, tensors))
                     to[si, mi, oi] = opt
         _put(TD, idx, td, ("sharding", "recompute", "precision", "dispatcher"), GROUPS["TD"], sizes)
         _put(TO, idx, to, ("sharding", "moments", "offload"), GROUPS["TO"], sizes)

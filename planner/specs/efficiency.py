@@ -93,6 +93,19 @@ class ComputeEfficiency(Spec):
     """Tensor-core rate sustained inside a multi-GPU training step relative to the isolated
     benchmarks above (clock derating at the board power limit with every GPU of the node busy,
     SMs and L2 shared with overlapped communication kernels). Applied to GEMM and attention math."""
+    unvectorized_fraction: Sourced[float] | None = None
+    """Share of the streaming bandwidth that PyTorch's non-vectorized element-wise kernels reach
+    (TensorIterator's unrolled/strided path: dtype-converting copies, operands broadcast over a
+    dimension, mixed-dtype arithmetic), which the local spec's unfused softmax and gradient
+    accumulation run on. None: as vectorized kernels."""
+    linear_host_fwd_s: Sourced[float] | None = None
+    """Host (Python) seconds of one Megatron local linear-layer call in the forward beyond its
+    kernel launches (the module's forward and its autograd function; with it, its share of the
+    MLP's activation function); what makes the local spec's SequentialMLP experts host-bound.
+    None: 0."""
+    linear_host_bwd_s: Sourced[float] | None = None
+    """The same in the backward (the autograd function's Python backward, DDP's per-parameter
+    gradient hook, the compiled activation's backward wrapper). None: 0."""
     optimizer_bytes_per_param: Sourced[float] | None = None
     """Override of the optimizer-step HBM traffic per locally updated parameter (otherwise derived
     from the precision of master weights, gradients and moments)."""
