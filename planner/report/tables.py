@@ -118,7 +118,8 @@ def print_search(result, out: dict, saved=None) -> None:
     t = Table(title="Ranked plans (peak = worst stage's estimated reserved memory; GiB = 2^30 B)")
     for col, just in (("#", "right"), ("plan", "left"), ("peak / capacity", "right"), ("step", "right"),
                       ("tok/s/GPU", "right"), ("MFU", "right"), ("bottleneck", "left")):
-        t.add_column(col, justify=just)
+        # Plans wrap rather than truncate: every key matters to whoever launches it.
+        t.add_column(col, justify=just, overflow="fold")
     for p in out["plans"]:
         mem, tm = p["memory"], p["time"]
         t.add_row(str(p["rank"]), p["plan_string"], f"{mem['peak_bytes'] / GiB:.1f} / {mem['capacity_bytes'] / GiB:.1f}",
