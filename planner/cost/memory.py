@@ -577,6 +577,7 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
                            (*_profile_matrix(pp, vpp, m, rank, 1, offload), bwd_rise)):
         if N is None:
             continue
+        N = N.astype(kept.dtype, copy=False)  # float32 tables in the search, exact float64 in explain
         held = N @ kept
         if offload:
             # Activation offload keeps only the chunk being computed and the one being prefetched.
@@ -595,16 +596,18 @@ def _profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bo
     profiles = inflight_profiles(pp, vpp, m, rank)[kind]
     rows, chunk = [], []
     for c in range(vpp):
-        vecs = profiles[c]
-        for vec in vecs:
+        vecs = np.array(profiles[c], dtype=float).reshape(-1, vpp)
+        if not offload and len(vecs) > 1:
             # Without offload, a vector no larger than another (entry by entry) before the same
             # op can never be the peak, since held bytes grow with every count: keep maximal ones.
-            if not offload and any(o != vec and all(a <= b for a, b in zip(vec, o)) for o in vecs):
-                continue
-            rows.append(vec), chunk.append(c)
-    if not rows:
+            le = (vecs[:, None, :] <= vecs[None, :, :]).all(axis=2)
+            ne = (vecs[:, None, :] != vecs[None, :, :]).any(axis=2)
+            vecs = vecs[~(le & ne).any(axis=1)]
+        rows.append(vecs)
+        chunk += [c] * len(vecs)
+    if not chunk:
         return None, None
-    return np.array(rows, dtype=float), np.array(chunk)
+    return np.concatenate(rows).astype(np.float32), np.array(chunk)
 
 
 stage_chunks_of = chunk_memories

@@ -254,9 +254,10 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
             # micro-batch count and offload setting.
             n = len(idx)
             # (chunks, keys, plans): all (recompute, precision, overlap) combinations side by side.
-            kept = np.stack([chunk_arrays[k][0] for k in keys], axis=1)
-            fwd = np.stack([chunk_arrays[k][1] for k in keys], axis=1)
-            bwd = np.stack([chunk_arrays[k][2] for k in keys], axis=1)
+            # float32 is exact to ~1e-7 relative: far below the tables' MiB rounding.
+            kept = np.stack([chunk_arrays[k][0] for k in keys], axis=1).astype(np.float32)
+            fwd = np.stack([chunk_arrays[k][1] for k in keys], axis=1).astype(np.float32)
+            bwd = np.stack([chunk_arrays[k][2] for k in keys], axis=1).astype(np.float32)
             bounds = np.flatnonzero(np.diff(ms[np.argsort(ms, kind="stable")])) + 1
             for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(idx)]):
                 m = int(ms[a])
