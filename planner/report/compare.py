@@ -682,6 +682,11 @@ def print_compare(out: dict, plot=None) -> None:
     c.print(t)
     for s in out["summary"]:
         c.print(s)
+    c.print("\n[bold]best plans in full[/bold] (for planner explain/export --plan)")
+    for e in out["hardware"]:
+        # soft_wrap: a plan string must stay on one line to be copied.
+        c.print(f"  {e['hardware']['name']}: " + (e["summary"]["plan_string"] if e["status"] == "ok" else e["status"].replace("_", " ")),
+                soft_wrap=True)
     for ch in out["changes"]:
         c.print(f"\n[bold]{ch['baseline']} → {ch['hardware']}[/bold]")
         for s in ch["sentences"]:
