@@ -473,7 +473,7 @@ def overall_sentences(entries: list[dict], job) -> list[str]:
         ranked = sorted(ok, key=lambda e: (-e["summary"]["tokens_per_s_per_gpu"], e["hardware"]["name"]))
         first = ranked[0]
         parts = [f"{e['hardware']['name']} {e['summary']['tokens_per_s_per_gpu']:,.0f}" for e in ranked]
-        out.append(f"Tokens/s per GPU on {job.gpus} GPUs, fastest first: {', '.join(parts)}; "
+        out.append(f"Tokens/s per GPU on {job.gpus:,} GPUs, fastest first: {', '.join(parts)}; "
                    f"{first['hardware']['name']} is fastest with {first['summary']['plan_string']}.")
     for e in entries:
         if e["status"] != "ok":
@@ -563,10 +563,13 @@ def sweep_sentences(out: dict) -> list[str]:
                 text += "; chosen degrees over the scales: " + ", ".join(path)
             else:
                 text += "; the chosen degrees do not change"
-            worst = max(ok, key=lambda r: r["summary"]["breakdown"].get("pipeline_bubble", 0.0) / r["summary"]["step_time_s"])
-            bub = worst["summary"]["breakdown"].get("pipeline_bubble", 0.0) / worst["summary"]["step_time_s"]
-            if bub >= 0.02:
-                text += f"; the pipeline bubble peaks at {bub:.0%} of the step at {worst['gpus']:,} GPUs"
+            # What grows: the cause whose share of the step rises the most from the first scale to the last.
+            fa = {c: v / a["step_time_s"] for c, v in a["breakdown"].items()}
+            fz = {c: v / z["step_time_s"] for c, v in z["breakdown"].items()}
+            grow = max(sorted(set(fa) | set(fz)), key=lambda c: fz.get(c, 0.0) - fa.get(c, 0.0))
+            if fz.get(grow, 0.0) - fa.get(grow, 0.0) >= 0.01:
+                text += (f"; the largest growth is {_label(grow)}, {fa.get(grow, 0.0):.0%} → {fz.get(grow, 0.0):.0%} of the "
+                         f"step (micro-batches per pipeline {a['micro_batches']} → {z['micro_batches']})")
         if none:
             text += f"; nothing fits at {', '.join(none)} GPUs"
         sentences.append(text + ".")

@@ -388,7 +388,7 @@ def c_offload(compares: dict) -> dict:
 def _usage_text(usage: dict) -> str:
     parts = []
     for hw, per in usage.items():
-        parts.append(f"{hw} " + "/".join(str(v) for _, v in sorted(per.items())))
+        parts.append(f"{hw} " + "/".join(str(per.get(n, "–")) for n in ("deepseek-v3-256", "deepseek-v3-1024")))
     return ", ".join(parts) + " (256/1,024 GPUs)" if parts else "not computed"
 
 
@@ -788,10 +788,15 @@ def c_hbm_sizes() -> dict:
         ", ".join(f"{h} {r['usable_gib']} GiB / domain {r['nvlink_domain']}" for h, r in rows.items()), HOLDS, why)
 
 
+HOPPER_HW = ("h100", "h800", "h200")
+NVL72_HW = ("gb200-nvl72", "gb300-nvl72")
+
+
 def c_pp_reliance(compares: dict) -> dict:
     rows = {}
-    for name, out in sorted(compares.items()):
-        if "hardware" not in out or "changes" not in out:
+    for name in COMPARE_REPORTS:
+        out = compares.get(name)
+        if not out or "hardware" not in out:
             continue
         for e in out["hardware"]:
             if e["status"] != "ok":
@@ -800,32 +805,76 @@ def c_pp_reliance(compares: dict) -> dict:
             pp = e["top_k"]["dims"].get("pp", {})
             n = sum(pp.values())
             mean = sum(int(k) * v for k, v in pp.items()) / n
-            rows.setdefault(name, {})[e["hardware"]["name"]] = {"best_pp": e["summary"]["degrees"].get("pp", 1),
-                                                                "mean_pp_top10": round(mean, 2), "pp_top10": pp}
-    hopper_pp, nvl_pp, falls, same_or_none = [], [], [], []
+            s = e["summary"]
+            rows.setdefault(name, {})[e["hardware"]["name"]] = {
+                "best_pp": s["degrees"].get("pp", 1), "mean_pp_top10": round(mean, 2), "pp_top10": pp,
+                "best_ep": s["degrees"].get("ep"), "ep_links": s["groups"].get("ep", {}).get("links"),
+                "sharding": s["levers"]["sharding"], "offload": s["levers"]["offload"]}
+
+    def mean_of(per, names):
+        vals = [per[k]["mean_pp_top10"] for k in names if per.get(k)]
+        return max(vals) if vals else None
+
+    falls, flat, rises_b200, hopper_pp1 = [], [], [], []
+    lines = []
     for name, per in rows.items():
-        h = [v["mean_pp_top10"] for k, v in per.items() if k in ("h100", "h800", "h200") and v]
-        b = [v["mean_pp_top10"] for k, v in per.items() if k in ("gb200-nvl72", "gb300-nvl72") and v]
-        if h and b:
-            hopper_pp.append((name, max(h)))
-            nvl_pp.append((name, max(b)))
-            (falls if max(b) < max(h) else same_or_none).append(name)
-    p = {"by_report": rows, "reports_where_pp_falls": falls, "reports_where_pp_does_not_fall": same_or_none}
-    verdict = HOLDS if falls and not same_or_none else (PARTLY if falls else FAILS)
-    detail = "; ".join(f"{n}: Hopper PP {hp:g} → NVL72 PP {bp:g}" for (n, hp), (_, bp) in zip(hopper_pp, nvl_pp))
-    why = (f"Mean PP degree of the top 10 plans (the larger of the Hopper systems against the larger of the NVL72 "
-           f"racks): {detail}. PP falls in {len(falls)} of {len(falls) + len(same_or_none)} reports"
-           + (f" ({', '.join(falls)})" if falls else "")
-           + ". Where it does not fall, planner already avoids PP on Hopper: expert parallelism, ZeRO-2 and optimizer "
-           "offload shard the constant memory enough, and PP's bubble and stage imbalance cost more than what it saves; "
-           "NVL72's gain there is the all-to-all staying inside one NVLink domain, not less PP.")
+        h, n = mean_of(per, HOPPER_HW), mean_of(per, NVL72_HW)
+        b = mean_of(per, ("b200",))
+        if h is None or n is None:
+            continue
+        (falls if n < h else flat).append(name)
+        if h <= 1.0:
+            hopper_pp1.append(name)
+        if b is not None and b > h:
+            rises_b200.append(name)
+        lines.append(f"{name}: Hopper {h:g}, B200 {b:g}, NVL72 {n:g}" if b is not None else f"{name}: Hopper {h:g}, NVL72 {n:g}")
+    total = len(falls) + len(flat)
+    p = {"by_report": rows, "reports_where_pp_falls": falls, "reports_where_pp_does_not_fall": flat,
+         "reports_where_hopper_already_uses_pp1": hopper_pp1, "reports_where_b200_uses_more_pp_than_hopper": rises_b200}
+    verdict = HOLDS if falls and not flat else (PARTLY if falls else FAILS)
+    why = (f"Mean PP degree of the top 10 plans (the highest among the Hopper systems, B200, the highest among the NVL72 "
+           f"racks): {'; '.join(lines)}. PP falls from Hopper to NVL72 in {len(falls)} of {total} reports"
+           + (f"; in {', '.join(flat)} it does not, because" if flat else ".")
+           + (" Hopper's best plans there already run without PP: " + "; ".join(
+               f"{n}: h100 " + _plan_brief(rows[n].get("h100")) for n in flat) + "." if flat else "")
+           + (f" Larger HBM alone does not do it: B200 (180 GB, 8-GPU NVLink domain) uses more PP than Hopper in "
+              f"{len(rises_b200)} of {total} reports; the swap test says what h100's plan would lose on B200: "
+              + "; ".join(f"{n}: {_swap_loss(compares[n], 'b200')}" for n in rises_b200)
+              + ". What removes PP is the 72-GPU NVLink domain." if rises_b200
+              else " B200, with the larger HBM but an 8-GPU domain, uses no more PP than Hopper."))
     return claim(
         "pp-reliance-falls", "09 and 10",
         "Once per-GPU HBM grows and the NVLink domain reaches 72 GPUs, the bubble cost of PP is no longer worth it and "
         "reliance on PP falls; TP / EP / CP spread out inside the NVLink domain and PP is left to the few truly "
         "cross-domain cases.",
-        {"direction": "PP falls from Hopper to NVL72"}, p, detail, verdict, why,
-        [r for r in (_compare_cmd(out) for out in compares.values()) if r])
+        {"direction": "PP falls from Hopper to NVL72"}, p, "; ".join(lines), verdict, why,
+        [r for r in (_compare_cmd(compares[k]) for k in COMPARE_REPORTS if k in compares) if r])
+
+
+def _plan_brief(r: dict | None) -> str:
+    if not r:
+        return "no plan"
+    ep = f"EP{r['best_ep']} ({'inside one NVLink domain' if r['ep_links'] == 'nvlink' else 'across domains'}), " \
+        if r.get("best_ep") else ""
+    return f"PP{r['best_pp']}, {ep}{r['sharding']}, offload {r['offload']}"
+
+
+def _swap_loss(out: dict, hw: str) -> str:
+    """The largest time loss of the baseline's best plan when run on ``hw`` (from the swap test)."""
+    from planner.report.compare import _label, _largest_increase
+
+    ch = next((c for c in out.get("changes", []) if c["hardware"] == hw), None)
+    sw = (ch or {}).get("swap", {}).get("baseline_plan_on_other")
+    best = next((e for e in out["hardware"] if e["hardware"]["name"] == hw), None)
+    if not sw or not best or best["status"] != "ok":
+        return "no swap test"
+    if sw["status"] == "rule":
+        return f"cannot run there ({sw['rule']})"
+    if sw["status"] == "does_not_fit":
+        return "it does not fit"
+    inc = _largest_increase(sw["summary"]["breakdown"], best["summary"]["breakdown"])
+    slower = 1 - sw["summary"]["tokens_per_s_per_gpu"] / best["summary"]["tokens_per_s_per_gpu"]
+    return f"{slower:.0%} slower, most in {_label(inc[0])}" if inc else f"{slower:.0%} slower"
 
 
 def _compare_cmd(out: dict) -> str | None:
