@@ -44,6 +44,7 @@ def compare_cmd(
     max_: Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees, e.g. \"pp=8\".")] = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="Plans ranked per hardware (the top-K usage counts these).")] = 10,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds the solver may take per hardware.")] = 120.0,
+    per_stage: Annotated[bool, typer.Option("--per-stage/--no-per-stage", help="Refine pipeline layouts stage by stage (the search's default). --no-per-stage keeps the uniform and standard uneven layouts; results/ uses it because the refinement's CP-SAT runs on two workers and can return a different layout of equal step time from run to run.")] = True,
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
@@ -79,7 +80,8 @@ def compare_cmd(
         raise PlannerError(f"--tokens {tokens:g} must be positive.", hint="Give a token count, e.g. --tokens 15e12.")
     counts = parse_gpu_list(sweep_gpus) if sweep_gpus else None
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
-    opts = Options(target=target, top=top, time_limit_s=time_limit, limits=Limits.parse(fix, max_), moments=mom)
+    opts = Options(target=target, top=top, time_limit_s=time_limit, limits=Limits.parse(fix, max_), moments=mom,
+                   per_stage=per_stage)
     err = Console(stderr=True, highlight=False)
     with err.status("comparing", spinner="dots") as status:
         if counts:

@@ -33,6 +33,10 @@ TOP = 10
 # Generous: the search's time limits are wall-clock, so a limit that binds on a slow machine would
 # change the answer. None of these searches comes near it.
 TIME_LIMIT_S = 600.0
+# The search's per-stage layout refinement solves with CP-SAT on two workers: among layouts of equal
+# step time it returns whichever a worker finds first, so two runs can differ byte for byte. Off
+# until it is deterministic; the reports then use the uniform and standard uneven layouts.
+PER_STAGE = False
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def report_names() -> list[str]:
 def _options():
     from planner.search.driver import Options
 
-    return Options(target="megatron", top=TOP, time_limit_s=TIME_LIMIT_S)
+    return Options(target="megatron", top=TOP, time_limit_s=TIME_LIMIT_S, per_stage=PER_STAGE)
 
 
 def report_job(model, gpus: int):
@@ -93,12 +97,16 @@ def report_job(model, gpus: int):
 def compare_command(r: Report, job) -> str:
     hw = " ".join(f"--hw {h}" for h in r.hardware)
     return (f"planner compare --model {r.model} {hw} --gpus {job.gpus} --global-batch {job.global_batch} "
-            f"--seq-len {job.seq_len} --json")
+            f"--seq-len {job.seq_len}{_per_stage_flag()} --json")
+
+
+def _per_stage_flag() -> str:
+    return "" if PER_STAGE else " --no-per-stage"
 
 
 def sweep_command(r: Report) -> str:
     hw = " ".join(f"--hw {h}" for h in r.hardware)
-    return f"planner compare --model {r.model} {hw} --sweep-gpus {','.join(map(str, r.gpus))} --json"
+    return f"planner compare --model {r.model} {hw} --sweep-gpus {','.join(map(str, r.gpus))}{_per_stage_flag()} --json"
 
 
 def build_report(r: Report, progress=None) -> dict:
@@ -179,7 +187,11 @@ def render_readme(outs: dict[str, dict]) -> str:
         "Each report is Markdown with a PNG figure, and the JSON it is rendered from (the `planner compare --json`",
         "output). Settings: Megatron launcher rules, BF16 compute, FP32 Adam moments, Transformer Engine with flash",
         "attention, balanced MoE routing, each model's reference job (sequence length, global batch; raised only where",
-        f"a GPU count needs at least 1,024 tokens per GPU), the top {TOP} plans per hardware. The explanations",
+        f"a GPU count needs at least 1,024 tokens per GPU), the top {TOP} plans per hardware"
+        + ("." if PER_STAGE else ", and the search's uniform and standard uneven pipeline layouts (`--no-per-stage`: "
+           "the per-stage layout refinement is not yet deterministic, so its layouts could change from run to run; "
+           "with it, PP plans on B200 and Hopper can gain a few percent)."),
+        "The explanations",
         "(\"what changed and why\") are generated from the numbers: the speed-up split into datasheet peak and MFU, a",
         "swap test (each system's best plan evaluated on the other), which parallel groups cross NVLink domains, the",
         "step-time breakdown and the top-K plans' use of each dimension.",
