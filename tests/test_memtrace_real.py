@@ -70,3 +70,25 @@ def test_expandable_segments_merge(reports):
     assert reports["expandable"]["allocator_at_peak"]["segments"] <= 3
     assert reports["oom"]["allocator_at_peak"]["segments"] > 20
     assert reports["expandable"]["diagnosis"]["case"] == "A"
+
+
+@pytest.mark.parametrize("name", ["megatron-none", "megatron-full"])
+def test_megatron_snapshots_decompose_and_compare_with_the_prediction(reports, name):
+    """The GPU ground-truth snapshots (issue 11: Megatron-Core, local spec, one H200, no recompute
+    and full recompute): the classes sum to the measured allocated peak, and the report sets them
+    beside planner's prediction for the same configuration."""
+    from benchmarks.gpu import configs
+    from planner.cost.memory import memory_report
+    from planner.memtrace.predict import compare
+
+    r = reports[name]
+    peak = r["peak"]
+    assert sum(peak["components"].values()) == peak["allocated_bytes"]
+    run = json.loads((REAL / f"{name}.run.json").read_text())
+    setup = configs.planner_setup(configs.by_name(run["config"]))
+    predicted = memory_report(setup).to_json()
+    rows = compare({"components": peak["components"], "allocated_bytes": peak["allocated_bytes"],
+                    "reserved_bytes": peak["reserved_bytes"]}, predicted)
+    assert rows["available"] and {row["class"] for row in rows["rows"]} >= {"weights", "activations", "optimizer"}
+    # The allocated peak the snapshot shows and planner's prediction agree within 10%.
+    assert predicted["allocated_peak_bytes"] == pytest.approx(peak["allocated_bytes"], rel=0.10)

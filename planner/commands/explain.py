@@ -101,18 +101,16 @@ def explain_cmd(
         if model is None:
             m = model_from_hints(parsed.model_hints)
     elif from_file is not None:
-        from planner.export.common import read_saved_plan
+        from planner.export.common import read_saved_plan, saved_job_options
 
         saved = read_saved_plan(from_file, rank)
         p = saved.plan
         model = model or saved.model
         hw = hw or saved.hardware
-        sj = saved.job or {}
-        gpus = gpus if gpus is not None else sj.get("gpus")
-        global_batch = global_batch if global_batch is not None else sj.get("global_batch")
-        seq_len = seq_len if seq_len is not None else sj.get("seq_len")
-        if precision is None and sj.get("precisions"):
-            precision = ",".join(sj["precisions"])
+        o = saved_job_options(saved, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision,
+                              domain_fill=domain_fill)
+        gpus, global_batch, seq_len, precision, domain_fill = (
+            o["gpus"], o["global_batch"], o["seq_len"], o["precision"], o["domain_fill"])
     else:
         p = Plan.parse(plan)
     if m is None:

@@ -35,7 +35,7 @@ TargetOpt = Annotated[str, typer.Option("--target", help="Launcher whose start-u
 
 def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch, seq_len, precision, job_file, domain_fill):
     """model, hw, job, plan and the saved entry (or None) from the shared options."""
-    from planner.export.common import read_saved_plan
+    from planner.export.common import read_saved_plan, saved_job_options
     from planner.options import resolve_job
     from planner.specs.catalog import load_hardware, load_model
     from planner.specs.plan import Plan
@@ -48,13 +48,10 @@ def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch
         plan = saved.plan
         model_name = model_name or saved.model
         hw_name = hw_name or saved.hardware
-        sj = saved.job or {}
-        gpus = gpus if gpus is not None else sj.get("gpus")
-        global_batch = global_batch if global_batch is not None else sj.get("global_batch")
-        seq_len = seq_len if seq_len is not None else sj.get("seq_len")
-        if precision is None and sj.get("precisions"):
-            precision = ",".join(sj["precisions"])
-        domain_fill = domain_fill if domain_fill is not None else sj.get("domain_fill")
+        o = saved_job_options(saved, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision,
+                              domain_fill=domain_fill)
+        gpus, global_batch, seq_len, precision, domain_fill = (
+            o["gpus"], o["global_batch"], o["seq_len"], o["precision"], o["domain_fill"])
     elif plan_text is not None:
         plan = Plan.parse(plan_text)
     else:

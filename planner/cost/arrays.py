@@ -3,6 +3,7 @@ vectorized tables) through the same code."""
 
 from __future__ import annotations
 
+import math
 from functools import reduce
 
 import numpy as np
@@ -34,3 +35,30 @@ def hashable(*xs) -> bool:
         return True
     except TypeError:
         return False
+
+
+def any_true(x) -> bool:
+    """Whether a condition holds for the scalar, or for any element of the array (a block's
+    communication is added when some plan of the batch has the group; the others get zero)."""
+    return bool(np.any(x))
+
+
+def as_int(x):
+    """``int(x)`` (truncation) for scalars, elementwise for arrays."""
+    if np.ndim(x) == 0:
+        return int(x)
+    return np.trunc(x)
+
+
+def round_int(x):
+    """Python's ``round(x)`` (half to even) for scalars, elementwise for arrays."""
+    if np.ndim(x) == 0:
+        return round(x)
+    return np.round(x)
+
+
+def ceil_log2(n):
+    """``ceil(log2(n))`` for scalars (an int) and arrays."""
+    if np.ndim(n) == 0:
+        return math.ceil(math.log2(n))
+    return np.ceil(np.log2(n))

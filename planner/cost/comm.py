@@ -35,9 +35,9 @@ still slows the compute it hides behind):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from planner.cost.arrays import any_true, ceil_log2, maximum, minimum, where
 from planner.cost.compute import BlockTime
 from planner.cost.flops import BF16, ModelShape, Shard
 from planner.cost.rates import Rates
@@ -65,25 +65,19 @@ def all_to_all_volume(nbytes: float, n: int) -> float:
 def all_reduce_time(nbytes: float, n: int, busbw: float, latency: float) -> float:
     """Ring all-reduce bandwidth term plus the smaller of the ring (2(n-1) steps) and tree
     (2 log2 n levels) latency terms (NCCL picks the tree for small messages)."""
-    if n <= 1:
-        return 0.0
-    steps = min(2 * (n - 1), 2 * math.ceil(math.log2(n)))
-    return ring_all_reduce_volume(nbytes, n) / busbw + steps * latency
+    steps = minimum(2 * (n - 1), 2 * ceil_log2(n))
+    return where(n <= 1, 0.0, ring_all_reduce_volume(nbytes, n) / busbw + steps * latency)
 
 
 def gather_time(nbytes: float, n: int, busbw: float, latency: float) -> float:
     """Ring reduce-scatter or all-gather of an ``nbytes`` buffer."""
-    if n <= 1:
-        return 0.0
-    return ring_gather_volume(nbytes, n) / busbw + (n - 1) * latency
+    return where(n <= 1, 0.0, ring_gather_volume(nbytes, n) / busbw + (n - 1) * latency)
 
 
 def nvls_all_reduce_time(nbytes: float, n: int, algbw: float, latency: float) -> float:
     """All-reduce with in-switch reduction: each GPU sends its buffer to the switch once and
     receives the reduced buffer once."""
-    if n <= 1:
-        return 0.0
-    return nbytes / algbw + 2 * latency
+    return where(n <= 1, 0.0, nbytes / algbw + 2 * latency)
 
 
 def p2p_time(nbytes: float, bw: float, latency: float) -> float:
@@ -92,24 +86,26 @@ def p2p_time(nbytes: float, bw: float, latency: float) -> float:
 
 def collective_time(op: str, nbytes: float, span: GroupSpan, rates: Rates) -> float:
     """Time of 'all_reduce', 'reduce_scatter' or 'all_gather' of an ``nbytes`` buffer on a group
-    with this span: flat on NVLink inside one domain, hierarchical across domains."""
+    with this span: flat on NVLink inside one domain, hierarchical across domains. The span's
+    fields and the size may be arrays (elementwise)."""
     n = span.size
-    if n <= 1 or nbytes <= 0:
-        return 0.0
     lat_nv, lat_net = rates.nvlink_latency_s, rates.nic_latency_s
-    if not span.cross_domain:
-        if op == "all_reduce":
-            if rates.nvls_algbw:
-                return min(nvls_all_reduce_time(nbytes, n, rates.nvls_algbw, lat_nv),
-                           all_reduce_time(nbytes, n, rates.nvlink_busbw, lat_nv))
-            return all_reduce_time(nbytes, n, rates.nvlink_busbw, lat_nv)
-        return gather_time(nbytes, n, rates.nvlink_busbw, lat_nv)
+    # Inside one domain.
+    if op == "all_reduce":
+        flat = all_reduce_time(nbytes, n, rates.nvlink_busbw, lat_nv)
+        if rates.nvls_algbw:
+            flat = minimum(nvls_all_reduce_time(nbytes, n, rates.nvls_algbw, lat_nv), flat)
+    else:
+        flat = gather_time(nbytes, n, rates.nvlink_busbw, lat_nv)
+    # Across k domains with g members each: NVLink inside, the g NICs in parallel across.
     k, g = span.domains, span.per_domain
-    intra = gather_time(nbytes, g, rates.nvlink_busbw, lat_nv) if g > 1 else 0.0
+    intra = gather_time(nbytes, g, rates.nvlink_busbw, lat_nv)  # zero when g == 1
     part = nbytes / g
     if op == "all_reduce":
-        return 2 * intra + all_reduce_time(part, k, rates.nic_busbw, lat_net)
-    return intra + gather_time(part, k, rates.nic_busbw, lat_net)
+        hier = 2 * intra + all_reduce_time(part, k, rates.nic_busbw, lat_net)
+    else:
+        hier = intra + gather_time(part, k, rates.nic_busbw, lat_net)
+    return where((n <= 1) | (nbytes <= 0), 0.0, where(span.cross_domain, hier, flat))
 
 
 def a2a_time(bytes_per_token: float, tokens: float, top_k: int, span: GroupSpan, rates: Rates,
@@ -121,24 +117,24 @@ def a2a_time(bytes_per_token: float, tokens: float, top_k: int, span: GroupSpan,
     HybridEP one per destination domain, (k-1)(1-(1-1/k)^top_k) (capped by node-limited routing),
     then forward over NVLink inside the destination domain."""
     n = span.size
-    if n <= 1 or tokens <= 0:
-        return 0.0
     k = span.domains
-    g = span.per_domain if k > 1 else n
+    cross = k > 1
+    g = where(cross, span.per_domain, n)
     local_copies = top_k * (g - 1) / n
     remote_copies = top_k * (n - g) / n
     nvl_copies = local_copies
     net_copies = remote_copies
-    if dispatcher in ("deepep", "hybridep") and k > 1:
+    if dispatcher in ("deepep", "hybridep"):
         distinct = (k - 1) * (1 - (1 - 1 / k) ** top_k)
         if max_domains:
-            distinct = min(distinct, max_domains)
-        net_copies = min(remote_copies, distinct)
-        nvl_copies = local_copies + remote_copies * (g - 1) / g  # forwarding in the destination domain
+            distinct = minimum(distinct, max_domains)
+        net_copies = where(cross, minimum(remote_copies, distinct), net_copies)
+        # forwarding in the destination domain
+        nvl_copies = where(cross, local_copies + remote_copies * (g - 1) / g, nvl_copies)
     t_nvl = tokens * nvl_copies * bytes_per_token / rates.a2a_bw(dispatcher, False)
-    t_net = tokens * net_copies * bytes_per_token / rates.a2a_bw(dispatcher, True) if k > 1 else 0.0
-    latency = (rates.nic_latency_s if k > 1 else rates.nvlink_latency_s) + (n - 1) * rates.a2a_peer_latency_s
-    return max(t_nvl, t_net) + latency
+    t_net = where(cross, tokens * net_copies * bytes_per_token / rates.a2a_bw(dispatcher, True), 0.0)
+    latency = where(cross, rates.nic_latency_s, rates.nvlink_latency_s) + (n - 1) * rates.a2a_peer_latency_s
+    return where((n <= 1) | (tokens <= 0), 0.0, maximum(t_nvl, t_net) + latency)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +157,7 @@ class CommCost:
 def overlapped(comm: float, capacity: float, interference: float) -> float:
     """Exposed time of ``comm`` seconds overlapped with ``capacity`` seconds of compute: what does
     not fit, plus the interference of what does."""
-    hidden = min(comm, capacity)
+    hidden = minimum(comm, capacity)
     return comm - hidden + interference * hidden
 
 
@@ -176,21 +172,60 @@ class CommFlags:
     """DeepEP/HybridEP dispatch FP8 tokens (with scales) in FP8 training."""
 
 
+def comm_causes(ms: ModelShape, block: str, spans: dict[str, GroupSpan]) -> tuple[str, ...]:
+    """Which communication a block does ('tp', 'cp', 'ep', 'etp'). With array spans, a cause is
+    listed when some plan of the batch has the group (the others get zero for it)."""
+    base = block.removesuffix("_swa")
+    is_moe = base == "moe" or (base == "mtp" and ms.mtp_kind == "moe")
+    out = []
+    if any_true(spans["tp"].size > 1):
+        out.append("tp")
+    if any_true(spans["cp"].size > 1) and base in ("dense", "moe", "mtp"):
+        out.append("cp")
+    if is_moe and any_true(spans["ep"].size > 1):
+        out.append("ep")
+    if is_moe and any_true(spans["etp"].size > 1):
+        out.append("etp")
+    return tuple(out)
+
+
 def block_comm(ms: ModelShape, sh: Shard, block: str, bt: BlockTime, spans: dict[str, GroupSpan],
                rates: Rates, flags: CommFlags) -> tuple[CommCost, ...]:
-    """Communication of one block for one micro-batch (forward and backward together)."""
+    """Communication of one block for one micro-batch (forward and backward together): each
+    cause's collectives (what they cost) and their exposure (what overlaps)."""
     out: list[CommCost] = []
-    tp_span, interf = spans["tp"], rates.overlap_interference
-    act = sh.tokens * ms.hidden * BF16  # the gathered activation of one micro-batch
     full = flags.recompute == "full"
+    for cause in comm_causes(ms, block, spans):
+        if cause == "tp":
+            out.append(tp_comm(ms, block, bt, tp_collectives(ms, sh, spans["tp"], rates), rates, flags.tp_overlap, full))
+        elif cause == "cp":
+            out.append(cp_comm(bt, cp_transfers(ms, sh, spans["cp"], rates), rates, full))
+        elif cause == "ep":
+            out.append(ep_comm(bt, ep_transfers(ms, sh, spans["ep"], rates, flags.fp8_dispatch), rates, flags))
+        else:
+            out.append(etp_comm(ms, sh, spans["etp"], rates))
+    return tuple(out)
+
+
+def tp_collectives(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> tuple[float, float]:
+    """(all-gather, reduce-scatter) seconds of one micro-batch's activation over the TP group."""
+    act = sh.tokens * ms.hidden * BF16  # the gathered activation of one micro-batch
+    return collective_time("all_gather", act, span, rates), collective_time("reduce_scatter", act, span, rates)
+
+
+def tp_comm(ms: ModelShape, block: str, bt: BlockTime, collectives: tuple[float, float], rates: Rates,
+            tp_overlap: bool, full: bool) -> CommCost:
+    """TP/SP communication of one block: an all-gather in front of each column-parallel GEMM and a
+    reduce-scatter after each row-parallel one, their backward mirrors, and the recomputed forward's
+    again under full recompute; each hides behind its neighbouring GEMM (``bt``'s GEMM times)."""
+    interf = rates.overlap_interference
+    ag, rs = collectives
 
     def tp_pair(pre: str, post: str | None) -> tuple[float, float]:
         """AG in front of GEMM ``pre`` and RS after GEMM ``post``, forward and backward mirrors."""
-        ag = collective_time("all_gather", act, tp_span, rates)
-        rs = collective_time("reduce_scatter", act, tp_span, rates)
         f_pre, d_pre, w_pre = bt.gemm(pre)
         f_post, d_post, _ = bt.gemm(post) if post else (0.0, 0.0, 0.0)
-        ov = flags.tp_overlap
+        ov = tp_overlap
         total = ag + (rs if post else 0.0)  # forward
         exposed = overlapped(ag, f_pre if ov else 0.0, interf)
         if post:
@@ -208,55 +243,45 @@ def block_comm(ms: ModelShape, sh: Shard, block: str, bt: BlockTime, spans: dict
         return total, exposed
 
     base = block.removesuffix("_swa")
-    if tp_span.size > 1:
-        tot = exp = 0.0
-        if base in ("dense", "moe", "mtp"):
-            first = "q_down" if ms.attn_kind == "mla" and ms.q_lora else ("kv_down" if ms.attn_kind == "mla" else "qkv")
-            t, e = tp_pair(first, "proj")
+    tot = exp = 0.0
+    if base in ("dense", "moe", "mtp"):
+        first = "q_down" if ms.attn_kind == "mla" and ms.q_lora else ("kv_down" if ms.attn_kind == "mla" else "qkv")
+        t, e = tp_pair(first, "proj")
+        tot, exp = tot + t, exp + e
+        if base == "dense" or (base == "mtp" and ms.mtp_kind == "dense"):
+            t, e = tp_pair("mlp.fc1", "mlp.fc2")
             tot, exp = tot + t, exp + e
-            if base == "dense" or (base == "mtp" and ms.mtp_kind == "dense"):
-                t, e = tp_pair("mlp.fc1", "mlp.fc2")
-                tot, exp = tot + t, exp + e
-            elif ms.shared_ffn:
-                t, e = tp_pair("shared.fc1", "shared.fc2")
-                tot, exp = tot + t, exp + e
-        if base in ("head", "mtp"):
-            t, e = tp_pair("output", None)
+        elif ms.shared_ffn:
+            t, e = tp_pair("shared.fc1", "shared.fc2")
             tot, exp = tot + t, exp + e
-        if base in ("embedding", "mtp"):
-            # Vocabulary-parallel embedding: partial sums reduce-scattered forward, gathered back.
-            rs = collective_time("reduce_scatter", act, tp_span, rates)
-            ag = collective_time("all_gather", act, tp_span, rates)
-            tot, exp = tot + rs + ag, exp + rs + ag
-        out.append(CommCost("tp", tot, exp))
-
-    if spans["cp"].size > 1 and base in ("dense", "moe", "mtp"):
-        out.append(_cp_ring(ms, sh, bt, spans["cp"], rates, full))
-
-    is_moe = base == "moe" or (base == "mtp" and ms.mtp_kind == "moe")
-    if is_moe and spans["ep"].size > 1:
-        out.append(_ep_a2a(ms, sh, bt, spans["ep"], rates, flags))
-    if is_moe and spans["etp"].size > 1:
-        routed = sh.sp_tokens * ms.top_k * sh.etp * ms.hidden * BF16
-        ag = collective_time("all_gather", routed, spans["etp"], rates)
-        rs = collective_time("reduce_scatter", routed, spans["etp"], rates)
-        out.append(CommCost("etp", 2 * (ag + rs), 2 * (ag + rs)))
-    return tuple(out)
+    if base in ("head", "mtp"):
+        t, e = tp_pair("output", None)
+        tot, exp = tot + t, exp + e
+    if base in ("embedding", "mtp"):
+        # Vocabulary-parallel embedding: partial sums reduce-scattered forward, gathered back.
+        tot, exp = tot + rs + ag, exp + rs + ag
+    return CommCost("tp", tot, exp)
 
 
-def _cp_ring(ms: ModelShape, sh: Shard, bt: BlockTime, span: GroupSpan, rates: Rates, full: bool) -> CommCost:
-    """Ring attention (Megatron context parallelism): cp-1 steps passing this rank's K and V; the
-    backward passes K, V and their gradients. Each step hides behind one step of attention."""
+def cp_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> tuple[float, float, float]:
+    """(forward, backward, share of the attention they hide behind) seconds of ring attention's transfers (Megatron context parallelism):
+    cp-1 steps passing this rank's K and V; the backward passes K, V and their gradients."""
     heads = ms.heads // sh.tp
-    kv_heads = heads if ms.attn_kind == "mla" else max(1, ms.kv_heads // sh.tp)
+    kv_heads = heads if ms.attn_kind == "mla" else maximum(1, ms.kv_heads // sh.tp)
     kv_bytes = sh.tokens * kv_heads * (ms.qk_dim + ms.v_dim) * BF16
     cp = span.size
-    bw = rates.nvlink_bw if not span.cross_domain else rates.nic_bw
+    bw = where(span.cross_domain, rates.nic_bw, rates.nvlink_bw)
     bw *= rates.p2p_fraction
-    lat = rates.nic_latency_s if span.cross_domain else rates.nvlink_latency_s
+    lat = where(span.cross_domain, rates.nic_latency_s, rates.nvlink_latency_s)
     fwd = (cp - 1) * p2p_time(kv_bytes, bw, lat)
     bwd = (cp - 1) * p2p_time(2 * kv_bytes, bw, lat)
-    share = (cp - 1) / cp
+    return fwd, bwd, (cp - 1) / cp
+
+
+def cp_comm(bt: BlockTime, transfers: tuple[float, float, float], rates: Rates, full: bool) -> CommCost:
+    """Ring attention's exposure: each of the cp-1 steps (``share`` of the attention) hides behind
+    one step of attention (``bt``)."""
+    fwd, bwd, share = transfers
     exposed = overlapped(fwd, bt.attn_fwd * share, rates.overlap_interference)
     exposed += overlapped(bwd, bt.attn_bwd * share, rates.overlap_interference)
     total = fwd + bwd
@@ -266,16 +291,21 @@ def _cp_ring(ms: ModelShape, sh: Shard, bt: BlockTime, span: GroupSpan, rates: R
     return CommCost("cp", total, exposed)
 
 
-def _ep_a2a(ms: ModelShape, sh: Shard, bt: BlockTime, span: GroupSpan, rates: Rates, flags: CommFlags) -> CommCost:
-    """Dispatch and combine, forward and backward (the backward mirrors them), for the heaviest
-    receiver (routing imbalance). FP8 dispatch sends 1 byte per element plus 1/128 scales."""
+def ep_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates, fp8_dispatch: bool) -> float:
+    """Seconds of one dispatch plus one combine for the heaviest receiver (routing imbalance).
+    FP8 dispatch sends 1 byte per element plus 1/128 scales."""
     h = ms.hidden
-    disp_bytes = h * (1 + 4 / 128) if flags.fp8_dispatch else h * BF16
+    disp_bytes = h * (1 + 4 / 128) if fp8_dispatch else h * BF16
     comb_bytes = h * BF16
     tokens = sh.sp_tokens * sh.imbalance
     disp = a2a_time(disp_bytes, tokens, ms.top_k, span, rates, sh.dispatcher, ms.group_top_k)
     comb = a2a_time(comb_bytes, tokens, ms.top_k, span, rates, sh.dispatcher, ms.group_top_k)
-    once = disp + comb
+    return disp + comb
+
+
+def ep_comm(bt: BlockTime, once: float, rates: Rates, flags: CommFlags) -> CommCost:
+    """Dispatch and combine, forward and backward (the backward mirrors them), again in a
+    recomputed MoE forward; with EP overlap hidden behind the other micro-batch's layer (``bt``)."""
     total = 2 * once  # forward dispatch+combine, backward combine-grad+dispatch-grad
     rec = flags.recompute == "full" or (isinstance(flags.recompute, tuple) and "moe" in flags.recompute)
     if rec:
@@ -288,26 +318,31 @@ def _ep_a2a(ms: ModelShape, sh: Shard, bt: BlockTime, span: GroupSpan, rates: Ra
     return CommCost("ep", total, exposed)
 
 
+def etp_comm(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> CommCost:
+    """Expert-TP all-gather and reduce-scatter of the routed tokens, forward and backward (exposed)."""
+    routed = sh.sp_tokens * ms.top_k * sh.etp * ms.hidden * BF16
+    ag = collective_time("all_gather", routed, span, rates)
+    rs = collective_time("reduce_scatter", routed, span, rates)
+    return CommCost("etp", 2 * (ag + rs), 2 * (ag + rs))
+
+
 # ---------------------------------------------------------------------------------------------
 # Pipeline and data-parallel communication.
 # ---------------------------------------------------------------------------------------------
 def pp_p2p_time(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> float:
     """One activation (or gradient) transfer between pipeline neighbours: each TP rank sends its
     sequence-parallel slice [s/tp, b, h] over its own link."""
-    if span.size <= 1:
-        return 0.0
     nbytes = sh.sp_tokens * ms.hidden * BF16
     cross = span.cross_domain
-    bw = (rates.nic_bw if cross else rates.nvlink_bw) * rates.p2p_fraction
-    return p2p_time(nbytes, bw, rates.nic_latency_s if cross else rates.nvlink_latency_s)
+    bw = where(cross, rates.nic_bw, rates.nvlink_bw) * rates.p2p_fraction
+    t = p2p_time(nbytes, bw, where(cross, rates.nic_latency_s, rates.nvlink_latency_s))
+    return where(span.size <= 1, 0.0, t)
 
 
 def dp_time(grad_bytes: float, param_bytes: float, span: GroupSpan, sharded: bool, rates: Rates) -> tuple[float, float]:
     """(gradient sync, parameter gather) seconds for one rank's local parameters: reduce-scatter
     plus all-gather when the optimizer is sharded (distributed optimizer, ZeRO), all-reduce when
-    it is not (DDP)."""
-    if span.size <= 1:
-        return 0.0, 0.0
+    it is not (DDP); zero without data parallelism."""
     if sharded:
         return (collective_time("reduce_scatter", grad_bytes, span, rates),
                 collective_time("all_gather", param_bytes, span, rates))

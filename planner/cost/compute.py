@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from planner.cost.arrays import hashable, maximum, minimum
 from planner.cost.flops import BF16, FP8, FP32, FusedAttention, Gemm, Kernel, ModelShape, Shard, Stream, block_kernels
 from planner.cost.rates import Rates
 
@@ -52,7 +53,7 @@ def shape_factor(m: float, n: float, k: float, half_dim: float, exponent: float)
     big = 1.0
     for d in LARGE_GEMM:
         big *= dim_factor(d, half_dim, exponent)
-    return min(1.0, f / big)
+    return minimum(1.0, f / big)
 
 
 def gemm_efficiency(m: float, n: float, k: float, recipe: str, rates: Rates, count: int = 1) -> float:
@@ -62,15 +63,15 @@ def gemm_efficiency(m: float, n: float, k: float, recipe: str, rates: Rates, cou
     run one after another, each at its own shape."""
     ceiling = rates.ceiling(recipe)
     shape = shape_factor(m, n, k, rates.gemm_half_dim, rates.gemm_shape_exponent)
-    return min(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
+    return minimum(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
 
 
 def _gemm_pass(m: float, n: float, k: float, count: int, recipe: str, in_bytes: float, out_bytes: float, rates: Rates) -> float:
     flops = 2.0 * m * n * k * count
     t_math = flops / (rates.peak(recipe) * gemm_efficiency(m, n, k, recipe, rates, count))
     t_mem = count * (in_bytes * (m * k + k * n) + out_bytes * m * n) / rates.hbm_bw
-    kernels = max(1, count // GROUPED_GEMM_STREAMS)
-    return max(t_math, t_mem) + kernels * rates.kernel_overhead_s
+    kernels = maximum(1, count // GROUPED_GEMM_STREAMS)
+    return maximum(t_math, t_mem) + kernels * rates.kernel_overhead_s
 
 
 def gemm_recipe(g: Gemm, fp8: bool, rates: Rates) -> str:
@@ -172,51 +173,115 @@ def launches(k: Kernel) -> tuple[int, int]:
     return k.kernels, k.kernels
 
 
-@lru_cache(maxsize=65536)
-def block_time(ms: ModelShape, sh: Shard, block: str, rates: Rates, recompute: str | tuple[str, ...] | None) -> BlockTime:
-    """Seconds and FLOPs of one block for one micro-batch (memoized on hashable arguments).
-    Each pass takes the longer of the GPU's kernel time and the host's issue time."""
-    g_f = g_b = a_f = a_b = m_f = m_b = rc = 0.0
-    fl_f = fl_b = fl_rc = 0.0
-    n_f = n_b = n_rc = 0
-    rc_gpu = 0.0
-    named = []
+@dataclass(frozen=True)
+class KernelTime:
+    """One inventory entry's seconds for one micro-batch: forward, and the backward's two parts
+    (data and weight gradient for GEMMs; the whole backward in ``dgrad`` otherwise, ``wgrad``
+    None)."""
+
+    kernel: Kernel
+    fwd: float
+    dgrad: float
+    wgrad: float | None = None
+
+
+def kernel_times(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> tuple[KernelTime, ...]:
+    """Seconds of every kernel of one block (what recompute settings share: :func:`block_time`
+    sums them per setting). Shard degrees may be arrays."""
+    out = []
     for k in block_kernels(ms, sh, block):
-        again = recomputed(k.module, recompute)
+        if isinstance(k, Gemm):
+            f, d, w = gemm_times(k, sh.fp8, rates)
+            out.append(KernelTime(k, f, d, w))
+        elif isinstance(k, FusedAttention):
+            f, b = attention_times(k, rates)
+            out.append(KernelTime(k, f, b))
+        else:
+            f, b = stream_times(k, rates)
+            out.append(KernelTime(k, f, b))
+    return tuple(out)
+
+
+def block_time(ms: ModelShape, sh: Shard, block: str, rates: Rates, recompute: str | tuple[str, ...] | None) -> BlockTime:
+    """Seconds and FLOPs of one block for one micro-batch (memoized on hashable arguments; with
+    array degrees every field is an array). Each pass takes the longer of the GPU's kernel time and
+    the host's issue time."""
+    if hashable(sh):
+        return _block_time_cached(ms, sh, block, rates, recompute)
+    return block_time_of(kernel_times(ms, sh, block, rates), rates, recompute)
+
+
+@dataclass(frozen=True)
+class KernelSums:
+    """A block's kernel times and FLOPs summed by class and pass, before recompute."""
+
+    gemm_fwd: float
+    gemm_bwd: float
+    attn_fwd: float
+    attn_bwd: float
+    mem_fwd: float
+    mem_bwd: float
+    flops_fwd: float
+    flops_bwd: float
+    launches_fwd: int
+    launches_bwd: int
+    gemms: tuple[tuple[str, float, float, float], ...]
+
+
+def kernel_sums(kts: tuple[KernelTime, ...]) -> KernelSums:
+    g_f = g_b = a_f = a_b = m_f = m_b = 0.0
+    fl_f = fl_b = 0.0
+    n_f = n_b = 0
+    named = []
+    for kt in kts:
+        k = kt.kernel
         lf, lb = launches(k)
         n_f += lf
         n_b += lb
-        if again:
-            n_rc += lf
+        f = kt.fwd
         if isinstance(k, Gemm):
-            f, d, w = gemm_times(k, sh.fp8, rates)
+            d, w = kt.dgrad, kt.wgrad
             g_f += f
             g_b += d + w
             fl_f += k.flops
             fl_b += 2 * k.flops
             named.append((k.name, f, d, w))
-            if again:
-                rc += f
-                fl_rc += k.flops
         elif isinstance(k, FusedAttention):
-            f, b = attention_times(k, rates)
             a_f += f
-            a_b += b
+            a_b += kt.dgrad
             fl_f += k.flops
             fl_b += 2.5 * k.flops
-            if again:
-                rc += f
-                fl_rc += k.flops
         else:
-            f, b = stream_times(k, rates)
             m_f += f
-            m_b += b
-            if again:
-                rc += f
+            m_b += kt.dgrad
+    return KernelSums(g_f, g_b, a_f, a_b, m_f, m_b, fl_f, fl_b, n_f, n_b, tuple(named))
+
+
+def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tuple[str, ...] | None,
+                  sums: KernelSums | None = None) -> BlockTime:
+    """Sum a block's kernel times (:func:`kernel_times`; ``sums`` when already summed) under a
+    recompute setting: the recomputed kernels' forward repeats in the backward, and each pass
+    waits for the host when it issues kernels faster than they run."""
+    s = sums if sums is not None else kernel_sums(kts)
+    rc = fl_rc = 0.0
+    n_rc = 0
+    for kt in kts:
+        k = kt.kernel
+        if recomputed(k.module, recompute):
+            n_rc += launches(k)[0]
+            rc += kt.fwd
+            if not isinstance(k, Stream):
+                fl_rc += k.flops
     host = rates.host_launch_s
-    host_f = max(0.0, n_f * host - (g_f + a_f + m_f))
-    host_b = max(0.0, (n_b + n_rc) * host - (g_b + a_b + m_b + rc))
-    return BlockTime(g_f, g_b, a_f, a_b, m_f, m_b, rc, host_f, host_b, fl_f, fl_b, fl_rc, tuple(named))
+    host_f = maximum(0.0, s.launches_fwd * host - (s.gemm_fwd + s.attn_fwd + s.mem_fwd))
+    host_b = maximum(0.0, (s.launches_bwd + n_rc) * host - (s.gemm_bwd + s.attn_bwd + s.mem_bwd + rc))
+    return BlockTime(s.gemm_fwd, s.gemm_bwd, s.attn_fwd, s.attn_bwd, s.mem_fwd, s.mem_bwd, rc, host_f, host_b,
+                     s.flops_fwd, s.flops_bwd, fl_rc, s.gemms)
+
+
+@lru_cache(maxsize=65536)
+def _block_time_cached(ms: ModelShape, sh: Shard, block: str, rates: Rates, recompute) -> BlockTime:
+    return block_time_of(kernel_times(ms, sh, block, rates), rates, recompute)
 
 
 def kernel_table(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> list[dict]:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
+from planner.cost.arrays import as_int, hashable, maximum, round_int
+
 if TYPE_CHECKING:
     from planner.specs.model import ModelSpec
 
@@ -210,7 +212,9 @@ def model_shape(model: ModelSpec) -> ModelShape:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Shard:
-    """Degrees and sizes that fix every kernel shape of a block (the memoization key)."""
+    """Degrees and sizes that fix every kernel shape of a block (the memoization key). The degrees
+    and mbs may be numpy arrays (the search's time tables evaluate many shardings at once through
+    the same formulas); the other fields are scalars."""
 
     tp: int
     cp: int
@@ -309,7 +313,7 @@ def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
         qk_elems = T * heads * (2 * ms.qk_dim)
         ks.append(_elementwise("qk_assemble", qk_elems, BF16, BF16, "mla_up_proj"))
     else:
-        kv_local = max(1, ms.kv_heads // tp)  # Megatron replicates K/V heads when tp > kv heads
+        kv_local = maximum(1, ms.kv_heads // tp)  # Megatron replicates K/V heads when tp > kv heads
         gemms.append(Gemm("qkv", T, (heads + 2 * kv_local) * ms.qk_dim, h))
         ks += _with_casts(gemms, sh)
         if ms.qkv_bias:
@@ -361,8 +365,8 @@ def mlp_block(ms: ModelShape, sh: Shard, width: int, module: str, name: str = "m
     """A TP-split MLP (dense FFN or shared experts): fc1, activation, fc2."""
     T, w = sh.tokens, width / sh.tp
     n_in = 2 if ms.gated else 1
-    fc1 = Gemm(f"{name}.fc1", T, int(n_in * w), ms.hidden, module=module)
-    fc2 = Gemm(f"{name}.fc2", T, ms.hidden, int(w), module=module)
+    fc1 = Gemm(f"{name}.fc1", T, as_int(n_in * w), ms.hidden, module=module)
+    fc2 = Gemm(f"{name}.fc2", T, ms.hidden, as_int(w), module=module)
     ks: list[Kernel] = _with_casts([fc1], sh)
     ks.append(_activation(f"{name}.act", T, w, ms.gated, module))
     ks += _with_casts([fc2], sh)
@@ -379,7 +383,7 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     """Router, token permutation, routed experts (grouped GEMM) and shared experts."""
     h, Tsp, E = ms.hidden, sh.sp_tokens, ms.num_experts
     ks: list[Kernel] = [
-        Gemm("router", int(Tsp), E, h, module="moe", fp8=False),
+        Gemm("router", as_int(Tsp), E, h, module="moe", fp8=False),
         _elementwise("router_topk", Tsp * E, FP32 * ROUTER_PASSES / 2, FP32 * ROUTER_PASSES / 2, "moe", kernels=ROUTER_PASSES),
     ]
     R = routed_tokens(ms, sh)
@@ -390,11 +394,11 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     perm_bytes = (copies * h * 2 * BF16 if global_perm else 0) + R * h * 2 * BF16
     ks.append(Stream("permute", perm_bytes, perm_bytes, "moe", kernels=2 if global_perm else 1))
     local = E // sh.ep
-    m_e = max(1, round(R / local))
+    m_e = maximum(1, round_int(R / local))
     w = ms.expert_ffn / sh.etp
     n_in = 2 if ms.gated else 1
-    fc1 = Gemm("experts.fc1", m_e, int(n_in * w), h, count=local, module="moe", model_fraction=1.0 / sh.imbalance)
-    fc2 = Gemm("experts.fc2", m_e, h, int(w), count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    fc1 = Gemm("experts.fc1", m_e, as_int(n_in * w), h, count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    fc2 = Gemm("experts.fc2", m_e, h, as_int(w), count=local, module="moe", model_fraction=1.0 / sh.imbalance)
     ks += _with_casts([fc1], sh)
     ks.append(_activation("experts.act", R, w, ms.gated, "moe_act"))
     ks += _with_casts([fc2], sh)
@@ -454,10 +458,16 @@ def mtp_block(ms: ModelShape, sh: Shard) -> tuple[Kernel, ...]:
     return tuple(ks)
 
 
-@lru_cache(maxsize=4096)
 def block_kernels(ms: ModelShape, sh: Shard, block: str) -> tuple[Kernel, ...]:
     """Kernels of one block: a decoder layer kind ('dense', 'moe', '..._swa'), 'embedding',
-    'head' (final norm, output layer, loss) or 'mtp'."""
+    'head' (final norm, output layer, loss) or 'mtp'. Memoized for scalar shards; with array
+    degrees each kernel's sizes are arrays."""
+    if hashable(sh):
+        return _block_kernels_cached(ms, sh, block)
+    return _block_kernels(ms, sh, block)
+
+
+def _block_kernels(ms: ModelShape, sh: Shard, block: str) -> tuple[Kernel, ...]:
     if block == "embedding":
         return embedding_block(ms, sh)
     if block == "head":
@@ -465,6 +475,9 @@ def block_kernels(ms: ModelShape, sh: Shard, block: str) -> tuple[Kernel, ...]:
     if block == "mtp":
         return mtp_block(ms, sh)
     return layer_block(ms, sh, block)
+
+
+_block_kernels_cached = lru_cache(maxsize=4096)(_block_kernels)
 
 
 def hardware_flops(kernels: tuple[Kernel, ...]) -> tuple[float, float]:

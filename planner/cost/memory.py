@@ -398,9 +398,10 @@ class StageMemory:
 
 def comm_buffers(setup) -> float:
     """Communication buffers of one GPU of this plan (see :func:`comm_bytes`)."""
-    from planner.cost.topology_groups import domain_fill
+    from planner.cost.time import plan_spans
 
-    return comm_bytes(setup.model, setup.efficiency.memory, setup.deg, fill=domain_fill(setup),
+    spans, _ = plan_spans(setup)
+    return comm_bytes(setup.model, setup.efficiency.memory, setup.deg, crosses=span_crossings(spans),
                       dispatcher=setup.plan.dispatcher, tokens=setup.tokens_per_microbatch,
                       sp=setup.sequence_parallel) + attention_score_buffer(setup)
 
@@ -416,21 +417,31 @@ def attention_score_buffer(setup) -> float:
     return BF16 * setup.plan.mbs * heads * setup.seq_per_gpu ** 2
 
 
-def comm_bytes(model, mem, deg, *, fill, dispatcher, tokens, sp):
+# The process groups whose NCCL communicators a GPU holds (names of planner.cost.topology's
+# spans; 'dpcp' is the distributed optimizer's DP x CP group) and the degree that sizes each.
+COMMUNICATOR_GROUPS = {"tp": "tp", "cp": "cp", "dpcp": None, "pp": "pp", "ep": "ep", "edp": "edp", "etp": "etp"}
+
+
+def span_crossings(spans) -> dict[str, bool]:
+    """Whether the worst group of each communicator crosses NVLink domains."""
+    return {name: spans[name].domains > 1 for name in COMMUNICATOR_GROUPS if name in spans}
+
+
+def comm_bytes(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp):
     """NCCL communicators of this GPU's process groups, EP dispatcher staging, PP send/receive
-    buffers and GEMM workspaces. Degrees may be arrays.
+    buffers and GEMM workspaces. Degrees and ``crosses`` entries may be arrays.
 
     A communicator costs its buffers only if its group has more than one rank (NCCL initializes
-    lazily); groups that fit in one NVLink domain use the intra-domain size."""
-    from planner.cost.topology_groups import group_stride, spans_domains
-
-    names = ["tp", "cp", "dp", "pp", "ep", "edp"] + (["etp"] if model.is_moe else [])
+    lazily); groups inside one NVLink domain use the intra-domain size."""
+    sizes = {"tp": deg.tp, "cp": deg.cp, "dpcp": np.asarray(deg.dp) * np.asarray(deg.cp), "pp": deg.pp,
+             "ep": deg.ep, "edp": deg.edp, "etp": deg.etp}
     total = 0.0
-    for name in names:
-        stride, size = group_stride(deg, name)
-        cross = spans_domains(stride, size, fill)
-        per = where(cross, mem.nccl_bytes_per_communicator_internode.value, mem.nccl_bytes_per_communicator.value)
-        total = total + per * (np.asarray(size) > 1)
+    for name in COMMUNICATOR_GROUPS:
+        if name == "etp" and not model.is_moe:
+            continue
+        per = where(crosses.get(name, False), mem.nccl_bytes_per_communicator_internode.value,
+                    mem.nccl_bytes_per_communicator.value)
+        total = total + per * (np.asarray(sizes[name]) > 1)
     if model.is_moe and dispatcher in ("deepep", "hybridep"):
         total = total + mem.ep_a2a_staging_bytes.value * model.hidden_size / 7168 * (np.asarray(deg.ep) > 1)
     # Megatron allocates receive buffers per in-flight transfer: forward and backward, and two of

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+from planner.cost.arrays import hashable, maximum, minimum
 from planner.cost.comm import CommCost, CommFlags, block_comm, dp_time, overlapped, pp_p2p_time
 from planner.cost.compute import BlockTime, block_time
 from planner.cost.flops import FP32, ModelShape, Shard
@@ -34,8 +35,8 @@ from planner.cost.topology import GroupSpan
 # ---------------------------------------------------------------------------------------------
 def pipeline_time(rank_times: list[float] | tuple[float, ...], micro_batches: int, vpp: int = 1) -> float:
     """Time of the forward/backward phase of one step: ``m * max + (sum - max) / v`` (equals the
-    1F1B ``sum + (m - 1) * max`` when v = 1)."""
-    slowest = max(rank_times)
+    1F1B ``sum + (m - 1) * max`` when v = 1). Rank times and m may be arrays (elementwise)."""
+    slowest = maximum(*rank_times)
     return micro_batches * slowest + (sum(rank_times) - slowest) / vpp
 
 
@@ -136,27 +137,45 @@ def block_cost(ms: ModelShape, sh: Shard, name: str, count: int, rates: Rates, r
     return BlockCost(name, count, bt, comm)
 
 
+def rank_blocks(ms: ModelShape, chunks, recompute, full_layers_per_chunk: tuple[int, ...]) -> list[tuple[str, int, object, bool]]:
+    """(block, count, recompute setting of its compute, fully recomputed) of every block of a rank's
+    chunks, in order. Recompute covers decoder layers (Megatron recomputes inside TransformerBlock);
+    the embedding, the output layer/loss and the MTP head are never recomputed."""
+    out = []
+    for chunk, n_full in zip(chunks, full_layers_per_chunk):
+        for name, count, is_full in chunk_blocks(ms, chunk.layers, chunk.embedding, chunk.loss, chunk.mtp, n_full):
+            rc = "full" if is_full else (recompute if name not in ("embedding", "head", "mtp") else None)
+            out.append((name, count, rc, is_full))
+    return out
+
+
+def full_flags(flags: CommFlags) -> CommFlags:
+    """The switches of a fully recomputed layer inside a plan with other settings."""
+    return CommFlags(flags.tp_overlap, flags.ep_overlap, "full", flags.fp8_dispatch)
+
+
 def rank_cost(ms: ModelShape, sh: Shard, rank: int, chunks, rates: Rates, recompute, spans: Spans,
               flags: CommFlags, full_layers_per_chunk: tuple[int, ...], vpp: int, p2p_overlap: bool) -> RankCost:
     """Cost of pipeline rank ``rank`` for one micro-batch. ``chunks`` are its VirtualStages;
     ``p2p_overlap``: send/receive runs behind compute (interleaved schedule in Megatron-Core)."""
-    blocks: list[BlockCost] = []
-    for chunk, n_full in zip(chunks, full_layers_per_chunk):
-        for name, count, is_full in chunk_blocks(ms, chunk.layers, chunk.embedding, chunk.loss, chunk.mtp, n_full):
-            # Recompute covers decoder layers (Megatron recomputes inside TransformerBlock); the
-            # embedding, the output layer/loss and the MTP head are never recomputed.
-            rc = "full" if is_full else (recompute if name not in ("embedding", "head", "mtp") else None)
-            f = flags if not is_full else CommFlags(flags.tp_overlap, flags.ep_overlap, "full", flags.fp8_dispatch)
-            blocks.append(block_cost(ms, sh, name, count, rates, rc, spans, f))
-    t_p2p = pp_p2p_time(ms, sh, spans.pp, rates)
-    # Each micro-batch crosses each of this rank's chunk boundaries forward and backward.
-    p2p_total = 2 * vpp * t_p2p if spans.pp.size > 1 else 0.0
+    blocks = [block_cost(ms, sh, name, count, rates, rc, spans, full_flags(flags) if is_full else flags)
+              for name, count, rc, is_full in rank_blocks(ms, chunks, recompute, full_layers_per_chunk)]
     compute = sum(b.compute for b in blocks)
+    p2p_total, p2p_exposed = rank_p2p(pp_p2p_time(ms, sh, spans.pp, rates), spans.pp.size, vpp, compute,
+                                      p2p_overlap, rates)
+    return RankCost(rank, tuple(blocks), p2p_total, p2p_exposed)
+
+
+def rank_p2p(t_p2p: float, pp: int, vpp: int, compute: float, p2p_overlap: bool, rates: Rates) -> tuple[float, float]:
+    """(total, exposed) pipeline send/receive seconds of one rank per micro-batch: each micro-batch
+    crosses each of the rank's chunk boundaries forward and backward (``t_p2p`` each); with
+    ``p2p_overlap`` it runs behind the rank's ``compute``."""
+    p2p_total = 2 * vpp * t_p2p if pp > 1 else 0.0
     if p2p_overlap:
         p2p_exposed = overlapped(p2p_total, compute, rates.overlap_interference)
     else:
         p2p_exposed = p2p_total
-    return RankCost(rank, tuple(blocks), p2p_total, p2p_exposed)
+    return p2p_total, p2p_exposed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,9 +188,11 @@ def block_params(model, block: str, tp: int, ep: int, etp: int) -> tuple[float, 
     """(dense, expert) parameters of one block ('dense'/'moe' layer, 'embedding', 'head', 'mtp') on
     one GPU, by Megatron's sharding of each component (planner.specs.params): TP-split linears /
     tp, K/V / min(tp, kv heads), replicated norms/router/MLA down-projections whole,
-    vocabulary-parallel tables / tp, experts / (ep*etp). Cached per model object."""
-    key = (id(model), block, tp, ep, etp)
-    hit = _PARAMS.get(key)
+    vocabulary-parallel tables / tp, experts / (ep*etp). Cached per model object for scalar
+    degrees; array degrees give arrays."""
+    cache = hashable(tp, ep, etp)
+    key = (id(model), block, tp, ep, etp) if cache else None
+    hit = _PARAMS.get(key) if cache else None
     if hit is not None and hit[0] is model:
         return hit[1]
     from planner.specs import params as P
@@ -179,16 +200,18 @@ def block_params(model, block: str, tp: int, ep: int, etp: int) -> tuple[float, 
     b = {"embedding": P.embedding_block, "head": P.head_block, "mtp": P.mtp_block}.get(block)
     blk = b(model) if b else P.layer_block(model, block)
     kv = model.attention.num_kv_heads
-    div = {"tp": tp, "tp_kv": min(tp, kv), "replicated": 1, "vocab": tp}
+    div = {"tp": tp, "tp_kv": minimum(tp, kv), "replicated": 1, "vocab": tp}
     dense = sum(c.params / div[c.shard] for c in blk.components if c.shard != "expert")
     expert = sum(c.params / (ep * etp) for c in blk.components if c.shard == "expert")
-    _PARAMS[key] = (model, (dense, expert))
+    if cache:
+        _PARAMS[key] = (model, (dense, expert))
     return dense, expert
 
 
 def local_params(model, chunks, tp: int, ep: int, etp: int, pp: int) -> tuple[float, float]:
     """(dense, expert) parameters one GPU of a pipeline rank holds (see :func:`block_params`).
-    A tied output head keeps its own copy on the last stage when pp > 1."""
+    A tied output head keeps its own copy on the last stage when pp > 1. tp, ep and etp may be
+    arrays."""
     kinds = model.layer_kinds
     dense = expert = 0.0
     for ch in chunks:
@@ -230,7 +253,33 @@ def offloaded_optimizer_time(shard_params: float, rates: Rates) -> tuple[float, 
     weights up the host link (full duplex, pipelined with the CPU Adam of earlier buckets)."""
     transfer = shard_params * FP32 / rates.host_bw
     cpu = shard_params / rates.cpu_adam_params_per_s
-    return max(transfer, cpu), transfer, cpu
+    return maximum(transfer, cpu), transfer, cpu
+
+
+def optimizer_step_time(shard_params: float, local_params_: float, moments: str, offload: bool, rates: Rates,
+                        override: float | None = None) -> float:
+    """Seconds of the optimizer step: on the host with optimizer offload, else on the GPU."""
+    if offload:
+        return offloaded_optimizer_time(shard_params, rates)[0]
+    return optimizer_time(shard_params, local_params_, moments, rates, override)
+
+
+def sync_kind(sharding) -> tuple[str, bool]:
+    """How a sharding setting syncs data-parallel replicas: the :func:`data_parallel` mode ('ddp':
+    all-reduce, 'sharded': reduce-scatter and all-gather) and whether parameters are gathered per
+    micro-batch (FSDP, HSDP)."""
+    return ("ddp" if sharding.kind == "ddp" else "sharded"), sharding.kind in ("fsdp", "hsdp")
+
+
+def optimizer_shard(sharding, dense: float, expert: float, dp: int, cp: int, edp: int) -> float:
+    """Parameters whose optimizer state one GPU updates: everything with DDP, the sharding group's
+    share with HSDP, else dense parameters over DP x CP and experts over expert-DP (degrees may be
+    arrays)."""
+    if sharding.kind == "ddp":
+        return dense + expert
+    if sharding.kind == "hsdp":
+        return dense / sharding.group + expert / maximum(1, minimum(sharding.group, edp))
+    return dense / (dp * cp) + expert / edp
 
 
 def data_parallel(dense: float, expert: float, spans: dict[str, GroupSpan], sharding: str, rates: Rates,
@@ -242,3 +291,24 @@ def data_parallel(dense: float, expert: float, spans: dict[str, GroupSpan], shar
     g1, p1 = dp_time(dense * FP32, dense * param_bytes, spans["dpcp"], sharded, rates)
     g2, p2 = dp_time(expert * FP32, expert * param_bytes, spans["edp"], sharded, rates)
     return g1 + g2, p1 + p2
+
+
+def dp_exposure(grad: float, param: float, fsdp: bool, micro_batches: int, fwd: float, bwd: float, rates: Rates,
+                dp_overlap: bool) -> tuple[float, float, float, float, float, float]:
+    """(gradient, its exposed part, parameter gather, its exposed part, FSDP traffic, its exposed
+    part) seconds of one rank's data-parallel sync per step, from its :func:`data_parallel` times
+    and its forward/backward seconds per micro-batch (scalars or arrays).
+
+    Distributed optimizer / ZeRO: the gradient reduce-scatter hides behind the last backward and
+    the parameter all-gather behind the first forward (with ``dp_overlap``). FSDP/HSDP gathers the
+    parameters before each micro-batch's forward and backward and reduce-scatters the gradients
+    after each backward, prefetched behind the rank's compute."""
+    interf = rates.overlap_interference
+    fsdp_tot = fsdp_exp = 0.0
+    if fsdp:
+        fsdp_tot = micro_batches * (2 * param + grad)
+        fsdp_exp = overlapped(fsdp_tot, micro_batches * (fwd + bwd), interf)
+        grad = param = 0.0
+    cap_g = bwd if dp_overlap else 0.0
+    cap_p = fwd if dp_overlap else 0.0
+    return grad, overlapped(grad, cap_g, interf), param, overlapped(param, cap_p, interf), fsdp_tot, fsdp_exp

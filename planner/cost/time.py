@@ -15,17 +15,24 @@ How a plan's time is composed:
 
 ``stage_times``/``step_time`` expose the pieces for the search's cost tables; ``time_report`` adds
 FLOPs, throughput, the breakdown by cause (exposed and hidden communication) and the bottleneck.
+
+The pieces ``evaluate`` composes (kernel inventory and times, block time under a recompute setting,
+each cause's collectives and exposure, rank p2p, activation offload, the schedule, the
+data-parallel exposure and optimizer step) take numpy arrays for the degrees, micro-batch size and
+count and group spans as well as numbers (memoized only on hashable arguments);
+planner.search.time_tables runs them over many structural keys at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.cost.comm import CommFlags, overlapped
+from planner.cost.arrays import maximum
+from planner.cost.comm import CommFlags
 from planner.cost.flops import BF16, FP32, Shard, megatron_model_flops, model_shape
 from planner.cost.pipeline import (
-    RankCost, Spans, data_parallel, local_params, offloaded_optimizer_time, optimizer_time,
-    pipeline_time, rank_cost,
+    RankCost, Spans, data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard,
+    optimizer_step_time, pipeline_time, rank_cost, sync_kind,
 )
 from planner.cost.rates import Rates, rates_for
 from planner.cost.topology import GroupSpan, group_spans, idle_gpus, resolve_domain_fill
@@ -92,7 +99,7 @@ def recompute_setting(setup) -> tuple[str | tuple[str, ...] | None, int | None]:
     """(setting for every layer, fully recomputed layers per chunk or None)."""
     rc = setup.recompute
     if setup.plan.stage_recompute_layers is not None and rc.kind == "full":
-        return None, 0  # per-stage counts: see _full_layers
+        return None, 0  # per-stage counts: see full_layers_per_chunk
     if rc.kind == "none":
         return None, None
     if rc.kind == "selective":
@@ -102,7 +109,7 @@ def recompute_setting(setup) -> tuple[str | tuple[str, ...] | None, int | None]:
     return None, rc.layers
 
 
-def _full_layers(setup, rank: int, chunks) -> tuple[int, ...]:
+def full_layers_per_chunk(setup, rank: int, chunks) -> tuple[int, ...]:
     """Fully recomputed layers in each chunk of a rank: the first N layers of every chunk (Megatron's
     block method; with VPP, N per virtual stage), N from full:N or the plan's per-stage counts (the
     same semantics as the memory model's planner.cost.memory.stage_chunks)."""
@@ -131,6 +138,45 @@ def plan_spans(setup) -> tuple[dict[str, GroupSpan], int]:
     return spans, fill
 
 
+def comm_flags(setup, sh: Shard) -> CommFlags:
+    """The plan-level switches of its communication (TP overlap by implementation unless set, EP
+    overlap, recompute, FP8 dispatch with DeepEP/HybridEP in FP8 training)."""
+    a = setup.assumptions
+    recompute, _ = recompute_setting(setup)
+    return CommFlags(
+        tp_overlap=a.tp_comm_overlap if a.tp_comm_overlap is not None else a.implementation == "te",
+        ep_overlap=setup.plan.ep_overlap == "on",
+        recompute=recompute,
+        fp8_dispatch=sh.fp8 and sh.dispatcher in ("deepep", "hybridep"),
+    )
+
+
+def p2p_overlaps(setup) -> bool:
+    """Megatron-Core overlaps pipeline send/receive with compute in the interleaved schedule
+    (overlap_p2p_comm); 2021-22 Megatron (megatron-local) blocked on it."""
+    return setup.deg.vpp > 1 and setup.assumptions.implementation == "te"
+
+
+def activation_offload(layers: int, sp_tokens: float, hidden: int, fwd: float, bwd: float,
+                       rates: Rates) -> tuple[float, float]:
+    """(bytes per micro-batch, seconds added per micro-batch) of offloading a rank's saved
+    activations over the host link, behind its forward (copy out) and backward (copy in)."""
+    nbytes = layers * OFFLOAD_ACT_BYTES_PER_TOKEN_HIDDEN * sp_tokens * hidden
+    extra = maximum(0.0, nbytes / rates.host_bw - fwd) + maximum(0.0, nbytes / rates.host_bw - bwd)
+    return nbytes, extra
+
+
+def pipeline_phase(times, micro_batches: int, vpp: int, pp: int, p2p_total: float, p2p_overlap: bool) -> float:
+    """The forward/backward phase: the schedule over the ranks' per-micro-batch times, plus the
+    fill and drain passing each boundary once more with latency on the path (plain 1F1B already
+    has its exposed p2p inside every t_r; interleaved hides it in the steady state but not while the
+    first micro-batch travels down and the last one back up). Scalars or arrays."""
+    pipe = pipeline_time(times, micro_batches, vpp)
+    if p2p_overlap:
+        pipe += 2 * (pp - 1) * p2p_total / (2 * vpp)
+    return pipe
+
+
 def evaluate(setup, calibration=None, rates: Rates | None = None) -> Evaluation:
     """Evaluate a plan (see the module docstring for the composition)."""
     rates = rates or rates_for(setup, calibration)
@@ -139,22 +185,14 @@ def evaluate(setup, calibration=None, rates: Rates | None = None) -> Evaluation:
     spans, fill = plan_spans(setup)
     deg, plan, a = setup.deg, setup.plan, setup.assumptions
     recompute, _ = recompute_setting(setup)
-    flags = CommFlags(
-        tp_overlap=a.tp_comm_overlap if a.tp_comm_overlap is not None else a.implementation == "te",
-        ep_overlap=plan.ep_overlap == "on",
-        recompute=recompute,
-        fp8_dispatch=sh.fp8 and sh.dispatcher in ("deepep", "hybridep"),
-    )
+    flags = comm_flags(setup, sh)
     sp = Spans(spans["tp"], spans["cp"], spans["ep"], spans["etp"], spans["pp"])
-    interleaved = deg.vpp > 1
-    # Megatron-Core overlaps pipeline send/receive with compute in the interleaved schedule
-    # (overlap_p2p_comm); 2021-22 Megatron (megatron-local) blocked on it.
-    p2p_overlap = interleaved and a.implementation == "te"
+    p2p_overlap = p2p_overlaps(setup)
     ranks = []
     for r in range(deg.pp):
         chunks = setup.layout.rank_stages(r)
         ranks.append(rank_cost(ms, sh, r, chunks, rates, recompute, sp, flags,
-                               _full_layers(setup, r, chunks), deg.vpp, p2p_overlap))
+                               full_layers_per_chunk(setup, r, chunks), deg.vpp, p2p_overlap))
     m = setup.micro_batches
     times = [rc.per_microbatch for rc in ranks]
 
@@ -165,58 +203,37 @@ def evaluate(setup, calibration=None, rates: Rates | None = None) -> Evaluation:
     opt_off = None
     for r, rc in enumerate(ranks):
         dense, expert = local_params(setup.model, setup.layout.rank_stages(r), deg.tp, deg.ep, deg.etp, deg.pp)
-        if sharding.kind == "ddp":
-            shard = dense + expert
-        elif sharding.kind == "hsdp":
-            shard = dense / sharding.group + expert / max(1, min(sharding.group, deg.edp))
-        else:
-            shard = dense / (deg.dp * deg.cp) + expert / deg.edp
-        grad, param = data_parallel(dense, expert, spans, "ddp" if sharding.kind == "ddp" else "sharded", rates, BF16)
-        if sharding.kind in ("fsdp", "hsdp"):
-            # Parameters gathered before each micro-batch's forward and backward, gradients
-            # reduce-scattered after each backward, prefetched behind the rank's compute.
-            tot = m * (2 * param + grad)
-            exp = overlapped(tot, m * (rc.fwd + rc.bwd), rates.overlap_interference)
-            if exp >= fsdp_exp:
-                fsdp_tot, fsdp_exp = tot, exp
-            grad = param = 0.0
-        cap_g = rc.bwd if a.dp_overlap else 0.0
-        cap_p = rc.fwd if a.dp_overlap else 0.0
-        g_exp = overlapped(grad, cap_g, rates.overlap_interference)
-        p_exp = overlapped(param, cap_p, rates.overlap_interference)
+        shard = optimizer_shard(sharding, dense, expert, deg.dp, deg.cp, deg.edp)
+        kind, fsdp = sync_kind(sharding)
+        grad, param = data_parallel(dense, expert, spans, kind, rates, BF16)
+        grad, g_exp, param, p_exp, f_tot, f_exp = dp_exposure(grad, param, fsdp, m, rc.fwd, rc.bwd, rates, a.dp_overlap)
+        if f_exp >= fsdp_exp:
+            fsdp_tot, fsdp_exp = f_tot, f_exp
         if g_exp + p_exp >= dp_g_exp + dp_p_exp:
             dp_g_tot, dp_g_exp, dp_p_tot, dp_p_exp = grad, g_exp, param, p_exp
+        opt = max(opt, optimizer_step_time(shard, dense + expert, moments, plan.offloads_optimizer, rates,
+                                           _opt_override(setup)))
         if plan.offloads_optimizer:
             total, transfer, cpu = offloaded_optimizer_time(shard, rates)
             if opt_off is None or total > opt_off["time_s"]:
                 opt_off = {"time_s": total, "transfer_s": transfer, "cpu_s": cpu,
                            "bytes_per_step": shard * (FP32 + BF16), "link": rates.host_kind,
                            "link_bytes_per_s": rates.host_bw}
-            opt = max(opt, total)
-        else:
-            opt = max(opt, optimizer_time(shard, dense + expert, moments, rates,
-                                          _opt_override(setup)))
 
     # Activation offload: the bandwidth it needs and any time it adds.
     act_off, act_exp = None, 0.0
     if plan.offloads_activations:
         worst = max(ranks, key=lambda rc: rc.per_microbatch)
         layers = sum(ch.num_layers for ch in setup.layout.rank_stages(worst.rank))
-        nbytes = layers * OFFLOAD_ACT_BYTES_PER_TOKEN_HIDDEN * sh.sp_tokens * ms.hidden
+        nbytes, extra = activation_offload(layers, sh.sp_tokens, ms.hidden, worst.fwd, worst.bwd, rates)
         need = nbytes / max(worst.fwd, 1e-12)
-        extra = max(0.0, nbytes / rates.host_bw - worst.fwd) + max(0.0, nbytes / rates.host_bw - worst.bwd)
         act_off = {"bytes_per_microbatch": nbytes, "required_bytes_per_s": need,
                    "link_bytes_per_s": rates.host_bw, "link": rates.host_kind,
                    "estimate": "34*tokens*hidden/tp bytes per layer (Korthikanti et al. 2022, SP + selective)"}
         act_exp = m * extra
         times = [t + (extra if rc.rank == worst.rank else 0.0) for t, rc in zip(times, ranks)]
 
-    pipe = pipeline_time(times, m, deg.vpp)
-    # Filling and draining the pipeline passes each boundary once more with latency on the path.
-    # (plain 1F1B already has its exposed p2p inside every t_r; interleaved hides it in the steady
-    # state but not while the first micro-batch travels down and the last one back up).
-    if p2p_overlap:
-        pipe += 2 * (deg.pp - 1) * ranks[0].p2p_total / (2 * deg.vpp)
+    pipe = pipeline_phase(times, m, deg.vpp, deg.pp, ranks[0].p2p_total, p2p_overlap)
     step = pipe + dp_g_exp + dp_p_exp + fsdp_exp + opt
     slowest = max(range(len(times)), key=lambda i: times[i])
     return Evaluation(
@@ -246,9 +263,7 @@ def layer_times(setup, calibration=None) -> dict[str, dict[str, float]]:
     ms, sh = model_shape(setup.model), plan_shard(setup)
     spans, _ = plan_spans(setup)
     recompute, _ = recompute_setting(setup)
-    a = setup.assumptions
-    flags = CommFlags(a.tp_comm_overlap if a.tp_comm_overlap is not None else a.implementation == "te",
-                      setup.plan.ep_overlap == "on", recompute, sh.fp8 and sh.dispatcher in ("deepep", "hybridep"))
+    flags = comm_flags(setup, sh)
     sp = Spans(spans["tp"], spans["cp"], spans["ep"], spans["etp"], spans["pp"])
     names = sorted(set(ms.layer_kinds)) + ["embedding", "head"] + (["mtp"] if ms.mtp_layers else [])
     out = {}

@@ -16,7 +16,7 @@ NVSwitch domains, one NIC per GPU, the fabric) for reports and checks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -45,6 +45,7 @@ class GroupSpan:
         return self.domains > 1
 
 
+@lru_cache(maxsize=256)
 def grid_orders(order: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(attention grid, expert grid) dimension orders from a Megatron order string."""
     dims = tuple(order.split("-"))
@@ -92,6 +93,50 @@ def idle_gpus(gpus: int, fill: int, domain_size: int) -> int:
     return -(-gpus // fill) * domain_size - gpus
 
 
+def group_stride(sizes: dict[str, int], order: tuple[str, ...], dim: str) -> tuple[int, int, int]:
+    """(stride, size, total ranks) of ``dim``'s groups: a group is ``size`` ranks ``stride`` apart
+    (the product of the faster-varying sizes); its first ranks, ascending, are the rows of
+    :func:`group_ranks`."""
+    stride = math.prod(sizes[d] for d in order[: order.index(dim)])
+    return stride, sizes[dim], math.prod(sizes[d] for d in order)
+
+
+def progression_ranks(stride: int, size: int, total: int) -> np.ndarray:
+    """Ranks of every group of a dimension with this stride, size and total (same rows, same
+    order as :func:`group_ranks`)."""
+    block = stride * size
+    first = (np.arange(total // block)[:, None] * block + np.arange(stride)[None, :]).reshape(-1)
+    return first[:, None] + stride * np.arange(size)[None, :]
+
+
+def _span(name: str, ranks: np.ndarray, fill: int, rows_sorted: bool = False) -> GroupSpan:
+    """The worst group of these (one row per group): the most domains, and its fewest members in
+    one domain. ``rows_sorted``: each row's ranks ascend already."""
+    doms = ranks // fill
+    n_groups, size = ranks.shape
+    # Members per domain for every group: sort domains in each row and count runs.
+    srt = doms if rows_sorted else np.sort(doms, axis=1)
+    new = np.ones_like(srt, dtype=bool)
+    new[:, 1:] = srt[:, 1:] != srt[:, :-1]
+    k = new.sum(axis=1)
+    worst = int(np.argmax(k))
+    row = srt[worst]
+    _, counts = np.unique(row, return_counts=True)
+    return GroupSpan(name, size, int(k[worst]), int(counts.min()), n_groups, int((k > 1).sum()),
+                     tuple(ranks[worst].tolist()))
+
+
+def _named(span: GroupSpan, dim: str) -> GroupSpan:
+    return GroupSpan(dim, span.size, span.domains, span.per_domain, span.groups, span.crossing, span.members)
+
+
+@lru_cache(maxsize=4096)
+def _progression_span(stride: int, size: int, total: int, fill: int) -> GroupSpan:
+    """Span of one dimension's groups; depends only on where its ranks fall (memoized on that
+    small key: many plans share a dimension's stride and size)."""
+    return _span("", progression_ranks(stride, size, total), fill, rows_sorted=True)
+
+
 @lru_cache(maxsize=4096)
 def group_spans(order: str, fill: int, tp: int, cp: int, dp: int, pp: int, etp: int, ep: int, edp: int) -> dict[str, GroupSpan]:
     """Span of every parallel dimension's groups: tp, cp, dp (and 'dpcp', the gradient group of
@@ -100,32 +145,21 @@ def group_spans(order: str, fill: int, tp: int, cp: int, dp: int, pp: int, etp: 
     dense = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     expert = {"etp": etp, "ep": ep, "edp": edp, "pp": pp}
     out: dict[str, GroupSpan] = {}
-
-    def span(name: str, ranks: np.ndarray) -> GroupSpan:
-        doms = ranks // fill
-        n_groups, size = ranks.shape
-        # Members per domain for every group: sort domains in each row and count runs.
-        srt = np.sort(doms, axis=1)
-        new = np.ones_like(srt, dtype=bool)
-        new[:, 1:] = srt[:, 1:] != srt[:, :-1]
-        k = new.sum(axis=1)
-        worst = int(np.argmax(k))
-        row = srt[worst]
-        _, counts = np.unique(row, return_counts=True)
-        return GroupSpan(name, size, int(k[worst]), int(counts.min()), n_groups, int((k > 1).sum()),
-                         tuple(int(x) for x in ranks[worst]))
-
     for d in ("tp", "cp", "dp", "pp"):
-        out[d] = span(d, group_ranks(dense, dense_order, d))
+        out[d] = _named(_progression_span(*group_stride(dense, dense_order, d), fill), d)
     # Gradient group of dense parameters: DP x CP (Megatron's data-parallel-with-CP group).
     if cp > 1:
-        merged = _merged_group(dense, dense_order, ("cp", "dp"))
-        out["dpcp"] = span("dpcp", merged)
+        out["dpcp"] = _merged_span(dense_order, fill, tp, cp, dp, pp)
     else:
-        out["dpcp"] = replace(out["dp"], dim="dpcp")
+        out["dpcp"] = _named(out["dp"], "dpcp")
     for d in ("etp", "ep", "edp"):
-        out[d] = span(d, group_ranks(expert, expert_order, d))
+        out[d] = _named(_progression_span(*group_stride(expert, expert_order, d), fill), d)
     return out
+
+
+@lru_cache(maxsize=4096)
+def _merged_span(dense_order: tuple[str, ...], fill: int, tp: int, cp: int, dp: int, pp: int) -> GroupSpan:
+    return _span("dpcp", _merged_group({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, dense_order, ("cp", "dp")), fill)
 
 
 def _merged_group(sizes: dict[str, int], order: tuple[str, ...], dims: tuple[str, ...]) -> np.ndarray:

@@ -46,6 +46,18 @@ def _name(entry: Any) -> str | None:
     return None
 
 
+def saved_job_options(saved: "SavedPlan", *, gpus=None, global_batch=None, seq_len=None, precision=None,
+                      domain_fill=None) -> dict:
+    """Job options for a saved plan: the command line's where given, else the saved file's."""
+    sj = saved.job or {}
+    if precision is None and sj.get("precisions"):
+        precision = ",".join(sj["precisions"])
+    pick = lambda given, key: given if given is not None else sj.get(key)  # noqa: E731
+    return {"gpus": pick(gpus, "gpus"), "global_batch": pick(global_batch, "global_batch"),
+            "seq_len": pick(seq_len, "seq_len"), "precision": precision,
+            "domain_fill": pick(domain_fill, "domain_fill")}
+
+
 def read_saved_plan(path: Path, rank: int) -> SavedPlan:
     """Plan number ``rank`` (1-based) of a ``planner search --save`` file."""
     from planner.specs.catalog import read_json

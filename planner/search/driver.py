@@ -140,6 +140,10 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     bad = [p for p in plans if rule_violations(model, hw, job, p.plan, options.target)]
     if bad:  # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
         plans = [p for p in plans if p not in bad]
+    # The exact memory model has the last word (the tables leave out a few implementation-specific
+    # temporaries, e.g. torch AdamW's step copy on the megatron-local path).
+    unfit = [p for p in plans if not p.evaluation["memory"]["fits"]]
+    plans = [p for p in plans if p not in unfit]
     _timed(timings, "evaluate_s", t)
     timings["total_s"] = round(time.perf_counter() - t0, 4)
     solver = {
@@ -151,6 +155,7 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         "lever_combinations": P,
         "keys_in_model": visited,
         "dropped_by_rules": [p.plan.to_string() for p in bad],
+        "dropped_by_exact_memory": [p.plan.to_string() for p in unfit],
         "per_stage": refined_info,
     }
     return SearchResult(space, tables, plans, solver, timings)
@@ -165,13 +170,15 @@ def _per_stage(space, tables, options, plans, best, order, valid, radix, assumpt
 
     stage_rc = options.target == "any"
     budget = max(options.time_limit_s - (time.perf_counter() - t0), 1.0)
-    pool: dict[str, tuple[float, object, dict]] = {}
+    # Plans keyed by canonical string: (step time in us, order of arrival, setup, evaluation). Ties in
+    # time keep the uniform ranking's order (simpler levers first); refinements follow their seeds.
+    pool: dict[str, tuple[int, int, object, dict]] = {}
     for r in plans:
-        pool[r.plan.to_string()] = (r.evaluation["time"]["step_time_s"], r.setup, r.evaluation)
+        pool[r.plan.to_string()] = (r.objective_us, len(pool), r.setup, r.evaluation)
     seeds = [r.setup for r in plans]
     # Layouts whose best lever choice, ignoring memory, could beat the K-th plan: the uniform split
     # may be what keeps them out (the first stages hold the most micro-batches).
-    kth = max(v[0] for v in pool.values()) if len(pool) >= options.top else math.inf
+    kth = max(v[0] for v in pool.values()) / 1e6 if len(pool) >= options.top else math.inf
     gi, _ = group_index_vectors(tables)
     tried = 0
     for i in np.argsort(tables.time_lower_bound(), kind="stable"):
@@ -194,9 +201,9 @@ def _per_stage(space, tables, options, plans, best, order, valid, radix, assumpt
             key = res.setup.plan.to_string()
             if key not in pool and not rule_violations(space.model, space.hw, space.job, res.setup.plan, options.target):
                 info["improved"] += 1
-                pool[key] = (ev["time"]["step_time_s"], res.setup, ev)
-    ranked = sorted(pool.items(), key=lambda kv: (kv[1][0], kv[0]))[: options.top]
-    return [Ranked(k + 1, s.plan, s, int(round(t * 1e6)), ev) for k, (_, (t, s, ev)) in enumerate(ranked)]
+                pool[key] = (int(round(ev["time"]["step_time_s"] * 1e6)), len(pool), res.setup, ev)
+    ranked = sorted(pool.values(), key=lambda v: (v[0], v[1]))[: options.top]
+    return [Ranked(k + 1, s.plan, s, t, ev) for k, (t, _, s, ev) in enumerate(ranked)]
 
 
 def _fastest_ignoring_memory(space, tables, i, gi, assumptions):

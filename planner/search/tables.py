@@ -132,7 +132,7 @@ class Tables:
 def _variant(setup, **changes):
     """The setup with some plan keys changed (no re-validation: the values come from the
     space's own option lists, already checked)."""
-    d = {k: v for k, v in setup.plan.__dict__.items() if k in setup.plan.model_fields}
+    d = {k: v for k, v in setup.plan.__dict__.items() if k in type(setup.plan).model_fields}
     d.update(changes)
     from planner.specs.plan import Plan
 
@@ -187,7 +187,6 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
     from planner.cost.efficiency_access import memory_constants
     from planner.cost.memory import _PieceMemory, chunks_from_pieces, comm_bytes, peak_over_profiles
     from planner.cost.schedule import max_inflight
-    from planner.cost.topology_groups import default_domain_fill
     from planner.specs.layout import build_layout
     from planner.specs.plan import parse_recompute, parse_sharding
 
@@ -221,10 +220,13 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
         layout = build_layout(model, pp, vpp, layout_str)
         deg = _Degrees(tp_all[idx], cp_all[idx], pp, vpp, dp_all[idx], ep_all[idx], etp_all[idx], edp_all[idx])
         ms = m_all[idx]  # sorted
-        fill = (min(job.domain_fill, hw.domain_size) if job.domain_fill
-                else default_domain_fill(hw.domain_size, job.gpus, deg.tp * deg.cp, deg.etp * deg.ep))
-        comm = {(d, v): comm_bytes(model, mem, deg, fill=fill, dispatcher=d, tokens=tokens_all[idx], sp=sp_all[idx])
+        crosses = _crossings([structs[i] for i in idx], hw, job, assumptions)
+        comm = {(d, v): comm_bytes(model, mem, deg, crosses=crosses, dispatcher=d, tokens=tokens_all[idx], sp=sp_all[idx])
                 for _, d, v in gC}
+        if assumptions.implementation != "te":
+            # The local spec's persistent attention-score buffer (memory.attention_score_buffer).
+            scores = 2.0 * mbs_all[idx] * model.attention.num_heads / deg.tp * (job.seq_len // deg.cp) ** 2
+            comm = {k: v + scores for k, v in comm.items()}
         sliced = {k: (rc, pc.sliced(idx)) for k, (rc, pc) in pieces.items()}
         by_comp: dict[tuple, tuple] = {}
         for r in range(pp):
@@ -275,12 +277,32 @@ def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW,
                         HA[rows[None, :], r, cis[:, None]] = _mib_arr(max_inflight(pp, vpp, m, r) * biggest)[kis]
 
 
+def _crossings(structs, hw, job, assumptions) -> dict[str, np.ndarray]:
+    """Per communicator, which keys' groups cross NVLink domains (planner.cost.topology, the same
+    spans the time model uses; memoized per dimension)."""
+    from planner.cost.memory import span_crossings
+    from planner.cost.topology import group_spans, resolve_domain_fill
+
+    rows = []
+    for s in structs:
+        fill = resolve_domain_fill(hw.domain_size, job.domain_fill, s.tp, s.cp, s.ep, s.etp)
+        rows.append(span_crossings(group_spans(assumptions.rank_order, fill, s.tp, s.cp, s.dp, s.pp, s.etp, s.ep, s.edp)))
+    return {name: np.array([r[name] for r in rows]) for name in rows[0]} if rows else {}
+
+
 def _mib_arr(x) -> np.ndarray:
     return np.ceil(np.asarray(x, dtype=float) / MiB - 1e-9).astype(np.int64)
 
 
 def time_tables(space: Space, structs: list[Struct], assumptions, time_terms, TP, TD, TO) -> None:
-    """Fill the time tables from the time model's pipeline, data-parallel and optimizer terms."""
+    """Fill the time tables from the time model's pipeline, data-parallel and optimizer terms: the
+    time model's own functions on arrays (planner.search.time_tables) for the model's terms
+    (TimeTerms itself); any other ``time_terms`` (a stand-in, a subclass) is asked plan by plan."""
+    if type(time_terms) is TimeTerms:
+        from planner.search.time_tables import time_tables as vectorized
+
+        vectorized(space, structs, assumptions, TP, TD, TO)
+        return
     from planner.cost.setup import resolve_setup
 
     base_levers = {k: v[0] for k, v in space.levers.items()}
@@ -344,32 +366,32 @@ def build_tables(space: Space, *, assumptions=None, time_terms: TimeTerms | None
     rule_tables(space, structs, R1, R2)
     OT = np.array([_mib(optimizer_transient_bytes(space.hw, moments, precision)) for moments, precision in g["OT"]],
                   dtype=np.int64)
-    kept = [_undominated(W[i, : s.pp], C[i, : s.pp], A[i, : s.pp], HW[i, : s.pp], HA[i, : s.pp])
-            for i, s in enumerate(structs)]
+    kept = undominated_stages(structs, W, C, A, HW, HA)
     cap, host_cap = _capacities(space, assumptions)
     return Tables(space, structs, W, C, A, HW, HA, OT, TP, TD, TO, R1, R2, cap, host_cap, kept)
 
 
-def _undominated(W, C, A, HW, HA) -> list[int]:
-    """Ranks whose memory constraint another rank's does not imply (all of its tables <= the
-    other's, entry by entry); ties keep the lower rank."""
-    n = W.shape[0]
-    keep = []
-    for r in range(n):
-        dominated = False
-        for q in range(n):
-            if q == r:
-                continue
-            ge = (np.all(W[q] >= W[r]) and np.all(C[q] >= C[r]) and np.all(A[q] >= A[r])
-                  and np.all(HW[q] >= HW[r]) and np.all(HA[q] >= HA[r]))
-            eq = (np.array_equal(W[q], W[r]) and np.array_equal(C[q], C[r]) and np.array_equal(A[q], A[r])
-                  and np.array_equal(HW[q], HW[r]) and np.array_equal(HA[q], HA[r]))
-            if ge and (not eq or q < r):
-                dominated = True
-                break
-        if not dominated:
-            keep.append(r)
-    return keep
+def undominated_stages(structs, W, C, A, HW, HA, chunk: int = 256) -> list[list[int]]:
+    """Per structural key, the pipeline ranks whose memory constraint another rank's does not
+    imply: rank r is dropped when some rank q has every table entry >= r's (ties keep the lower
+    rank). Vectorized over keys with the same pipeline depth."""
+    out: list[list[int]] = [[] for _ in structs]
+    by_pp: dict[int, list[int]] = {}
+    for i, s in enumerate(structs):
+        by_pp.setdefault(s.pp, []).append(i)
+    for pp, rows in by_pp.items():
+        order = np.arange(pp)
+        lower = order[:, None] < order[None, :]  # q < r
+        for a in range(0, len(rows), chunk):
+            idx = np.array(rows[a : a + chunk])
+            X = np.concatenate([T[idx, :pp] for T in (W, C, A, HW, HA)], axis=2)  # (n, pp, K)
+            ge = (X[:, :, None, :] >= X[:, None, :, :]).all(axis=3)  # ge[i, q, r]: q >= r everywhere
+            eq = (X[:, :, None, :] == X[:, None, :, :]).all(axis=3)
+            beats = ge & (~eq | lower[None]) & ~np.eye(pp, dtype=bool)[None]
+            dominated = beats.any(axis=1)  # (n, r)
+            for k, i in enumerate(idx):
+                out[i] = [r for r in range(pp) if not dominated[k, r]]
+    return out
 
 
 def _capacities(space: Space, assumptions) -> tuple[int, int]:
