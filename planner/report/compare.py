@@ -461,7 +461,7 @@ def days_sentence(base: dict, other: dict, job) -> str:
     if sb["idle_gpus"] or so["idle_gpus"]:
         idle = (f" (with the GPUs left idle in partly used NVLink domains: {sb['gpu_hours_with_idle'] / 1e6:.2f}M and "
                 f"{so['gpu_hours_with_idle'] / 1e6:.2f}M)")
-    return (f"The token budget takes {sb['days']:.1f} days on {job.gpus} {b} GPUs and {so['days']:.1f} days on {o}: "
+    return (f"The token budget takes {sb['days']:.1f} days on {job.gpus:,} {b} GPUs and {so['days']:.1f} days on {o}: "
             f"{sb['gpu_hours'] / 1e6:.2f}M against {so['gpu_hours'] / 1e6:.2f}M GPU-hours{idle}.")
 
 
