@@ -409,6 +409,9 @@ def explain_pair(base: dict, other: dict, swaps: dict, job) -> list[str]:
         eb, eo = sb["breakdown"].get(cause, 0.0), so["breakdown"].get(cause, 0.0)
         pb = _group_phrase(sb, group, hb["domain_size"]) or f"it has no {COMM_LABELS[group]} groups"
         po = _group_phrase(so, group, ho["domain_size"]) or f"it has no {COMM_LABELS[group]} groups"
+        # Only where the traffic costs something on either side (half a percent of a step).
+        if max(eb / sb["step_time_s"], eo / so["step_time_s"]) < 0.005:
+            continue
         if lb != lo or gb is None or go is None:
             out.append(f"{COMM_LABELS[group]} traffic: on {b} {pb}; on {o} {po} ({_label(cause)}: "
                        f"{eb:.2f} s against {eo:.2f} s per step).")

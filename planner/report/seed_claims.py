@@ -237,6 +237,7 @@ def c_partial_recompute() -> dict:
         j = rep.to_json()
         rows[rc] = {"activations_gib": g(j["components"]["activations"]), "allocated_peak_gib": g(rep.worst.peak_bytes),
                     "worst_rank": rep.worst.rank}
+    shown = ("mla_up_proj+layernorm+moe_act", "core_attn+mla_up_proj+layernorm+moe+shared_experts", "full:3", "full")
     selective = {k: v for k, v in rows.items() if not k.startswith("full")}
     least = min(selective.values(), key=lambda v: v["activations_gib"])
     near = [k for k, v in rows.items() if abs(v["activations_gib"] - 12) <= 3]
@@ -254,7 +255,8 @@ def c_partial_recompute() -> dict:
         "After partial recompute the MemTrace peak is ≈ 93.5 GB, about 13.5 GB above the H100's 80 GB; 12 GB of "
         "inter-layer activations remain.",
         {"peak_gb": 93.5, "over_gb": 13.5, "residual_activations_gb": 12}, p,
-        "; ".join(f"{k}: {v['activations_gib']:.1f} GiB saved, peak {v['allocated_peak_gib']:.1f}" for k, v in rows.items()),
+        "activations kept / allocated peak: " + "; ".join(
+            f"{k}: {rows[k]['activations_gib']:.1f} / {rows[k]['allocated_peak_gib']:.1f} GiB" for k in shown),
         UNCHECKED if not near else PARTLY, why)
 
 
@@ -532,6 +534,28 @@ def c_ep_staging() -> dict:
         "(≈ 230 MiB in one configuration).",
         {"staging_mib": 230}, p, f"FP8 payload {fp8 / MiB:.0f} MiB per direction; BF16 {bf16 / MiB:.0f}; "
         f"planner reserves {staging / MiB:.0f} MiB", HOLDS if ok else PARTLY, why)
+
+
+def c_nccl_buffers() -> dict:
+    from planner.cost.efficiency_access import memory_constants
+    from planner.specs.catalog import load_hardware
+
+    mc = memory_constants(load_hardware("h100"))
+    per, inter = mc.nccl_bytes_per_communicator.value, mc.nccl_bytes_per_communicator_internode.value
+    channels = per / (4 * MiB)
+    p = {"planner_per_communicator_mib": round(per / MiB), "planner_per_internode_communicator_mib": round(inter / MiB),
+         "simple_4mib_channel_equivalents": round(channels, 1)}
+    why = (f"Planner's per-communicator allowance is built on the same 4 MiB Simple-protocol buffer: {per / MiB:.0f} MiB "
+           f"inside an NVLink domain (about {channels:.0f} channels' worth, LL/LL128 buffers included) and "
+           f"{inter / MiB:.0f} MiB across domains; it is an estimate, not a measurement. The LL / LL128 / Simple "
+           "efficiencies are not modeled: planner uses an achieved fraction of each link's bandwidth per collective "
+           "class, so the protocol figures cannot be checked.")
+    return claim(
+        "nccl-buffers", "05.4",
+        "NCCL_BUFFSIZE × channels = the staging each rank reserves (Simple default 4 MiB per channel); LL reaches about "
+        "50% effective bandwidth, LL128 95%.",
+        {"buffsize_mib": 4, "ll": 0.5, "ll128": 0.95}, p,
+        f"{per / MiB:.0f} MiB per communicator ({channels:.0f} × 4 MiB); protocols not modeled", PARTLY, why)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -972,7 +996,7 @@ def c_order(compares: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 SIMPLE = (c_table3_total, c_table3_comm, c_constant_room, c_recompute_moves_peak, c_partial_recompute, c_optimizer_spike,
           c_unsharded_constant, c_fp8_optimizer, c_nvme, c_activations_131, c_flash_attention, c_expert_intermediate,
-          c_cublas_workspace, c_ep_staging, c_context_parallel, c_pp_cancels, c_vpp_multiplier, c_full_recompute_floor,
+          c_cublas_workspace, c_ep_staging, c_nccl_buffers, c_context_parallel, c_pp_cancels, c_vpp_multiplier, c_full_recompute_floor,
           c_pp16_85, c_hbm_sizes)
 NEEDS_COMPARES = (c_offload, c_pp_reliance, c_order)
 COMPARE_REPORTS = ("deepseek-v3-256", "deepseek-v3-1024", "kimi-k2-256", "kimi-k2-1024", "qwen3-235b-a22b-256",
@@ -1054,7 +1078,7 @@ CLAIMS = {
     "optimizer-step-spike": c_optimizer_spike, "unsharded-constant": c_unsharded_constant,
     "fp8-optimizer-states": c_fp8_optimizer, "nvme-offload": c_nvme, "activations-131gb": c_activations_131,
     "flash-attention-residue": c_flash_attention, "expert-ffn-intermediate": c_expert_intermediate,
-    "cublas-workspace": c_cublas_workspace, "ep-a2a-staging": c_ep_staging,
+    "cublas-workspace": c_cublas_workspace, "ep-a2a-staging": c_ep_staging, "nccl-buffers": c_nccl_buffers,
     "context-parallel-activations": c_context_parallel, "pp-cancels-in-1f1b": c_pp_cancels,
     "vpp-multiplier": c_vpp_multiplier, "full-recompute-floor": c_full_recompute_floor, "pp16-85gb": c_pp16_85,
     "hbm-and-domains": c_hbm_sizes, "optimizer-offload-link": c_offload, "pp-reliance-falls": c_pp_reliance,
