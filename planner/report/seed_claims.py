@@ -853,7 +853,9 @@ def c_pp_reliance(compares: dict) -> dict:
             rises_b200.append(name)
         lines.append(f"{name}: Hopper {h:g}, B200 {b:g}, NVL72 {n:g}" if b is not None else f"{name}: Hopper {h:g}, NVL72 {n:g}")
     total = len(falls) + len(flat)
+    no_ov = _v3_without_ep_overlap(compares.get("deepseek-v3-256"))
     p = {"by_report": rows, "reports_where_pp_falls": falls, "reports_where_pp_does_not_fall": flat,
+         "deepseek_v3_256_without_ep_overlap": no_ov,
          "reports_where_hopper_already_uses_pp1": hopper_pp1, "reports_where_b200_uses_more_pp_than_hopper": rises_b200}
     verdict = HOLDS if falls and not flat else (PARTLY if falls else FAILS)
     why = (f"Mean PP degree of the top 10 plans (the highest among the Hopper systems, B200, the highest among the NVL72 "
@@ -865,14 +867,72 @@ def c_pp_reliance(compares: dict) -> dict:
               f"{len(rises_b200)} of {total} reports; the swap test says what h100's plan would lose on B200: "
               + "; ".join(f"{n}: {_swap_loss(compares[n], 'b200')}" for n in rises_b200)
               + ". What removes PP is the 72-GPU NVLink domain." if rises_b200
-              else " B200, with the larger HBM but an 8-GPU domain, uses no more PP than Hopper."))
+              else " B200, with the larger HBM but an 8-GPU domain, uses no more PP than Hopper.")
+           + _no_overlap_text(no_ov))
     return claim(
         "pp-reliance-falls", "09 and 10",
         "Once per-GPU HBM grows and the NVLink domain reaches 72 GPUs, the bubble cost of PP is no longer worth it and "
         "reliance on PP falls; TP / EP / CP spread out inside the NVLink domain and PP is left to the few truly "
         "cross-domain cases.",
         {"direction": "PP falls from Hopper to NVL72"}, p, "; ".join(lines), verdict, why,
-        [r for r in (_compare_cmd(compares[k]) for k in COMPARE_REPORTS if k in compares) if r])
+        [r for r in (_compare_cmd(compares[k]) for k in COMPARE_REPORTS if k in compares) if r]
+        + [NO_OVERLAP_CMD])
+
+
+NO_OVERLAP_HW = ("h100", "b200", "gb200-nvl72")
+NO_OVERLAP_CMD = ("planner compare --model deepseek-v3 " + " ".join(f"--hw {h}" for h in NO_OVERLAP_HW)
+                  + " --gpus 256 --fix ep_overlap=off --no-per-stage --json")
+
+
+def _v3_without_ep_overlap(default: dict | None) -> dict:
+    """DeepSeek-V3 on 256 GPUs with the EP all-to-all overlap forbidden: how much of the Hopper
+    answer rests on hiding the cross-node all-to-all behind compute."""
+    from planner.cost.setup import Assumptions
+    from planner.options import resolve_job
+    from planner.report.compare import run_compare
+    from planner.report.results import _options
+    from planner.search.space import Limits
+    from planner.specs.catalog import load_hardware, load_model
+
+    m = load_model("deepseek-v3")
+    opts = _options()
+    opts.limits = Limits.parse("ep_overlap=off", None)
+    out = run_compare(m, [load_hardware(h) for h in NO_OVERLAP_HW], resolve_job(m), opts, Assumptions())
+    base = {e["hardware"]["name"]: e for e in (default or {}).get("hardware", []) if e["status"] == "ok"}
+    rows = {}
+    h = base.get("h100")
+    if h:
+        t = h["best"]["time"]
+        hidden, exposed = t["hidden_communication"].get("ep", 0.0), t["breakdown"].get("ep", 0.0)
+        rows["_h100_ep_with_overlap"] = {"total_s": round(hidden + exposed, 2), "hidden_fraction":
+                                         round(hidden / (hidden + exposed), 3) if hidden + exposed else None}
+    for e in out["hardware"]:
+        if e["status"] != "ok":
+            rows[e["hardware"]["name"]] = None
+            continue
+        pp = e["top_k"]["dims"].get("pp", {})
+        s = e["summary"]
+        b = base.get(e["hardware"]["name"])
+        rows[e["hardware"]["name"]] = {
+            "best_pp": s["degrees"].get("pp", 1), "mean_pp_top10": round(sum(int(k) * v for k, v in pp.items()) / sum(pp.values()), 2),
+            "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"], "plan": s["plan_string"],
+            "change_vs_overlap": round(s["tokens_per_s_per_gpu"] / b["summary"]["tokens_per_s_per_gpu"] - 1, 4) if b else None}
+    return rows
+
+
+def _no_overlap_text(rows: dict) -> str:
+    ok = {h: r for h, r in rows.items() if r and not h.startswith("_")}
+    if not ok:
+        return ""
+    ov = rows.get("_h100_ep_with_overlap") or {}
+    hid = (f" (in h100's best plan {ov['hidden_fraction']:.0%} of {ov['total_s']:.0f} s of EP all-to-all per step is "
+           "hidden)") if ov.get("hidden_fraction") is not None else ""
+    parts = [f"{h} PP{r['best_pp']} (mean {r['mean_pp_top10']:g} in the top 10, {r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
+             + (f", {r['change_vs_overlap']:+.0%}" if r["change_vs_overlap"] is not None else "") + ")"
+             for h, r in ok.items()]
+    return (" Planner's Hopper answer rests on Megatron's EP all-to-all overlap hiding most of the cross-node "
+            f"all-to-all behind compute{hid}: with it forbidden (--fix ep_overlap=off), DeepSeek-V3 on 256 GPUs picks "
+            + ", ".join(parts) + ".")
 
 
 def _plan_brief(r: dict | None) -> str:
