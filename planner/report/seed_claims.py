@@ -238,18 +238,30 @@ def c_partial_recompute() -> dict:
         rows[rc] = {"activations_gib": g(j["components"]["activations"]), "allocated_peak_gib": g(rep.worst.peak_bytes),
                     "worst_rank": rep.worst.rank}
     shown = ("mla_up_proj+layernorm+moe_act", "core_attn+mla_up_proj+layernorm+moe+shared_experts", "full:3", "full")
+    # The same at PP16 on 256 GPUs (EP16, current Megatron-Core accounting), where §08 places its figures.
+    rows16 = {}
+    for rc in ("mla_up_proj+layernorm+moe_act", "core_attn+mla_up_proj+layernorm+moe+shared_experts", "full:2", "full"):
+        rep = memory_report(_setup("deepseek-v3", "h100", _v3_plan(16, 16, rc), **V3_JOB))
+        rows16[rc] = {"allocated_peak_gib": g(rep.worst.peak_bytes), "worst_rank": rep.worst.rank,
+                      "activations_at_worst_gib": g(rep.to_json()["components"]["activations"]),
+                      "most_activations_on_a_stage_gib": g(max(x.activations_end_of_warmup for x in rep.stages)),
+                      "most_activations_stage": max(rep.stages, key=lambda x: (x.activations_end_of_warmup, -x.rank)).rank}
     selective = {k: v for k, v in rows.items() if not k.startswith("full")}
     least = min(selective.values(), key=lambda v: v["activations_gib"])
     near = [k for k, v in rows.items() if abs(v["activations_gib"] - 12) <= 3]
     p = {"arithmetic_over_80": round(93.5 - 80, 1), "recompute_sets": rows, "least_selective_activations_gib":
-         least["activations_gib"], "sets_within_3gib_of_12": near}
+         least["activations_gib"], "sets_within_3gib_of_12": near, "pp16_ep16": rows16}
+    sel16 = rows16["core_attn+mla_up_proj+layernorm+moe+shared_experts"]
     why = (f"The arithmetic holds (93.5 − 80 = {93.5 - 80:.1f}), but the snapshot's configuration is not published, and "
            "at Table 3's layout planner finds no partial recompute that leaves ~12 GiB of saved activations: Megatron's "
            f"selective modules bottom out at {least['activations_gib']:.1f} GiB (all modules but full layers; peak "
            f"{least['allocated_peak_gib']:.1f} GiB), recomputing 3 whole layers per chunk keeps "
            f"{rows['full:3']['activations_gib']:.1f} GiB, and full recompute {rows['full']['activations_gib']:.1f} GiB "
-           f"(peak {rows['full']['allocated_peak_gib']:.1f}). A 12 GiB residue needs another layout or micro-batch count, "
-           "so the 93.5 GB cannot be recomputed from what the seed gives.")
+           f"(peak {rows['full']['allocated_peak_gib']:.1f}). At PP16 (EP16) the most aggressive selective set peaks at "
+           f"{sel16['allocated_peak_gib']:.1f} GiB allocated on stage {sel16['worst_rank']} with "
+           f"{sel16['activations_at_worst_gib']:.1f} GiB of activations there, while stage {sel16['most_activations_stage']} holds "
+           f"{sel16['most_activations_on_a_stage_gib']:.1f} GiB. No layout planner tries leaves a 12 GiB residue with a "
+           "93.5 GB peak, so the figure cannot be recomputed from what the seed gives.")
     return claim(
         "partial-recompute-93.5gb", "04.2",
         "After partial recompute the MemTrace peak is ≈ 93.5 GB, about 13.5 GB above the H100's 80 GB; 12 GB of "
