@@ -171,7 +171,7 @@ def c_constant_room() -> dict:
         {"constant_gb": 68.5, "room_gb": 11.5, "activations_over_room": "> 10"}, p,
         f"room left for activations on an H100: {g(room):.1f} GiB (constant {g(const):.1f}, buffers {g(s2.comm_buffers):.1f}, "
         f"CUDA context, allocator margin)",
-        PARTLY, why)
+        HOLDS if room / GB >= 0.8 * 11.5 else PARTLY, why)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def c_unsharded_constant() -> dict:
         {"12N_gb": 218, "16N_gb": 291}, p,
         f"12N = {12 * n / GB:,.0f} GB, 16N = {16 * n / GB:,.0f} GB (N = {n / 1e9:.1f}B); non-expert part only: "
         f"{12 * dense / GB:.0f} / {16 * dense / GB:.0f} GB",
-        FAILS, why)
+        HOLDS if rel(12 * n / GB, 218) < 0.1 else FAILS, why)
 
 
 def c_fp8_optimizer() -> dict:
@@ -353,7 +353,7 @@ def c_fp8_optimizer() -> dict:
         {"optimizer_gb": 0.57, "fp8_saves_gb": 0.4}, p,
         f"{g(c32.optimizer):.1f} GiB of optimizer states per GPU; BF16 moments save {g(bf16_saves):.1f} GiB, FP8 would save "
         f"{g(fp8_saves):.1f}",
-        FAILS, why,
+        HOLDS if rel(c32.optimizer / GB, 0.57) < 0.5 else FAILS, why,
         [explain_cmd("deepseek-v3", "h100", plan, **V3_JOB),
          explain_cmd("deepseek-v3", "h100", plan + ",moments=bf16", **V3_JOB)])
 
@@ -395,7 +395,7 @@ def c_offload(compares: dict) -> dict:
         {"pcie_gb_per_s": 64}, p,
         "; ".join(f"{h}: {r['link']} {r['link_gb_per_s']} GB/s, transfer {r['transfer_s']:.2f} s + CPU Adam "
                   f"{r['cpu_adam_s']:.2f} s = {r['share_of_step']:.1%} of the step" for h, r in rows.items()),
-        HOLDS, why,
+        HOLDS if b["link"] == "pcie" and abs(b["link_gb_per_s"] - 64) <= 2 else PARTLY, why,
         [explain_cmd("deepseek-v3", hw, plan, **V3_JOB) for hw in ("b200", "gb200-nvl72")])
 
 
@@ -418,7 +418,8 @@ def c_nvme() -> dict:
         "nvme-offload", "05.1",
         "Weights → NVMe (PCIe + filesystem, ≈ 7 GB/s one way): pulling a layer back is two orders of magnitude slower "
         "than reading HBM.",
-        {"nvme_gb_per_s": 7, "orders": 2}, p, f"HBM / NVMe = {hbm / 7e9:.0f}x", HOLDS, why)
+        {"nvme_gb_per_s": 7, "orders": 2}, p, f"HBM / NVMe = {hbm / 7e9:.0f}x",
+        HOLDS if 100 <= hbm / 7e9 < 1000 else FAILS, why)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -766,7 +767,10 @@ def c_full_recompute_floor() -> dict:
         {"floor_gib": 3.5, "floor_gb": 3.76}, p_,
         f"stage 0 at PP16: {held[0]:.2f} GiB; 2BSD·L/p = {g(layer_input * L / p, 3):.2f} GiB; 2BSD·L = "
         f"{g(layer_input * L, 2):.2f} GiB",
-        PARTLY, why, explain_cmd("deepseek-v3", "h100", plan, **V3_JOB))
+        # The size holds if planner's most loaded stage is near 3.5 GiB; the printed formula is the
+        # part that does not (it is short of the p in-flight factor).
+        PARTLY if rel(layer_input * L / p / GiB, 3.5) > 0.5 else HOLDS, why,
+        explain_cmd("deepseek-v3", "h100", plan, **V3_JOB))
 
 
 def c_pp16_85() -> dict:
@@ -799,7 +803,10 @@ def c_pp16_85() -> dict:
         {"parts_gb": seed_parts, "total_gb": 85}, p,
         f"worst stage {worst.rank}: {g(worst.peak_bytes):.1f} GiB allocated, {g(rep.peak_bytes):.1f} with margin; constant "
         f"{min(const_by_stage):.1f}–{max(const_by_stage):.1f} GiB by stage",
-        FAILS, why, explain_cmd("deepseek-v3", "h100", plan, **V3_JOB))
+        # One constant for every stage cannot describe PP16 when planner's stages differ by more than
+        # the whole dynamic part of the seed's sum.
+        FAILS if max(const_by_stage) - min(const_by_stage) > sum(seed_parts[1:]) or rel(worst.peak_bytes / GB, 85) > 0.1
+        else HOLDS, why, explain_cmd("deepseek-v3", "h100", plan, **V3_JOB))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -812,16 +819,20 @@ def c_hbm_sizes() -> dict:
     for h in ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72"):
         hw = load_hardware(h)
         rows[h] = {"physical_gb": round(hw.gpu.hbm_capacity_bytes.value / GB), "usable_gib": g(hw.gpu.hbm_usable_bytes.value, 1),
-                   "usable_gb": round(hw.gpu.hbm_usable_bytes.value / GB, 1), "nvlink_domain": hw.domain_size}
-    why = ("Planner's catalog agrees: " + "; ".join(f"{h} {r['physical_gb']} GB physical, {r['usable_gib']} GiB usable, "
-                                                    f"NVLink domain {r['nvlink_domain']}" for h, r in rows.items())
+                   "usable_gb": round(hw.gpu.hbm_usable_bytes.value / GB, 1), "nvlink_domain": hw.domain_size,
+                   "capacity_note": getattr(hw.gpu.hbm_capacity_bytes, "note", None)}
+    why = ("Planner's catalog agrees: " + "; ".join(
+        f"{h} rated {r['physical_gb']} GB" + (f" ({r['capacity_note']})" if r["capacity_note"] else "")
+        + f", {r['usable_gib']} GiB usable, NVLink domain {r['nvlink_domain']}" for h, r in rows.items())
            + ". B200's usable 179 GiB is the 180 'GB' the seed quotes (it is GiB-sized).")
     return claim(
         "hbm-and-domains", "09",
         "Per-GPU HBM grows from H100 80 GB to H200 141 GB to B200 (HGX B200 usually 180 GB usable, 192 GB physical); the "
         "NVLink domain grows from 8 GPUs on Hopper to 72 on NVL72.",
         {"h100": 80, "h200": 141, "b200_usable": 180, "b200_physical": 192, "domains": [8, 72]}, rows,
-        ", ".join(f"{h} {r['usable_gib']} GiB / domain {r['nvlink_domain']}" for h, r in rows.items()), HOLDS, why)
+        ", ".join(f"{h} {r['usable_gib']} GiB / domain {r['nvlink_domain']}" for h, r in rows.items()),
+        HOLDS if (rows["h100"]["physical_gb"], rows["h200"]["physical_gb"], rows["b200"]["physical_gb"]) == (80, 141, 180)
+        and rel(rows["b200"]["usable_gib"], 180) < 0.02 and rows["gb200-nvl72"]["nvlink_domain"] == 72 else PARTLY, why)
 
 
 HOPPER_HW = ("h100", "h800", "h200")
