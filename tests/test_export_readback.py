@@ -178,3 +178,39 @@ def test_parse_uses_megatron_arities():
 def test_no_command_is_an_error():
     with pytest.raises(PlannerError, match="no Megatron command"):
         read_script("echo hello\nls -l\n")
+
+
+SEARCHED = [
+    ("deepseek-v3", "h100", 1024, 8192, 4096),
+    ("deepseek-v3", "gb200-nvl72", 256, 8192, 4096),
+    ("kimi-k2", "h200", 512, 4096, 4096),
+    ("kimi-k2", "gb200-nvl72", 512, 4096, 4096),
+    ("qwen3-235b-a22b", "h100", 256, 1024, 4096),
+    ("qwen3-235b-a22b", "gb300-nvl72", 256, 1024, 4096),
+    ("llama3.1-405b", "h100", 1024, 1024, 8192),
+    ("llama3.1-405b", "b200", 512, 512, 8192),
+]
+
+
+@pytest.mark.parametrize("case", SEARCHED, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_searched_top_plans_export_and_read_back_unchanged(case):
+    """The top plans `planner search` ranks, exported to Megatron-LM and read back: the same
+    canonical plan, the same job, the same predictions (issue 10's acceptance)."""
+    from planner.search.driver import Options, run_search
+    from planner.specs.catalog import load_hardware, load_model
+    from planner.specs.job import Job
+
+    name, hw, gpus, gb, seq = case
+    m, h = load_model(name), load_hardware(hw)
+    j = Job(gpus=gpus, global_batch=gb, seq_len=seq)
+    res = run_search(m, h, j, Options(top=3, per_stage=False))
+    assert res.plans
+    for ranked in res.plans:
+        setup = ranked.setup
+        back = plan_from_megatron_args(export_megatron(setup))
+        job, plan2, hints, unknown = back
+        assert unknown == [] and back.unresolved == []
+        assert (job["gpus"], job["global_batch"], job["seq_len"]) == (gpus, gb, seq)
+        canon = export_canonical(plan2, m, h, j)
+        assert canon == export_canonical(setup.plan, m, h, j), (canon.to_string(), setup.plan.to_string())
+        assert predictions(resolve_setup(m, h, j, canon)) == predictions(setup)

@@ -182,9 +182,7 @@ def check_cmd(
     else:
         _print_report(report)
     if report["violations"]:
-        import click
-
-        raise click.exceptions.Exit(1)  # planner.cli.main turns it into the exit status
+        raise typer.Exit(1)  # planner.cli.main returns it as the exit status
 
 
 def _check_megatron_args(path, model_name, hw_name, target, torchtitan_config, gpus, global_batch, seq_len,

@@ -218,14 +218,30 @@ def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -
     # Start from the plan's own layout.
     for i, st in enumerate(setup.layout.stages):
         m.add_hint(n[i], st.num_layers)
+    # Deterministic: one worker, a fixed seed and a deterministic time budget, so the same input
+    # gives the same layout on any machine load.
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 2
-    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_deterministic_time = time_limit_s
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return StageRefinement(setup, False, f"per-stage model {solver.status_name(status)}")
+    # Among layouts with that slowest-rank time, prefer layers on later virtual stages (the early
+    # ones hold the most micro-batches): one canonical answer.
     counts = [int(solver.value(x)) for x in n]
     rhos = [int(solver.value(x)) for x in rho]
+    m.add(T == int(solver.value(T)))
+    m.minimize(sum((V - i) * n[i] for i in range(V)) + sum(rho))
+    m.clear_hints()
+    for i in range(V):
+        m.add_hint(n[i], counts[i])
+    for r in range(pp):
+        m.add_hint(rho[r], rhos[r])
+    status2 = solver.solve(m)
+    if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        counts = [int(solver.value(x)) for x in n]
+        rhos = [int(solver.value(x)) for x in rho]
     syms = ["t" * c for c in counts]
     syms[0] = "E" + syms[0]
     syms[-1] = syms[-1] + "m" * model.mtp_layers + "L"
