@@ -152,6 +152,9 @@ def top_k_usage(plans: list[dict]) -> dict:
     return {"plans": len(plans), "dims": usage}
 
 
+SOLVER_KEYS = ("name", "status", "objective_us", "kth_bound_us", "structural_keys", "lever_combinations", "keys_in_model")
+
+
 def search_one(model, hw, job, options, assumptions, tokens: float, progress=None) -> dict:
     """Search one hardware; a hardware where nothing fits (or the job is invalid) gets a status
     and the one-paragraph reason instead of failing the whole comparison."""
@@ -176,7 +179,8 @@ def search_one(model, hw, job, options, assumptions, tokens: float, progress=Non
               "tokens_per_s_per_gpu": p["time"]["tokens_per_s_per_gpu"], "mfu": p["time"]["mfu"],
               "peak_bytes": p["memory"]["peak_bytes"]} for p in plans],
         top_k=top_k_usage(plans),
-        solver=res.solver,
+        # The search's status and size; `planner search --json` has the whole solver object.
+        solver={k: res.solver[k] for k in SOLVER_KEYS if k in res.solver},
         _timings=res.timings,
     )
     return entry
