@@ -1,0 +1,143 @@
+"""`planner compare`: the best plan for one job on several systems, side by side, with what changed
+and why; `--sweep-gpus` for how it changes with scale. `planner results` regenerates results/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from planner.cli import app
+from planner.commands.explain import ImplOpt, RoutingOpt, build_assumptions
+from planner.options import (
+    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobFileOpt, JsonOpt, MemoryMarginOpt, ModelOpt,
+    PrecisionOpt, SeqLenOpt, print_json, resolve_job,
+)
+
+DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
+
+
+@app.command("compare")
+def compare_cmd(
+    model: ModelOpt,
+    hw: Annotated[Optional[list[str]], typer.Option(
+        "--hw", help="A hardware to compare; repeat it (--hw h100 --hw nvl72). The first is the baseline the "
+        f"others are explained against. Default: {', '.join(DEFAULT_HW)}.")] = None,
+    gpus: GpusOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    seq_len: SeqLenOpt = None,
+    precision: PrecisionOpt = None,
+    job: JobFileOpt = None,
+    domain_fill: DomainFillOpt = None,
+    memory_margin: MemoryMarginOpt = None,
+    tokens: Annotated[Optional[float], typer.Option(
+        "--tokens", help="Token budget for GPU-hours and days to train, e.g. 15e12 (default: the model's "
+        "published pre-training budget).")] = None,
+    sweep_gpus: Annotated[Optional[str], typer.Option(
+        "--sweep-gpus", help="GPU counts, comma-separated (e.g. 256,1024,4096,16384): the best plan per hardware "
+        "at each scale. Without --global-batch the batch is the reference job's, raised to a power of two with "
+        "at least 1,024 tokens per GPU where the count needs more (Llama 3's 16K-GPU run).")] = None,
+    moments: Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")] = "fp32",
+    target: Annotated[str, typer.Option("--target", help="Only plans this launcher can run: megatron, torchtitan or any.")] = "megatron",
+    fix: Annotated[Optional[str], typer.Option("--fix", help="Pin plan keys on every hardware, e.g. \"tp=1\".")] = None,
+    max_: Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees, e.g. \"pp=8\".")] = None,
+    top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="Plans ranked per hardware (the top-K usage counts these).")] = 10,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds the solver may take per hardware.")] = 120.0,
+    per_stage: Annotated[bool, typer.Option("--per-stage/--no-per-stage", help="Refine pipeline layouts stage by stage (the search's default). --no-per-stage keeps the uniform and standard uneven layouts; results/ uses it because the refinement's CP-SAT runs on two workers and can return a different layout of equal step time from run to run.")] = True,
+    routing_imbalance: RoutingOpt = None,
+    implementation: ImplOpt = "te",
+    calibration: CalibrationOpt = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG: throughput, step-time breakdown and memory per hardware (with --sweep-gpus: throughput and degrees against the GPU count).")] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock search timings (JSON output is otherwise byte-stable).")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Compare the best plan of one job across hardware (Hopper vs Blackwell): speed, memory, cost to train, and why the plans differ."""
+    from rich.console import Console
+
+    from planner.errors import PlannerError
+    from planner.report.compare import run_compare, run_sweep, strip_private, timings_of
+    from planner.search.driver import Options
+    from planner.search.space import Limits
+    from planner.specs.catalog import load_hardware, load_model
+
+    m = load_model(model)
+    names = list(hw) if hw else list(DEFAULT_HW)
+    hws = [load_hardware(n) for n in names]
+    seen = set()
+    for h in hws:
+        if h.name in seen:
+            raise PlannerError(f"--hw names {h.name} twice.", hint="Give each hardware once.")
+        seen.add(h.name)
+    j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
+                    domain_fill=domain_fill, memory_margin_gib=memory_margin)
+    if target not in ("megatron", "torchtitan", "any"):
+        raise PlannerError(f"Unknown --target '{target}'.", hint="Use megatron, torchtitan or any.")
+    mom = tuple(x.strip() for x in moments.split(",") if x.strip())
+    if not mom or any(x not in ("fp32", "bf16") for x in mom):
+        raise PlannerError(f"--moments '{moments}' must list fp32 and/or bf16.")
+    if tokens is not None and tokens <= 0:
+        raise PlannerError(f"--tokens {tokens:g} must be positive.", hint="Give a token count, e.g. --tokens 15e12.")
+    counts = parse_gpu_list(sweep_gpus) if sweep_gpus else None
+    assumptions = build_assumptions(routing_imbalance, implementation, calibration)
+    opts = Options(target=target, top=top, time_limit_s=time_limit, limits=Limits.parse(fix, max_), moments=mom,
+                   per_stage=per_stage)
+    err = Console(stderr=True, highlight=False)
+    with err.status("comparing", spinner="dots") as status:
+        if counts:
+            out = run_sweep(m, hws, j, counts, opts, assumptions, user_batch=global_batch, tokens=tokens,
+                            progress=lambda msg: status.update(msg))
+        else:
+            out = run_compare(m, hws, j, opts, assumptions, tokens=tokens, progress=lambda msg: status.update(msg))
+        if plot is not None:
+            status.update("plotting")
+            from planner.report.plots import plot_compare, plot_sweep
+
+            (plot_sweep if counts else plot_compare)(out, plot)
+    clean = strip_private(out)
+    if timings and not counts:
+        clean["timings"] = timings_of(out)
+    if plot is not None:
+        clean["plot"] = str(plot)
+    if json:
+        print_json(clean)
+        return
+    from planner.report.compare import print_compare, print_sweep
+
+    (print_sweep if counts else print_compare)(clean, plot=plot)
+
+
+def parse_gpu_list(text: str) -> list[int]:
+    from planner.errors import PlannerError
+
+    out = []
+    for part in text.split(","):
+        part = part.strip().replace("_", "")
+        if not part:
+            continue
+        if not part.isdigit() or int(part) < 1:
+            raise PlannerError(f"--sweep-gpus '{text}': '{part}' is not a positive GPU count.",
+                               hint="Give counts separated by commas, e.g. --sweep-gpus 256,1024,4096.")
+        out.append(int(part))
+    if not out:
+        raise PlannerError("--sweep-gpus lists no GPU count.", hint="Give counts separated by commas, e.g. 256,1024.")
+    if len(set(out)) != len(out):
+        raise PlannerError(f"--sweep-gpus '{text}' lists a count twice.")
+    return sorted(out)
+
+
+@app.command("results")
+def results_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write the reports into.")] = Path("results"),
+    check: Annotated[bool, typer.Option("--check", help="Regenerate into a temporary folder and compare the Markdown and JSON with --out byte for byte; exit 1 on any difference.")] = False,
+    only: Annotated[Optional[list[str]], typer.Option("--only", help="Only this report (repeatable), e.g. qwen3-235b-a22b-256 or seed-claims.")] = None,
+) -> None:
+    """Regenerate the reports of results/ (Hopper vs Blackwell per model, seed claims), or --check them."""
+    from planner.report.results import main as results_main
+
+    args = ["--out", str(out)] + (["--check"] if check else [])
+    for o in only or []:
+        args += ["--only", o]
+    code = results_main(args)
+    if code:
+        raise typer.Exit(code)
