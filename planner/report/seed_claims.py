@@ -899,12 +899,17 @@ def c_pp_reliance(compares: dict) -> dict:
         "cross-domain cases.",
         {"direction": "PP falls from Hopper to NVL72"}, p, "; ".join(lines), verdict, why,
         [r for r in (_compare_cmd(compares[k]) for k in COMPARE_REPORTS if k in compares) if r]
-        + [NO_OVERLAP_CMD])
+        + [_no_overlap_cmd()])
 
 
 NO_OVERLAP_HW = ("h100", "b200", "gb200-nvl72")
-NO_OVERLAP_CMD = ("planner compare --model deepseek-v3 " + " ".join(f"--hw {h}" for h in NO_OVERLAP_HW)
-                  + " --gpus 256 --fix ep_overlap=off --no-per-stage --json")
+
+
+def _no_overlap_cmd() -> str:
+    from planner.report.results import _per_stage_flag
+
+    return ("planner compare --model deepseek-v3 " + " ".join(f"--hw {h}" for h in NO_OVERLAP_HW)
+            + f" --gpus 256 --fix ep_overlap=off{_per_stage_flag()} --json")
 
 
 def _v3_without_ep_overlap(default: dict | None) -> dict:
