@@ -121,3 +121,40 @@ def test_search_json_is_byte_identical_across_runs(capsys):
     p = data["plans"][0]
     assert {"plan", "memory", "time"} <= set(p) and "dp" in p["plan"]
     assert p["memory"]["peak_bytes"] <= p["memory"]["capacity_bytes"]
+
+
+def test_nothing_fits_suggests_a_gpu_count_that_really_fits():
+    # 70B in BF16 with Adam needs ~1.26 TB for weights, gradients and optimizer states: 8 H100s
+    # cannot hold it. The suggested count must be one at which the search finds a plan.
+    args = ("llama3.1-70b", "h100", 8, 16, 4096, None, "cpsat")
+    with pytest.raises(NothingFitsError) as e:
+        _search(*args, fix="offload=none,pp=1")
+    import re
+
+    m = re.search(r"(\d+) GPUs at the same batch per GPU fit", e.value.hint)
+    assert m, e.value.hint
+    n = int(m.group(1))
+    assert _search("llama3.1-70b", "h100", n, 16 * n // 8, 4096, None, "cpsat", fix="offload=none,pp=1").plans
+    with pytest.raises(NothingFitsError):
+        _search("llama3.1-70b", "h100", n // 2, 16 * n // 16, 4096, None, "cpsat", fix="offload=none,pp=1")
+
+
+def test_nothing_fits_under_ddp_does_not_promise_more_gpus():
+    # With sharding fixed to plain DDP and PP=1, more GPUs only add replicas: the hint must say to
+    # relax the limits, and the plan it prints is canonical (no expert keys on a dense model).
+    with pytest.raises(NothingFitsError) as e:
+        _search("llama3.1-70b", "h100", 8, 16, 4096, None, "cpsat", fix="sharding=ddp,offload=none,pp=1")
+    assert "more GPUs (" not in e.value.hint and "ZeRO/FSDP" in e.value.hint
+    assert "etp" not in e.value.details["plan"]
+
+
+def test_ranking_holds_no_dominated_twins():
+    # On H100 the DeepEP and HybridEP dispatchers cost the same across 8-GPU NVLink domains: the
+    # second of each twin (same step time, no lower peak) is dropped, and K plans still come back.
+    res = _search("deepseek-v3", "h100", 1024, 4096, 4096, "pp=16,cp=1,vpp=1,tp=2,mbs=1", "cpsat", top=6)
+    assert len(res.plans) == 6 and res.solver["dropped_as_dominated"]
+    assert [p.rank for p in res.plans] == list(range(1, 7))
+    for i, a in enumerate(res.plans):
+        for b in res.plans[i + 1:]:
+            assert not (a.objective_us == b.objective_us and
+                        a.evaluation["memory"]["peak_bytes"] <= b.evaluation["memory"]["peak_bytes"])

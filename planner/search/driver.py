@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -92,12 +92,16 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
 
     P = space.lever_product_size
     radix = len(space.structs) * P
+    # Enumerate twice the K asked for: plans that tie in step time without a lower peak (a
+    # dispatcher that costs the same inside one NVLink domain, activation offload that does not
+    # touch the peak moment) are dropped at the end, and the list still holds K.
+    want = 2 * options.top
     say("solving")
     if options.solver == "exhaustive":
         from planner.search.exhaustive import solve_exhaustive
 
         cand = [i for i in order if valid(i)]
-        found = solve_exhaustive(tables.subset(cand), options.top) if cand else []
+        found = solve_exhaustive(tables.subset(cand), want) if cand else []
         status, bound, solves, visited = "OPTIMAL", None, 0, len(cand)
     elif options.solver == "cpsat":
         from planner.search.cpsat import enumerate_cpsat
@@ -107,15 +111,15 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         # top-K plan; CP-SAT enumerates every feasible plan of those keys up to U.
         cand: list[int] = []
         for i in order:
-            if len(cand) >= options.top and best[i] > best[cand[options.top - 1]]:
+            if len(cand) >= want and best[i] > best[cand[want - 1]]:
                 break
             if valid(i):
                 cand.append(i)
         found, status, bound, solves = [], "OPTIMAL", None, 0
         if cand:
-            cap = int(best[cand[min(options.top, len(cand)) - 1]])
+            cap = int(best[cand[min(want, len(cand)) - 1]])
             remaining = options.time_limit_s - (time.perf_counter() - t0)
-            res = enumerate_cpsat(tables.subset(cand), cap, options.top, time_limit_s=max(remaining, 0.5))
+            res = enumerate_cpsat(tables.subset(cand), cap, want, time_limit_s=max(remaining, 0.5))
             found, status, solves = res.plans, res.status, res.solves
             bound = cap * radix
             if status == "INFEASIBLE":  # cannot happen with a valid bound; say so rather than hide it
@@ -130,11 +134,11 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     if options.per_stage and space.model.num_layers > 1:
         # Per-stage layouts can also rescue layouts that fit no uniform split.
         say("per-stage layouts (CP-SAT)")
-        plans = _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, refined_info, t0)
+        plans = _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, refined_info, want)
         t = _timed(timings, "per_stage_s", t)
     if not plans:
         rows = [i for i in order if checked.get(i)] or list(range(len(space.structs)))
-        raise diagnose_nothing_fits(space, tables, options, rows)
+        raise diagnose_nothing_fits(space, tables, options, rows, assumptions, say)
     if not found or any(p.objective_us != (k // radix) for p, (k, _, _) in zip(plans, found)) or len(plans) != len(found):
         # Per-stage refinements entered the ranking: each is optimal for its layout and levers
         # (CP-SAT), but the per-stage space was not searched over every layout.
@@ -147,6 +151,7 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     # temporaries, e.g. torch AdamW's step copy on the megatron-local path).
     unfit = [p for p in plans if not p.evaluation["memory"]["fits"]]
     plans = [p for p in plans if p not in unfit]
+    plans, dominated = _drop_dominated(plans, options.top)
     _timed(timings, "evaluate_s", t)
     timings["total_s"] = round(time.perf_counter() - t0, 4)
     solver = {
@@ -159,6 +164,7 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
         "keys_in_model": visited,
         "dropped_by_rules": [p.plan.to_string() for p in bad],
         "dropped_by_exact_memory": [p.plan.to_string() for p in unfit],
+        "dropped_as_dominated": dominated,
         "per_stage": refined_info,
         "status_scope": ("OPTIMAL: proven best over every uniform plan (CP-SAT enumeration under the bound); "
                          "FEASIBLE: per-stage refinements (uneven layouts, per-rank recompute) entered the ranking, "
@@ -167,7 +173,7 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     return SearchResult(space, tables, plans, solver, timings)
 
 
-def _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, info, t0) -> list[Ranked]:
+def _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, info, top) -> list[Ranked]:
     """Refine the ranked plans' layouts, and try the fastest layouts that do not fit uniformly,
     with the per-stage CP-SAT model; return the top K of all, ranked by exact step time."""
     from planner.cost.evaluate import evaluate
@@ -183,7 +189,7 @@ def _per_stage(space, tables, options, plans, best, order, valid, radix, assumpt
     seeds = [r.setup for r in plans]
     # Layouts whose best lever choice, ignoring memory, could beat the K-th plan: the uniform split
     # may be what keeps them out (the first stages hold the most micro-batches).
-    kth = max(v[0] for v in pool.values()) / 1e6 if len(pool) >= options.top else math.inf
+    kth = max(v[0] for v in pool.values()) / 1e6 if len(pool) >= top else math.inf
     gi, _ = group_index_vectors(tables)
     tried = 0
     for i in np.argsort(tables.time_lower_bound(), kind="stable"):
@@ -207,8 +213,25 @@ def _per_stage(space, tables, options, plans, best, order, valid, radix, assumpt
             if key not in pool and not rule_violations(space.model, space.hw, space.job, res.setup.plan, options.target):
                 info["improved"] += 1
                 pool[key] = (int(round(ev["time"]["step_time_s"] * 1e6)), len(pool), res.setup, ev)
-    ranked = sorted(pool.values(), key=lambda v: (v[0], v[1]))[: options.top]
+    ranked = sorted(pool.values(), key=lambda v: (v[0], v[1]))[:top]
     return [Ranked(k + 1, s.plan, s, t, ev) for k, (t, _, s, ev) in enumerate(ranked)]
+
+
+def _drop_dominated(plans: list[Ranked], top: int) -> tuple[list[Ranked], list[str]]:
+    """Keep the first K plans that no earlier plan dominates: an earlier plan (simpler levers win
+    ties in the ranking) with the same step time to the microsecond and no higher peak gives the
+    user nothing to choose between. Returns the renumbered plans and the dropped plan strings."""
+    kept: list[Ranked] = []
+    dropped: list[str] = []
+    for p in plans:
+        if len(kept) == top:
+            break
+        peak = p.evaluation["memory"]["peak_bytes"]
+        if any(k.objective_us == p.objective_us and k.evaluation["memory"]["peak_bytes"] <= peak for k in kept):
+            dropped.append(p.plan.to_string())
+        else:
+            kept.append(p)
+    return [replace(p, rank=i + 1) for i, p in enumerate(kept)], dropped
 
 
 def _fastest_ignoring_memory(space, tables, i, gi, assumptions):
@@ -247,9 +270,9 @@ def _no_structure(space, options) -> PlannerError:
     )
 
 
-def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: list[int]) -> NothingFitsError:
-    """Say plainly why nothing fits: the smallest achievable peak (over every lever combination of
-    the keys considered), the class that dominates it, and what would make room."""
+def _smallest_peak(tables: Tables, rows: list[int]):
+    """(peak MiB, key, lever index, components MiB) of the plan with the smallest peak over every
+    lever combination of the keys in rows: the memory the search could not get under."""
     from planner.search.exhaustive import group_index_vectors
 
     gi, _ = group_index_vectors(tables)
@@ -269,6 +292,34 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: 
         j = int(np.argmin(peak))
         if peak[j] < best[0]:
             best = (int(peak[j]), s, j, {k: int(v[j]) for k, v in parts.items()})
+    return best
+
+
+def _gpus_that_fit(space: Space, options: Options, assumptions, max_factor: int = 64) -> int | None:
+    """The smallest power-of-two multiple of the job's GPU count (same batch per GPU) at which some
+    plan's peak fits, searched with the same tables: replicated weights and gradients shrink only
+    with TP, PP and EP, so a linear guess would promise too much."""
+    f = 2
+    while f <= max_factor:
+        job = space.job.model_copy(update={"gpus": space.job.gpus * f, "global_batch": space.job.global_batch * f})
+        sp = build_space(space.model, space.hw, job, target=space.target, limits=space.limits,
+                         implementation=assumptions.implementation, moments=options.moments, check_rules=False)
+        if sp.structs:
+            rows = [i for i, st in enumerate(sp.structs)
+                    if not struct_violations(sp.model, sp.hw, job, st, options.target)]
+            if rows:
+                tables = build_tables(sp, assumptions=assumptions)
+                if _smallest_peak(tables, rows)[0] <= tables.cap_mib:
+                    return job.gpus
+        f *= 2
+    return None
+
+
+def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: list[int],
+                          assumptions=None, say=None) -> NothingFitsError:
+    """Say plainly why nothing fits: the smallest achievable peak (over every lever combination of
+    the keys considered), the class that dominates it, and what would make room."""
+    best = _smallest_peak(tables, rows)
     peak_mib, s, j, parts = best
     cap = tables.cap_mib
     if s is not None and peak_mib <= cap:
@@ -276,6 +327,9 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: 
     from planner.search.tables import lever_indices as _li, lever_values as _lv
 
     plan = make_plan(space.structs[s], _lv(space, _li(space, j))) if s is not None else None
+    if plan is not None:
+        plan = plan.canonical(is_moe=space.model.is_moe, default_dispatcher=space.hw.default_dispatcher,
+                              default_precision=space.job.default_precision)
     dominant = max(parts, key=parts.get) if parts else "memory"
     gib = MiB / 2**30
     msg = (f"Nothing fits: every plan of {space.model.name} on {space.job.gpus} {space.hw.name} GPUs "
@@ -287,8 +341,20 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: 
     if options.limits.fix or options.limits.max:
         hints.append("relax your --fix/--max limits")
     if "constant" in dominant:
-        need = math.ceil(space.job.gpus * parts[dominant] / max(cap - (peak_mib - parts[dominant]), 1))
-        hints.append(f"more GPUs (constant memory shrinks with sharding: about {need} GPUs)")
+        grows = _constant_shards_with_gpus(space, plan)
+        if grows:
+            from planner.cost.setup import Assumptions
+
+            if say:
+                say("nothing fits: finding the GPU count at which a plan would")
+            need = _gpus_that_fit(space, options, assumptions or Assumptions())
+            named = ", ".join(grows[:-1]) + " and " + grows[-1] if len(grows) > 1 else grows[0]
+            hints.append(f"more GPUs (constant memory shrinks as {named} grow"
+                         + (f": {need} GPUs at the same batch per GPU fit)" if need else
+                            f"; even {space.job.gpus * 64} GPUs do not fit under your limits)"))
+        else:
+            hints.append("allow ZeRO/FSDP sharding (--fix sharding=...) or more pipeline stages: under your "
+                         "limits constant memory does not shrink with more GPUs, only data parallelism grows")
     else:
         hints.append("a shorter sequence or smaller global batch per GPU")
     larger = _larger_hardware(space.hw, peak_mib * MiB)
@@ -298,6 +364,25 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: 
                             details={"smallest_peak_bytes": peak_mib * MiB, "capacity_bytes": cap * MiB,
                                      "plan": plan.to_string() if plan else None, "dominant": dominant,
                                      "components_bytes": {k: v * MiB for k, v in parts.items()}})
+
+
+def _constant_shards_with_gpus(space: Space, plan) -> list[str]:
+    """Which degrees that divide the constant memory could still grow if the job had more GPUs,
+    under the user's --fix/--max: data-parallel sharding (ZeRO/FSDP, Megatron's distributed
+    optimizer), pipeline stages, and for MoE the expert-parallel degree. TP is left out: it is
+    bounded by the NVLink domain and the head count, not by the GPU count."""
+    lim = space.limits
+    out = []
+    if any(lim.allows("sharding", v) for v in ("dist_opt", "zero2", "fsdp")):
+        out.append("the data-parallel shards")
+    pp = plan.pp if plan is not None else 1
+    if pp < space.model.num_layers and lim.allows("pp", pp * 2) and "pp" not in lim.fix:
+        out.append("pipeline stages")
+    ep = plan.ep if plan is not None else 1
+    if space.model.is_moe and "ep" not in lim.fix and lim.allows("ep", ep * 2) \
+            and ep * 2 <= space.model.moe.num_experts:
+        out.append("expert parallelism")
+    return out
 
 
 def _rules_bind(space, options) -> NothingFitsError:
