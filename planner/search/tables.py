@@ -321,22 +321,18 @@ def rule_tables(space: Space, structs: list[Struct], R1, R2) -> None:
     from planner.search.rulecheck import lever_allowed
 
     cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-    r1_combos = combos(space, RULE_GROUPS["R1"])
+    # Dispatcher and EP overlap do nothing without EP: keys with ep=1 keep only their first values,
+    # so the same canonical plan is not listed twice.
+    no_ep = np.array([d == space.levers["dispatcher"][0] and o == "off"
+                      for d, o in (tuple(dict(zip(RULE_GROUPS["R1"], v))[k] for k in ("dispatcher", "ep_overlap"))
+                                   for v in combos(space, RULE_GROUPS["R1"]))], dtype=bool)
     for si, s in enumerate(structs):
-        sig = s.signature()
+        sig = (s.signature(), s.ep == 1 and space.model.is_moe)
         if sig not in cache:
-            cache[sig] = (
-                np.array(list(lever_allowed(space, s, RULE_GROUPS["R1"]).values()), dtype=bool),
-                np.array(list(lever_allowed(space, s, RULE_GROUPS["R2"]).values()), dtype=bool),
-            )
+            r1 = np.array(list(lever_allowed(space, s, RULE_GROUPS["R1"]).values()), dtype=bool)
+            cache[sig] = (r1 & no_ep if sig[1] else r1,
+                          np.array(list(lever_allowed(space, s, RULE_GROUPS["R2"]).values()), dtype=bool))
         R1[si], R2[si] = cache[sig]
-        if s.ep == 1 and space.model.is_moe:
-            # Dispatcher and EP overlap do nothing without EP: keep only their first values so the
-            # same canonical plan is not listed twice.
-            for ci, values in enumerate(r1_combos):
-                d = dict(zip(RULE_GROUPS["R1"], values))
-                if d["dispatcher"] != space.levers["dispatcher"][0] or d["ep_overlap"] != "off":
-                    R1[si, ci] = False
 
 
 def build_tables(space: Space, *, assumptions=None, time_terms: TimeTerms | None = None,

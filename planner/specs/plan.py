@@ -7,6 +7,7 @@ by :meth:`Plan.degrees` and never written over a value the user set (a given dp 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -47,6 +48,7 @@ class Recompute:
         return "+".join(self.modules)
 
 
+@functools.lru_cache(maxsize=1024)  # pure, and called per lever combination by the search tables
 def parse_recompute(text: str) -> Recompute:
     text = text.strip()
     if text in ("", "none"):
@@ -81,6 +83,7 @@ class Sharding:
         return f"hsdp:{self.group}" if self.kind == "hsdp" else self.kind
 
 
+@functools.lru_cache(maxsize=256)
 def parse_sharding(text: str) -> Sharding:
     text = text.strip()
     if text.startswith("hsdp"):
