@@ -41,6 +41,11 @@ MemoryMarginOpt = Annotated[
 ]
 PlanOpt = Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,vpp=2,ep=8,mbs=1,recompute=full\".")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (stable: same input, same bytes).")]
+# The search space's bounds, shared by search and compare (compare applies them on every hardware).
+MomentsOpt = Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")]
+SearchTargetOpt = Annotated[str, typer.Option("--target", help="Only plans this launcher can run: megatron, torchtitan or any.")]
+FixOpt = Annotated[Optional[str], typer.Option("--fix", help="Pin plan keys (on every hardware), e.g. \"tp=2,recompute=full\".")]
+MaxOpt = Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees and mbs, e.g. \"pp=8,tp=4\".")]
 CalibrationOpt = Annotated[
     Optional[Path], typer.Option("--calibration", help="A calibration file from 'planner calibrate' (measured GEMM, HBM and collective rates).")
 ]

@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.commands.explain import ImplOpt, RoutingOpt, build_assumptions
 from planner.options import (
     CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobFileOpt, JsonOpt, MemoryMarginOpt, ModelOpt,
-    PrecisionOpt, SeqLenOpt, print_json, resolve_job,
+    FixOpt, MaxOpt, MomentsOpt, PrecisionOpt, SearchTargetOpt, SeqLenOpt, print_json, resolve_job,
 )
 
 DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
@@ -38,13 +38,13 @@ def compare_cmd(
         "--sweep-gpus", help="GPU counts, comma-separated (e.g. 256,1024,4096,16384): the best plan per hardware "
         "at each scale. Without --global-batch the batch is the reference job's, raised to a power of two with "
         "at least 1,024 tokens per GPU where the count needs more (Llama 3's 16K-GPU run).")] = None,
-    moments: Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")] = "fp32",
-    target: Annotated[str, typer.Option("--target", help="Only plans this launcher can run: megatron, torchtitan or any.")] = "megatron",
-    fix: Annotated[Optional[str], typer.Option("--fix", help="Pin plan keys on every hardware, e.g. \"tp=1\".")] = None,
-    max_: Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees, e.g. \"pp=8\".")] = None,
+    moments: MomentsOpt = "fp32",
+    target: SearchTargetOpt = "megatron",
+    fix: FixOpt = None,
+    max_: MaxOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="Plans ranked per hardware (the top-K usage counts these).")] = 10,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds the solver may take per hardware.")] = 120.0,
-    per_stage: Annotated[bool, typer.Option("--per-stage/--no-per-stage", help="Refine pipeline layouts stage by stage (the search's default). --no-per-stage keeps the uniform and standard uneven layouts; results/ uses it because the refinement's CP-SAT runs on two workers and can return a different layout of equal step time from run to run.")] = True,
+    per_stage: Annotated[bool, typer.Option("--per-stage/--no-per-stage", help="Refine pipeline layouts stage by stage (the search's default; deterministic). --no-per-stage keeps the uniform and standard uneven layouts.")] = True,
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,

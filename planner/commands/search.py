@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.commands.explain import ImplOpt, RoutingOpt, build_assumptions
 from planner.options import (
     CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, HwOpt, JobFileOpt, JsonOpt, MemoryMarginOpt,
-    ModelOpt, PrecisionOpt, SeqLenOpt, print_json, resolve_job,
+    FixOpt, MaxOpt, ModelOpt, MomentsOpt, PrecisionOpt, SearchTargetOpt, SeqLenOpt, print_json, resolve_job,
 )
 
 
@@ -27,10 +27,10 @@ def search_cmd(
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
     memory_margin: MemoryMarginOpt = None,
-    moments: Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")] = "fp32",
-    target: Annotated[str, typer.Option("--target", help="Only plans this launcher can run: megatron, torchtitan or any.")] = "megatron",
-    fix: Annotated[Optional[str], typer.Option("--fix", help="Pin plan keys, e.g. \"tp=2,recompute=full\".")] = None,
-    max_: Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees, e.g. \"pp=8,tp=4\".")] = None,
+    moments: MomentsOpt = "fp32",
+    target: SearchTargetOpt = "megatron",
+    fix: FixOpt = None,
+    max_: MaxOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="How many plans to rank.")] = 10,
     solver: Annotated[str, typer.Option("--solver", help="cpsat (default) or exhaustive (the enumeration oracle).")] = "cpsat",
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds the solver may take.")] = 60.0,
