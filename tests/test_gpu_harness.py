@@ -101,19 +101,100 @@ def test_saved_bytes_per_layer_match_the_inventory():
         assert layers[1].kept == pytest.approx(r["inventory"]["kept_delta"]["layer1"], rel=0.01), name
 
 
+def _megatron_python() -> str:
+    """A Python with torch and megatron-core: this one, else the launcher-validation venv that
+    .ci/run builds (scripts/setup_validation_env.sh: megatron-core 0.19.2 and the CPU torch)."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("megatron"):
+        return sys.executable
+    venv = Path(os.environ.get("PLANNER_MEGATRON_VENV", ROOT / ".megatron-venv")) / "bin" / "python"
+    if venv.exists():
+        probe = subprocess.run([str(venv), "-c", "import torch, megatron.core"], capture_output=True)
+        if probe.returncode == 0:
+            return str(venv)
+    pytest.skip("no Python with torch and megatron-core here: install both (megatron-core's wheel needs "
+                "Python >= 3.12, or run scripts/setup_validation_env.sh, which .ci/run does)")
+
+
+def _harness(args: list[str], python: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([python, "-m", "benchmarks.gpu.harness", *args, "--device", "cpu"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
+
+
 def test_harness_runs_megatron_on_the_cpu(tmp_path):
     """The harness end to end (model, DDP, optimizer, steps, inventory) with tiny shapes. It patches
     torch.cuda for the CPU, so it runs in a subprocess."""
-    pytest.importorskip("torch", reason="torch is not installed (pip install torch for the CPU harness test)")
-    pytest.importorskip("megatron.core", reason="megatron-core is not installed (its wheel needs Python >= 3.12)")
+    python = _megatron_python()
     out = tmp_path / "runs"
     names = ",".join(c.name for c in TINY_CONFIGS)
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu.harness", "--all", "--only", names, "--device", "cpu",
-                           "--out-dir", str(out), "--budget-s", "600"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=900, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    proc = _harness(["--all", "--only", names, "--out-dir", str(out), "--budget-s", "600"], python)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for c in TINY_CONFIGS:
         r = json.loads((out / f"{c.name}.json").read_text())
         assert "error" not in r, r.get("traceback")
         assert r["step_time_s"] > 0 and r["params"] > 0
         assert r["inventory"]["saved_bytes"]
+        assert r["warmup_steps"] == 1 and len(r["step_times_s"]) == c.steps - 1
+
+
+def test_harness_diagnostics_on_the_cpu(tmp_path):
+    """The step-time diagnostics used on the H200 (longer runs with a warm-up left out, Megatron's
+    manual GC, a fresh batch per step, per-expert load from the router) on a tiny MoE."""
+    python = _megatron_python()
+    out = tmp_path / "moe.json"
+    proc = _harness(["--config", "tiny-moe-none", "--steps", "5", "--warmup", "3", "--manual-gc", "--fresh-data",
+                     "--route-stats", "--no-inventory", "--out", str(out)], python)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert "error" not in r, r.get("traceback")
+    assert r["warmup_steps"] == 3 and len(r["all_step_times_s"]) == 5 and len(r["step_times_s"]) == 2
+    assert r["step_time_s"] == statistics.median(r["all_step_times_s"][3:])
+    tiny = by_name("tiny-moe-none")
+    for s in r["steps"]:
+        assert s["cpu_s"] > 0 and s["user_s"] > 0 and s["sys_s"] >= 0 and s["minor_faults"] >= 0
+        loads = s["expert_load_max_over_mean"]  # one per MoE layer and micro-batch
+        assert len(loads) == (tiny.model.layers - tiny.model.first_k_dense) * tiny.micro_batches
+        assert all(1.0 <= x <= tiny.model.experts / tiny.model.top_k for x in loads)
+
+
+def test_parallel_configurations_match_their_planner_plans():
+    """The multi-GPU configurations (issue 13): planner sees the same degrees and world size."""
+    from benchmarks.gpu.configs import PARALLEL, TINY_PARALLEL, planner_plan_string
+
+    assert {"tp", "pp", "ep"} <= {k for c in PARALLEL for k in ("tp", "pp", "ep", "vpp") if getattr(c, k) > 1}
+    for c in PARALLEL + TINY_PARALLEL:
+        setup = planner_setup(c)
+        plan = setup.plan
+        assert (plan.tp, plan.pp, plan.ep or 1) == (c.tp, c.pp, c.ep)
+        assert setup.job.gpus == c.gpus and setup.job.global_batch == c.mbs * c.micro_batches * c.dp
+        kw = megatron_config_kwargs(c)
+        assert kw["sequence_parallel"] == (c.tp > 1)
+        assert kw.get("virtual_pipeline_model_parallel_size", 1) == c.vpp
+
+
+def test_harness_runs_megatron_in_parallel_on_the_cpu(tmp_path):
+    """PP with interleaving, EP, and TP+SP with EP and full recompute: two processes under
+    torchrun (gloo), every rank's result gathered into one file."""
+    from benchmarks.gpu.configs import TINY_PARALLEL
+
+    python = _megatron_python()
+    out = tmp_path / "runs"
+    names = ",".join(c.name for c in TINY_PARALLEL)
+    proc = _harness(["--all", "--only", names, "--out-dir", str(out), "--budget-s", "600"], python)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for c in TINY_PARALLEL:
+        r = json.loads((out / f"{c.name}.json").read_text())
+        assert "error" not in r, (c.name, r.get("error"), (out / f"{c.name}.log").read_text()[-3000:])
+        assert r["world"] == c.gpus == len(r["ranks"])
+        ranks = [x["rank"] for x in r["ranks"]]
+        assert sorted(x["global"] for x in ranks) == list(range(c.gpus))
+        assert {x["pp"] for x in ranks} == set(range(c.pp)) and {x["tp"] for x in ranks} == set(range(c.tp))
+        assert {x["ep"] for x in ranks} == set(range(c.ep))
+        assert r["step_time_s"] == max(x["step_time_s"] for x in r["ranks"])
+        if c.pp > 1:  # only the last stage computes the loss
+            assert [x["steps"][0]["loss"] is None for x in r["ranks"]] == [x["rank"]["pp"] < c.pp - 1 for x in r["ranks"]]

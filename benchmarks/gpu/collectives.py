@@ -14,6 +14,7 @@ Also runs on the CPU with --backend gloo (small sizes; the operations gloo suppo
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -28,15 +29,15 @@ BUS_FACTOR = {
 }
 
 
-def sizes(lo: int, hi: int) -> list[int]:
+def sizes(lo: int, hi: int, factor: int = 4) -> list[int]:
     out, s = [], lo
     while s <= hi:
         out.append(s)
-        s *= 4
+        s *= factor
     return out
 
 
-def run(op: str, nbytes: int, iters: int, warmup: int, device, dist, torch) -> float:
+def run(op: str, nbytes: int, iters: int, warmup: int, device, dist, torch, back_to_back: bool = False) -> float:
     n, rank = dist.get_world_size(), dist.get_rank()
     elems = max(nbytes // 2, n)  # bf16
     elems -= elems % n
@@ -67,6 +68,19 @@ def run(op: str, nbytes: int, iters: int, warmup: int, device, dist, torch) -> f
         fn()
     times = []
     cuda = device.type == "cuda"
+    if back_to_back and cuda:
+        # nccl-tests' way: the calls queued one after another between two events, so the launch
+        # and dispatch of one call hide behind the previous call's transfer.
+        for _ in range(3):
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(iters):
+                fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3 / iters)
+        return statistics.median(times) / (2 if op == "sendrecv" else 1)
     for _ in range(iters):
         if cuda:
             torch.cuda.synchronize()
@@ -92,9 +106,12 @@ def main() -> None:
     ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all,sendrecv")
     ap.add_argument("--min-bytes", type=int, default=64 * 1024)
     ap.add_argument("--max-bytes", type=int, default=1 << 30)
+    ap.add_argument("--factor", type=int, default=4, help="message sizes grow by this factor")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--modes", default="sync,back_to_back",
+                    help="sync: a synchronize before each timed call; back_to_back: calls queued in a row")
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
@@ -108,13 +125,14 @@ def main() -> None:
     else:
         device = torch.device("cpu")
     rows = []
-    for op in args.ops.split(","):
-        for nbytes in sizes(args.min_bytes, args.max_bytes):
-            t = run(op, nbytes, args.iters, args.warmup, device, dist, torch)
-            algbw = nbytes / t
-            rows.append({"op": op, "bytes": nbytes, "time_s": t, "algbw": algbw, "busbw": algbw * BUS_FACTOR[op](n)})
-            if rank == 0:
-                print(f"{op:>14} {nbytes:>11} B  {t * 1e6:9.1f} us  algbw {algbw / 1e9:7.1f} GB/s  busbw {algbw * BUS_FACTOR[op](n) / 1e9:7.1f} GB/s", flush=True)
+    for mode, op, nbytes in itertools.product(args.modes.split(","), args.ops.split(","),
+                                              sizes(args.min_bytes, args.max_bytes, args.factor)):
+        t = run(op, nbytes, args.iters, args.warmup, device, dist, torch, back_to_back=mode == "back_to_back")
+        algbw = nbytes / t
+        rows.append({"op": op, "mode": mode, "bytes": nbytes, "time_s": t, "algbw": algbw,
+                     "busbw": algbw * BUS_FACTOR[op](n)})
+        if rank == 0:
+            print(f"{mode:>12} {op:>14} {nbytes:>11} B  {t * 1e6:9.1f} us  algbw {algbw / 1e9:7.1f} GB/s  busbw {algbw * BUS_FACTOR[op](n) / 1e9:7.1f} GB/s", flush=True)
     if rank == 0 and args.out:
         meta = {"world": n, "backend": args.backend}
         if device.type == "cuda":

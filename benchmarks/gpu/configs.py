@@ -49,10 +49,23 @@ class RunConfig:
     dist_opt: bool = False
     steps: int = 6
     """Training steps: step 1 allocates the optimizer states (warm-up), the rest are timed."""
+    gpus: int = 1
+    """World size (one process per GPU, launched by torchrun when above 1)."""
+    tp: int = 1
+    """Tensor parallel, with sequence parallelism (as planner assumes) when above 1."""
+    pp: int = 1
+    vpp: int = 1
+    """Virtual stages per pipeline rank (interleaved 1F1B when above 1)."""
+    ep: int = 1
+    """Expert parallel; expert-TP is 1 (Megatron's expert grid: ETP x EP x EDP x PP = gpus)."""
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp)
 
     @property
     def global_batch(self) -> int:
-        return self.mbs * self.micro_batches
+        return self.mbs * self.micro_batches * self.dp
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -97,6 +110,19 @@ HOLDOUT: tuple[RunConfig, ...] = (
     RunConfig("holdout-gqa-s3k-b2-full1block", GQA, seq=3072, mbs=2, micro_batches=2, recompute="full:1", recompute_method="block"),
 )
 
+# Several GPUs of one NVLink domain (issue 13; the device's nvidia-h200-x2 kind): one parallel
+# dimension at a time on the validation models, then a combination. Megatron splits the 4 layers
+# evenly (embedding on the first stage, output layer and loss on the last).
+PARALLEL: tuple[RunConfig, ...] = (
+    RunConfig("x2-tp2-gqa-s4k-b1", GQA, seq=4096, mbs=1, micro_batches=2, gpus=2, tp=2),
+    RunConfig("x2-pp2-gqa-s4k-b1-m4", GQA, seq=4096, mbs=1, micro_batches=4, gpus=2, pp=2),
+    RunConfig("x2-pp2-vpp2-gqa-s4k-b1-m4", GQA, seq=4096, mbs=1, micro_batches=4, gpus=2, pp=2, vpp=2),
+    RunConfig("x2-dp2-gqa-s4k-b1-distopt", GQA, seq=4096, mbs=1, micro_batches=2, gpus=2, dist_opt=True),
+    RunConfig("x2-ep2-moe-s4k-b1", MOE, seq=4096, mbs=1, micro_batches=2, gpus=2, ep=2),
+    RunConfig("x2-tp2-ep2-moe-s4k-b2-full", MOE, seq=4096, mbs=2, micro_batches=2, gpus=2, tp=2, ep=2,
+              recompute="full"),
+)
+
 # Small runs for the committed memory snapshots (tests/fixtures/memtrace/real/).
 SNAP_MODEL = ModelDims("snap-h1024", hidden=1024, layers=2, heads=8, kv_heads=4, head_dim=128, ffn=2816, vocab=8192)
 SNAPSHOTS: tuple[RunConfig, ...] = (
@@ -108,6 +134,12 @@ SNAPSHOTS: tuple[RunConfig, ...] = (
 TINY = ModelDims("tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=256)
 TINY_MOE = replace(TINY, name="tiny-moe", experts=4, top_k=2, expert_ffn=32, shared_ffn=64)
 TINY_MHA = replace(TINY, name="tiny-mha", kv_heads=4, activation="gelu", norm="layernorm")
+TINY_PARALLEL: tuple[RunConfig, ...] = (  # CPU (gloo) tests of the multi-process path
+    RunConfig("tiny-pp2-vpp2", replace(TINY, layers=4), seq=32, mbs=1, micro_batches=2, gpus=2, pp=2, vpp=2, steps=2),
+    RunConfig("tiny-ep2", TINY_MOE, seq=32, mbs=1, micro_batches=2, gpus=2, ep=2, steps=2),
+    RunConfig("tiny-tp2-ep2-full", TINY_MOE, seq=32, mbs=2, micro_batches=2, gpus=2, tp=2, ep=2, recompute="full",
+              steps=2),
+)
 TINY_CONFIGS: tuple[RunConfig, ...] = (
     RunConfig("tiny-none", TINY, seq=32, mbs=2, micro_batches=2, steps=2),
     RunConfig("tiny-mha-none", TINY_MHA, seq=32, mbs=2, micro_batches=1, steps=2),
@@ -119,7 +151,7 @@ TINY_CONFIGS: tuple[RunConfig, ...] = (
 
 
 def by_name(name: str) -> RunConfig:
-    for c in CONFIGS + HOLDOUT + SNAPSHOTS + TINY_CONFIGS:
+    for c in CONFIGS + HOLDOUT + PARALLEL + SNAPSHOTS + TINY_CONFIGS + TINY_PARALLEL:
         if c.name == name:
             return c
     raise KeyError(name)
@@ -182,6 +214,12 @@ def megatron_config_kwargs(cfg: RunConfig) -> dict:
             moe_layer_freq=[0] * m.first_k_dense + [1] * (m.layers - m.first_k_dense),
         )
     kw.update(recompute_kwargs(cfg))
+    kw.update(tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
+              sequence_parallel=cfg.tp > 1)
+    if cfg.vpp > 1:
+        kw["virtual_pipeline_model_parallel_size"] = cfg.vpp
+    if m.experts:
+        kw.update(expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=1)
     return kw
 
 
@@ -204,15 +242,17 @@ def planner_model(m: ModelDims):
 
 
 def planner_plan_string(cfg: RunConfig) -> str:
-    parts = ["tp=1", "pp=1", f"mbs={cfg.mbs}", f"recompute={cfg.recompute}",
+    parts = [f"tp={cfg.tp}", f"pp={cfg.pp}", f"mbs={cfg.mbs}", f"recompute={cfg.recompute}",
              "sharding=" + ("dist_opt" if cfg.dist_opt else "ddp")]
+    if cfg.vpp > 1:
+        parts.append(f"vpp={cfg.vpp}")
     if cfg.model.experts:
-        parts += ["ep=1", "dispatcher=alltoall"]
+        parts += [f"ep={cfg.ep}", "etp=1", "dispatcher=alltoall"]
     return ",".join(parts)
 
 
 def planner_setup(cfg: RunConfig, hardware: str = "h200", calibration: str | None = None):
-    """resolve_setup for this run on one GPU with the megatron-local implementation profile
+    """resolve_setup for this run on its GPUs with the megatron-local implementation profile
     (optionally with a calibration file for the time model)."""
     from planner.cost.setup import Assumptions, resolve_setup
     from planner.specs.catalog import load_hardware
@@ -220,7 +260,7 @@ def planner_setup(cfg: RunConfig, hardware: str = "h200", calibration: str | Non
     from planner.specs.plan import Plan
 
     hw = load_hardware(hardware)
-    job = Job(gpus=1, global_batch=cfg.global_batch, seq_len=cfg.seq, precisions=["bf16"])
+    job = Job(gpus=cfg.gpus, global_batch=cfg.global_batch, seq_len=cfg.seq, precisions=["bf16"])
     assumptions = {"implementation": "megatron-local"}
     if calibration is not None:
         assumptions["calibration"] = str(calibration)

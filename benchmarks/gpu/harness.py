@@ -34,12 +34,14 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.gpu.configs import CONFIGS, SNAPSHOTS, RunConfig, by_name, megatron_config_kwargs
@@ -126,9 +128,16 @@ def _patch_cpu():
     mrandom.get_cuda_rng_tracker = lambda *a, **k: tracker
     import megatron.core.tensor_parallel as tp
     tp.get_cuda_rng_tracker = mrandom.get_cuda_rng_tracker
-    import megatron.core.transformer.dot_product_attention as dpa
-    if hasattr(dpa, "tensor_parallel"):
-        pass
+    # The alltoall dispatcher turns its split sizes into numpy only when they come from the GPU;
+    # on the CPU they stay tensors, which all_to_all_single rejects (EP > 1).
+    from megatron.core.transformer.moe import moe_utils, token_dispatcher
+
+    def _to_cpu(tensor, as_numpy=False, record_stream=False):
+        return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
+
+    moe_utils.maybe_move_tensor_to_cpu = _to_cpu
+    if hasattr(token_dispatcher, "maybe_move_tensor_to_cpu"):
+        token_dispatcher.maybe_move_tensor_to_cpu = _to_cpu
 
 
 def _fix_checkpoint_without_output():
@@ -151,6 +160,60 @@ def _fix_checkpoint_without_output():
     cls._planner_fixed = True
 
 
+def _device_mallocs(torch) -> int:
+    st = torch.cuda.memory_stats()
+    return int(st.get("num_device_alloc", st.get("segment.all.allocated", 0)))
+
+
+def _route_counter(model, torch):
+    """Forward hooks on every MoE router that add up, on the GPU (no host sync inside the step),
+    the tokens routed to each expert; ``read()`` returns per call the max/mean expert load."""
+    counts: list = []
+
+    def hook(_mod, _inp, out):
+        routing_map = out[1] if isinstance(out, tuple) else None
+        if routing_map is not None and routing_map.dim() == 2:
+            counts.append(routing_map.sum(0))
+
+    for mod in model.modules():
+        if type(mod).__name__.endswith("Router"):
+            mod.register_forward_hook(hook)
+
+    def read() -> list[float]:
+        out = [float(c.max()) / max(float(c.float().mean()), 1e-9) for c in counts]
+        counts.clear()
+        return out
+
+    return read
+
+
+def _sequence_parallel_torch_norm():
+    """megatron-core 0.19.2's torch norms (the local spec without TE or Apex) refuse sequence
+    parallelism, although a norm over the hidden dimension works on a sequence shard. Build them
+    without it and mark their weights ``sequence_parallel``, so finalize_model_grads all-reduces
+    their gradients over TP, which is what the TE and Apex norms get: the same tensors and memory."""
+    from megatron.core.transformer import torch_norm
+
+    cls = torch_norm.WrappedTorchNorm
+    if getattr(cls, "_planner_sp", False):
+        return
+    orig = cls.__new__
+
+    def __new__(klass, config, hidden_size, eps=1e-5, **kw):
+        sp = config.sequence_parallel
+        config.sequence_parallel = False
+        try:
+            norm = orig(klass, config, hidden_size, eps, **kw)
+        finally:
+            config.sequence_parallel = sp
+        for p in norm.parameters() if sp else ():
+            p.sequence_parallel = True
+        return norm
+
+    cls.__new__ = staticmethod(__new__)
+    cls._planner_sp = True
+
+
 class Run:
     """One configuration's model, optimizer and data on one device."""
 
@@ -166,15 +229,27 @@ class Run:
         # Eager fusions: no torch.compile in the measured steps (same saved tensors, no compile time).
         mjit.disable_jit_fuser()
         _fix_checkpoint_without_output()
+        _sequence_parallel_torch_norm()
         if not self.cuda:
             _patch_cpu()
         import torch.distributed as dist
         from megatron.core import parallel_state
 
+        self.world = cfg.gpus
         if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if self.cuda else "gloo", world_size=1, rank=0,
-                                    init_method=f"tcp://127.0.0.1:{_free_port()}")
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+            backend = "nccl" if self.cuda else "gloo"
+            if self.world > 1:  # one process per GPU, started by torchrun (RANK, WORLD_SIZE, ...)
+                if self.cuda:
+                    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+                dist.init_process_group(backend=backend, init_method="env://")
+                assert dist.get_world_size() == self.world, f"{cfg.name} needs {self.world} processes"
+            else:
+                dist.init_process_group(backend=backend, world_size=1, rank=0,
+                                        init_method=f"tcp://127.0.0.1:{_free_port()}")
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
+            virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None,
+            expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=1 if cfg.model.experts else None)
         if self.cuda:
             from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
@@ -200,32 +275,43 @@ class Run:
         self.tconfig = TransformerConfig(**kw)
         spec = get_gpt_layer_local_spec(num_experts=m.experts, moe_grouped_gemm=False,
                                         normalization=kw["normalization"])
-        model = GPTModel(config=self.tconfig, transformer_layer_spec=spec, vocab_size=m.vocab,
-                         max_sequence_length=cfg.seq, pre_process=True, post_process=True,
-                         share_embeddings_and_output_weights=False, position_embedding_type="rope")
-        if self.cuda:
-            model.cuda(torch.cuda.current_device())
-        # Megatron's training loop wraps bf16 models in Float16Module (all parameters bf16, the
-        # loss returned in fp32).
+        from megatron.core import parallel_state as ps
+        # Megatron's Float16Module: all parameters bf16, the loss returned in fp32.
         from megatron.core.transformer.module import Float16Module
 
-        model = Float16Module(self.tconfig, model)
-        self.n_params = sum(p.numel() for p in model.parameters())
+        # One model chunk per virtual stage (Megatron's get_model): the first chunk of the first
+        # pipeline rank embeds, the last chunk of the last rank holds the output layer and loss.
+        chunks = []
+        for vp in range(cfg.vpp):
+            vp_stage = vp if cfg.vpp > 1 else None
+            first = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
+            last = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+            model = GPTModel(config=self.tconfig, transformer_layer_spec=spec, vocab_size=m.vocab,
+                             max_sequence_length=cfg.seq, pre_process=first, post_process=last,
+                             share_embeddings_and_output_weights=False, position_embedding_type="rope",
+                             vp_stage=vp_stage)
+            if self.cuda:
+                model.cuda(torch.cuda.current_device())
+            chunks.append(Float16Module(self.tconfig, model))
+        self.n_params = sum(p.numel() for c in chunks for p in c.parameters())
         ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                                                    use_distributed_optimizer=cfg.dist_opt)
-        self.model = DistributedDataParallel(config=self.tconfig, ddp_config=ddp_config, module=model)
+        self.chunks = [DistributedDataParallel(config=self.tconfig, ddp_config=ddp_config, module=c,
+                                               disable_bucketing=i > 0) for i, c in enumerate(chunks)]
+        self.model = self.chunks[0]
         opt_config = OptimizerConfig(optimizer="adam", lr=1e-5, weight_decay=0.01, bf16=True,
                                      use_distributed_optimizer=cfg.dist_opt, clip_grad=1.0)
-        self.optimizer = get_megatron_optimizer(opt_config, [self.model])
-        self.tconfig.no_sync_func = self.model.no_sync
+        self.optimizer = get_megatron_optimizer(opt_config, self.chunks)
+        syncs = [c.no_sync for c in self.chunks]
+        self.tconfig.no_sync_func = syncs[0] if len(syncs) == 1 else syncs
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         self.tconfig.grad_scale_func = self.optimizer.scale_loss
 
-    def batches(self):
+    def batches(self, seed: int = 0):
         torch = self.torch
         cfg = self.cfg
         dev = torch.cuda.current_device() if self.cuda else "cpu"
-        g = torch.Generator(device="cpu").manual_seed(0)
+        g = torch.Generator(device="cpu").manual_seed(seed)
         out = []
         for _ in range(cfg.micro_batches):
             tokens = torch.randint(0, cfg.model.vocab, (cfg.mbs, cfg.seq), generator=g).to(dev)
@@ -248,10 +334,13 @@ class Run:
     def fwd_bwd(self, data):
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        self.model.zero_grad_buffer()
+        for c in self.chunks:
+            c.zero_grad_buffer()
         self.optimizer.zero_grad()
         fb = get_forward_backward_func()
-        return fb(forward_step_func=self.forward_step, data_iterator=iter(data), model=[self.model],
+        # Interleaved 1F1B takes one iterator per chunk; each chunk draws every micro-batch.
+        it = [iter(data) for _ in self.chunks] if len(self.chunks) > 1 else iter(data)
+        return fb(forward_step_func=self.forward_step, data_iterator=it, model=self.chunks,
                   num_microbatches=self.cfg.micro_batches, seq_length=self.cfg.seq,
                   micro_batch_size=self.cfg.mbs, forward_only=False)
 
@@ -262,6 +351,9 @@ class Run:
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        mallocs0 = _device_mallocs(torch) if self.cuda else 0
+        u0 = resource.getrusage(resource.RUSAGE_SELF)
+        c0 = time.process_time()
         t0 = time.perf_counter()
         losses = self.fwd_bwd(data)
         if self.cuda:
@@ -280,9 +372,20 @@ class Run:
             rec["after_step_reserved"] = torch.cuda.memory_reserved()
         t2 = time.perf_counter()
         rec["time_s"] = t2 - t0 - (t1 - t1)  # t1 only splits the phases
+        # Host CPU seconds of the step (all threads): near time_s when the step is host-bound.
+        rec["cpu_s"] = time.process_time() - c0
+        # User against system CPU time, page faults and involuntary context switches: a host-bound
+        # step slowed by first-touch page faults (costly in a VM) or by other work on its CPU shows here.
+        u1 = resource.getrusage(resource.RUSAGE_SELF)
+        rec["user_s"], rec["sys_s"] = u1.ru_utime - u0.ru_utime, u1.ru_stime - u0.ru_stime
+        rec["minor_faults"], rec["major_faults"] = u1.ru_minflt - u0.ru_minflt, u1.ru_majflt - u0.ru_majflt
+        rec["involuntary_switches"] = u1.ru_nivcsw - u0.ru_nivcsw
+        if self.cuda:  # cudaMalloc calls during the step: nonzero while the allocator's cache grows
+            rec["device_mallocs"] = _device_mallocs(torch) - mallocs0
         rec["fwd_bwd_time_s"] = t1 - t0
         rec["optimizer_time_s"] = t2 - t1
-        rec["loss"] = float(sum(float(l["lm loss"]) for l in losses) / max(len(losses), 1))
+        # Only the last pipeline stage sees the loss.
+        rec["loss"] = float(sum(float(l["lm loss"]) for l in losses) / len(losses)) if losses else None
         rec["grad_norm"] = float(grad_norm) if grad_norm is not None else None
         rec["update_ok"] = bool(ok)
         return rec
@@ -419,13 +522,20 @@ def profile_step(run: "Run", data, cuda: bool) -> dict:
 
 
 def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, max_entries: int = 20000,
-            inventory: bool = True, profile: bool = False) -> dict:
+            inventory: bool = True, profile: bool = False, warmup: int = 1, manual_gc: bool = False,
+            fresh_data: bool = False, route_stats: bool = False, profile_after: int = 2) -> dict:
+    """``warmup`` leading steps are left out of the timing and the peaks (step 1 always: it creates
+    the optimizer states); ``manual_gc``, ``fresh_data`` and ``route_stats`` are diagnostics for
+    steps whose time drifts (Python's collector, routing that changes as the fixed batch is learned,
+    per-expert load)."""
     import torch
 
     res: dict = {"config": cfg.name, "spec": cfg.to_json(), "device": device, "torch": torch.__version__,
                  "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
     cuda = device == "cuda"
     if cuda:
+        # Under torchrun, bind this process to its GPU before anything touches CUDA.
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.init()
         torch.zeros(1, device="cuda")
         res["gpu"] = torch.cuda.get_device_name()
@@ -440,6 +550,12 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
     run.build()
     res["build_s"] = time.perf_counter() - t
     res["params"] = run.n_params
+    if cfg.gpus > 1:
+        from megatron.core import parallel_state as ps
+
+        res["rank"] = {"global": torch.distributed.get_rank(),
+                       "tp": ps.get_tensor_model_parallel_rank(), "pp": ps.get_pipeline_model_parallel_rank(),
+                       "ep": ps.get_expert_model_parallel_rank(), "dp": ps.get_data_parallel_rank()}
     if cuda:
         torch.cuda.synchronize()
         res["after_init_allocated"] = torch.cuda.memory_allocated()
@@ -448,8 +564,9 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
     data = run.batches()
     steps = []
     if profile:
-        for _ in range(2):
+        for _ in range(profile_after):
             run.step(data)
+        res["profile_after_steps"] = profile_after
         res["profile"] = profile_step(run, data, cuda)
         steps = [run.step(data)]
         res["step1"] = steps[0]
@@ -463,10 +580,25 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
         res["snapshot"] = snapshot
         res["step1"] = s1
     else:
+        import gc
+
+        read_routes = _route_counter(torch.nn.ModuleList(run.chunks), torch) if route_stats else None
+        if manual_gc:  # Megatron's --manual-gc: no automatic collection inside a step
+            gc.disable()
         for i in range(cfg.steps):
+            if fresh_data and i:
+                data = run.batches(seed=i)
+            if manual_gc:
+                gc.collect()
             steps.append(run.step(data))
+            if read_routes is not None:
+                steps[-1]["expert_load_max_over_mean"] = read_routes()
+        if manual_gc:
+            gc.enable()
         res["step1"] = steps[0]
-        steps = steps[1:] if len(steps) > 1 else steps
+        res["warmup_steps"] = min(warmup, len(steps) - 1)
+        res["all_step_times_s"] = [s["time_s"] for s in steps]
+        steps = steps[res["warmup_steps"]:]
     res["steps"] = steps
     if cuda:
         res["peak_allocated"] = max(max(s["fwd_bwd_peak_allocated"], s["optimizer_peak_allocated"]) for s in steps)
@@ -489,7 +621,7 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
 
 
 def run_all(names: list[str], out_dir: Path, budget_s: float, per_config_s: float, device: str,
-            extra: list[str] | None = None) -> list[dict]:
+            extra: list[str] | None = None, tag: str = "") -> list[dict]:
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     summary = []
@@ -498,8 +630,11 @@ def run_all(names: list[str], out_dir: Path, budget_s: float, per_config_s: floa
         if left < 20:
             summary.append({"config": name, "skipped": "time budget"})
             continue
-        out = out_dir / f"{name}.json"
-        cmd = [sys.executable, "-m", "benchmarks.gpu.harness", "--config", name, "--out", str(out), "--device", device]
+        out = out_dir / f"{name}{tag}.json"
+        gpus = by_name(name).gpus
+        launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}"]
+                  if gpus > 1 else [sys.executable])
+        cmd = launch + ["-m", "benchmarks.gpu.harness", "--config", name, "--out", str(out), "--device", device]
         cmd += extra or []
         t = time.perf_counter()
         try:
@@ -508,8 +643,8 @@ def run_all(names: list[str], out_dir: Path, budget_s: float, per_config_s: floa
         except subprocess.TimeoutExpired as exc:
             rc, log = "timeout", str(exc)[-2000:]
         dt = time.perf_counter() - t
-        (out_dir / f"{name}.log").write_text(log)
-        row = {"config": name, "rc": rc, "wall_s": round(dt, 1)}
+        (out_dir / f"{name}{tag}.log").write_text(log)
+        row = {"config": name + tag, "rc": rc, "wall_s": round(dt, 1)}
         if out.exists():
             r = json.loads(out.read_text())
             for k in ("peak_allocated", "peak_reserved", "step_time_s", "error"):
@@ -534,26 +669,53 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-entries", type=int, default=20000)
     p.add_argument("--no-inventory", action="store_true")
     p.add_argument("--profile", action="store_true", help="profile one step (torch.profiler summary) instead of timing")
+    p.add_argument("--profile-after", type=int, default=2, help="with --profile: steps run before the profiled one")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the configuration's)")
+    p.add_argument("--warmup", type=int, default=1, help="leading steps left out of times and peaks (at least 1)")
+    p.add_argument("--manual-gc", action="store_true", help="diagnostic: gc.disable(), collect between steps")
+    p.add_argument("--fresh-data", action="store_true", help="diagnostic: a new random batch every step")
+    p.add_argument("--route-stats", action="store_true", help="diagnostic: per-step max/mean expert load")
+    p.add_argument("--tag", default="", help="with --all: suffix for the output files")
     a = p.parse_args(argv)
     if a.all:
         names = a.only.split(",") if a.only else [c.name for c in CONFIGS]
-        extra = (["--profile", "--no-inventory"] if a.profile else []) + (["--no-inventory"] if a.no_inventory and not a.profile else [])
-        summary = run_all(names, Path(a.out_dir), a.budget_s, a.per_config_s, a.device, extra)
+        extra = (["--profile", "--no-inventory", "--profile-after", str(a.profile_after)] if a.profile else [])
+        extra += ["--no-inventory"] if a.no_inventory and not a.profile else []
+        extra += ["--steps", str(a.steps)] if a.steps else []
+        extra += ["--warmup", str(a.warmup)]
+        extra += [f for f, on in (("--manual-gc", a.manual_gc), ("--fresh-data", a.fresh_data),
+                                  ("--route-stats", a.route_stats)) if on]
+        summary = run_all(names, Path(a.out_dir), a.budget_s, a.per_config_s, a.device, extra, a.tag)
         (Path(a.out_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
         return 0
     if not a.config:
         p.error("--config NAME or --all")
     cfg = by_name(a.config)
+    if a.steps:
+        cfg = replace(cfg, steps=a.steps)
     try:
-        res = run_one(cfg, a.device, a.snapshot, a.max_entries, inventory=not a.no_inventory, profile=a.profile)
+        res = run_one(cfg, a.device, a.snapshot, a.max_entries, inventory=not a.no_inventory and cfg.gpus == 1,
+                      profile=a.profile,
+                      warmup=max(1, a.warmup), manual_gc=a.manual_gc, fresh_data=a.fresh_data,
+                      route_stats=a.route_stats, profile_after=a.profile_after)
     except Exception as exc:
         res = {"config": cfg.name, "error": repr(exc), "traceback": traceback.format_exc()}
         print(res["traceback"], file=sys.stderr)
+    if cfg.gpus > 1:
+        res = _gather_ranks(cfg, res)
+        if res is None:  # not global rank 0
+            _destroy()
+            return 0
     text = json.dumps(res, indent=1, default=str)
     if a.out:
         Path(a.out).write_text(text)
     else:
         print(text)
+    _destroy()
+    return 0 if "error" not in res else 1
+
+
+def _destroy() -> None:
     try:
         import torch.distributed as dist
 
@@ -561,7 +723,29 @@ def main(argv: list[str] | None = None) -> int:
             dist.destroy_process_group()
     except Exception:
         pass
-    return 0 if "error" not in res else 1
+
+
+def _gather_ranks(cfg: RunConfig, res: dict) -> dict | None:
+    """Every rank's result on global rank 0, with the run's figures: the largest peak of any rank
+    and the slowest rank's median step (a step ends when the last rank's optimizer step does)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return res
+    ranks: list = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, res)
+    if dist.get_rank() != 0:
+        return None
+    out = {"config": cfg.name, "spec": cfg.to_json(), "world": len(ranks), "ranks": ranks}
+    errors = [r.get("error") for r in ranks if r.get("error")]
+    if errors:
+        out["error"] = errors[0]
+        return out
+    for key in ("peak_allocated", "peak_reserved", "step_time_s", "params"):
+        vals = [r[key] for r in ranks if key in r]
+        if vals:
+            out[key] = max(vals)
+    return out
 
 
 if __name__ == "__main__":
