@@ -92,11 +92,11 @@ def collective_time(op: str, nbytes: float, span: GroupSpan, rates: Rates) -> fl
     lat_nv, lat_net = rates.nvlink_latency_s, rates.nic_latency_s
     # Inside one domain.
     if op == "all_reduce":
-        flat = all_reduce_time(nbytes, n, rates.nvlink_busbw, lat_nv)
+        flat = all_reduce_time(nbytes, n, rates.ring_busbw(op), lat_nv)
         if rates.nvls_algbw:
             flat = minimum(nvls_all_reduce_time(nbytes, n, rates.nvls_algbw, lat_nv), flat)
     else:
-        flat = gather_time(nbytes, n, rates.nvlink_busbw, lat_nv)
+        flat = gather_time(nbytes, n, rates.ring_busbw(op), lat_nv)
     # Across k domains with g members each: NVLink inside, the g NICs in parallel across.
     k, g = span.domains, span.per_domain
     intra = gather_time(nbytes, g, rates.nvlink_busbw, lat_nv)  # zero when g == 1
@@ -105,7 +105,8 @@ def collective_time(op: str, nbytes: float, span: GroupSpan, rates: Rates) -> fl
         hier = 2 * intra + all_reduce_time(part, k, rates.nic_busbw, lat_net)
     else:
         hier = intra + gather_time(part, k, rates.nic_busbw, lat_net)
-    return where((n <= 1) | (nbytes <= 0), 0.0, where(span.cross_domain, hier, flat))
+    # A calibrated fixed cost per call (dispatch and launch), zero from the profile alone.
+    return where((n <= 1) | (nbytes <= 0), 0.0, where(span.cross_domain, hier, flat) + rates.call(op))
 
 
 def a2a_time(bytes_per_token: float, tokens: float, top_k: int, span: GroupSpan, rates: Rates,
@@ -134,6 +135,7 @@ def a2a_time(bytes_per_token: float, tokens: float, top_k: int, span: GroupSpan,
     t_nvl = tokens * nvl_copies * bytes_per_token / rates.a2a_bw(dispatcher, False)
     t_net = where(cross, tokens * net_copies * bytes_per_token / rates.a2a_bw(dispatcher, True), 0.0)
     latency = where(cross, rates.nic_latency_s, rates.nvlink_latency_s) + (n - 1) * rates.a2a_peer_latency_s
+    latency = latency + rates.call("all_to_all")
     return where((n <= 1) | (tokens <= 0), 0.0, maximum(t_nvl, t_net) + latency)
 
 
@@ -272,7 +274,7 @@ def cp_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> tu
     cp = span.size
     bw = where(span.cross_domain, rates.nic_bw, rates.nvlink_bw)
     bw *= rates.p2p_fraction
-    lat = where(span.cross_domain, rates.nic_latency_s, rates.nvlink_latency_s)
+    lat = where(span.cross_domain, rates.nic_latency_s, rates.nvlink_latency_s) + rates.call("send_recv")
     fwd = (cp - 1) * p2p_time(kv_bytes, bw, lat)
     bwd = (cp - 1) * p2p_time(2 * kv_bytes, bw, lat)
     return fwd, bwd, (cp - 1) / cp
@@ -335,7 +337,7 @@ def pp_p2p_time(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> flo
     nbytes = sh.sp_tokens * ms.hidden * BF16
     cross = span.cross_domain
     bw = where(cross, rates.nic_bw, rates.nvlink_bw) * rates.p2p_fraction
-    t = p2p_time(nbytes, bw, where(cross, rates.nic_latency_s, rates.nvlink_latency_s))
+    t = p2p_time(nbytes, bw, where(cross, rates.nic_latency_s, rates.nvlink_latency_s) + rates.call("send_recv"))
     return where(span.size <= 1, 0.0, t)
 
 

@@ -69,6 +69,14 @@ class Rates:
     """Host seconds per Megatron local linear-layer call in the forward and in the backward
     (ComputeEfficiency.linear_host_fwd_s / linear_host_bwd_s); 0 unless the implementation is
     'megatron-local'."""
+    nvlink_op_busbw: tuple[tuple[str, float], ...] = ()
+    """Bus bandwidth inside a domain by collective where a calibration file measured it (on two
+    H200s NCCL's all-reduce ran at 1.2x the bus bandwidth of all-gather and reduce-scatter);
+    the others use ``nvlink_busbw``."""
+    call_s: tuple[tuple[str, float], ...] = ()
+    """Calibrated fixed seconds per collective call on NVLink, by operation, above the per-hop
+    latency terms (the dispatch and launch a benchmark with a synchronize before each call sees);
+    empty without a calibration file: the profile's latencies only."""
     torch_optimizer: bool = False
     """The optimizer step is torch.optim.AdamW with Megatron's torch fallbacks of the multi-tensor
     kernels (the local spec without Apex or Transformer Engine): see
@@ -85,6 +93,20 @@ class Rates:
             if name == recipe:
                 return value
         raise PlannerError(f"The {self.generation} efficiency profile has no GEMM ceiling for '{recipe}'.")
+
+    def ring_busbw(self, op: str) -> float:
+        """NVLink bus bandwidth of one ring collective ('all_reduce', 'all_gather', 'reduce_scatter')."""
+        for name, bw in self.nvlink_op_busbw:
+            if name == op:
+                return bw
+        return self.nvlink_busbw
+
+    def call(self, op: str) -> float:
+        """Calibrated fixed seconds per call of ``op`` (0 when not calibrated)."""
+        for name, sec in self.call_s:
+            if name == op:
+                return sec
+        return 0.0
 
     def a2a_bw(self, dispatcher: str | None, cross_domain: bool) -> float:
         table = self.a2a_nic if cross_domain else self.a2a_nvlink
@@ -138,6 +160,9 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     nvls = nv * m.nvls_fraction.value if hw.nvlink.in_switch_reduction.value else None
     nic_busbw = nic * m.nic_fraction.value
     a2a_nvl = {d: nv * f.value for d, f in m.a2a_nvlink_fraction.items()}
+    op_busbw: dict[str, float] = {}
+    p2p_fraction = m.p2p_fraction.value
+    call_s: dict[str, float] = {}
     a2a_nic = {d: nic * f.value for d, f in m.a2a_nic_fraction.items()}
 
     if calibration is not None:
@@ -171,9 +196,18 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
                 if col.op == "all_reduce" and nvls is not None:
                     nvls = col.busbw * n / (2 * (n - 1))  # busbw -> algbw
                 elif col.op in ("all_gather", "reduce_scatter", "all_reduce"):
-                    nvlink_busbw = col.busbw
+                    op_busbw[col.op] = col.busbw
+                elif col.op == "send_recv":
+                    p2p_fraction = col.busbw / nv
             elif col.op != "send_recv":
                 nic_busbw = col.busbw
+            if col.span == "nvlink" and col.latency_s is not None:
+                # The fit's intercept less the hops the model already charges for this call.
+                hops = _latency_hops(col.op, n, m.nvlink_latency_s.value, m.a2a_peer_latency_s.value)
+                call_s[col.op] = max(0.0, col.latency_s - hops)
+        if op_busbw:  # the other ring collectives (and the hierarchical ones' NVLink part)
+            vals = sorted(op_busbw.values())
+            nvlink_busbw = vals[len(vals) // 2]
 
     s_net = assumptions.network_bandwidth_scale
     host = hw.host
@@ -205,7 +239,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         a2a_nvlink=tuple(sorted((k, v * s_net) for k, v in a2a_nvl.items())),
         a2a_nic=tuple(sorted((k, v * s_net) for k, v in a2a_nic.items())),
         a2a_peer_latency_s=m.a2a_peer_latency_s.value,
-        p2p_fraction=m.p2p_fraction.value,
+        p2p_fraction=p2p_fraction,
         overlap_interference=m.overlap_interference.value,
         domain_size=hw.domain_size,
         host_kind=host.kind,
@@ -216,7 +250,24 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
                         c.linear_host_bwd_s.value if c.linear_host_bwd_s else 0.0)
                        if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
         torch_optimizer=assumptions.implementation == "megatron-local",
+        nvlink_op_busbw=tuple(sorted((k, v * s_net) for k, v in op_busbw.items())),
+        call_s=tuple(sorted(call_s.items())),
     )
+
+
+def _latency_hops(op: str, n: int, hop_s: float, a2a_peer_s: float) -> float:
+    """Seconds of per-hop latency planner.cost.comm charges one call of ``op`` on ``n`` ranks
+    inside a domain (all_reduce: the shorter of ring and tree; ring gathers: n - 1 hops; all-to-all:
+    one hop plus a per-peer term; send/receive: one hop)."""
+    from planner.cost.arrays import ceil_log2
+
+    if op == "all_reduce":
+        return min(2 * (n - 1), 2 * int(ceil_log2(n))) * hop_s
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) * hop_s
+    if op == "all_to_all":
+        return hop_s + (n - 1) * a2a_peer_s
+    return hop_s
 
 
 _RATES: dict[tuple, tuple[object, object, Rates]] = {}

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from planner.specs.common import Spec
 
@@ -55,6 +55,10 @@ class CollectiveMeasurement(Spec):
     """Bus bandwidth in bytes/s at large messages (nccl-tests 'busbw')."""
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     """For all_to_all: which EP dispatcher was measured (NCCL when None)."""
+    latency_s: NonNegativeFloat | None = None
+    """Per-call time at vanishing size, from an alpha-beta fit over the measured sizes (time =
+    latency_s + bytes x bus factor / busbw). It includes the framework's dispatch and NCCL's
+    launch, which the profile's per-hop latency does not; see planner.cost.rates.build_rates."""
 
 
 class Calibration(Spec):
