@@ -9,14 +9,7 @@ OUTDIR=${1:?usage: run_device.sh OUTDIR [harness|calibrate|snapshots|all]}
 WHAT=${2:-all}
 shift 2 || true
 RAW=${RAW_DIR:-$OUTDIR/raw}  # everything lands here; OUTDIR gets the tarball and the summary
-mkdir -p "$RAW" "$OUTDIR"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
-else
-  export PYTHONPATH=$PWD:${PYTHONPATH:-}
-fi
-export PYTHONUNBUFFERED=1 CUDA_DEVICE_MAX_CONNECTIONS=1 PYTHONWARNINGS=ignore
+source benchmarks/gpu/common.sh
 DEV=${DEVICE:-cuda}
 { nvidia-smi || true; python3 -c "import torch, megatron.core as m; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'megatron-core', m.__version__, 'gpu', torch.cuda.get_device_name() if torch.cuda.is_available() else None)"; } > "$RAW/env.txt" 2>&1
 cat "$RAW/env.txt" | tail -3

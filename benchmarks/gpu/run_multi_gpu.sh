@@ -9,14 +9,7 @@ set -u
 OUTDIR=${1:?usage: run_multi_gpu.sh OUTDIR [DEADLINE_S]}
 DEADLINE=${2:-480}
 RAW=${RAW_DIR:-/tmp/multi-gpu}
-mkdir -p "$RAW" "$OUTDIR"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
-else
-  export PYTHONPATH=$PWD:${PYTHONPATH:-}
-fi
-export PYTHONUNBUFFERED=1 CUDA_DEVICE_MAX_CONNECTIONS=1 PYTHONWARNINGS=ignore
+source benchmarks/gpu/common.sh
 N=$(nvidia-smi -L | wc -l)
 { nvidia-smi; nvidia-smi topo -m; env | grep ^NCCL || true; } > "$RAW/env.txt" 2>&1
 # 1. Collectives, 64 KiB to 1 GiB in x2 steps, a synchronize before each call and back to back.
@@ -25,7 +18,6 @@ timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node "$N" 
 echo "collectives rc=$? $(grep -c GB/s "$RAW/collectives.log") rows"
 # 2. Megatron-Core on all N GPUs: 20 steps, the first 10 left out.
 NAMES=$(python3 -c "from benchmarks.gpu.configs import PARALLEL; print(','.join(c.name for c in PARALLEL if c.gpus == $N))")
-python3 -m benchmarks.gpu.harness --all --only "$NAMES" --out-dir "$RAW" --device cuda \
-  --budget-s $((DEADLINE - SECONDS)) --per-config-s 150 --steps 20 --warmup 10 | tee "$RAW/summary.jsonl"
+harness --only "$NAMES" --steps 20 --warmup 10
 tar czf "$OUTDIR/multi-gpu.tar.gz" -C "$(dirname "$RAW")" "$(basename "$RAW")"
 ls -la "$OUTDIR"; echo "elapsed ${SECONDS}s"

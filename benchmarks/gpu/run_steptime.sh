@@ -10,22 +10,10 @@ set -u
 OUTDIR=${1:?usage: run_steptime.sh OUTDIR [DEADLINE_S]}
 DEADLINE=${2:-540}
 RAW=${RAW_DIR:-/tmp/steptime}
-mkdir -p "$RAW" "$OUTDIR"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
-else
-  export PYTHONPATH=$PWD:${PYTHONPATH:-}
-fi
-export PYTHONUNBUFFERED=1 CUDA_DEVICE_MAX_CONNECTIONS=1 PYTHONWARNINGS=ignore
+source benchmarks/gpu/common.sh
 { nvidia-smi || true; nproc; lscpu | grep -i "model name\|mhz" || true; } > "$RAW/env.txt" 2>&1
 
 MOE=moe-s4k-b1-none,moe-s2k-b4-none,moe-s2k-b2-moe,moe-s4k-b1-shared-coreattn,moe-s4k-b2-full,moe-s2k-b2-distopt,holdout-moe-s8k-b1-coreattn
-harness() {  # harness ARGS...: --all within what is left of the deadline
-  local left=$((DEADLINE - SECONDS))
-  if ((left < 30)); then echo "skipped (deadline): $*"; return; fi
-  python3 -m benchmarks.gpu.harness --all --out-dir "$RAW" --device cuda --budget-s "$left" "$@" | tee -a "$RAW/summary.jsonl"
-}
 # 1. The MoE calibration runs and the MoE holdout, 40 steps, the first 10 left out.
 harness --only "$MOE" --steps 40 --warmup 10 --tag=-s40
 # 2. Control: two dense runs, whose five-step times were flat.

@@ -8,21 +8,9 @@ set -u
 OUTDIR=${1:?usage: run_steptime_long.sh OUTDIR [DEADLINE_S]}
 DEADLINE=${2:-540}
 RAW=${RAW_DIR:-/tmp/steptime-long}
-mkdir -p "$RAW" "$OUTDIR"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
-else
-  export PYTHONPATH=$PWD:${PYTHONPATH:-}
-fi
-export PYTHONUNBUFFERED=1 CUDA_DEVICE_MAX_CONNECTIONS=1 PYTHONWARNINGS=ignore
+source benchmarks/gpu/common.sh
 { nvidia-smi || true; nproc; uptime; } > "$RAW/env.txt" 2>&1
 MOE=moe-s4k-b1-none,moe-s2k-b4-none,moe-s2k-b2-moe,moe-s4k-b1-shared-coreattn,moe-s4k-b2-full,moe-s2k-b2-distopt,holdout-moe-s8k-b1-coreattn
-harness() {
-  local left=$((DEADLINE - SECONDS))
-  if ((left < 30)); then echo "skipped (deadline): $*"; return; fi
-  python3 -m benchmarks.gpu.harness --all --out-dir "$RAW" --device cuda --budget-s "$left" "$@" | tee -a "$RAW/summary.jsonl"
-}
 harness --only "$MOE" --steps 100 --warmup 50 --tag=-s100 --no-inventory
 harness --only gqa-s4k-b1-none --steps 30 --warmup 10 --tag=-s30 --no-inventory
 tar czf "$OUTDIR/steptime-long.tar.gz" -C "$(dirname "$RAW")" "$(basename "$RAW")"
