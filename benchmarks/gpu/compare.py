@@ -34,7 +34,7 @@ def measured(folder: str = "default-allocator") -> dict[str, dict]:
 
 # Step-time runs: the same configurations run longer (benchmarks/gpu/run_steptime*.sh), files named
 # CONFIG-sN.json (N steps); CONFIG-routes/-gc/-fresh/-profile30 are diagnostics, not measurements.
-STEP_FOLDERS = ("default-allocator", "steps-40", "steps-100")
+STEP_FOLDERS = ("default-allocator", "steps-40", "steps-100", "steps-100-lease2")
 
 
 def step_runs(name: str) -> list[dict]:
@@ -52,14 +52,20 @@ def step_runs(name: str) -> list[dict]:
 
 
 def measured_step(name: str) -> dict:
-    """The step-time measurement of a configuration: its longest run, the median of the steps
-    after its warm-up (step 1 for the five-step runs, the first half for the 100-step runs).
-    Host-bound steps on the device's VM drift faster for 50-100 steps, so the longest run is
-    the nearest to a training run's steady state; kernel-bound steps are flat (1% between runs)."""
-    r = step_runs(name)[-1]
-    total = len(r.get("all_step_times_s") or []) or len(r["step_times_s"]) + 1
-    return {"step_time_s": r["step_time_s"], "steps": total, "warmup": r.get("warmup_steps", 1),
-            "timed": r["step_times_s"]}
+    """The step-time measurement of a configuration: its longest runs (several leases when it
+    was repeated), each run's median over its steps after the warm-up (step 1 left out of the
+    five-step runs, the first half of the 100-step runs), averaged over the runs. Host-bound steps on the device's VMs
+    speed up for 50-100 steps and run at a different pace on each lease's machine, so the longest
+    runs, pooled over leases, are the nearest to a training run's steady state on a typical host;
+    kernel-bound steps are flat (1% between leases)."""
+    runs = step_runs(name)
+    total = lambda r: len(r.get("all_step_times_s") or []) or len(r["step_times_s"]) + 1  # noqa: E731
+    longest = [r for r in runs if total(r) == total(runs[-1])]
+    timed = [t for r in longest for t in r["step_times_s"]]
+    per_run = [r["step_time_s"] for r in longest]
+    return {"step_time_s": statistics.fmean(per_run), "steps": total(longest[0]),
+            "warmup": longest[0].get("warmup_steps", 1), "timed": timed, "runs": len(longest),
+            "per_run_s": per_run}
 
 
 def rows(folder: str = "default-allocator", with_time: bool = True) -> list[dict]:
