@@ -162,11 +162,12 @@ def test_host_time_counts_launches_and_linear_calls():
 
 # ---- blocks and steps ----------------------------------------------------------------------------
 def test_dense_local_steps_are_kernel_bound_and_moe_local_steps_host_bound():
-    """Profiled on the H200: a dense step was 247 of 259 ms GPU-busy, an MoE step 143 of 552."""
+    """Profiled on the H200: a dense step was 247 of 259 ms GPU-busy, an MoE step 143 ms GPU-busy,
+    where its steady state (steps 51-100, two leases) took 234 ms: about 40% of it host time."""
     dense = time_report(planner_setup(by_name("gqa-s4k-b1-none")))
     moe = time_report(planner_setup(by_name("moe-s4k-b1-none")))
     assert dense.breakdown["host"] < 0.02 * dense.step_time_s
-    assert moe.breakdown["host"] > 0.4 * moe.step_time_s
+    assert moe.breakdown["host"] > 0.3 * moe.step_time_s
     assert moe.bottleneck.startswith("host-bound")
 
 
