@@ -9,6 +9,10 @@ or all of them, each in its own subprocess, within a time budget:
 
     python -m benchmarks.gpu.harness --all --out-dir OUT --budget-s 480
 
+A configuration with ``gpus`` > 1 (tensor, pipeline, virtual-pipeline and expert parallel degrees)
+runs under torchrun, one process per GPU (``--all`` launches it); its JSON holds every rank's
+figures under ``ranks`` and the run's largest peak and slowest median step at the top.
+
 ``--device cpu`` runs the same code on the CPU with gloo (tiny shapes only; what CI and the CPU
 tests use): memory counters are then absent, the saved-tensor inventory still works.
 
