@@ -48,7 +48,12 @@ def step_runs(name: str) -> list[dict]:
             r = json.loads(f.read_text())
             if "error" not in r and r.get("config") == name and "step_time_s" in r:
                 runs.append(r)
-    return sorted(runs, key=lambda r: len(r.get("all_step_times_s") or [0] * (len(r["step_times_s"]) + 1)))
+    return sorted(runs, key=_total_steps)
+
+
+def _total_steps(run: dict) -> int:
+    """Steps a run made (the five-step runs recorded only their timed steps, after step 1)."""
+    return len(run.get("all_step_times_s") or []) or len(run["step_times_s"]) + 1
 
 
 def measured_step(name: str) -> dict:
@@ -59,11 +64,10 @@ def measured_step(name: str) -> dict:
     runs, pooled over leases, are the nearest to a training run's steady state on a typical host;
     kernel-bound steps are flat (1% between leases)."""
     runs = step_runs(name)
-    total = lambda r: len(r.get("all_step_times_s") or []) or len(r["step_times_s"]) + 1  # noqa: E731
-    longest = [r for r in runs if total(r) == total(runs[-1])]
+    longest = [r for r in runs if _total_steps(r) == _total_steps(runs[-1])]
     timed = [t for r in longest for t in r["step_times_s"]]
     per_run = [r["step_time_s"] for r in longest]
-    return {"step_time_s": statistics.fmean(per_run), "steps": total(longest[0]),
+    return {"step_time_s": statistics.fmean(per_run), "steps": _total_steps(longest[0]),
             "warmup": longest[0].get("warmup_steps", 1), "timed": timed, "runs": len(longest),
             "per_run_s": per_run}
 
@@ -101,7 +105,6 @@ def rows(folder: str = "default-allocator", with_time: bool = True) -> list[dict
             "predicted_context": rep.cuda_context,
             "peak_moment": st.peak_moment.get("window"),
             "measured_step_s": measured_step(name)["step_time_s"] if folder == "default-allocator" else r["step_time_s"],
-            "measured_step_runs": len(step_runs(name)) if folder == "default-allocator" else 1,
         }
         if with_time:
             from planner.cost.time import step_time

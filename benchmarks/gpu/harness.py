@@ -239,14 +239,13 @@ class Run:
         import torch.distributed as dist
         from megatron.core import parallel_state
 
-        self.world = cfg.gpus
         if not dist.is_initialized():
             backend = "nccl" if self.cuda else "gloo"
-            if self.world > 1:  # one process per GPU, started by torchrun (RANK, WORLD_SIZE, ...)
+            if cfg.gpus > 1:  # one process per GPU, started by torchrun (RANK, WORLD_SIZE, ...)
                 if self.cuda:
                     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
                 dist.init_process_group(backend=backend, init_method="env://")
-                assert dist.get_world_size() == self.world, f"{cfg.name} needs {self.world} processes"
+                assert dist.get_world_size() == cfg.gpus, f"{cfg.name} needs {cfg.gpus} processes"
             else:
                 dist.init_process_group(backend=backend, world_size=1, rank=0,
                                         init_method=f"tcp://127.0.0.1:{_free_port()}")

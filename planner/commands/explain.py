@@ -101,16 +101,12 @@ def explain_cmd(
         if model is None:
             m = model_from_hints(parsed.model_hints)
     elif from_file is not None:
-        from planner.export.common import read_saved_plan, saved_job_options
+        from planner.export.common import resolve_saved
 
-        saved = read_saved_plan(from_file, rank)
+        saved, (model, hw, gpus, global_batch, seq_len, precision, domain_fill) = resolve_saved(
+            from_file, rank, model=model, hw=hw, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
+            precision=precision, domain_fill=domain_fill)
         p = saved.plan
-        model = model or saved.model
-        hw = hw or saved.hardware
-        o = saved_job_options(saved, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision,
-                              domain_fill=domain_fill)
-        gpus, global_batch, seq_len, precision, domain_fill = (
-            o["gpus"], o["global_batch"], o["seq_len"], o["precision"], o["domain_fill"])
     else:
         p = Plan.parse(plan)
     if m is None:

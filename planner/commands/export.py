@@ -35,7 +35,7 @@ TargetOpt = Annotated[str, typer.Option("--target", help="Launcher whose start-u
 
 def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch, seq_len, precision, job_file, domain_fill):
     """model, hw, job, plan and the saved entry (or None) from the shared options."""
-    from planner.export.common import read_saved_plan, saved_job_options
+    from planner.export.common import resolve_saved
     from planner.options import resolve_job
     from planner.specs.catalog import load_hardware, load_model
     from planner.specs.plan import Plan
@@ -44,14 +44,10 @@ def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch
     if from_file is not None:
         if plan_text:
             raise PlannerError("Give either --plan or --from, not both.")
-        saved = read_saved_plan(from_file, rank)
+        saved, (model_name, hw_name, gpus, global_batch, seq_len, precision, domain_fill) = resolve_saved(
+            from_file, rank, model=model_name, hw=hw_name, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
+            precision=precision, domain_fill=domain_fill)
         plan = saved.plan
-        model_name = model_name or saved.model
-        hw_name = hw_name or saved.hardware
-        o = saved_job_options(saved, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision,
-                              domain_fill=domain_fill)
-        gpus, global_batch, seq_len, precision, domain_fill = (
-            o["gpus"], o["global_batch"], o["seq_len"], o["precision"], o["domain_fill"])
     elif plan_text is not None:
         plan = Plan.parse(plan_text)
     else:

@@ -109,6 +109,12 @@ def collective_time(op: str, nbytes: float, span: GroupSpan, rates: Rates) -> fl
     return where((n <= 1) | (nbytes <= 0), 0.0, where(span.cross_domain, hier, flat) + rates.call(op))
 
 
+def a2a_latency(n: int, hop_s: float, peer_s: float) -> float:
+    """Latency of one all-to-all on ``n`` ranks: one hop plus a per-peer term (one message to each
+    other rank)."""
+    return hop_s + (n - 1) * peer_s
+
+
 def a2a_time(bytes_per_token: float, tokens: float, top_k: int, span: GroupSpan, rates: Rates,
              dispatcher: str | None, max_domains: int | None = None) -> float:
     """One EP dispatch (or combine) on the worst group: ``tokens`` tokens of this GPU each going
@@ -134,7 +140,7 @@ def a2a_time(bytes_per_token: float, tokens: float, top_k: int, span: GroupSpan,
         nvl_copies = where(cross, local_copies + remote_copies * (g - 1) / g, nvl_copies)
     t_nvl = tokens * nvl_copies * bytes_per_token / rates.a2a_bw(dispatcher, False)
     t_net = where(cross, tokens * net_copies * bytes_per_token / rates.a2a_bw(dispatcher, True), 0.0)
-    latency = where(cross, rates.nic_latency_s, rates.nvlink_latency_s) + (n - 1) * rates.a2a_peer_latency_s
+    latency = a2a_latency(n, where(cross, rates.nic_latency_s, rates.nvlink_latency_s), rates.a2a_peer_latency_s)
     latency = latency + rates.call("all_to_all")
     return where((n <= 1) | (tokens <= 0), 0.0, maximum(t_nvl, t_net) + latency)
 

@@ -257,17 +257,16 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
 
 def _latency_hops(op: str, n: int, hop_s: float, a2a_peer_s: float) -> float:
     """Seconds of per-hop latency planner.cost.comm charges one call of ``op`` on ``n`` ranks
-    inside a domain (all_reduce: the shorter of ring and tree; ring gathers: n - 1 hops; all-to-all:
-    one hop plus a per-peer term; send/receive: one hop)."""
-    from planner.cost.arrays import ceil_log2
+    inside a domain: its own formulas at zero bytes."""
+    from planner.cost import comm
 
     if op == "all_reduce":
-        return min(2 * (n - 1), 2 * int(ceil_log2(n))) * hop_s
+        return float(comm.all_reduce_time(0.0, n, 1.0, hop_s))
     if op in ("all_gather", "reduce_scatter"):
-        return (n - 1) * hop_s
+        return float(comm.gather_time(0.0, n, 1.0, hop_s))
     if op == "all_to_all":
-        return hop_s + (n - 1) * a2a_peer_s
-    return hop_s
+        return float(comm.a2a_latency(n, hop_s, a2a_peer_s))
+    return float(comm.p2p_time(0.0, 1.0, hop_s))
 
 
 _RATES: dict[tuple, tuple[object, object, Rates]] = {}

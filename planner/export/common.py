@@ -46,16 +46,19 @@ def _name(entry: Any) -> str | None:
     return None
 
 
-def saved_job_options(saved: "SavedPlan", *, gpus=None, global_batch=None, seq_len=None, precision=None,
-                      domain_fill=None) -> dict:
-    """Job options for a saved plan: the command line's where given, else the saved file's."""
+def resolve_saved(path: Path, rank: int, *, model=None, hw=None, gpus=None, global_batch=None, seq_len=None,
+                  precision=None, domain_fill=None) -> tuple["SavedPlan", tuple]:
+    """Plan ``rank`` of a ``planner search --save`` file and what to run it with: the command
+    line's model, hardware and job options where given, else the saved file's, as
+    (model, hw, gpus, global_batch, seq_len, precision, domain_fill)."""
+    saved = read_saved_plan(path, rank)
     sj = saved.job or {}
     if precision is None and sj.get("precisions"):
         precision = ",".join(sj["precisions"])
     pick = lambda given, key: given if given is not None else sj.get(key)  # noqa: E731
-    return {"gpus": pick(gpus, "gpus"), "global_batch": pick(global_batch, "global_batch"),
-            "seq_len": pick(seq_len, "seq_len"), "precision": precision,
-            "domain_fill": pick(domain_fill, "domain_fill")}
+    return saved, (model or saved.model, hw or saved.hardware, pick(gpus, "gpus"),
+                   pick(global_batch, "global_batch"), pick(seq_len, "seq_len"), precision,
+                   pick(domain_fill, "domain_fill"))
 
 
 def read_saved_plan(path: Path, rank: int) -> SavedPlan:
