@@ -9,9 +9,9 @@ from tests._export_specs import TOP_PLANS, model, resolve
 
 from planner.cost.setup import resolve_setup
 from planner.errors import PlannerError
-from planner.export.common import export_canonical, predictions
-from planner.export.megatron import export_megatron
-from planner.export.megatron_args import (
+from planner.launchers.common import export_canonical, predictions
+from planner.launchers.megatron.write import export_megatron
+from planner.launchers.megatron.read import (
     hint_mismatches,
     match_catalog_model,
     model_from_hints,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tests._export_specs import TOP_PLANS, hw, job, model, resolve
 
-from planner.export.megatron_args import ARGS_RULES, args_violations, plan_from_megatron_args
+from planner.launchers.megatron.read import ARGS_RULES, args_violations, plan_from_megatron_args
 from planner.rules import (
     RULES,
     check_launcher_rules,

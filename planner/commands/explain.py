@@ -83,7 +83,7 @@ def explain_cmd(
     m = None
     if megatron_args is not None:
         try:
-            from planner.export.megatron_args import model_from_hints, plan_from_megatron_args
+            from planner.launchers.megatron.read import model_from_hints, plan_from_megatron_args
         except ModuleNotFoundError:
             raise PlannerError("--megatron-args needs the Megatron exporter, which this build lacks.") from None
         try:
@@ -101,7 +101,7 @@ def explain_cmd(
         if model is None:
             m = model_from_hints(parsed.model_hints)
     elif from_file is not None:
-        from planner.export.common import resolve_saved
+        from planner.launchers.common import resolve_saved
 
         saved, (model, hw, gpus, global_batch, seq_len, precision, domain_fill) = resolve_saved(
             from_file, rank, model=model, hw=hw, gpus=gpus, global_batch=global_batch, seq_len=seq_len,

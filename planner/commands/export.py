@@ -35,7 +35,7 @@ TargetOpt = Annotated[str, typer.Option("--target", help="Launcher whose start-u
 
 def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch, seq_len, precision, job_file, domain_fill):
     """model, hw, job, plan and the saved entry (or None) from the shared options."""
-    from planner.export.common import resolve_saved
+    from planner.launchers.common import resolve_saved
     from planner.options import resolve_job
     from planner.specs.catalog import load_hardware, load_model
     from planner.specs.plan import Plan
@@ -105,7 +105,7 @@ def export_cmd(
     """Write what a launcher runs for a plan. A plan the launcher would reject is not exported: the
     error names the rule (see 'planner check')."""
     from planner.cost.setup import resolve_setup
-    from planner.export.common import export_canonical, predictions
+    from planner.launchers.common import export_canonical, predictions
     from planner.rules import launcher_violations, violations_error
 
     if fmt not in ("megatron", "torchtitan", "json"):
@@ -121,16 +121,16 @@ def export_cmd(
     if not pred:
         pred = predictions(setup)
     if fmt == "megatron":
-        from planner.export.megatron import export_megatron
+        from planner.launchers.megatron.write import export_megatron
 
         text = export_megatron(setup, predictions=pred, nproc_per_node=nproc_per_node)
     elif fmt == "torchtitan":
-        from planner.export.torchtitan import export_torchtitan
+        from planner.launchers.torchtitan.write import export_torchtitan
 
         text = export_torchtitan(setup, predictions=pred, torchtitan_config=torchtitan_config,
                                  nproc_per_node=nproc_per_node)
     else:
-        from planner.export.json_export import export_json
+        from planner.launchers.json_export import export_json
 
         text = export_json(setup, predictions=pred, torchtitan_config=torchtitan_config)
     _write(text, out)
@@ -165,7 +165,7 @@ def check_cmd(
         report = _check_megatron_args(megatron_args, model, hw, target, torchtitan_config, gpus, global_batch,
                                       seq_len, precision, job, domain_fill)
     else:
-        from planner.export.common import export_canonical
+        from planner.launchers.common import export_canonical
 
         m, h, j, p, _ = _resolve(plan, from_file, rank, model, hw, gpus, global_batch, seq_len, precision, job, domain_fill)
         canon = export_canonical(p, m, h, j)
@@ -183,8 +183,8 @@ def check_cmd(
 
 def _check_megatron_args(path, model_name, hw_name, target, torchtitan_config, gpus, global_batch, seq_len,
                          precision, job_file, domain_fill) -> dict:
-    from planner.export.common import export_canonical, predictions
-    from planner.export.megatron_args import (
+    from planner.launchers.common import export_canonical, predictions
+    from planner.launchers.megatron.read import (
         args_violations,
         hint_mismatches,
         match_catalog_model,
@@ -263,7 +263,7 @@ def _print_report(r: dict) -> None:
                 echo(f"  - {item}")
     if r.get("ignored_flags"):
         echo(f"ignored (no effect on memory or time): {' '.join(r['ignored_flags'])}")
-    from planner.export.common import prediction_lines
+    from planner.launchers.common import prediction_lines
 
     for ln in prediction_lines(r):
         echo(f"predicted: {ln}")

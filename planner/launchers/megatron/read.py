@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import PlannerError
-from planner.export.megatron_flags import FLAGS
+from planner.launchers.megatron.flags import FLAGS
 from planner.rules import Violation
 
 # ---------------------------------------------------------------------------------------------

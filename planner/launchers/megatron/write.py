@@ -261,7 +261,7 @@ def environment(hw, plan) -> tuple[dict[str, str], dict[str, str]]:
 
 def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaunch:
     """All flags for a resolved setup; raises PlanRuleError naming the rule Megatron would break."""
-    from planner.export.common import gpus_per_node
+    from planner.launchers.common import gpus_per_node
 
     check_launcher_rules(setup, target="megatron")
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
@@ -357,7 +357,7 @@ def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: lis
 def export_megatron(setup, *, predictions: dict | None = None, nproc_per_node: int | None = None) -> str:
     """The launch script text for a resolved setup."""
     from planner import __version__
-    from planner.export.common import prediction_lines
+    from planner.launchers.common import prediction_lines
 
     launch = megatron_launch(setup, nproc_per_node=nproc_per_node)
     return render_script(setup, launch, setup.plan.to_string(), prediction_lines(predictions or {}), __version__)

@@ -67,7 +67,7 @@ def _fqns(setup) -> list[str]:
 def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
                       nproc_per_node: int | None = None) -> TorchtitanLaunch:
     """All overrides for a resolved setup; raises PlanRuleError listing what torchtitan lacks."""
-    from planner.export.common import gpus_per_node
+    from planner.launchers.common import gpus_per_node
 
     check_launcher_rules(setup, target="torchtitan", torchtitan_config=torchtitan_config)
     model, job, plan, deg = setup.model, setup.job, setup.plan, setup.deg
@@ -113,7 +113,7 @@ def export_torchtitan(setup, *, predictions: dict | None = None, torchtitan_conf
                       nproc_per_node: int | None = None) -> str:
     """A bash script running torchtitan's trainer with the plan's overrides."""
     from planner import __version__
-    from planner.export.common import prediction_lines
+    from planner.launchers.common import prediction_lines
 
     launch = torchtitan_launch(setup, torchtitan_config=torchtitan_config, nproc_per_node=nproc_per_node)
     job, hw, model = setup.job, setup.hw, setup.model
