@@ -6,14 +6,17 @@ from __future__ import annotations
 import pytest
 from tests._export_specs import TOP_PLANS, hw, job, model, resolve
 
-from planner.launchers.megatron.read import ARGS_RULES, args_violations, plan_from_megatron_args
+from planner.launchers.megatron import rules as megatron_rules
+from planner.launchers.megatron.read import plan_from_megatron_args
+from planner.launchers.megatron.rules import ARGS_RULES, args_violations
+from planner.launchers.torchtitan import rules as torchtitan_rules
+from planner.launchers.torchtitan.rules import torchtitan_batch_violations
 from planner.rules import (
-    RULES,
+    SHARED_RULES,
     check_launcher_rules,
     launcher_violations,
     model_violations,
     shape_violations,
-    torchtitan_batch_violations,
 )
 from planner.errors import PlanRuleError
 from planner.specs.hardware import HardwareSpec
@@ -271,5 +274,6 @@ def test_clean_command_line_has_no_args_violations():
 
 def test_every_rule_has_a_case():
     covered = set(PLAN_CASES) | set(DIRECT_CASES) | set(ARGS_CASES) | {"torchtitan-batch"}
-    missing = (set(RULES) | set(ARGS_RULES)) - covered
+    rules = set(SHARED_RULES) | set(megatron_rules.PLAN_RULES) | set(torchtitan_rules.PLAN_RULES)
+    missing = (rules | set(ARGS_RULES)) - covered
     assert not missing, f"rules without a test case: {sorted(missing)}"

@@ -185,12 +185,12 @@ def _check_megatron_args(path, model_name, hw_name, target, torchtitan_config, g
                          precision, job_file, domain_fill) -> dict:
     from planner.launchers.common import export_canonical, predictions
     from planner.launchers.megatron.read import (
-        args_violations,
         hint_mismatches,
         match_catalog_model,
         model_from_hints,
         plan_from_megatron_args,
     )
+    from planner.launchers.megatron.rules import args_violations
     from planner.options import resolve_job
     from planner.rules import launcher_violations
     from planner.specs.catalog import load_hardware, load_model

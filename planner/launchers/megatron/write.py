@@ -1,7 +1,7 @@
 """Megatron-LM launch script for ``pretrain_gpt.py`` (megatron-core 0.19.2 flags).
 
 Every flag name below is one of megatron-core 0.19.2's own option strings (the table in
-:mod:`planner.export.megatron_flags`, dumped from its argparse parser; a test checks that each
+:mod:`planner.launchers.megatron.flags`, dumped from its argparse parser; a test checks that each
 emitted flag is in it). Plans Megatron would refuse never reach this module: :func:`megatron_launch`
 runs :func:`planner.rules.check_launcher_rules` first and raises the violated rule.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from planner.rules import check_launcher_rules, megatron_offload_modules
+from planner.launchers.megatron.rules import megatron_offload_modules
+from planner.rules import check_launcher_rules
 
 # Flags that need Transformer Engine at config time (TransformerConfig imports TE for them); the
 # CPU validation harness drops these and re-adds them, as launchers.md §2 recommends.

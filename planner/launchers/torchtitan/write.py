@@ -4,7 +4,7 @@ torchtitan 0.3 has no TOML job files: a job is a config_registry function
 (``torchtitan/models/<module>/config_registry.py``) plus ``--<section>.<field> VALUE`` overrides
 and an ``activation_checkpoint:{none|selective|full}`` subcommand (shared/reference/launchers.md §3).
 Plans torchtitan cannot express are refused with every missing feature named
-(:func:`planner.rules.torchtitan_violations`).
+(:func:`planner.launchers.torchtitan.rules.plan_violations`).
 
 Mapping (planner -> torchtitan):
 - dp with sharding fsdp -> data_parallel_shard_degree = dp; zero2 -> the same with
@@ -25,13 +25,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from planner.rules import (
-    check_launcher_rules,
-    torchtitan_batch_violations,
-    torchtitan_config_for,
-    torchtitan_dims,
-    violations_error,
-)
+from planner.launchers.torchtitan.rules import torchtitan_batch_violations, torchtitan_config_for, torchtitan_dims
+from planner.rules import check_launcher_rules, violations_error
 
 
 @dataclass
