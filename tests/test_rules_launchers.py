@@ -250,13 +250,15 @@ ARGS_CASES = {
     "expert-dp-order": (" ".join(MOE) + " --pipeline-model-parallel-size 2 --use-tp-pp-dp-mapping", {}, 8, None),
     "mla-gqa-exclusive": ("--multi-latent-attention --group-query-attention --num-query-groups 4", {}, 8, None),
     "sequence-parallel-needs-tp": ("--sequence-parallel", {}, 8, None),
+    # a value with blanks, as a quoted script argument gives it
+    "moe-layer-freq-syntax": (MOE + ["--moe-layer-freq", "([0]*2 + [1]*6)"], {}, 8, None),
 }
 
 
 @pytest.mark.parametrize("rule", sorted(ARGS_CASES))
 def test_args_rule_fires(rule):
     extra, env, gpus, hw_name = ARGS_CASES[rule]
-    argv = BASE + extra.split()
+    argv = BASE + (extra.split() if isinstance(extra, str) else extra)
     parsed = plan_from_megatron_args(argv, gpus=gpus)
     parsed.env.update(env)
     found = [v.rule for v in args_violations(parsed, hw(hw_name) if hw_name else None)]

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from planner.errors import PlannerError
 
@@ -2439,13 +2439,6 @@ class Shell:
         def peek():
             return toks[pos[0]] if pos[0] < len(toks) else ("end", None)
 
-        def word_text(t, pattern=False):
-            if t[0] == "w":
-                if pattern:
-                    return ("pattern", self._pattern(t[1], True))
-                return self.expand_text(t[1], bash=True)
-            return t[1]
-
         def primary():
             t = peek()
             if t == ("op", "("):
@@ -2493,40 +2486,33 @@ class Shell:
 
         def not_expr():
             neg = False
-            while peek() == ("w", None) or (peek()[0] == "w" and _literal(peek()[1]) == "!" and len(peek()[1].parts) == 1
-                                            and peek()[1].parts[0][0] == "lit"):
+            while peek()[0] == "w" and peek()[1].parts == [("lit", "!")]:
                 pos[0] += 1
                 neg = not neg
-            v = primary()
-            return (None if v is None else (not v)) if neg else v
+            return _not3(primary()) if neg else primary()
+
+        def chain(operand, op, absorbing):
+            """operand (op operand)*: three-valued and/or, skipping what bash short-circuits."""
+            v = operand()
+            while peek() == ("op", op):
+                pos[0] += 1
+                if v is absorbing:
+                    skip_operand()
+                else:
+                    v = _combine3(v, operand(), absorbing)
+            return v
 
         def and_expr():
-            v = not_expr()
-            while peek() == ("op", "&&"):
-                pos[0] += 1
-                if v is False:
-                    skip_operand()
-                    continue
-                w = not_expr()
-                v = False if w is False else (None if v is None or w is None else True)
-            return v
+            return chain(not_expr, "&&", False)
 
         def or_expr():
-            v = and_expr()
-            while peek() == ("op", "||"):
-                pos[0] += 1
-                if v is True:
-                    skip_operand()
-                    continue
-                w = and_expr()
-                v = True if w is True else (None if v is None or w is None else False)
-            return v
+            return chain(and_expr, "||", True)
 
         def skip_operand():
             depth = 0
             while pos[0] < len(toks):
                 t = toks[pos[0]]
-                if t == ("op", "(") :
+                if t == ("op", "("):
                     depth += 1
                 elif t == ("op", ")"):
                     if depth == 0:
@@ -2651,23 +2637,20 @@ class Shell:
             else:
                 v = a != ""
                 pos[0] += 1
-            return (None if v is None else not v) if neg else v
+            return _not3(v) if neg else v
+
+        def chain(operand, op, absorbing):
+            v = operand()
+            while pos[0] < len(args) and args[pos[0]] == op:
+                pos[0] += 1
+                v = _combine3(v, operand(), absorbing)
+            return v
 
         def term():
-            v = factor()
-            while pos[0] < len(args) and args[pos[0]] == "-a":
-                pos[0] += 1
-                w = factor()
-                v = False if (v is False or w is False) else (None if v is None or w is None else True)
-            return v
+            return chain(factor, "-a", False)
 
         def expr():
-            v = term()
-            while pos[0] < len(args) and args[pos[0]] == "-o":
-                pos[0] += 1
-                w = term()
-                v = True if (v is True or w is True) else (None if v is None or w is None else False)
-            return v
+            return chain(term, "-o", True)
 
         return expr()
 
@@ -2892,6 +2875,17 @@ class Shell:
 _UNARY_TESTS = {"-z", "-n", "-v", "-e", "-f", "-d", "-r", "-w", "-x", "-s", "-L", "-h", "-p", "-S", "-b", "-c",
                 "-t", "-o", "-g", "-u", "-k", "-O", "-G", "-N", "-a"}
 _BINARY_TESTS = {"=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot", "-ef"}
+
+
+def _not3(v: bool | None) -> bool | None:
+    return None if v is None else not v
+
+
+def _combine3(a: bool | None, b: bool | None, absorbing: bool) -> bool | None:
+    """Three-valued and (absorbing False) / or (absorbing True): unknown only when it matters."""
+    if a is absorbing or b is absorbing:
+        return absorbing
+    return None if a is None or b is None else not absorbing
 
 
 def _int_operand(text: str) -> int:

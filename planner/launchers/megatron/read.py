@@ -1,241 +1,47 @@
-"""Read a Megatron-LM launch script (or a bare argument list) back into a planner job, plan and
-model hints.
+"""Read a Megatron-LM launch back into planner's terms: script -> the Megatron command -> flags ->
+job, plan and model.
 
-``plan_from_megatron_args(text_or_argv)`` understands what launch scripts are made of: ``\\`` line
-continuations, comments, ``NAME=value`` and ``export`` assignments (used for later ``$NAME``,
-``${NAME:-default}``, ``"${ARRAY[@]}"`` expansions), bash arrays, ``VAR=x cmd`` prefixes, and a
-``torchrun``/``python -m torch.distributed.run`` prefix (its ``--nproc-per-node`` and ``--nnodes``
-give the world size). Flag arities come from Megatron's own parser
-(:mod:`planner.export.megatron_flags`), so a value is never mistaken for a flag.
+- :func:`job_from_script` is the one route from a launch script to a job: ``planner check
+  --megatron-args`` and ``planner explain --megatron-args`` both call it, so they read the same
+  model, hardware, job and plan from the same script.
+- :func:`plan_from_megatron_args` reads the flags alone (job, plan, model hints, used / ignored /
+  unknown flags), without choosing a model or hardware.
+- :func:`read_script` finds the ``pretrain_*.py`` command a script starts, reading the script as
+  bash would (:mod:`planner.launchers.bash`: quoting, variables, arrays, conditions, loops,
+  ``printf -v``, ``eval``, ``bash -c`` and sbatch here-documents; nothing is executed), with the
+  environment and torchrun options in force for it.
+- :func:`parse_megatron_argv` splits the arguments with the arities of Megatron's own parser
+  (:mod:`planner.launchers.megatron.flags`), as argparse does: a value never starts with '-'
+  unless it is a negative number, so a flag whose value a script left empty is reported, never
+  mistaken for the next flag.
 
 Nothing is dropped silently: every flag ends up as used (it sets a plan, job or model value),
 ignored (known not to change memory, time or validity: data, logging, learning rate...) or
-unknown (listed: flags planner does not model, and flags that are not Megatron 0.19.2 flags at
-all). ``$VARS`` that cannot be resolved are listed too.
+unknown (listed: flags planner does not model, and options that are not Megatron 0.19.2 flags).
+Variables the script uses but does not set, and command substitutions it would run, are listed.
 """
 
 from __future__ import annotations
 
-import re
+import os
+import stat
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
 from planner.launchers.megatron.flags import FLAGS
+from planner.launchers.megatron.model import int_value, model_hints
+
+if TYPE_CHECKING:
+    from planner.specs.hardware import HardwareSpec
+    from planner.specs.job import Job
+    from planner.specs.model import ModelSpec
+    from planner.specs.plan import Plan
 
 # ---------------------------------------------------------------------------------------------
-# shell-ish reading
+# the Megatron command of a script
 # ---------------------------------------------------------------------------------------------
-
-_VAR = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*|\d))")
-
-
-class _Shell:
-    """Just enough of bash to expand the variables of a launch script."""
-
-    def __init__(self, environ: dict[str, str] | None = None):
-        self.vars: dict[str, str | list[str]] = dict(environ or {})
-        self.exported: dict[str, str] = {}
-        self.unresolved: list[str] = []
-
-    def _lookup(self, expr: str) -> str | list[str] | None:
-        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]", expr)
-        if m:
-            v = self.vars.get(m.group(1))
-            if v is None:
-                return None
-            return v if isinstance(v, list) else [v]
-        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(:?[-=])(.*)", expr)
-        if m:
-            name, op, default = m.groups()
-            v = self.vars.get(name)
-            if v is None or (op.startswith(":") and v == ""):
-                val = self.expand_string(default)
-                if op.endswith("="):
-                    self.vars[name] = val
-                return val
-            return v
-        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", expr):
-            return self.vars.get(expr)
-        return None
-
-    def expand_string(self, text: str) -> str:
-        """Expand $VAR inside a (double-quoted) string; unknown ones stay literal and are listed."""
-
-        def repl(m: re.Match) -> str:
-            expr = m.group("braced") if m.group("braced") is not None else m.group("plain")
-            v = self._lookup(expr)
-            if v is None:
-                self._unresolved(m.group(0))
-                return m.group(0)
-            return " ".join(v) if isinstance(v, list) else v
-
-        text = re.sub(r"\$\(\(([^()]*)\)\)", lambda m: self._arith(m.group(0), m.group(1)), text)
-        return _VAR.sub(repl, text)
-
-    def _arith(self, whole: str, body: str) -> str:
-        expanded = self.expand_string(body)
-        expanded = re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)\b", lambda m: str(self.vars.get(m.group(1), m.group(0))), expanded)
-        if re.fullmatch(r"[\d\s+\-*/()%]+", expanded):
-            try:
-                return str(int(eval(expanded.replace("/", "//"), {"__builtins__": {}})))  # noqa: S307 digits only
-            except Exception:  # noqa: BLE001
-                pass
-        self._unresolved(whole)
-        return whole
-
-    def _unresolved(self, text: str) -> None:
-        if text not in self.unresolved:
-            self.unresolved.append(text)
-
-    def words(self, line: str) -> list[str]:
-        """Split one logical line into words with quotes, escapes and expansions applied."""
-        out: list[str] = []
-        cur: list[str] = []
-        has_word = False
-        i, n = 0, len(line)
-
-        def flush():
-            nonlocal cur, has_word
-            if has_word:
-                out.append("".join(cur))
-            cur, has_word = [], False
-
-        while i < n:
-            c = line[i]
-            if c in " \t":
-                flush()
-                i += 1
-            elif c == "#" and not has_word:
-                break
-            elif c == "\\" and i + 1 < n:
-                cur.append(line[i + 1])
-                has_word = True
-                i += 2
-            elif c == "'":
-                j = line.find("'", i + 1)
-                j = n if j < 0 else j
-                cur.append(line[i + 1 : j])
-                has_word = True
-                i = j + 1
-            elif c == '"':
-                j = i + 1
-                buf = []
-                while j < n and line[j] != '"':
-                    if line[j] == "\\" and j + 1 < n and line[j + 1] in '"\\$`':
-                        buf.append(line[j + 1])
-                        j += 2
-                    else:
-                        buf.append(line[j])
-                        j += 1
-                inner = "".join(buf)
-                m = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}", inner)
-                if m and not cur:
-                    v = self._lookup(f"{m.group(1)}[@]")
-                    if v is None:
-                        self._unresolved(inner)
-                        cur.append(inner)
-                        has_word = True
-                    else:  # "${ARR[@]}": one word per element
-                        flush()
-                        out.extend(v)
-                else:
-                    cur.append(self.expand_string(inner))
-                    has_word = True
-                i = j + 1
-            elif c == "$":
-                m = _VAR.match(line, i)
-                m2 = re.compile(r"\$\(\([^()]*\)\)").match(line, i)
-                if m2:
-                    cur.append(self.expand_string(m2.group(0)))
-                    has_word = True
-                    i = m2.end()
-                elif m:
-                    expr = m.group("braced") if m.group("braced") is not None else m.group("plain")
-                    v = self._lookup(expr)
-                    if v is None:
-                        self._unresolved(m.group(0))
-                        cur.append(m.group(0))
-                        has_word = True
-                    else:  # unquoted: word splitting
-                        parts = v if isinstance(v, list) else v.split()
-                        if parts:
-                            cur.append(parts[0])
-                            has_word = True
-                            for p in parts[1:]:
-                                flush()
-                                cur.append(p)
-                                has_word = True
-                    i = m.end()
-                else:
-                    cur.append(c)
-                    has_word = True
-                    i += 1
-            else:
-                cur.append(c)
-                has_word = True
-                i += 1
-        flush()
-        return out
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Join backslash continuations and bash array bodies into single lines."""
-    text = text.replace("\r\n", "\n").replace("\\\n", " ")
-    lines: list[str] = []
-    buf = ""
-    depth = 0
-    for raw in text.split("\n"):
-        line = _strip_comment(raw).strip()
-        if depth == 0 and (not line or line.startswith("#")):
-            continue
-        if depth > 0:
-            if line.startswith("#"):
-                continue
-            buf += " " + line
-        else:
-            buf = line
-        # An array assignment NAME=( ... ) may span lines; count unquoted parentheses.
-        if re.match(r"^(export\s+)?[A-Za-z_][A-Za-z0-9_]*\+?=\(", buf):
-            depth = _paren_depth(buf)
-            if depth > 0:
-                continue
-        depth = 0
-        lines.append(buf)
-        buf = ""
-    if buf:
-        lines.append(buf)
-    return lines
-
-
-def _strip_comment(line: str) -> str:
-    """Drop an unquoted '#' comment (at the start or after whitespace), as bash does."""
-    q = None
-    for i, c in enumerate(line):
-        if q:
-            if c == q:
-                q = None
-        elif c in "'\"":
-            q = c
-        elif c == "#" and (i == 0 or line[i - 1] in " \t"):
-            return line[:i]
-    return line
-
-
-def _paren_depth(s: str) -> int:
-    depth, q = 0, None
-    for c in s:
-        if q:
-            if c == q:
-                q = None
-        elif c in "'\"":
-            q = c
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-    return depth
-
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 _TORCHRUN_VALUE_OPTS = {
@@ -247,83 +53,80 @@ _TORCHRUN_VALUE_OPTS = {
 }
 
 
+def _is_pretrain(word: str) -> bool:
+    base = word.rsplit("/", 1)[-1]
+    return base.startswith("pretrain_") and base.endswith(".py") and len(base) > 12
+
+
 @dataclass
 class ScriptCommand:
     argv: list[str]
+    """The arguments after pretrain_*.py."""
     env: dict[str, str]
     launcher: dict[str, str]
+    """torchrun options (dashes normalized: --nproc-per-node, --nnodes, ...)."""
     unresolved: list[str]
     script: str | None
+    unknown: set[int] = field(default_factory=set)
+    """Indices of argv words that hold an unresolved value."""
+    not_run: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    line: int | None = None
 
 
-def read_script(text: str, environ: dict[str, str] | None = None) -> ScriptCommand:
+def read_script(text: str, environ: dict[str, str] | None = None, args: list[str] | tuple = ()) -> ScriptCommand:
     """The pretrain_*.py arguments of a launch script (or the text itself when it is a bare
-    argument list), with the environment and torchrun options in force for that command."""
-    sh = _Shell(environ)
-    env: dict[str, str] = {}
-    command: list[str] | None = None
-    cmd_env: dict[str, str] = {}
-    for line in _logical_lines(text):
-        m = re.match(r"^(export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\((.*)\)\s*$", line)
-        if m:  # array assignment
-            items = sh.words(m.group(4))
-            name = m.group(2)
-            if m.group(3):
-                prev = sh.vars.get(name, [])
-                items = (prev if isinstance(prev, list) else [prev]) + items
-            sh.vars[name] = items
-            continue
-        words = sh.words(line)
-        if not words:
-            continue
-        if words[0] in ("export", "declare", "local", "readonly"):
-            for w in words[1:]:
-                if "=" in w and not w.startswith("-"):
-                    k, v = w.split("=", 1)
-                    sh.vars[k] = v
-                    env[k] = v
-            continue
-        if words[0] == "unset":
-            for w in words[1:]:
-                sh.vars.pop(w, None)
-                env.pop(w, None)
-            continue
-        prefix: dict[str, str] = {}
-        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
-            k, v = words.pop(0).split("=", 1)
-            prefix[k] = v
-        if not words:  # plain assignment
-            sh.vars.update(prefix)
-            if any(k in env for k in prefix):
-                env.update({k: v for k, v in prefix.items() if k in env})
-            continue
-        if any(re.search(r"pretrain_[A-Za-z0-9_]*\.py$", w) for w in words):
-            command, cmd_env = words, prefix
-    if command is None:
-        # A bare argument list (one or more lines of flags).
-        words = [w for line in _logical_lines(text) for w in sh.words(line)]
-        if words and words[0].startswith("-"):
-            return ScriptCommand(words, env, {}, sh.unresolved, None)
+    argument list), with the environment and torchrun options in force for that command.
+    ``environ`` and ``args`` are the script's environment and its $1, $2, ..."""
+    from planner.launchers.bash import run_script
+
+    run = run_script(text, environ=environ, args=args)
+    notes = list(run.notes)
+    found = [(c, next(i for i, w in enumerate(c.argv) if _is_pretrain(w)))
+             for c in run.commands if any(_is_pretrain(w) for w in c.argv)]
+    if not found:
+        bare = [c for c in run.commands if c.argv and c.argv[0].startswith("-")]
+        if bare:
+            argv = [w for c in bare for w in c.argv]
+            unknown = set()
+            k = 0
+            for c in bare:
+                unknown |= {k + i for i, u in enumerate(c.unknown) if u}
+                k += len(c.argv)
+            return ScriptCommand(argv, dict(bare[-1].env), {}, run.unresolved, None, unknown, run.not_run, notes)
+        if run.stopped is not None:
+            raise run.stopped
+        if run.exit is not None:
+            raise PlannerError(f"The script exits at line {run.exit[0]} (status {run.exit[1]}) before it runs a "
+                               "Megatron command (pretrain_*.py).",
+                               hint="Give the script the arguments and environment it checks for (--script-args, "
+                               "--script-env), or give the Megatron arguments as a plain list.")
         raise PlannerError(
-            "Found no Megatron command in the file: no line runs a pretrain_*.py script, and the file "
+            "Found no Megatron command in the file: no command it runs starts a pretrain_*.py script, and the file "
             "is not a bare argument list (starting with --flags).",
-            hint="Give the launch script that runs pretrain_gpt.py, or a file holding its arguments.",
-        )
-    idx = next(i for i, w in enumerate(command) if re.search(r"pretrain_[A-Za-z0-9_]*\.py$", w))
+            hint="Give the launch script that runs pretrain_gpt.py, or a file holding its arguments.")
+    cmd, idx = found[0]
+    if len(found) > 1:
+        notes.append(f"the script starts {len(found)} Megatron commands; planner reads the first (line {cmd.line})")
+    if run.stopped is not None:
+        notes.append(f"after the Megatron command: {run.stopped.message}")
+    if cmd.where:
+        notes.append(f"the Megatron command runs inside {cmd.where}")
     launcher: dict[str, str] = {}
-    head = command[:idx]
-    if any(w.endswith(_LAUNCHERS) for w in head):
+    head = cmd.argv[:idx]
+    if any(w.rsplit("/", 1)[-1] in _LAUNCHERS or w in _LAUNCHERS for w in head):
         j = 0
         while j < len(head):
-            w = head[j]
-            key, _, val = w.partition("=")
+            key, eq, val = head[j].partition("=")
             if key in _TORCHRUN_VALUE_OPTS:
-                if not val and j + 1 < len(head):
+                if not eq and j + 1 < len(head):
                     val = head[j + 1]
                     j += 1
                 launcher[key.replace("_", "-")] = val
             j += 1
-    return ScriptCommand(command[idx + 1 :], {**env, **cmd_env}, launcher, sh.unresolved, command[idx])
+    unknown = {i - idx - 1 for i, u in enumerate(cmd.unknown) if u and i > idx}
+    return ScriptCommand(cmd.argv[idx + 1:], dict(cmd.env), launcher, run.unresolved, cmd.argv[idx], unknown,
+                         run.not_run, notes, cmd.line)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,10 +141,20 @@ class ParsedArgs:
     given: dict[str, str]
     """dest -> the option string that set it."""
     not_megatron: list[str]
-    """Options that are not megatron-core 0.19.2 flags."""
+    """Options that are not megatron-core 0.19.2 flags, and flags argparse would refuse."""
 
 
-def parse_megatron_argv(argv: list[str]) -> ParsedArgs:
+def _is_value(tok: str) -> bool:
+    """argparse takes a token as a value unless it starts with '-' and is not a negative number."""
+    if not tok.startswith("-") or tok == "-":
+        return True
+    body = tok[1:]
+    return body.replace(".", "", 1).isdigit() or (body[:1] == "." and body[1:].isdigit())
+
+
+def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozenset()) -> ParsedArgs:
+    """``unknown``: indices of words holding an unresolved value (a '$VAR' standing alone is not
+    mistaken for an option and is reported by its name)."""
     values: dict[str, Any] = {}
     given: dict[str, str] = {}
     bad: list[str] = []
@@ -350,12 +163,12 @@ def parse_megatron_argv(argv: list[str]) -> ParsedArgs:
         tok = argv[i]
         i += 1
         if not tok.startswith("--"):
-            bad.append(tok)
+            bad.append(f"{tok} (unresolved: whatever it holds is not read)" if i - 1 in unknown else tok)
             continue
         opt, eq, inline = tok.partition("=")
         if opt not in FLAGS:
             vals = [inline] if eq else []
-            while i < len(argv) and not argv[i].startswith("--"):
+            while i < len(argv) and _is_value(argv[i]):
                 vals.append(argv[i])
                 i += 1
             bad.append(opt + ("" if not vals else " " + " ".join(vals)))
@@ -368,14 +181,22 @@ def parse_megatron_argv(argv: list[str]) -> ParsedArgs:
             continue
         vals = [inline] if eq else []
         if isinstance(arity, int):
-            while len(vals) < arity and i < len(argv):
+            while len(vals) < arity and i < len(argv) and _is_value(argv[i]):
                 vals.append(argv[i])
                 i += 1
+            if len(vals) < arity:
+                nxt = f"the next word is {argv[i]}" if i < len(argv) else "it ends the command"
+                bad.append(f"{opt} (expects {arity} value{'s' if arity > 1 else ''}, {nxt}: argparse refuses it; "
+                           "an empty variable?)")
+                continue
             values[dest] = vals[0] if arity == 1 else vals
         else:
-            while i < len(argv) and not (argv[i].startswith("--") and len(argv[i]) > 2):
+            while i < len(argv) and _is_value(argv[i]) and (arity != "?" or not vals):
                 vals.append(argv[i])
                 i += 1
+            if arity == "+" and not vals:
+                bad.append(f"{opt} (expects at least one value: argparse refuses it)")
+                continue
             values[dest] = vals if arity in ("+", "*") else (vals[0] if vals else True)
         given[dest] = opt
     return ParsedArgs(values, given, bad)
@@ -443,7 +264,7 @@ _USED_DESTS = {
     "moe_flex_dispatcher_backend", "moe_enable_deepep",
     "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
     "moe_router_group_topk", "moe_router_topk_scaling_factor", "moe_router_pre_softmax",
-    "micro_batch_size", "global_batch_size", "ckpt_format",
+    "micro_batch_size", "global_batch_size", "ckpt_format", "padded_vocab_size",
 }
 
 
@@ -458,7 +279,7 @@ class MegatronArgs:
     plan: Any
     """planner.specs.plan.Plan (not yet canonical: canonicalize with the model and hardware)."""
     model_hints: dict
-    """Architecture read from the flags (ModelSpec-like keys; see model_from_hints)."""
+    """Architecture read from the flags (ModelSpec-like keys; see planner.launchers.megatron.model)."""
     unknown_flags: list[str]
     """Flags planner does not model, and options that are not Megatron 0.19.2 flags."""
     ignored_flags: list[str] = field(default_factory=list)
@@ -468,38 +289,22 @@ class MegatronArgs:
     env: dict = field(default_factory=dict)
     launcher: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    """Where the plan approximates what the flags say."""
+    """Where the plan approximates what the flags say, and what the script reader could not decide."""
     values: dict = field(default_factory=dict)
     """argparse dest -> value, for args_violations."""
+    used_flags: list[str] = field(default_factory=list)
+    """Megatron flags that set a plan, job or model value."""
+    not_run: list[str] = field(default_factory=list)
+    """Command substitutions the script would run (planner never runs them)."""
+    fp8: dict | None = None
+    """{'format': ..., 'recipe': ...} when the flags train in FP8 (Megatron's default recipe: delayed)."""
+    script_line: int | None = None
 
     def __iter__(self):
         return iter((self.job, self.plan, self.model_hints, self.unknown_flags))
 
 
-def _int(v, default=None):
-    if v is None or v is True:
-        return default
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise PlannerError(f"Megatron flag value '{v}' is not an integer.") from None
-
-
-def _moe_freq(text: str, num_layers: int | None) -> list[int] | int:
-    """--moe-layer-freq: an int (every k-th layer) or a Python-list string like '([0]*3+[1]*58)'."""
-    t = text.strip()
-    if re.fullmatch(r"\d+", t):
-        return int(t)
-    if re.fullmatch(r"[\[\]\d\s*+(),]+", t):
-        try:
-            v = eval(t, {"__builtins__": {}})  # noqa: S307 digits, brackets, + and * only
-            return list(v)
-        except Exception:  # noqa: BLE001
-            pass
-    raise PlannerError(f"Cannot read --moe-layer-freq '{text}'.", hint="Use an int or a list such as '([0]*3+[1]*58)'.")
-
-
-class _ShapeStub:
+class LayerCounts:
     """The two model attributes planner.specs.layout's uneven split needs."""
 
     def __init__(self, num_layers: int, mtp_layers: int):
@@ -508,20 +313,24 @@ class _ShapeStub:
         self.name = "the model"
 
 
+def _int(v: dict, dest: str, default=None):
+    return int_value("--" + dest.replace("_", "-"), v.get(dest), default)
+
+
 def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | None:
     from planner.specs.layout import format_layout, uneven_layout_symbols
 
-    L = _int(v.get("num_layers"))
-    mtp = _int(v.get("mtp_num_layers"), 0) or 0
+    L = _int(v, "num_layers")
+    mtp = _int(v, "mtp_num_layers", 0) or 0
     if v.get("pipeline_model_parallel_layout"):
         return str(v["pipeline_model_parallel_layout"]).replace(" ", "")
-    first = _int(v.get("decoder_first_pipeline_num_layers"))
-    last = _int(v.get("decoder_last_pipeline_num_layers"))
+    first = _int(v, "decoder_first_pipeline_num_layers")
+    last = _int(v, "decoder_last_pipeline_num_layers")
     if (first is not None or last is not None) and L:
         from planner.errors import PlanRuleError
 
         try:
-            return format_layout(uneven_layout_symbols(_ShapeStub(L, mtp), pp, vpp, first, last))
+            return format_layout(uneven_layout_symbols(LayerCounts(L, mtp), pp, vpp, first, last))
         except PlanRuleError:
             return None  # args_violations names the uneven-PP rule the counts break
     emb, loss = bool(v.get("account_for_embedding_in_pipeline_split")), bool(v.get("account_for_loss_in_pipeline_split"))
@@ -545,26 +354,28 @@ def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | No
 
 
 def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None = None,
-                            environ: dict[str, str] | None = None) -> MegatronArgs:
+                            environ: dict[str, str] | None = None, args: list[str] | tuple = ()) -> MegatronArgs:
     """Read a Megatron launch script (text) or argument list into planner terms.
 
     ``gpus`` overrides the world size (otherwise torchrun's --nproc-per-node x --nnodes, or
-    WORLD_SIZE from the script, or None); ``environ`` seeds variables the script expects."""
+    WORLD_SIZE from the script, or None); ``environ`` and ``args`` are the script's environment
+    and positional arguments."""
     from planner.specs.plan import Plan
 
     if isinstance(text_or_argv, str):
-        cmd = read_script(text_or_argv, environ)
+        cmd = read_script(text_or_argv, environ, args)
     else:
         cmd = ScriptCommand(list(text_or_argv), {}, {}, [], None)
-    parsed = parse_megatron_argv(cmd.argv)
+    parsed = parse_megatron_argv(cmd.argv, cmd.unknown)
     v = parsed.values
-    notes: list[str] = []
-    unknown = [f"{f} (not a megatron-core 0.19.2 flag)" for f in parsed.not_megatron]
-    ignored = []
+    notes: list[str] = list(cmd.notes)
+    unknown = [f if "(unresolved" in f or "argparse refuses" in f else f"{f} (not a megatron-core 0.19.2 flag)"
+               for f in parsed.not_megatron]
+    ignored, used = [], []
     for dest, opt in parsed.given.items():
         if dest in _USED_DESTS:
-            continue
-        if dest in _IGNORED_DESTS or dest.startswith(("log_", "wandb_", "tensorboard_", "ckpt_", "data_", "eval_")):
+            used.append(opt)
+        elif dest in _IGNORED_DESTS or dest.startswith(("log_", "wandb_", "tensorboard_", "ckpt_", "data_", "eval_")):
             ignored.append(opt)
         else:
             unknown.append(f"{opt} (not modeled by planner)")
@@ -573,18 +384,18 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     world = gpus
     if world is None:
         nproc, nnodes = cmd.launcher.get("--nproc-per-node"), cmd.launcher.get("--nnodes", "1")
-        if nproc and re.fullmatch(r"\d+", nproc) and re.fullmatch(r"\d+", nnodes or ""):
+        if nproc and nproc.isdigit() and (nnodes or "").isdigit():
             world = int(nproc) * int(nnodes)
-        elif str(cmd.env.get("WORLD_SIZE", "")).isdigit():
+        elif not cmd.launcher and str(cmd.env.get("WORLD_SIZE", "")).isdigit():
             world = int(cmd.env["WORLD_SIZE"])
 
-    tp = _int(v.get("tensor_model_parallel_size"), 1)
-    pp = _int(v.get("pipeline_model_parallel_size"), 1)
-    cp = _int(v.get("context_parallel_size"), 1)
-    ep = _int(v.get("expert_model_parallel_size"), 1)
-    etp = _int(v.get("expert_tensor_parallel_size"))
-    mbs = _int(v.get("micro_batch_size"), 1)
-    L = _int(v.get("num_layers"))
+    tp = _int(v, "tensor_model_parallel_size", 1)
+    pp = _int(v, "pipeline_model_parallel_size", 1)
+    cp = _int(v, "context_parallel_size", 1)
+    ep = _int(v, "expert_model_parallel_size", 1)
+    etp = _int(v, "expert_tensor_parallel_size")
+    mbs = _int(v, "micro_batch_size", 1)
+    L = _int(v, "num_layers")
 
     # ---- virtual pipeline --------------------------------------------------------------------
     from planner.specs.layout import parse_layout
@@ -593,9 +404,9 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     if v.get("pipeline_model_parallel_layout"):
         vpp = max(len(parse_layout(str(v["pipeline_model_parallel_layout"]))) // pp, 1)
     elif v.get("num_virtual_stages_per_pipeline_rank"):
-        vpp = _int(v["num_virtual_stages_per_pipeline_rank"])
+        vpp = _int(v, "num_virtual_stages_per_pipeline_rank")
     elif v.get("num_layers_per_virtual_pipeline_stage") and L:
-        k = _int(v["num_layers_per_virtual_pipeline_stage"])
+        k = _int(v, "num_layers_per_virtual_pipeline_stage")
         if L % pp == 0 and (L // pp) % k == 0:
             vpp = (L // pp) // k
     layout = _layout_from_flags(v, pp, vpp, notes) if pp > 1 or v.get("pipeline_model_parallel_layout") else None
@@ -617,7 +428,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
                 unknown.append(f"--recompute-modules {m} (not modeled by planner)")
         recompute = "+".join(kept) if kept else "none"
     elif gran == "full":
-        method, n = v.get("recompute_method"), _int(v.get("recompute_num_layers"))
+        method, n = v.get("recompute_method"), _int(v, "recompute_num_layers")
         if method == "block" and n is not None:
             recompute = f"full:{n}"
         else:
@@ -629,14 +440,18 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
 
     # ---- offload, precision, moments ---------------------------------------------------------
     opt_off = bool(v.get("optimizer_cpu_offload"))
-    if opt_off and float(v.get("optimizer_offload_fraction") or 1.0) < 1.0:
+    if opt_off and _fraction(v.get("optimizer_offload_fraction")) < 1.0:
         notes.append(f"--optimizer-offload-fraction {v['optimizer_offload_fraction']} modeled as offloading all of it")
-    act_off = bool(v.get("fine_grained_activation_offloading")) or (_int(v.get("cpu_offloading_num_layers"), 0) or 0) > 0
-    if _int(v.get("cpu_offloading_num_layers"), 0):
+    act_off = bool(v.get("fine_grained_activation_offloading")) or (_int(v, "cpu_offloading_num_layers", 0) or 0) > 0
+    if _int(v, "cpu_offloading_num_layers", 0):
         notes.append("--cpu-offloading-num-layers (layer-level offload) modeled as offload=activations")
     offload = {(False, False): "none", (True, False): "optimizer", (False, True): "activations",
                (True, True): "optimizer+activations"}[(opt_off, act_off)]
     precision = "fp8" if v.get("fp8") else "bf16"
+    fp8 = {"format": v["fp8"], "recipe": v.get("fp8_recipe") or "delayed"} if v.get("fp8") else None
+    if fp8 and not v.get("fp8_recipe"):
+        notes.append("--fp8-recipe not given: Megatron's default is delayed scaling; planner models the hardware's FP8 "
+                     "recipe (blockwise on Hopper, MXFP8 on Blackwell)")
     if v.get("fp16"):
         notes.append("--fp16 modeled as bf16 (same bytes)")
     moments = "bf16" if (v.get("exp_avg_dtype") == "bf16" and v.get("exp_avg_sq_dtype") == "bf16") else "fp32"
@@ -645,10 +460,13 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
         notes.append("Adam moment dtypes other than both-fp32 or both-bf16 modeled as fp32")
 
     # ---- sharding ----------------------------------------------------------------------------
-    instances = _int(v.get("num_distributed_optimizer_instances"), 1) or 1
+    instances = _int(v, "num_distributed_optimizer_instances", 1) or 1
     if v.get("use_megatron_fsdp"):
         strategy = v.get("data_parallel_sharding_strategy") or "optim_grads_params"
-        sharding = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}[strategy]
+        sharding = _FSDP_STRATEGIES.get(strategy)
+        if sharding is None:
+            raise PlannerError(f"--data-parallel-sharding-strategy {strategy}: Megatron accepts "
+                               + ", ".join(_FSDP_STRATEGIES) + ".")
         if strategy == "optim_grads_params" and instances > 1:
             if world and world % (tp * pp * cp) == 0 and (world // (tp * pp) // instances):
                 sharding = f"hsdp:{world // (tp * pp) // instances}"
@@ -683,139 +501,163 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     )
     plan = Plan.from_mapping({k: val for k, val in plan_values.items() if val is not None})
 
-    seq = _int(v.get("seq_length"))
-    gbs = _int(v.get("global_batch_size"))
+    seq = _int(v, "seq_length")
+    gbs = _int(v, "global_batch_size")
     if gbs is None and world and world % (tp * pp * cp) == 0:
         gbs = mbs * (world // (tp * pp * cp))  # validate_args's default: one micro-batch per DP rank
     job = {"gpus": world, "global_batch": gbs, "seq_len": seq, "precisions": [precision]}
 
     return MegatronArgs(job=job, plan=plan, model_hints=model_hints(v), unknown_flags=unknown,
                         ignored_flags=ignored, unresolved=list(cmd.unresolved), env=dict(cmd.env),
-                        launcher=dict(cmd.launcher), notes=notes, values=dict(v))
+                        launcher=dict(cmd.launcher), notes=notes, values=dict(v), used_flags=used,
+                        not_run=list(cmd.not_run), fp8=fp8, script_line=cmd.line)
 
 
-def model_hints(v: dict) -> dict:
-    """ModelSpec-shaped facts the flags state (only the keys the flags give)."""
-    h: dict[str, Any] = {}
-    for dest, key in (("num_layers", "num_layers"), ("hidden_size", "hidden_size"), ("vocab_size", "vocab_size"),
-                      ("max_position_embeddings", "max_position_embeddings")):
-        if v.get(dest) is not None:
-            h[key] = _int(v[dest])
-    if v.get("mtp_num_layers") is not None:
-        h["mtp_layers"] = _int(v["mtp_num_layers"])
-    if "untie_embeddings_and_output_weights" in v:
-        h["tie_embeddings"] = not v["untie_embeddings_and_output_weights"]
-    if v.get("normalization"):
-        h["norm"] = "rmsnorm" if v["normalization"] == "RMSNorm" else "layernorm"
-    if v.get("position_embedding_type"):
-        h["position_embedding"] = "learned" if v["position_embedding_type"] == "learned_absolute" else "rope"
-    for dest, key in (("attention_dropout", "attention_dropout"), ("hidden_dropout", "hidden_dropout")):
-        if v.get(dest) is not None:
-            h[key] = float(v[dest])
-    heads = _int(v.get("num_attention_heads"))
-    if v.get("multi_latent_attention"):
-        h["attention"] = {k: val for k, val in dict(
-            kind="mla", num_heads=heads, q_lora_rank=_int(v.get("q_lora_rank")),
-            kv_lora_rank=_int(v.get("kv_lora_rank"), 512),
-            qk_nope_head_dim=_int(v.get("qk_head_dim"), 128), qk_rope_head_dim=_int(v.get("qk_pos_emb_head_dim"), 64),
-            v_head_dim=_int(v.get("v_head_dim"), 128)).items() if val is not None or k == "q_lora_rank"}
-    elif heads:
-        kv = _int(v.get("num_query_groups"), 1) if v.get("group_query_attention") else heads
-        hd = _int(v.get("kv_channels")) or (_int(v.get("hidden_size"), 0) // heads if v.get("hidden_size") else None)
-        h["attention"] = {k: val for k, val in dict(
-            kind="gqa", num_heads=heads, num_kv_heads=kv, head_dim=hd, qk_norm=bool(v.get("qk_layernorm")),
-            qkv_bias=bool(v.get("add_qkv_bias"))).items() if val is not None}
-    ffn = _int(v.get("ffn_hidden_size"))
-    h["ffn"] = {"activation": "swiglu" if v.get("swiglu") else "gelu"}
-    if ffn:
-        h["ffn"]["hidden_size"] = ffn
-    if v.get("num_experts"):
-        E = _int(v["num_experts"])
-        moe: dict[str, Any] = {"num_experts": E, "top_k": _int(v.get("moe_router_topk"), 2),
-                               "expert_hidden_size": _int(v.get("moe_ffn_hidden_size")) or ffn}
-        shared = _int(v.get("moe_shared_expert_intermediate_size"))
-        if shared:
-            moe["shared_expert_hidden_size"] = shared
-            moe["num_shared_experts"] = max(shared // moe["expert_hidden_size"], 1) if moe["expert_hidden_size"] else 1
-        freq = _moe_freq(str(v.get("moe_layer_freq", "1")), h.get("num_layers"))
-        if isinstance(freq, list):
-            first_dense = next((i for i, x in enumerate(freq) if x), len(freq))
-            moe["first_k_dense"] = first_dense
-            rest = freq[first_dense:]
-            if rest and not all(rest):
-                moe["layer_pattern"] = freq  # not expressible as first_k_dense + layer_freq: kept raw
-        elif freq > 1:
-            moe["layer_freq"] = freq
-        if v.get("moe_router_score_function"):
-            moe["score_function"] = v["moe_router_score_function"]
-        if v.get("moe_router_enable_expert_bias"):
-            moe["router_bias"] = True
-        if v.get("moe_router_num_groups"):
-            moe["num_groups"] = _int(v["moe_router_num_groups"])
-        if v.get("moe_router_group_topk"):
-            moe["group_top_k"] = _int(v["moe_router_group_topk"])
-        h["moe"] = moe
-    return h
+_FSDP_STRATEGIES = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}
 
 
-_COMPARED = ("num_layers", "hidden_size", "vocab_size", "mtp_layers", "tie_embeddings", "norm", "position_embedding")
+def _fraction(value) -> float:
+    if value is None:
+        return 1.0
+    try:
+        return float(value)
+    except ValueError:
+        raise PlannerError(f"--optimizer-offload-fraction {value}: Megatron expects a number there.") from None
 
 
-def hint_mismatches(model, hints: dict) -> list[str]:
-    """Where the flags disagree with a catalog model (each 'field: flags say X, model has Y')."""
-    out = []
-    for key in _COMPARED:
-        if key in hints and getattr(model, key) != hints[key]:
-            out.append(f"{key}: flags say {hints[key]}, {model.name} has {getattr(model, key)}")
-    a = hints.get("attention") or {}
-    for key, val in a.items():
-        have = getattr(model.attention, key, None)
-        if have is not None and have != val and not (key == "q_lora_rank" and val is None and have is None):
-            out.append(f"attention.{key}: flags say {val}, {model.name} has {have}")
-    f = hints.get("ffn") or {}
-    if "hidden_size" in f and any(k == "dense" for k in model.layer_kinds) and f["hidden_size"] != model.ffn.hidden_size:
-        out.append(f"ffn.hidden_size: flags say {f['hidden_size']}, {model.name} has {model.ffn.hidden_size}")
-    if f.get("activation") and f["activation"] != model.ffn.activation:
-        out.append(f"ffn.activation: flags say {f['activation']}, {model.name} has {model.ffn.activation}")
-    m = hints.get("moe")
-    if bool(m) != model.is_moe:
-        out.append(f"moe: flags say {'MoE' if m else 'dense'}, {model.name} is {'MoE' if model.is_moe else 'dense'}")
-    elif m:
-        for key in ("num_experts", "top_k", "expert_hidden_size", "first_k_dense", "shared_expert_hidden_size"):
-            have = model.moe.shared_hidden if key == "shared_expert_hidden_size" else getattr(model.moe, key)
-            if key in m and m[key] != have:
-                out.append(f"moe.{key}: flags say {m[key]}, {model.name} has {have}")
-    return out
+# ---------------------------------------------------------------------------------------------
+# the one route from a script to a job
+# ---------------------------------------------------------------------------------------------
+
+MAX_SCRIPT_BYTES = 4 << 20
 
 
-def match_catalog_model(hints: dict):
-    """The catalog model the flags describe (no mismatch on the compared fields), or None."""
-    from planner.specs.catalog import all_models
+@dataclass
+class ScriptJob:
+    """A launch script in planner's terms: what check --megatron-args and explain --megatron-args
+    both work from."""
 
-    for model in all_models():
-        if not hint_mismatches(model, hints):
-            return model
-    return None
+    source: str
+    args: MegatronArgs
+    """The flags read (plan, job, hints, used/ignored/unknown flags, unresolved variables, notes)."""
+    model: ModelSpec
+    model_source: str
+    """'--model', 'catalog match' or 'built from the flags'."""
+    hardware: HardwareSpec
+    hardware_source: str
+    """'--hw' or "the model's reference job"."""
+    job: Job
+    plan: Plan
+    """Export-canonical (planner.launchers.common.export_canonical), as the launcher runs it."""
+    mismatches: list[str]
+    """Where the flags disagree with a --model given on the command line."""
+    notes: list[str]
 
 
-def model_from_hints(hints: dict, name: str = "megatron-args"):
-    """A ModelSpec built from the flags alone (when no catalog model matches)."""
-    from planner.specs.catalog import validate_spec
-    from planner.specs.model import ModelSpec
+def read_source(source: str | Path) -> tuple[str, str]:
+    """(text, label) of a launch script: a Path is read (a regular file up to 4 MiB of UTF-8),
+    a str is the script itself."""
+    if not isinstance(source, Path):
+        return source, "<script>"
+    try:
+        st = os.stat(source)
+    except OSError as exc:
+        raise PlannerError(f"Cannot read '{source}': {exc.strerror}.") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise PlannerError(f"'{source}' is not a regular file; --megatron-args reads a launch script or a file "
+                           "of arguments.")
+    if st.st_size > MAX_SCRIPT_BYTES:
+        raise PlannerError(f"'{source}' is {st.st_size:,} bytes; planner reads launch scripts up to "
+                           f"{MAX_SCRIPT_BYTES:,} bytes.")
+    try:
+        with open(source, "rb") as fh:
+            data = fh.read(MAX_SCRIPT_BYTES + 1)
+    except OSError as exc:
+        raise PlannerError(f"Cannot read '{source}': {exc.strerror}.") from None
+    try:
+        return data.decode("utf-8"), str(source)
+    except UnicodeDecodeError as exc:
+        raise PlannerError(f"'{source}' is not UTF-8 text (byte {exc.start}); is it a launch script?") from None
 
-    data = {k: v for k, v in hints.items() if k not in ("attention", "ffn", "moe")}
-    data.update(name=name, source=["Megatron-LM command-line flags"])
-    data["attention"] = dict(hints.get("attention") or {})
-    data["ffn"] = dict(hints.get("ffn") or {})
-    if "hidden_size" not in data["ffn"] and hints.get("hidden_size"):
-        data["ffn"]["hidden_size"] = 4 * hints["hidden_size"]
-    if hints.get("moe"):
-        moe = dict(hints["moe"])
-        if moe.pop("layer_pattern", None) is not None:
-            raise PlannerError(
-                "--moe-layer-freq mixes dense and MoE layers after the first MoE layer; planner models "
-                "first_k_dense dense layers followed by every layer_freq-th layer MoE.",
-                hint="Pass --model with a catalog model or a model YAML instead.",
-            )
-        data["moe"] = moe
-    return validate_spec(ModelSpec, data, "model", "the Megatron flags")
+
+def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: dict | None = None):
+    """(model, how it was chosen, note): --model when given, else the catalog model the flags
+    match, else a model built from the flags (asking for the vocabulary when they lack it)."""
+    from planner.launchers.megatron.model import match_catalog_model, model_from_hints
+    from planner.specs.catalog import load_model, validate_spec
+
+    note = None
+    if model_name:
+        model, source = load_model(model_name), "--model"
+    else:
+        found = match_catalog_model(args.model_hints)
+        if found is not None:
+            (model, note), source = found, "catalog match"
+        else:
+            tokenizer = args.values.get("tokenizer_model") or args.values.get("vocab_file")
+            model = model_from_hints(args.model_hints, tokenizer=tokenizer, overrides=overrides)
+            return model, "built from the flags", None
+    if overrides:
+        model = validate_spec(type(model), {**model.model_dump(), **overrides}, "model", "the model overrides")
+    return model, source, note
+
+
+def script_inputs(env: list[str] | None, args_text: str | None) -> tuple[dict[str, str], list[str]]:
+    """--script-env NAME=VALUE items and --script-args text as the script's environment and $1..."""
+    import shlex
+
+    environ = {}
+    for item in env or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c == "_" for c in name):
+            raise PlannerError(f"--script-env {item!r}: expected NAME=VALUE with a shell variable name.")
+        environ[name] = value
+    try:
+        argv = shlex.split(args_text) if args_text else []
+    except ValueError as exc:
+        raise PlannerError(f"--script-args {args_text!r}: {exc} (quote as in a shell).") from None
+    return environ, argv
+
+
+def job_from_script(source: str | Path, *, model: str | None = None, hw: str | None = None,
+                    gpus: int | None = None, global_batch: int | None = None, seq_len: int | None = None,
+                    precision: str | None = None, job_file: Path | None = None, domain_fill: int | None = None,
+                    memory_margin_gib: float | None = None, environ: dict[str, str] | None = None,
+                    script_args: list[str] | tuple = (), model_overrides: dict | None = None) -> ScriptJob:
+    """Read a launch script (a Path, or its text) into the model, hardware, job and plan it runs.
+
+    Options given here win over what the script says; ``environ`` and ``script_args`` are the
+    script's environment and $1, $2, ...; ``model_overrides`` sets model fields (vocab_size)."""
+    from planner.launchers.common import export_canonical
+    from planner.launchers.megatron.model import hint_mismatches
+    from planner.options import resolve_job
+    from planner.specs.catalog import load_hardware
+
+    text, label = read_source(source)
+    args = plan_from_megatron_args(text, gpus=gpus, environ=environ, args=script_args)
+    m, model_source, note = resolve_model(args, model, model_overrides)
+    notes = list(args.notes) + ([note] if note else [])
+    mismatches = hint_mismatches(m, args.model_hints) if model_source == "--model" else []
+    hardware_source = "--hw"
+    if not hw:
+        hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
+        hardware_source = "the model's reference job"
+    if not hw:
+        raise PlannerError("No hardware given.", hint="Pass --hw: the script does not say which GPUs it runs on.")
+    h = load_hardware(hw)
+    pj = args.job
+    missing = [opt for key, opt, given in (("gpus", "--gpus", gpus), ("seq_len", "--seq-len", seq_len))
+               if pj.get(key) is None and given is None]
+    if missing:
+        why = ""
+        if "--gpus" in missing:
+            nproc = args.launcher.get("--nproc-per-node")
+            why = (f" (torchrun's --nproc-per-node is {nproc})" if nproc else
+                   " (no torchrun line with numeric --nproc-per-node and --nnodes)")
+        raise PlannerError(f"The script does not give the value of {' or '.join(missing)}{why}.",
+                           hint="Pass " + " and ".join(missing) + ".")
+    j = resolve_job(m, gpus=gpus or pj["gpus"], global_batch=global_batch or pj["global_batch"],
+                    seq_len=seq_len or pj["seq_len"], precision=precision or ",".join(pj["precisions"]),
+                    job_file=job_file, domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)
+    canon = export_canonical(args.plan, m, h, j)
+    return ScriptJob(label, args, m, model_source, h, hardware_source, j, canon, mismatches, notes)

@@ -246,13 +246,15 @@ ARGS_RULES: dict[str, str] = {
     "expert-dp-order": "with --use-tp-pp-dp-mapping and PP > 1 expert-DP must equal DP (initialize_model_parallel)",
     "mla-gqa-exclusive": "--multi-latent-attention excludes --group-query-attention (validate_args)",
     "sequence-parallel-needs-tp": "--sequence-parallel with TP = 1 is silently turned off by validate_args (reported, not fatal)",
+    "moe-layer-freq-syntax": "a --moe-layer-freq pattern holds only ,0-9[]()+* (arguments.py _eval_pattern)",
 }
 
 
 def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
     """Start-up checks on the flags themselves (what planner never emits but a hand-written
     script can contain). ``hw`` enables the environment checks that depend on the GPU."""
-    from planner.launchers.megatron.read import _int, _ShapeStub
+    from planner.launchers.megatron.model import int_value
+    from planner.launchers.megatron.read import LayerCounts
 
     v = args.values
     out: list[Violation] = []
@@ -260,10 +262,10 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
     def add(rule: str, msg: str, hint: str | None = None):
         out.append(Violation(rule, msg, hint))
 
-    tp = _int(v.get("tensor_model_parallel_size"), 1)
-    pp = _int(v.get("pipeline_model_parallel_size"), 1)
-    cp = _int(v.get("context_parallel_size"), 1)
-    L = _int(v.get("num_layers"))
+    tp = _int(v, "tensor_model_parallel_size", 1)
+    pp = _int(v, "pipeline_model_parallel_size", 1)
+    cp = _int(v, "context_parallel_size", 1)
+    L = _int(v, "num_layers")
     vpp_styles = [f for f in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
                               "pipeline_model_parallel_layout") if v.get(f)]
     if len(vpp_styles) > 1:
@@ -277,7 +279,7 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
                 "--decoder-first/last-pipeline-num-layers (validate_args).",
                 "Use --num-virtual-stages-per-pipeline-rank.")
         elif L:
-            k = _int(v["num_layers_per_virtual_pipeline_stage"])
+            k = _int(v, "num_layers_per_virtual_pipeline_stage")
             if L % pp or (L // pp) % k:
                 add("vpp-layers-per-stage", f"{L} layers over PP={pp} do not give a whole number of "
                     f"{k}-layer virtual stages per rank (validate_args).")
@@ -296,8 +298,9 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
 
         vpp = args.plan.vpp
         try:
-            uneven_layout_symbols(_ShapeStub(L, _int(v.get("mtp_num_layers"), 0) or 0), pp, vpp,
-                                  _int(first), _int(last))
+            uneven_layout_symbols(LayerCounts(L, _int(v, "mtp_num_layers", 0) or 0), pp, vpp,
+                                  _int(v, "decoder_first_pipeline_num_layers"),
+                                  _int(v, "decoder_last_pipeline_num_layers"))
         except PlanRuleError as exc:
             add(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "))
     if v.get("overlap_param_gather"):
@@ -371,10 +374,10 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
                 "moe" in rmods and {"moe_act", "expert_fc1", "fused_group_mlp"} & set(mods)):
             add("fine-grained-offload-modules", "--offload-modules must be non-empty, offload attn_proj only with "
                 "core_attn, and nothing inside an MoE layer that 'moe' recompute wraps (TransformerConfig).")
-        if _int(v.get("cpu_offloading_num_layers"), 0):
+        if _int(v, "cpu_offloading_num_layers", 0):
             add("fine-grained-offload-with-cpu-offloading", "--fine-grained-activation-offloading cannot be combined "
                 "with --cpu-offloading-num-layers (TransformerConfig).")
-    n_off = _int(v.get("cpu_offloading_num_layers"), 0) or 0
+    n_off = _int(v, "cpu_offloading_num_layers", 0) or 0
     if n_off and ((L is not None and n_off >= L) or pp > 1 or gran is not None):
         add("cpu-offloading-layers", "--cpu-offloading-num-layers needs fewer layers than the model, PP=1 and no "
             "recompute (TransformerConfig).")
@@ -390,7 +393,7 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
     if v.get("delay_wgrad_compute") and not v.get("overlap_moe_expert_parallel_comm"):
         add("delay-wgrad-needs-ep-overlap", "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm "
             "(TransformerConfig).")
-    if v.get("num_experts") and _int(v.get("moe_router_topk"), 2) == 1 and \
+    if v.get("num_experts") and _int(v, "moe_router_topk", 2) == 1 and \
             (v.get("moe_router_score_function") or "softmax") == "softmax" and not v.get("moe_router_pre_softmax") \
             and v.get("moe_router_load_balancing_type") not in ("sinkhorn", ["sinkhorn"]):
         add("router-topk1-pre-softmax", "Top-1 softmax routing needs --moe-router-pre-softmax (TransformerConfig).")
@@ -401,13 +404,13 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
     elif hier:
         prod = 1
         for x in hier:
-            prod *= _int(x)
+            prod *= int_value("--hierarchical-context-parallel-sizes", x)
         if prod != cp:
             add("hierarchical-cp", f"--hierarchical-context-parallel-sizes multiply to {prod}, not CP={cp} (validate_args).")
     world = args.job.get("gpus")
     if v.get("use_tp_pp_dp_mapping") and pp > 1 and world and v.get("num_experts"):
-        etp = _int(v.get("expert_tensor_parallel_size"), tp)
-        ep = _int(v.get("expert_model_parallel_size"), 1)
+        etp = _int(v, "expert_tensor_parallel_size", tp)
+        ep = _int(v, "expert_model_parallel_size", 1)
         if world % (tp * pp * cp) == 0 and world % (etp * ep * pp) == 0:
             dp, edp = world // (tp * pp * cp), world // (etp * ep * pp)
             if dp != edp:
@@ -415,7 +418,19 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
                     "(initialize_model_parallel).")
     if v.get("multi_latent_attention") and v.get("group_query_attention"):
         add("mla-gqa-exclusive", "--multi-latent-attention excludes --group-query-attention (validate_args).")
+    from planner.launchers.megatron.model import pattern_has_foreign_chars
+
+    if v.get("num_experts") and pattern_has_foreign_chars(str(v.get("moe_layer_freq", ""))):
+        add("moe-layer-freq-syntax", f"--moe-layer-freq {v['moe_layer_freq']!r}: Megatron's _eval_pattern accepts only "
+            "digits, commas, brackets, parentheses, + and * (no spaces) and raises 'Invalid pattern' (arguments.py).",
+            "Remove the spaces (or other characters) from the pattern.")
     return out
+
+
+def _int(v: dict, dest: str, default=None):
+    from planner.launchers.megatron.model import int_value
+
+    return int_value("--" + dest.replace("_", "-"), v.get(dest), default)
 
 
 def args_flag(args: MegatronArgs, dest: str) -> str:
