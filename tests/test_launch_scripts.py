@@ -263,3 +263,12 @@ def test_hostile_moe_layer_freq_in_a_script_is_refused_quickly():
     with pytest.raises(PlannerError, match="far beyond any layer count"):
         plan_from_megatron_args(text, gpus=8)
     assert time.perf_counter() - t < 2.0
+
+
+def test_a_flag_left_empty_is_reported_not_fed_the_next_flag():
+    text = "python pretrain_gpt.py --save $CKPT_DIR_EMPTY --load x --tensor-model-parallel-size 2 $EXTRA_ARGS --seq-length 8\n"
+    r = plan_from_megatron_args(text.replace("$CKPT_DIR_EMPTY", ""), gpus=8)
+    assert "--save (expects 1 value, the next word is --load: argparse refuses it; an empty variable?)" in r.unknown_flags
+    assert r.values["load"] == "x" and r.plan.tp == 2
+    assert "$EXTRA_ARGS (unresolved: whatever it holds is not read)" in r.unknown_flags
+    assert r.values["seq_length"] == "8" and r.unresolved == ["$EXTRA_ARGS"]

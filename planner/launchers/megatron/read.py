@@ -141,7 +141,9 @@ class ParsedArgs:
     given: dict[str, str]
     """dest -> the option string that set it."""
     not_megatron: list[str]
-    """Options that are not megatron-core 0.19.2 flags, and flags argparse would refuse."""
+    """Options that are not megatron-core 0.19.2 flags (with the values that follow them), and stray words."""
+    problems: list[str] = field(default_factory=list)
+    """Flags argparse would refuse (a value missing) and words holding an unresolved value, each with why."""
 
 
 def _is_value(tok: str) -> bool:
@@ -158,12 +160,16 @@ def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozens
     values: dict[str, Any] = {}
     given: dict[str, str] = {}
     bad: list[str] = []
+    problems: list[str] = []
     i = 0
     while i < len(argv):
         tok = argv[i]
         i += 1
         if not tok.startswith("--"):
-            bad.append(f"{tok} (unresolved: whatever it holds is not read)" if i - 1 in unknown else tok)
+            if i - 1 in unknown:
+                problems.append(f"{tok} (unresolved: whatever it holds is not read)")
+            else:
+                bad.append(tok)
             continue
         opt, eq, inline = tok.partition("=")
         if opt not in FLAGS:
@@ -186,8 +192,8 @@ def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozens
                 i += 1
             if len(vals) < arity:
                 nxt = f"the next word is {argv[i]}" if i < len(argv) else "it ends the command"
-                bad.append(f"{opt} (expects {arity} value{'s' if arity > 1 else ''}, {nxt}: argparse refuses it; "
-                           "an empty variable?)")
+                problems.append(f"{opt} (expects {arity} value{'s' if arity > 1 else ''}, {nxt}: argparse "
+                                "refuses it; an empty variable?)")
                 continue
             values[dest] = vals[0] if arity == 1 else vals
         else:
@@ -195,11 +201,11 @@ def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozens
                 vals.append(argv[i])
                 i += 1
             if arity == "+" and not vals:
-                bad.append(f"{opt} (expects at least one value: argparse refuses it)")
+                problems.append(f"{opt} (expects at least one value: argparse refuses it)")
                 continue
             values[dest] = vals if arity in ("+", "*") else (vals[0] if vals else True)
         given[dest] = opt
-    return ParsedArgs(values, given, bad)
+    return ParsedArgs(values, given, bad, problems)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,8 +375,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     parsed = parse_megatron_argv(cmd.argv, cmd.unknown)
     v = parsed.values
     notes: list[str] = list(cmd.notes)
-    unknown = [f if "(unresolved" in f or "argparse refuses" in f else f"{f} (not a megatron-core 0.19.2 flag)"
-               for f in parsed.not_megatron]
+    unknown = [f"{f} (not a megatron-core 0.19.2 flag)" for f in parsed.not_megatron] + parsed.problems
     ignored, used = [], []
     for dest, opt in parsed.given.items():
         if dest in _USED_DESTS:
