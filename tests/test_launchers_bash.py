@@ -87,6 +87,9 @@ run_cmd="cmd x
   y z"
 eval ${run_cmd}
 """,
+    "braces": r"""for i in {0..3}; do F+=$i; done; cmd "$F" {a,b}{1,2} x{01..10..3}y {c..a} {1..-2}
+cmd run{1,2,{x,y}}.log "{a,b}" {single} {1..3}$F a{,b} ${F:-{1,2}}
+""",
     "read": r"""IFS=, read -ra PARTS <<< "a,b,,c"
 read -r FIRST REST <<< "one two three"
 cmd "${PARTS[@]}" "$FIRST" "$REST"
@@ -197,6 +200,8 @@ def test_arithmetic_is_instant_and_division_by_zero_stops_like_bash():
     ("A=" + "a" * 5000 + "; cmd ${A//*a*a*a*a*a*b/x}", "pattern matching"),
     ("printf -v X '%999999999d' 1", "width or precision"),
     ("A[99999999999]=1", "beyond"),
+    ("cmd {1..99999999999}", "brace expansion"),
+    ("cmd " + "{a,b}" * 40, "brace expansion"),
     ("x" * 2_000_000, "characters long"),
     ("cmd \x00", "NUL"),
 ])

@@ -1301,6 +1301,95 @@ def _assignment(w: Word):
 
 
 # ---------------------------------------------------------------------------------------------
+# brace expansion: {a,b,c} and {1..8}, {01..16..2}, {a..e}, within unquoted literal text
+# ---------------------------------------------------------------------------------------------
+
+
+def _brace_match(s: str, i: int) -> tuple[int, list[int]] | None:
+    """(index of the '}' closing the '{' at i, top-level comma positions), or None."""
+    depth, commas = 0, []
+    for k in range(i, len(s)):
+        c = s[k]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return k, commas
+        elif c == "," and depth == 1:
+            commas.append(k)
+    return None
+
+
+def _brace_sequence(inner: str) -> list[str] | None:
+    parts = inner.split("..")
+    if len(parts) not in (2, 3):
+        return None
+    step_text = parts[2] if len(parts) == 3 else "1"
+    if not step_text.lstrip("-").isdigit() or len(step_text) > 18:
+        return None
+    step = abs(int(step_text)) or 1
+    a, b = parts[0], parts[1]
+    if all(x.lstrip("-").isdigit() and 0 < len(x) <= 18 for x in (a, b)):
+        x, y = int(a), int(b)
+        if abs(y - x) // step >= MAX_ITEMS:
+            raise _err(f"The brace expansion {{{inner}}} gives more than {MAX_ITEMS:,} words; planner stops reading.")
+        width = max(len(a), len(b)) if (a.lstrip("-").startswith("0") and len(a.lstrip("-")) > 1) or \
+            (b.lstrip("-").startswith("0") and len(b.lstrip("-")) > 1) else 0
+        rng = range(x, y + 1, step) if y >= x else range(x, y - 1, -step)
+        return [str(v).zfill(width) if v >= 0 else "-" + str(-v).zfill(width - 1) for v in rng]
+    if len(a) == 1 and len(b) == 1 and a.isalpha() and b.isalpha():
+        x, y = ord(a), ord(b)
+        rng = range(x, y + 1, step) if y >= x else range(x, y - 1, -step)
+        return [chr(v) for v in rng]
+    return None
+
+
+def _brace_text(s: str, st: _State) -> list[str]:
+    """Every brace expression of a literal text, expanded left to right (bounded)."""
+    st.enter("brace expansion")
+    try:
+        i = s.find("{")
+        while i >= 0:
+            m = _brace_match(s, i)
+            if m is not None:
+                j, commas = m
+                inner = s[i + 1:j]
+                if commas:
+                    bounds = [i] + commas + [j]
+                    alts = [x for a, b in zip(bounds, bounds[1:]) for x in _brace_text(s[a + 1:b], st)]
+                else:
+                    alts = _brace_sequence(inner)
+                if alts is not None:
+                    rest = _brace_text(s[j + 1:], st)
+                    if len(alts) * len(rest) > MAX_ITEMS:
+                        raise _err(f"A brace expansion in the script gives more than {MAX_ITEMS:,} words; "
+                                   "planner stops reading it.")
+                    st.step(len(alts) * len(rest))
+                    return [s[:i] + a + b for a in alts for b in rest]
+            i = s.find("{", i + 1)
+        return [s]
+    finally:
+        st.leave()
+
+
+def _brace_parts(parts: list, st: _State) -> list[list]:
+    """The word's parts once for each word brace expansion makes (a brace expression is read
+    within one unquoted literal piece, as in {0..7} or run{1,2}.log)."""
+    out = [[]]
+    for part in parts:
+        if part[0] == "lit" and "{" in part[1] and "}" in part[1]:
+            alts = _brace_text(part[1], st)
+            if len(out) * len(alts) > MAX_ITEMS:
+                raise _err(f"A brace expansion in the script gives more than {MAX_ITEMS:,} words; planner stops reading it.")
+            out = [prev + [("lit", a)] for prev in out for a in alts]
+        else:
+            for prev in out:
+                prev.append(part)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # glob patterns (case, [[ == ]], ${X#pat}): an NFA walk, O(len(text) * len(pattern))
 # ---------------------------------------------------------------------------------------------
 
@@ -1873,8 +1962,13 @@ class Shell:
 
     # expansion ------------------------------------------------------------------------------
     def expand(self, w: Word, bash: bool = False) -> list[str]:
-        """Fields of a word: parameter/arithmetic expansion, word splitting, quote removal."""
-        return self._split(self._pieces(w.parts, False, False, bash), bash)
+        """Fields of a word: brace expansion, parameter/arithmetic expansion, word splitting, quote
+        removal (no pathname expansion: planner never looks at files, and bash leaves a pattern
+        that matches none as it is)."""
+        out: list[str] = []
+        for parts in _brace_parts(w.parts, self.st):
+            out.extend(self._split(self._pieces(parts, False, False, bash), bash))
+        return out
 
     def expand_text(self, w: Word, bash: bool = False) -> str:
         """A word without field splitting (assignments, here-documents, ${X:-...} defaults)."""
