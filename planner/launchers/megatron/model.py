@@ -46,6 +46,11 @@ def int_value(flag: str, value, default=None):
     raise PlannerError(f"{flag} {text}: Megatron expects an integer there.")
 
 
+def flag_int(values: dict, dest: str, default=None):
+    """The integer value of the flag whose argparse dest is ``dest`` (see int_value)."""
+    return int_value("--" + dest.replace("_", "-"), values.get(dest), default)
+
+
 # ---------------------------------------------------------------------------------------------
 # --moe-layer-freq: Python list expressions, evaluated with bounds
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
 from planner.launchers.megatron.flags import FLAGS
-from planner.launchers.megatron.model import int_value, model_hints
+from planner.launchers.megatron.model import flag_int as _int
+from planner.launchers.megatron.model import model_hints
 
 if TYPE_CHECKING:
     from planner.specs.hardware import HardwareSpec
@@ -317,10 +318,6 @@ class LayerCounts:
         self.num_layers = num_layers
         self.mtp_layers = mtp_layers
         self.name = "the model"
-
-
-def _int(v: dict, dest: str, default=None):
-    return int_value("--" + dest.replace("_", "-"), v.get(dest), default)
 
 
 def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | None:

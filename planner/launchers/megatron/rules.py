@@ -253,6 +253,7 @@ ARGS_RULES: dict[str, str] = {
 def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
     """Start-up checks on the flags themselves (what planner never emits but a hand-written
     script can contain). ``hw`` enables the environment checks that depend on the GPU."""
+    from planner.launchers.megatron.model import flag_int as _int
     from planner.launchers.megatron.model import int_value
     from planner.launchers.megatron.read import LayerCounts
 
@@ -425,12 +426,6 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
             "digits, commas, brackets, parentheses, + and * (no spaces) and raises 'Invalid pattern' (arguments.py).",
             "Remove the spaces (or other characters) from the pattern.")
     return out
-
-
-def _int(v: dict, dest: str, default=None):
-    from planner.launchers.megatron.model import int_value
-
-    return int_value("--" + dest.replace("_", "-"), v.get(dest), default)
 
 
 def args_flag(args: MegatronArgs, dest: str) -> str:
