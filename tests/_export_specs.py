@@ -80,7 +80,7 @@ TOP_PLANS = [
 def resolve(model_name: str, hw_name: str, gpus: int, gbs: int, plan: str, seq_len: int = 4096):
     """(model, hw, job, export-canonical plan, setup)."""
     from planner.cost.setup import resolve_setup
-    from planner.export.common import export_canonical
+    from planner.launchers.common import export_canonical
 
     m, h = model(model_name), hw(hw_name)
     p = Plan.parse(plan)

@@ -8,8 +8,8 @@ import pytest
 from tests._export_specs import TOP_PLANS, resolve
 
 from planner.errors import PlanRuleError
-from planner.export.megatron import export_megatron, megatron_launch
-from planner.export.megatron_flags import FLAGS, MEGATRON_VERSION
+from planner.launchers.megatron.write import export_megatron, megatron_launch
+from planner.launchers.megatron.flags import FLAGS, MEGATRON_VERSION
 from planner.specs.layout import parse_layout
 
 

@@ -7,7 +7,7 @@ import pytest
 from tests._export_specs import resolve
 
 from planner.errors import PlanRuleError
-from planner.export.torchtitan import export_torchtitan, torchtitan_launch
+from planner.launchers.torchtitan.write import export_torchtitan, torchtitan_launch
 
 LLAMA = ("llama3.1-405b", "h100", 1024, 1024)
 # torchtitan's llama3_405b applies Float8 converters (torchtitan-precision): a bf16 plan names a

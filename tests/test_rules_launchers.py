@@ -6,14 +6,17 @@ from __future__ import annotations
 import pytest
 from tests._export_specs import TOP_PLANS, hw, job, model, resolve
 
-from planner.export.megatron_args import ARGS_RULES, args_violations, plan_from_megatron_args
+from planner.launchers.megatron import rules as megatron_rules
+from planner.launchers.megatron.read import plan_from_megatron_args
+from planner.launchers.megatron.rules import ARGS_RULES, args_violations
+from planner.launchers.torchtitan import rules as torchtitan_rules
+from planner.launchers.torchtitan.rules import torchtitan_batch_violations
 from planner.rules import (
-    RULES,
+    SHARED_RULES,
     check_launcher_rules,
     launcher_violations,
     model_violations,
     shape_violations,
-    torchtitan_batch_violations,
 )
 from planner.errors import PlanRuleError
 from planner.specs.hardware import HardwareSpec
@@ -247,13 +250,15 @@ ARGS_CASES = {
     "expert-dp-order": (" ".join(MOE) + " --pipeline-model-parallel-size 2 --use-tp-pp-dp-mapping", {}, 8, None),
     "mla-gqa-exclusive": ("--multi-latent-attention --group-query-attention --num-query-groups 4", {}, 8, None),
     "sequence-parallel-needs-tp": ("--sequence-parallel", {}, 8, None),
+    # a value with blanks, as a quoted script argument gives it
+    "moe-layer-freq-syntax": (MOE + ["--moe-layer-freq", "([0]*2 + [1]*6)"], {}, 8, None),
 }
 
 
 @pytest.mark.parametrize("rule", sorted(ARGS_CASES))
 def test_args_rule_fires(rule):
     extra, env, gpus, hw_name = ARGS_CASES[rule]
-    argv = BASE + extra.split()
+    argv = BASE + (extra.split() if isinstance(extra, str) else extra)
     parsed = plan_from_megatron_args(argv, gpus=gpus)
     parsed.env.update(env)
     found = [v.rule for v in args_violations(parsed, hw(hw_name) if hw_name else None)]
@@ -271,5 +276,6 @@ def test_clean_command_line_has_no_args_violations():
 
 def test_every_rule_has_a_case():
     covered = set(PLAN_CASES) | set(DIRECT_CASES) | set(ARGS_CASES) | {"torchtitan-batch"}
-    missing = (set(RULES) | set(ARGS_RULES)) - covered
+    rules = set(SHARED_RULES) | set(megatron_rules.PLAN_RULES) | set(torchtitan_rules.PLAN_RULES)
+    missing = (rules | set(ARGS_RULES)) - covered
     assert not missing, f"rules without a test case: {sorted(missing)}"

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from planner.cli import app
+from planner.commands.export import ScriptArgsOpt, ScriptEnvOpt
 from planner.options import (
     CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobFileOpt, JsonOpt, MemoryMarginOpt,
     PrecisionOpt, SeqLenOpt, print_json, resolve_job,
@@ -63,6 +64,8 @@ def explain_cmd(
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
+    script_env: ScriptEnvOpt = None,
+    script_args: ScriptArgsOpt = None,
     against: Annotated[Optional[Path], typer.Option("--against", help="A 'planner search --save' file: compare this plan with its top plan.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the worst stage's memory over one step as a PNG.")] = None,
     json: JsonOpt = False,
@@ -82,26 +85,16 @@ def explain_cmd(
                            hint="Give --plan \"tp=..,pp=..\", or --from plans.json --rank K, or --megatron-args FILE.")
     m = None
     if megatron_args is not None:
-        try:
-            from planner.export.megatron_args import model_from_hints, plan_from_megatron_args
-        except ModuleNotFoundError:
-            raise PlannerError("--megatron-args needs the Megatron exporter, which this build lacks.") from None
-        try:
-            text = Path(megatron_args).read_text()
-        except OSError as exc:
-            raise PlannerError(f"Cannot read '{megatron_args}': {exc.strerror}.") from None
-        parsed = plan_from_megatron_args(text)
-        p = parsed.plan
-        gpus = gpus or parsed.job.get("gpus")
-        global_batch = global_batch or parsed.job.get("global_batch")
-        seq_len = seq_len or parsed.job.get("seq_len")
-        if precision is None and parsed.job.get("precisions"):
-            precision = ",".join(parsed.job["precisions"])
-        unknown_flags = list(parsed.unknown_flags)
-        if model is None:
-            m = model_from_hints(parsed.model_hints)
+        from planner.launchers.megatron.read import job_from_script, script_inputs
+
+        environ, argv = script_inputs(script_env, script_args)
+        sj = job_from_script(Path(megatron_args), model=model, hw=hw, gpus=gpus, global_batch=global_batch,
+                             seq_len=seq_len, precision=precision, job_file=job, domain_fill=domain_fill,
+                             memory_margin_gib=memory_margin, environ=environ, script_args=argv)
+        m, h, j, p = sj.model, sj.hardware, sj.job, sj.plan
+        unknown_flags = list(sj.args.unknown_flags)
     elif from_file is not None:
-        from planner.export.common import resolve_saved
+        from planner.launchers.common import resolve_saved
 
         saved, (model, hw, gpus, global_batch, seq_len, precision, domain_fill) = resolve_saved(
             from_file, rank, model=model, hw=hw, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
@@ -113,11 +106,11 @@ def explain_cmd(
         if model is None:
             raise PlannerError("explain needs --model.", hint="Name a catalog model, a model YAML or a config.json.")
         m = load_model(model)
-    if hw is None:
-        raise PlannerError("explain needs --hw.", hint="Name a catalog system (see 'planner hw') or a hardware YAML.")
-    h = load_hardware(hw)
-    j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
-                    domain_fill=domain_fill, memory_margin_gib=memory_margin)
+        if hw is None:
+            raise PlannerError("explain needs --hw.", hint="Name a catalog system (see 'planner hw') or a hardware YAML.")
+        h = load_hardware(hw)
+        j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
+                        domain_fill=domain_fill, memory_margin_gib=memory_margin)
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     setup = resolve_setup(m, h, j, p, assumptions)
     mem = memory_report(setup)

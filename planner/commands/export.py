@@ -31,11 +31,15 @@ NprocOpt = Annotated[Optional[int], typer.Option("--nproc-per-node", help="GPUs 
 TTConfigOpt = Annotated[Optional[str], typer.Option(
     "--torchtitan-config", help="torchtitan config_registry function as MODULE:FUNCTION (default: planner's table for the model).")]
 TargetOpt = Annotated[str, typer.Option("--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any.")]
+ScriptEnvOpt = Annotated[Optional[list[str]], typer.Option(
+    "--script-env", help="NAME=VALUE the --megatron-args script finds in its environment (repeatable).")]
+ScriptArgsOpt = Annotated[Optional[str], typer.Option(
+    "--script-args", help="The --megatron-args script's own arguments ($1 $2 ...), quoted as in a shell.")]
 
 
 def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch, seq_len, precision, job_file, domain_fill):
     """model, hw, job, plan and the saved entry (or None) from the shared options."""
-    from planner.export.common import resolve_saved
+    from planner.launchers.common import resolve_saved
     from planner.options import resolve_job
     from planner.specs.catalog import load_hardware, load_model
     from planner.specs.plan import Plan
@@ -105,7 +109,7 @@ def export_cmd(
     """Write what a launcher runs for a plan. A plan the launcher would reject is not exported: the
     error names the rule (see 'planner check')."""
     from planner.cost.setup import resolve_setup
-    from planner.export.common import export_canonical, predictions
+    from planner.launchers.common import export_canonical, predictions
     from planner.rules import launcher_violations, violations_error
 
     if fmt not in ("megatron", "torchtitan", "json"):
@@ -121,16 +125,16 @@ def export_cmd(
     if not pred:
         pred = predictions(setup)
     if fmt == "megatron":
-        from planner.export.megatron import export_megatron
+        from planner.launchers.megatron.write import export_megatron
 
         text = export_megatron(setup, predictions=pred, nproc_per_node=nproc_per_node)
     elif fmt == "torchtitan":
-        from planner.export.torchtitan import export_torchtitan
+        from planner.launchers.torchtitan.write import export_torchtitan
 
         text = export_torchtitan(setup, predictions=pred, torchtitan_config=torchtitan_config,
                                  nproc_per_node=nproc_per_node)
     else:
-        from planner.export.json_export import export_json
+        from planner.launchers.json_export import export_json
 
         text = export_json(setup, predictions=pred, torchtitan_config=torchtitan_config)
     _write(text, out)
@@ -143,6 +147,8 @@ def check_cmd(
     rank: RankOpt = 1,
     megatron_args: Annotated[Optional[Path], typer.Option(
         "--megatron-args", help="An existing Megatron-LM launch script or argument list to read back and check.")] = None,
+    script_env: ScriptEnvOpt = None,
+    script_args: ScriptArgsOpt = None,
     model: ModelOptional = None,
     hw: HwOptional = None,
     target: TargetOpt = "megatron",
@@ -163,9 +169,9 @@ def check_cmd(
         raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
     if megatron_args is not None:
         report = _check_megatron_args(megatron_args, model, hw, target, torchtitan_config, gpus, global_batch,
-                                      seq_len, precision, job, domain_fill)
+                                      seq_len, precision, job, domain_fill, script_env, script_args)
     else:
-        from planner.export.common import export_canonical
+        from planner.launchers.common import export_canonical
 
         m, h, j, p, _ = _resolve(plan, from_file, rank, model, hw, gpus, global_batch, seq_len, precision, job, domain_fill)
         canon = export_canonical(p, m, h, j)
@@ -182,67 +188,32 @@ def check_cmd(
 
 
 def _check_megatron_args(path, model_name, hw_name, target, torchtitan_config, gpus, global_batch, seq_len,
-                         precision, job_file, domain_fill) -> dict:
-    from planner.export.common import export_canonical, predictions
-    from planner.export.megatron_args import (
-        args_violations,
-        hint_mismatches,
-        match_catalog_model,
-        model_from_hints,
-        plan_from_megatron_args,
-    )
-    from planner.options import resolve_job
+                         precision, job_file, domain_fill, script_env=None, script_args=None) -> dict:
+    from planner.launchers.common import predictions
+    from planner.launchers.megatron.read import job_from_script, script_inputs
+    from planner.launchers.megatron.rules import args_violations
     from planner.rules import launcher_violations
-    from planner.specs.catalog import load_hardware, load_model
 
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise PlannerError(f"Cannot read '{path}': {exc.strerror}.") from None
-    parsed = plan_from_megatron_args(text, gpus=gpus)
-    if model_name:
-        model = load_model(model_name)
-        model_source = "--model"
-    else:
-        model = match_catalog_model(parsed.model_hints)
-        model_source = "catalog match"
-        if model is None:
-            model = model_from_hints(parsed.model_hints)
-            model_source = "built from the flags"
-    mismatches = hint_mismatches(model, parsed.model_hints) if model_source == "--model" else []
-    if not hw_name:
-        hw_name = model.reference_job.hardware if model.reference_job and model.reference_job.hardware else None
-    if not hw_name:
-        raise PlannerError("No hardware given.", hint="Pass --hw: the script does not say which GPUs it runs on.")
-    h = load_hardware(hw_name)
-    pj = parsed.job
-    missing = [opt for key, opt in (("gpus", "--gpus"), ("seq_len", "--seq-len")) if pj.get(key) is None and
-               {"gpus": gpus, "seq_len": seq_len}[key] is None]
-    if missing:
-        why = " (no torchrun line with numeric --nproc-per-node and --nnodes)" if "--gpus" in missing else ""
-        raise PlannerError(
-            f"The script does not give the value of {' or '.join(missing)}{why}.",
-            hint="Pass " + " and ".join(missing) + ".",
-        )
-    j = resolve_job(model, gpus=gpus or pj["gpus"], global_batch=global_batch or pj["global_batch"],
-                    seq_len=seq_len or pj["seq_len"], precision=precision or ",".join(pj["precisions"]),
-                    job_file=job_file, domain_fill=domain_fill)
-    canon = export_canonical(parsed.plan, model, h, j)
-    found = launcher_violations(canon, model, j, target, hw=h, torchtitan_config=torchtitan_config)
-    found += [v for v in args_violations(parsed, h) if v.rule != "sequence-parallel-needs-tp"]
-    warnings = [f"{v.message}" for v in args_violations(parsed, h) if v.rule == "sequence-parallel-needs-tp"]
+    environ, argv = script_inputs(script_env, script_args)
+    sj = job_from_script(Path(path), model=model_name, hw=hw_name, gpus=gpus, global_batch=global_batch,
+                         seq_len=seq_len, precision=precision, job_file=job_file, domain_fill=domain_fill,
+                         environ=environ, script_args=argv)
+    found = launcher_violations(sj.plan, sj.model, sj.job, target, hw=sj.hardware, torchtitan_config=torchtitan_config)
+    flag_rules = args_violations(sj.args, sj.hardware)
+    found += [v for v in flag_rules if v.rule != "sequence-parallel-needs-tp"]
+    warnings = [v.message for v in flag_rules if v.rule == "sequence-parallel-needs-tp"]
     report = {
-        "source": str(path), "model": model.name, "model_source": model_source, "hardware": h.name,
-        "job": j.model_dump(mode="json", exclude_none=True), "plan": canon.to_string(), "target": target,
-        "unknown_flags": parsed.unknown_flags, "ignored_flags": parsed.ignored_flags,
-        "unresolved_variables": parsed.unresolved, "notes": parsed.notes + warnings,
-        "model_mismatches": mismatches,
+        "source": str(path), "model": sj.model.name, "model_source": sj.model_source, "hardware": sj.hardware.name,
+        "job": sj.job.model_dump(mode="json", exclude_none=True), "plan": sj.plan.to_string(), "target": target,
+        "unknown_flags": sj.args.unknown_flags, "ignored_flags": sj.args.ignored_flags,
+        "unresolved_variables": sj.args.unresolved, "not_run": sj.args.not_run, "notes": sj.notes + warnings,
+        "model_mismatches": sj.mismatches,
         "violations": [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found],
     }
     if not found:
         from planner.cost.setup import resolve_setup
 
-        report.update(predictions(resolve_setup(model, h, j, canon)))
+        report.update(predictions(resolve_setup(sj.model, sj.hardware, sj.job, sj.plan)))
     return report
 
 
@@ -256,14 +227,15 @@ def _print_report(r: dict) -> None:
     echo(f"job: {jb.get('gpus')} GPUs, global batch {jb.get('global_batch')}, seq {jb.get('seq_len')}")
     echo(f"plan: {r['plan']}")
     for key, title in (("model_mismatches", "model mismatches"), ("unknown_flags", "flags planner does not model"),
-                       ("unresolved_variables", "unresolved variables"), ("notes", "approximations")):
+                       ("unresolved_variables", "unresolved variables"),
+                       ("not_run", "command substitutions (never run)"), ("notes", "approximations and notes")):
         if r.get(key):
             echo(f"{title}:")
             for item in r[key]:
                 echo(f"  - {item}")
     if r.get("ignored_flags"):
         echo(f"ignored (no effect on memory or time): {' '.join(r['ignored_flags'])}")
-    from planner.export.common import prediction_lines
+    from planner.launchers.common import prediction_lines
 
     for ln in prediction_lines(r):
         echo(f"predicted: {ln}")

@@ -1,7 +1,7 @@
-"""Regenerate planner/export/megatron_flags.py from megatron-core's own argparse parser.
+"""Regenerate planner/launchers/megatron/flags.py from megatron-core's own argparse parser.
 
 Run inside the validation venv (scripts/setup_validation_env.sh):
-    .megatron-venv/bin/python tests/megatron_validate/dump_megatron_flags.py > planner/export/megatron_flags.py
+    .megatron-venv/bin/python tests/megatron_validate/dump_megatron_flags.py > planner/launchers/megatron/flags.py
 The table records, for every option string, its argparse dest and how many values it takes, so
 that reading a launch script back can tell a flag's value from the next flag without guessing.
 """

@@ -27,8 +27,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from tests._export_specs import TOP_PLANS, resolve  # noqa: E402
 
-from planner.export.megatron import megatron_launch  # noqa: E402
-from planner.export.torchtitan import torchtitan_launch  # noqa: E402
+from planner.launchers.megatron.write import megatron_launch  # noqa: E402
+from planner.launchers.torchtitan.write import torchtitan_launch  # noqa: E402
 
 VENV = Path(os.environ.get("PLANNER_MEGATRON_VENV", ROOT / ".megatron-venv"))
 PY = VENV / "bin" / "python"

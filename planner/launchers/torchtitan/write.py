@@ -4,7 +4,7 @@ torchtitan 0.3 has no TOML job files: a job is a config_registry function
 (``torchtitan/models/<module>/config_registry.py``) plus ``--<section>.<field> VALUE`` overrides
 and an ``activation_checkpoint:{none|selective|full}`` subcommand (shared/reference/launchers.md §3).
 Plans torchtitan cannot express are refused with every missing feature named
-(:func:`planner.rules.torchtitan_violations`).
+(:func:`planner.launchers.torchtitan.rules.plan_violations`).
 
 Mapping (planner -> torchtitan):
 - dp with sharding fsdp -> data_parallel_shard_degree = dp; zero2 -> the same with
@@ -25,13 +25,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from planner.rules import (
-    check_launcher_rules,
-    torchtitan_batch_violations,
-    torchtitan_config_for,
-    torchtitan_dims,
-    violations_error,
-)
+from planner.launchers.torchtitan.rules import torchtitan_batch_violations, torchtitan_config_for, torchtitan_dims
+from planner.rules import check_launcher_rules, violations_error
 
 
 @dataclass
@@ -67,7 +62,7 @@ def _fqns(setup) -> list[str]:
 def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
                       nproc_per_node: int | None = None) -> TorchtitanLaunch:
     """All overrides for a resolved setup; raises PlanRuleError listing what torchtitan lacks."""
-    from planner.export.common import gpus_per_node
+    from planner.launchers.common import gpus_per_node
 
     check_launcher_rules(setup, target="torchtitan", torchtitan_config=torchtitan_config)
     model, job, plan, deg = setup.model, setup.job, setup.plan, setup.deg
@@ -113,7 +108,7 @@ def export_torchtitan(setup, *, predictions: dict | None = None, torchtitan_conf
                       nproc_per_node: int | None = None) -> str:
     """A bash script running torchtitan's trainer with the plan's overrides."""
     from planner import __version__
-    from planner.export.common import prediction_lines
+    from planner.launchers.common import prediction_lines
 
     launch = torchtitan_launch(setup, torchtitan_config=torchtitan_config, nproc_per_node=nproc_per_node)
     job, hw, model = setup.job, setup.hw, setup.model

@@ -1,7 +1,7 @@
 """Megatron-LM launch script for ``pretrain_gpt.py`` (megatron-core 0.19.2 flags).
 
 Every flag name below is one of megatron-core 0.19.2's own option strings (the table in
-:mod:`planner.export.megatron_flags`, dumped from its argparse parser; a test checks that each
+:mod:`planner.launchers.megatron.flags`, dumped from its argparse parser; a test checks that each
 emitted flag is in it). Plans Megatron would refuse never reach this module: :func:`megatron_launch`
 runs :func:`planner.rules.check_launcher_rules` first and raises the violated rule.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from planner.rules import check_launcher_rules, megatron_offload_modules
+from planner.launchers.megatron.rules import megatron_offload_modules
+from planner.rules import check_launcher_rules
 
 # Flags that need Transformer Engine at config time (TransformerConfig imports TE for them); the
 # CPU validation harness drops these and re-adds them, as launchers.md §2 recommends.
@@ -261,7 +262,7 @@ def environment(hw, plan) -> tuple[dict[str, str], dict[str, str]]:
 
 def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaunch:
     """All flags for a resolved setup; raises PlanRuleError naming the rule Megatron would break."""
-    from planner.export.common import gpus_per_node
+    from planner.launchers.common import gpus_per_node
 
     check_launcher_rules(setup, target="megatron")
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
@@ -357,7 +358,7 @@ def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: lis
 def export_megatron(setup, *, predictions: dict | None = None, nproc_per_node: int | None = None) -> str:
     """The launch script text for a resolved setup."""
     from planner import __version__
-    from planner.export.common import prediction_lines
+    from planner.launchers.common import prediction_lines
 
     launch = megatron_launch(setup, nproc_per_node=nproc_per_node)
     return render_script(setup, launch, setup.plan.to_string(), prediction_lines(predictions or {}), __version__)

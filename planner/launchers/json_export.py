@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def export_json(setup, *, predictions: dict | None = None, torchtitan_config: str | None = None) -> str:
     from planner import __version__
-    from planner.export.common import plan_json, to_json_text
+    from planner.launchers.common import plan_json, to_json_text
     from planner.rules import launcher_violations
     from planner.specs.catalog import spec_hash
 

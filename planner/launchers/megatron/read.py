@@ -1,0 +1,665 @@
+"""Read a Megatron-LM launch back into planner's terms: script -> the Megatron command -> flags ->
+job, plan and model.
+
+- :func:`job_from_script` is the one route from a launch script to a job: ``planner check
+  --megatron-args`` and ``planner explain --megatron-args`` both call it, so they read the same
+  model, hardware, job and plan from the same script.
+- :func:`plan_from_megatron_args` reads the flags alone (job, plan, model hints, used / ignored /
+  unknown flags), without choosing a model or hardware.
+- :func:`read_script` finds the ``pretrain_*.py`` command a script starts, reading the script as
+  bash would (:mod:`planner.launchers.bash`: quoting, variables, arrays, conditions, loops,
+  ``printf -v``, ``eval``, ``bash -c`` and sbatch here-documents; nothing is executed), with the
+  environment and torchrun options in force for it.
+- :func:`parse_megatron_argv` splits the arguments with the arities of Megatron's own parser
+  (:mod:`planner.launchers.megatron.flags`), as argparse does: a value never starts with '-'
+  unless it is a negative number, so a flag whose value a script left empty is reported, never
+  mistaken for the next flag.
+
+Nothing is dropped silently: every flag ends up as used (it sets a plan, job or model value),
+ignored (known not to change memory, time or validity: data, logging, learning rate...) or
+unknown (listed: flags planner does not model, and options that are not Megatron 0.19.2 flags).
+Variables the script uses but does not set, and command substitutions it would run, are listed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import PlannerError
+from planner.launchers.megatron.flags import FLAGS
+from planner.launchers.megatron.model import flag_int as _int
+from planner.launchers.megatron.model import model_hints
+
+if TYPE_CHECKING:
+    from planner.specs.hardware import HardwareSpec
+    from planner.specs.job import Job
+    from planner.specs.model import ModelSpec
+    from planner.specs.plan import Plan
+
+# ---------------------------------------------------------------------------------------------
+# the Megatron command of a script
+# ---------------------------------------------------------------------------------------------
+
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+_TORCHRUN_VALUE_OPTS = {
+    "--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank", "--master-addr",
+    "--master_addr", "--master-port", "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
+    "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--max-restarts", "--max_restarts", "--log-dir", "--log_dir",
+    "--redirects", "--tee", "--local-addr", "--local_addr", "--monitor-interval", "--rdzv-conf", "--role",
+    "--start-method", "--local-ranks-filter",
+}
+
+
+def _is_pretrain(word: str) -> bool:
+    base = word.rsplit("/", 1)[-1]
+    return base.startswith("pretrain_") and base.endswith(".py") and len(base) > 12
+
+
+@dataclass
+class ScriptCommand:
+    argv: list[str]
+    """The arguments after pretrain_*.py."""
+    env: dict[str, str]
+    launcher: dict[str, str]
+    """torchrun options (dashes normalized: --nproc-per-node, --nnodes, ...)."""
+    unresolved: list[str]
+    script: str | None
+    unknown: set[int] = field(default_factory=set)
+    """Indices of argv words that hold an unresolved value."""
+    not_run: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    line: int | None = None
+
+
+def read_script(text: str, environ: dict[str, str] | None = None, args: list[str] | tuple = ()) -> ScriptCommand:
+    """The pretrain_*.py arguments of a launch script (or the text itself when it is a bare
+    argument list), with the environment and torchrun options in force for that command.
+    ``environ`` and ``args`` are the script's environment and its $1, $2, ..."""
+    from planner.launchers.bash import run_script
+
+    run = run_script(text, environ=environ, args=args)
+    notes = list(run.notes)
+    found = [(c, next(i for i, w in enumerate(c.argv) if _is_pretrain(w)))
+             for c in run.commands if any(_is_pretrain(w) for w in c.argv)]
+    if not found:
+        bare = [c for c in run.commands if c.argv and c.argv[0].startswith("-")]
+        if bare:
+            argv = [w for c in bare for w in c.argv]
+            unknown = set()
+            k = 0
+            for c in bare:
+                unknown |= {k + i for i, u in enumerate(c.unknown) if u}
+                k += len(c.argv)
+            return ScriptCommand(argv, dict(bare[-1].env), {}, run.unresolved, None, unknown, run.not_run, notes)
+        if run.stopped is not None:
+            raise run.stopped
+        if run.exit is not None:
+            raise PlannerError(f"The script exits at line {run.exit[0]} (status {run.exit[1]}) before it runs a "
+                               "Megatron command (pretrain_*.py).",
+                               hint="Give the script the arguments and environment it checks for (--script-args, "
+                               "--script-env), or give the Megatron arguments as a plain list.")
+        raise PlannerError(
+            "Found no Megatron command in the file: no command it runs starts a pretrain_*.py script, and the file "
+            "is not a bare argument list (starting with --flags).",
+            hint="Give the launch script that runs pretrain_gpt.py, or a file holding its arguments.")
+    cmd, idx = found[0]
+    if len(found) > 1:
+        notes.append(f"the script starts {len(found)} Megatron commands; planner reads the first (line {cmd.line})")
+    if run.stopped is not None:
+        notes.append(f"after the Megatron command: {run.stopped.message}")
+    if cmd.where:
+        notes.append(f"the Megatron command runs inside {cmd.where}")
+    launcher: dict[str, str] = {}
+    head = cmd.argv[:idx]
+    if any(w.rsplit("/", 1)[-1] in _LAUNCHERS or w in _LAUNCHERS for w in head):
+        j = 0
+        while j < len(head):
+            key, eq, val = head[j].partition("=")
+            if key in _TORCHRUN_VALUE_OPTS:
+                if not eq and j + 1 < len(head):
+                    val = head[j + 1]
+                    j += 1
+                launcher[key.replace("_", "-")] = val
+            j += 1
+    unknown = {i - idx - 1 for i, u in enumerate(cmd.unknown) if u and i > idx}
+    return ScriptCommand(cmd.argv[idx + 1:], dict(cmd.env), launcher, run.unresolved, cmd.argv[idx], unknown,
+                         run.not_run, notes, cmd.line)
+
+
+# ---------------------------------------------------------------------------------------------
+# argument parsing with Megatron's own arities
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParsedArgs:
+    values: dict[str, Any]
+    """argparse dest -> value (str, list[str] or True/False for switches)."""
+    given: dict[str, str]
+    """dest -> the option string that set it."""
+    not_megatron: list[str]
+    """Options that are not megatron-core 0.19.2 flags (with the values that follow them), and stray words."""
+    problems: list[str] = field(default_factory=list)
+    """Flags argparse would refuse (a value missing) and words holding an unresolved value, each with why."""
+
+
+def _is_value(tok: str) -> bool:
+    """argparse takes a token as a value unless it starts with '-' and is not a negative number."""
+    if not tok.startswith("-") or tok == "-":
+        return True
+    body = tok[1:]
+    return body.replace(".", "", 1).isdigit() or (body[:1] == "." and body[1:].isdigit())
+
+
+def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozenset()) -> ParsedArgs:
+    """``unknown``: indices of words holding an unresolved value (a '$VAR' standing alone is not
+    mistaken for an option and is reported by its name)."""
+    values: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    bad: list[str] = []
+    problems: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if not tok.startswith("--"):
+            if i - 1 in unknown:
+                problems.append(f"{tok} (unresolved: whatever it holds is not read)")
+            else:
+                bad.append(tok)
+            continue
+        opt, eq, inline = tok.partition("=")
+        if opt not in FLAGS:
+            vals = [inline] if eq else []
+            while i < len(argv) and _is_value(argv[i]):
+                vals.append(argv[i])
+                i += 1
+            bad.append(opt + ("" if not vals else " " + " ".join(vals)))
+            continue
+        dest, arity = FLAGS[opt]
+        if arity == 0:
+            # store_true / store_false: the dest's value is whether the switch says "on".
+            values[dest] = not opt.startswith(("--no-", "--disable-")) or dest.startswith(("no_", "disable_"))
+            given[dest] = opt
+            continue
+        vals = [inline] if eq else []
+        if isinstance(arity, int):
+            while len(vals) < arity and i < len(argv) and _is_value(argv[i]):
+                vals.append(argv[i])
+                i += 1
+            if len(vals) < arity:
+                nxt = f"the next word is {argv[i]}" if i < len(argv) else "it ends the command"
+                problems.append(f"{opt} (expects {arity} value{'s' if arity > 1 else ''}, {nxt}: argparse "
+                                "refuses it; an empty variable?)")
+                continue
+            values[dest] = vals[0] if arity == 1 else vals
+        else:
+            while i < len(argv) and _is_value(argv[i]) and (arity != "?" or not vals):
+                vals.append(argv[i])
+                i += 1
+            if arity == "+" and not vals:
+                problems.append(f"{opt} (expects at least one value: argparse refuses it)")
+                continue
+            values[dest] = vals if arity in ("+", "*") else (vals[0] if vals else True)
+        given[dest] = opt
+    return ParsedArgs(values, given, bad, problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# flags -> plan, job, model hints
+# ---------------------------------------------------------------------------------------------
+
+# Megatron flags that do not change memory, step time or start-up validity (optimizer
+# hyperparameters, data, tokenizer, logging, checkpoint paths, init, fault tolerance...).
+_IGNORED_DESTS = {
+    "train_iters", "train_samples", "lr", "min_lr", "lr_decay_style", "lr_decay_iters", "lr_decay_samples",
+    "lr_warmup_iters", "lr_warmup_samples", "lr_warmup_fraction", "lr_warmup_init", "weight_decay",
+    "start_weight_decay", "end_weight_decay", "weight_decay_incr_style", "clip_grad", "adam_beta1",
+    "adam_beta2", "adam_eps", "sgd_momentum", "init_method_std", "seed", "log_interval", "save_interval",
+    "eval_interval", "eval_iters", "save", "load", "data_path", "split", "vocab_file", "merge_file",
+    "tokenizer_type", "tokenizer_model", "mock_data", "tensorboard_dir", "wandb_project", "wandb_exp_name",
+    "wandb_save_dir", "log_throughput", "log_timers_to_tensorboard", "log_memory_to_tensorboard",
+    "log_validation_ppl_to_tensorboard", "log_params_norm", "log_num_zeros_in_grad", "timing_log_level",
+    "tensorboard_log_interval", "distributed_timeout_minutes", "exit_interval", "exit_duration_in_mins",
+    "exit_signal_handler", "no_load_optim", "no_load_rng", "finetune", "use_checkpoint_args",
+    "dist_ckpt_strictness", "ckpt_fully_parallel_load", "async_save", "use_persistent_ckpt_worker",
+    "auto_detect_ckpt_format", "num_workers", "dataloader_type", "data_cache_path", "no_mmap_bin_files",
+    "moe_aux_loss_coeff", "moe_router_load_balancing_type", "moe_router_bias_update_rate",
+    "moe_z_loss_coeff", "moe_input_jitter_eps", "mtp_loss_scaling_factor", "rotary_base", "rotary_percent",
+    "rotary_scaling_factor", "rope_type", "mscale", "mscale_all_dim", "beta_fast", "beta_slow",
+    "original_max_position_embeddings", "norm_epsilon", "make_vocab_size_divisible_by",
+    "manual_gc", "manual_gc_interval", "manual_gc_eval", "cross_entropy_loss_fusion",
+    "cross_entropy_fusion_impl", "moe_permute_fusion", "moe_router_fusion", "apply_rope_fusion",
+    "masked_softmax_fusion", "bias_gelu_fusion", "bias_swiglu_fusion", "bias_dropout_fusion",
+    "gradient_accumulation_fusion", "attention_backend", "use_flash_attn", "transformer_impl",
+    "attention_softmax_in_fp32", "accumulate_allreduce_grads_in_fp32", "check_for_nan_in_loss_and_grad",
+    "ckpt_format", "no_persist_layer_norm", "profile", "profile_step_start", "profile_step_end",
+    "use_pytorch_profiler", "profile_ranks", "eod_mask_loss", "reset_position_ids", "reset_attention_mask",
+    "override_opt_param_scheduler", "use_checkpoint_opt_param_scheduler", "optimizer",
+    "high_priority_stream_groups", "no_check_for_nan_in_loss_and_grad", "use_mcore_models",
+    "moe_router_topk_scaling_factor", "moe_router_pre_softmax", "moe_router_dtype",
+    "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
+    "moe_router_group_topk", "micro_batch_size", "global_batch_size",
+}
+
+# Flags read into the plan, job or model hints. Flags that args_violations checks but planner does
+# not model (--moe-shared-expert-overlap, --tp-comm-overlap, --cp-comm-type, --fp8-param-gather...)
+# are not here: they are listed as "not modeled by planner" and still checked.
+_USED_DESTS = {
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+    "num_virtual_stages_per_pipeline_rank", "num_layers_per_virtual_pipeline_stage",
+    "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "overlap_moe_expert_parallel_comm", "recompute_granularity", "recompute_method", "recompute_num_layers",
+    "recompute_modules", "recompute_activations", "moe_layer_recompute", "optimizer_cpu_offload",
+    "optimizer_offload_fraction", "use_precision_aware_optimizer", "fine_grained_activation_offloading",
+    "offload_modules", "cpu_offloading_num_layers", "bf16", "fp16", "fp8", "fp8_recipe", "exp_avg_dtype",
+    "exp_avg_sq_dtype", "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
+    "num_distributed_optimizer_instances", "overlap_grad_reduce", "overlap_param_gather",
+    "seq_length", "max_position_embeddings", "num_layers", "hidden_size", "ffn_hidden_size",
+    "num_attention_heads", "group_query_attention", "num_query_groups", "kv_channels", "swiglu", "normalization",
+    "position_embedding_type", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
+    "qk_layernorm", "attention_dropout", "hidden_dropout", "vocab_size", "multi_latent_attention",
+    "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers",
+    "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_layer_freq",
+    "moe_shared_expert_intermediate_size", "moe_grouped_gemm", "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend", "moe_enable_deepep",
+    "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
+    "moe_router_group_topk", "moe_router_topk_scaling_factor", "moe_router_pre_softmax",
+    "micro_batch_size", "global_batch_size", "ckpt_format", "padded_vocab_size",
+}
+
+
+@dataclass
+class MegatronArgs:
+    """What a Megatron command line says, in planner's terms.
+
+    Iterating yields ``(job, plan, model_hints, unknown_flags)``."""
+
+    job: dict
+    """gpus (None when the world size is unknown), global_batch, seq_len, precisions."""
+    plan: Any
+    """planner.specs.plan.Plan (not yet canonical: canonicalize with the model and hardware)."""
+    model_hints: dict
+    """Architecture read from the flags (ModelSpec-like keys; see planner.launchers.megatron.model)."""
+    unknown_flags: list[str]
+    """Flags planner does not model, and options that are not Megatron 0.19.2 flags."""
+    ignored_flags: list[str] = field(default_factory=list)
+    """Megatron flags known not to change memory, time or validity (data, logging, lr, ...)."""
+    unresolved: list[str] = field(default_factory=list)
+    """$VARIABLES the script uses but does not set."""
+    env: dict = field(default_factory=dict)
+    launcher: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    """Where the plan approximates what the flags say, and what the script reader could not decide."""
+    values: dict = field(default_factory=dict)
+    """argparse dest -> value, for args_violations."""
+    used_flags: list[str] = field(default_factory=list)
+    """Megatron flags that set a plan, job or model value."""
+    not_run: list[str] = field(default_factory=list)
+    """Command substitutions the script would run (planner never runs them)."""
+    fp8: dict | None = None
+    """{'format': ..., 'recipe': ...} when the flags train in FP8 (Megatron's default recipe: delayed)."""
+    script_line: int | None = None
+
+    def __iter__(self):
+        return iter((self.job, self.plan, self.model_hints, self.unknown_flags))
+
+
+class LayerCounts:
+    """The two model attributes planner.specs.layout's uneven split needs."""
+
+    def __init__(self, num_layers: int, mtp_layers: int):
+        self.num_layers = num_layers
+        self.mtp_layers = mtp_layers
+        self.name = "the model"
+
+
+def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | None:
+    from planner.specs.layout import format_layout, uneven_layout_symbols
+
+    L = _int(v, "num_layers")
+    mtp = _int(v, "mtp_num_layers", 0) or 0
+    if v.get("pipeline_model_parallel_layout"):
+        return str(v["pipeline_model_parallel_layout"]).replace(" ", "")
+    first = _int(v, "decoder_first_pipeline_num_layers")
+    last = _int(v, "decoder_last_pipeline_num_layers")
+    if (first is not None or last is not None) and L:
+        from planner.errors import PlanRuleError
+
+        try:
+            return format_layout(uneven_layout_symbols(LayerCounts(L, mtp), pp, vpp, first, last))
+        except PlanRuleError:
+            return None  # args_violations names the uneven-PP rule the counts break
+    emb, loss = bool(v.get("account_for_embedding_in_pipeline_split")), bool(v.get("account_for_loss_in_pipeline_split"))
+    if (emb or loss) and L and pp > 1:
+        total = L + emb + loss
+        chunks = pp * vpp
+        if total % chunks:
+            return None  # the rule check reports it
+        per = total // chunks
+        counts = [per] * chunks
+        if emb:
+            counts[0] -= 1
+        if loss:
+            counts[-1] -= 1
+        syms = ["t" * c for c in counts]
+        syms[0] = "E" + syms[0]
+        syms[-1] = syms[-1] + "m" * mtp + "L"
+        notes.append("--account-for-embedding/loss-in-pipeline-split read as the equivalent layout")
+        return format_layout(syms)
+    return None
+
+
+def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None = None,
+                            environ: dict[str, str] | None = None, args: list[str] | tuple = ()) -> MegatronArgs:
+    """Read a Megatron launch script (text) or argument list into planner terms.
+
+    ``gpus`` overrides the world size (otherwise torchrun's --nproc-per-node x --nnodes, or
+    WORLD_SIZE from the script, or None); ``environ`` and ``args`` are the script's environment
+    and positional arguments."""
+    from planner.specs.plan import Plan
+
+    if isinstance(text_or_argv, str):
+        cmd = read_script(text_or_argv, environ, args)
+    else:
+        cmd = ScriptCommand(list(text_or_argv), {}, {}, [], None)
+    parsed = parse_megatron_argv(cmd.argv, cmd.unknown)
+    v = parsed.values
+    notes: list[str] = list(cmd.notes)
+    unknown = [f"{f} (not a megatron-core 0.19.2 flag)" for f in parsed.not_megatron] + parsed.problems
+    ignored, used = [], []
+    for dest, opt in parsed.given.items():
+        if dest in _USED_DESTS:
+            used.append(opt)
+        elif dest in _IGNORED_DESTS or dest.startswith(("log_", "wandb_", "tensorboard_", "ckpt_", "data_", "eval_")):
+            ignored.append(opt)
+        else:
+            unknown.append(f"{opt} (not modeled by planner)")
+
+    # ---- world size -------------------------------------------------------------------------
+    world = gpus
+    if world is None:
+        nproc, nnodes = cmd.launcher.get("--nproc-per-node"), cmd.launcher.get("--nnodes", "1")
+        if nproc and nproc.isdigit() and (nnodes or "").isdigit():
+            world = int(nproc) * int(nnodes)
+        elif not cmd.launcher and str(cmd.env.get("WORLD_SIZE", "")).isdigit():
+            world = int(cmd.env["WORLD_SIZE"])
+
+    tp = _int(v, "tensor_model_parallel_size", 1)
+    pp = _int(v, "pipeline_model_parallel_size", 1)
+    cp = _int(v, "context_parallel_size", 1)
+    ep = _int(v, "expert_model_parallel_size", 1)
+    etp = _int(v, "expert_tensor_parallel_size")
+    mbs = _int(v, "micro_batch_size", 1)
+    L = _int(v, "num_layers")
+
+    # ---- virtual pipeline --------------------------------------------------------------------
+    from planner.specs.layout import parse_layout
+
+    vpp = 1
+    if v.get("pipeline_model_parallel_layout"):
+        vpp = max(len(parse_layout(str(v["pipeline_model_parallel_layout"]))) // pp, 1)
+    elif v.get("num_virtual_stages_per_pipeline_rank"):
+        vpp = _int(v, "num_virtual_stages_per_pipeline_rank")
+    elif v.get("num_layers_per_virtual_pipeline_stage") and L:
+        k = _int(v, "num_layers_per_virtual_pipeline_stage")
+        if L % pp == 0 and (L // pp) % k == 0:
+            vpp = (L // pp) // k
+    layout = _layout_from_flags(v, pp, vpp, notes) if pp > 1 or v.get("pipeline_model_parallel_layout") else None
+
+    # ---- recompute ---------------------------------------------------------------------------
+    gran = v.get("recompute_granularity")
+    if v.get("recompute_activations"):
+        gran = "selective"
+    recompute = "none"
+    if gran == "selective":
+        mods = list(v.get("recompute_modules") or ["core_attn"])
+        if v.get("moe_layer_recompute") and "moe" not in mods:
+            mods.append("moe")
+        from planner.specs.plan import RECOMPUTE_MODULES
+
+        kept = [m for m in mods if m in RECOMPUTE_MODULES]
+        for m in mods:
+            if m not in RECOMPUTE_MODULES:
+                unknown.append(f"--recompute-modules {m} (not modeled by planner)")
+        recompute = "+".join(kept) if kept else "none"
+    elif gran == "full":
+        method, n = v.get("recompute_method"), _int(v, "recompute_num_layers")
+        if method == "block" and n is not None:
+            recompute = f"full:{n}"
+        else:
+            recompute = "full"
+            if method == "uniform" and n and n > 1:
+                notes.append(f"full recompute in uniform groups of {n} layers modeled as per-layer full recompute")
+    elif v.get("moe_layer_recompute"):
+        recompute = "moe"
+
+    # ---- offload, precision, moments ---------------------------------------------------------
+    opt_off = bool(v.get("optimizer_cpu_offload"))
+    if opt_off and _fraction(v.get("optimizer_offload_fraction")) < 1.0:
+        notes.append(f"--optimizer-offload-fraction {v['optimizer_offload_fraction']} modeled as offloading all of it")
+    act_off = bool(v.get("fine_grained_activation_offloading")) or (_int(v, "cpu_offloading_num_layers", 0) or 0) > 0
+    if _int(v, "cpu_offloading_num_layers", 0):
+        notes.append("--cpu-offloading-num-layers (layer-level offload) modeled as offload=activations")
+    offload = {(False, False): "none", (True, False): "optimizer", (False, True): "activations",
+               (True, True): "optimizer+activations"}[(opt_off, act_off)]
+    precision = "fp8" if v.get("fp8") else "bf16"
+    fp8 = {"format": v["fp8"], "recipe": v.get("fp8_recipe") or "delayed"} if v.get("fp8") else None
+    if fp8 and not v.get("fp8_recipe"):
+        notes.append("--fp8-recipe not given: Megatron's default is delayed scaling; planner models the hardware's FP8 "
+                     "recipe (blockwise on Hopper, MXFP8 on Blackwell)")
+    if v.get("fp16"):
+        notes.append("--fp16 modeled as bf16 (same bytes)")
+    moments = "bf16" if (v.get("exp_avg_dtype") == "bf16" and v.get("exp_avg_sq_dtype") == "bf16") else "fp32"
+    if {v.get("exp_avg_dtype"), v.get("exp_avg_sq_dtype")} - {None, "fp32", "bf16"} or (
+            moments == "fp32" and "bf16" in (v.get("exp_avg_dtype"), v.get("exp_avg_sq_dtype"))):
+        notes.append("Adam moment dtypes other than both-fp32 or both-bf16 modeled as fp32")
+
+    # ---- sharding ----------------------------------------------------------------------------
+    instances = _int(v, "num_distributed_optimizer_instances", 1) or 1
+    if v.get("use_megatron_fsdp"):
+        strategy = v.get("data_parallel_sharding_strategy") or "optim_grads_params"
+        sharding = _FSDP_STRATEGIES.get(strategy)
+        if sharding is None:
+            raise PlannerError(f"--data-parallel-sharding-strategy {strategy}: Megatron accepts "
+                               + ", ".join(_FSDP_STRATEGIES) + ".")
+        if strategy == "optim_grads_params" and instances > 1:
+            if world and world % (tp * pp * cp) == 0 and (world // (tp * pp) // instances):
+                sharding = f"hsdp:{world // (tp * pp) // instances}"
+            else:
+                notes.append("HSDP group size unknown without the world size: modeled as fsdp")
+    elif v.get("use_distributed_optimizer"):
+        sharding = "dist_opt"
+        if instances > 1:
+            notes.append(f"partial distributed optimizer ({instances} instances) modeled as dist_opt over all of DP")
+    else:
+        sharding = "ddp"
+
+    # ---- MoE dispatcher ----------------------------------------------------------------------
+    dispatcher = None
+    if v.get("num_experts"):
+        kind = v.get("moe_token_dispatcher_type") or "allgather"
+        if kind == "flex":
+            dispatcher = "deepep" if v.get("moe_enable_deepep") else (v.get("moe_flex_dispatcher_backend") or "deepep")
+            if dispatcher == "ncclep":
+                notes.append("ncclep flex backend modeled as deepep")
+                dispatcher = "deepep"
+        elif kind == "alltoall":
+            dispatcher = "alltoall"
+        else:
+            notes.append("allgather token dispatcher (Megatron's default) modeled as alltoall")
+            dispatcher = "alltoall"
+
+    plan_values = dict(
+        tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
+        offload=offload, precision=precision, moments=moments, layout=layout, dispatcher=dispatcher,
+        ep_overlap="on" if v.get("overlap_moe_expert_parallel_comm") else "off",
+    )
+    plan = Plan.from_mapping({k: val for k, val in plan_values.items() if val is not None})
+
+    seq = _int(v, "seq_length")
+    gbs = _int(v, "global_batch_size")
+    if gbs is None and world and world % (tp * pp * cp) == 0:
+        gbs = mbs * (world // (tp * pp * cp))  # validate_args's default: one micro-batch per DP rank
+    job = {"gpus": world, "global_batch": gbs, "seq_len": seq, "precisions": [precision]}
+
+    return MegatronArgs(job=job, plan=plan, model_hints=model_hints(v), unknown_flags=unknown,
+                        ignored_flags=ignored, unresolved=list(cmd.unresolved), env=dict(cmd.env),
+                        launcher=dict(cmd.launcher), notes=notes, values=dict(v), used_flags=used,
+                        not_run=list(cmd.not_run), fp8=fp8, script_line=cmd.line)
+
+
+_FSDP_STRATEGIES = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}
+
+
+def _fraction(value) -> float:
+    if value is None:
+        return 1.0
+    try:
+        return float(value)
+    except ValueError:
+        raise PlannerError(f"--optimizer-offload-fraction {value}: Megatron expects a number there.") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# the one route from a script to a job
+# ---------------------------------------------------------------------------------------------
+
+MAX_SCRIPT_BYTES = 4 << 20
+
+
+@dataclass
+class ScriptJob:
+    """A launch script in planner's terms: what check --megatron-args and explain --megatron-args
+    both work from."""
+
+    source: str
+    args: MegatronArgs
+    """The flags read (plan, job, hints, used/ignored/unknown flags, unresolved variables, notes)."""
+    model: ModelSpec
+    model_source: str
+    """'--model', 'catalog match' or 'built from the flags'."""
+    hardware: HardwareSpec
+    hardware_source: str
+    """'--hw' or "the model's reference job"."""
+    job: Job
+    plan: Plan
+    """Export-canonical (planner.launchers.common.export_canonical), as the launcher runs it."""
+    mismatches: list[str]
+    """Where the flags disagree with a --model given on the command line."""
+    notes: list[str]
+
+
+def read_source(source: str | Path) -> tuple[str, str]:
+    """(text, label) of a launch script: a Path is read (a regular file up to 4 MiB of UTF-8),
+    a str is the script itself."""
+    if not isinstance(source, Path):
+        return source, "<script>"
+    try:
+        st = os.stat(source)
+    except OSError as exc:
+        raise PlannerError(f"Cannot read '{source}': {exc.strerror}.") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise PlannerError(f"'{source}' is not a regular file; --megatron-args reads a launch script or a file "
+                           "of arguments.")
+    if st.st_size > MAX_SCRIPT_BYTES:
+        raise PlannerError(f"'{source}' is {st.st_size:,} bytes; planner reads launch scripts up to "
+                           f"{MAX_SCRIPT_BYTES:,} bytes.")
+    try:
+        with open(source, "rb") as fh:
+            data = fh.read(MAX_SCRIPT_BYTES + 1)
+    except OSError as exc:
+        raise PlannerError(f"Cannot read '{source}': {exc.strerror}.") from None
+    try:
+        return data.decode("utf-8"), str(source)
+    except UnicodeDecodeError as exc:
+        raise PlannerError(f"'{source}' is not UTF-8 text (byte {exc.start}); is it a launch script?") from None
+
+
+def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: dict | None = None):
+    """(model, how it was chosen, note): --model when given, else the catalog model the flags
+    match, else a model built from the flags (asking for the vocabulary when they lack it)."""
+    from planner.launchers.megatron.model import match_catalog_model, model_from_hints
+    from planner.specs.catalog import load_model, validate_spec
+
+    note = None
+    if model_name:
+        model, source = load_model(model_name), "--model"
+    else:
+        found = match_catalog_model(args.model_hints)
+        if found is not None:
+            (model, note), source = found, "catalog match"
+        else:
+            tokenizer = args.values.get("tokenizer_model") or args.values.get("vocab_file")
+            model = model_from_hints(args.model_hints, tokenizer=tokenizer, overrides=overrides)
+            return model, "built from the flags", None
+    if overrides:
+        model = validate_spec(type(model), {**model.model_dump(), **overrides}, "model", "the model overrides")
+    return model, source, note
+
+
+def script_inputs(env: list[str] | None, args_text: str | None) -> tuple[dict[str, str], list[str]]:
+    """--script-env NAME=VALUE items and --script-args text as the script's environment and $1..."""
+    import shlex
+
+    environ = {}
+    for item in env or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c == "_" for c in name):
+            raise PlannerError(f"--script-env {item!r}: expected NAME=VALUE with a shell variable name.")
+        environ[name] = value
+    try:
+        argv = shlex.split(args_text) if args_text else []
+    except ValueError as exc:
+        raise PlannerError(f"--script-args {args_text!r}: {exc} (quote as in a shell).") from None
+    return environ, argv
+
+
+def job_from_script(source: str | Path, *, model: str | None = None, hw: str | None = None,
+                    gpus: int | None = None, global_batch: int | None = None, seq_len: int | None = None,
+                    precision: str | None = None, job_file: Path | None = None, domain_fill: int | None = None,
+                    memory_margin_gib: float | None = None, environ: dict[str, str] | None = None,
+                    script_args: list[str] | tuple = (), model_overrides: dict | None = None) -> ScriptJob:
+    """Read a launch script (a Path, or its text) into the model, hardware, job and plan it runs.
+
+    Options given here win over what the script says; ``environ`` and ``script_args`` are the
+    script's environment and $1, $2, ...; ``model_overrides`` sets model fields (vocab_size)."""
+    from planner.launchers.common import export_canonical
+    from planner.launchers.megatron.model import hint_mismatches
+    from planner.options import resolve_job
+    from planner.specs.catalog import load_hardware
+
+    text, label = read_source(source)
+    args = plan_from_megatron_args(text, gpus=gpus, environ=environ, args=script_args)
+    m, model_source, note = resolve_model(args, model, model_overrides)
+    notes = list(args.notes) + ([note] if note else [])
+    mismatches = hint_mismatches(m, args.model_hints) if model_source == "--model" else []
+    hardware_source = "--hw"
+    if not hw:
+        hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
+        hardware_source = "the model's reference job"
+    if not hw:
+        raise PlannerError("No hardware given.", hint="Pass --hw: the script does not say which GPUs it runs on.")
+    h = load_hardware(hw)
+    pj = args.job
+    missing = [opt for key, opt, given in (("gpus", "--gpus", gpus), ("seq_len", "--seq-len", seq_len))
+               if pj.get(key) is None and given is None]
+    if missing:
+        why = ""
+        if "--gpus" in missing:
+            nproc = args.launcher.get("--nproc-per-node")
+            why = (f" (torchrun's --nproc-per-node is {nproc})" if nproc else
+                   " (no torchrun line with numeric --nproc-per-node and --nnodes)")
+        raise PlannerError(f"The script does not give the value of {' or '.join(missing)}{why}.",
+                           hint="Pass " + " and ".join(missing) + ".")
+    j = resolve_job(m, gpus=gpus or pj["gpus"], global_batch=global_batch or pj["global_batch"],
+                    seq_len=seq_len or pj["seq_len"], precision=precision or ",".join(pj["precisions"]),
+                    job_file=job_file, domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)
+    canon = export_canonical(args.plan, m, h, j)
+    return ScriptJob(label, args, m, model_source, h, hardware_source, j, canon, mismatches, notes)

@@ -1,0 +1,432 @@
+"""Megatron-LM (megatron-core 0.19.2) start-up checks: what a plan breaks (``plan_violations``) and
+what only a hand-written command line can break (``args_violations``).
+
+Each rule mirrors one check Megatron runs before (or in the first seconds of) training; the comment
+or message beside it names the file and check (``validate_args`` in megatron/training/arguments.py,
+``TransformerConfig.__post_init__`` in megatron/core/transformer/transformer_config.py,
+``OptimizerConfig``, ``parallel_state.initialize_model_parallel``). The rules every launcher shares
+(model shape, batch) are in :mod:`planner.rules`, which composes them with these.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.rules import Violation
+
+if TYPE_CHECKING:
+    from planner.specs.hardware import HardwareSpec
+    from planner.specs.job import Job
+    from planner.specs.model import ModelSpec
+    from planner.launchers.megatron.read import MegatronArgs
+    from planner.specs.plan import Degrees, Plan
+
+PLAN_RULES: dict[str, str] = {
+    "megatron-layout-syntax": "layout parses the same under Megatron's parse_str_to_list (no nested groups)",
+    "layout-mtp-together": "all MTP modules in one virtual stage (validate_layer_layout)",
+    "megatron-stage-recompute": "per-stage recompute counts have no Megatron flag",
+    "ep-overlap-recompute-moe": "EP A2A overlap forbids 'moe' in --recompute-modules (TransformerConfig)",
+    "ep-overlap-mtp": "EP A2A overlap supports at most one MTP layer (TransformerConfig)",
+    "precision-aware-needs-dist-opt": "--use-precision-aware-optimizer needs the distributed optimizer (OptimizerConfig)",
+    "activation-offload-empty": "fine-grained offload needs at least one module left to offload (TransformerConfig)",
+    "fp8-delayed-recompute": "delayed-scaling FP8 forbids moe_act/layernorm recompute (TransformerConfig)",
+    "expert-bias-score-function": "router expert bias needs sigmoid/sqrtsoftplus scores (TransformerConfig)",
+    "router-groups": "experts % router groups == 0 and group top-k <= groups (TransformerConfig)",
+    "moe-bias-etp": "biases in MoE experts need etp == 1 (TransformerConfig)",
+    "mtp-position-embedding": "MTP needs rope/none position embeddings (validate_args)",
+    "seq-exceeds-max-position": "max_position_embeddings >= seq_length (validate_args)",
+    "hsdp-expert-dp": "expert-DP % distributed-optimizer instances == 0 (initialize_model_parallel)",
+    "sp-seq-divisible": "seq/cp divisible by tp under sequence parallelism (scatter to SP region)",
+}
+"""Megatron's own plan rules by name, with the check each mirrors (the shared ones: planner.rules.SHARED_RULES)."""
+
+
+def _expand_like_megatron(layout: str) -> list[str]:
+    """Expand a layout the way megatron PipelineParallelLayerLayout.parse_str_to_list does: drop
+    commas, one pass of '(group)*n' with a group free of ')' characters, then 'x*n'."""
+    import re
+
+    s = layout.replace(",", "")
+    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    return s.split("|")
+
+
+def megatron_offload_modules(model: ModelSpec, plan: Plan) -> list[str]:
+    """--offload-modules for offload=activations: every module Megatron can offload whose input
+    is not already dropped by recompute (offloading a recomputed tensor saves nothing, and
+    TransformerConfig forbids offloading inside an MoE layer that 'moe' recompute wraps)."""
+    rc = plan.recompute_spec
+    mods = set(rc.modules) if rc.kind == "selective" else set()
+    out = []
+    if "layernorm" not in mods:
+        out += ["attn_norm"]
+    out += ["qkv_linear"]
+    if "core_attn" not in mods:
+        out += ["core_attn", "attn_proj"]  # attn_proj only together with core_attn (TransformerConfig)
+    if "layernorm" not in mods:
+        out += ["mlp_norm"]
+    if model.is_moe and "moe" not in mods:
+        out += ["expert_fc1"]
+        if "moe_act" not in mods:
+            out += ["moe_act"]
+    if rc.kind == "full":
+        out = []  # full recompute keeps only each layer's input: nothing inside a layer to offload
+    return out
+
+
+def _layout_symbols(plan: Plan, model: ModelSpec):
+    from planner.specs.layout import even_layout_symbols, parse_layout
+
+    if plan.layout:
+        return list(parse_layout(plan.layout))
+    return list(even_layout_symbols(model, plan.pp, plan.vpp))
+
+
+def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """Megatron-LM 0.19.2 checks beyond the shared model-shape rules (plan must be canonical)."""
+    out: list[Violation] = []
+    rc = plan.recompute_spec
+    if plan.layout:
+        from planner.specs.layout import expand_layout
+
+        if _expand_like_megatron(plan.layout) != expand_layout(plan.layout).split("|"):
+            out.append(Violation(
+                "megatron-layout-syntax",
+                f"Megatron's --pipeline-model-parallel-layout parser expands '{plan.layout}' differently "
+                "from planner (it unrolls one level of '(..)*n' groups only; PipelineParallelLayerLayout."
+                "parse_str_to_list).",
+                hint="Write the layout without nested groups.",
+            ))
+        # validate_layer_layout: when a rank's last chunk holds MTP it must hold all of them.
+        if model.mtp_layers > 1:
+            syms = _layout_symbols(plan, model)
+            if any(0 < s.count("m") < model.mtp_layers for s in syms):
+                out.append(Violation(
+                    "layout-mtp-together",
+                    f"The layout splits {model.name}'s {model.mtp_layers} MTP modules over several stages; "
+                    "Megatron requires them in one virtual stage (validate_layer_layout).",
+                ))
+    if plan.stage_recompute:
+        out.append(Violation(
+            "megatron-stage-recompute",
+            f"stage_recompute={plan.stage_recompute}: Megatron's --recompute-num-layers is one count for "
+            "every (virtual) stage; per-stage counts have no flag.",
+            hint="Use recompute=full:N, or search with --target megatron.",
+        ))
+    if plan.ep_overlap == "on":
+        # TransformerConfig.__post_init__, overlap_moe_expert_parallel_comm block.
+        if rc.kind == "selective" and "moe" in rc.modules:
+            out.append(Violation(
+                "ep-overlap-recompute-moe",
+                "ep_overlap=on with 'moe' in the recompute modules: Megatron requires 'moe' out of "
+                "--recompute-modules with --overlap-moe-expert-parallel-comm (TransformerConfig).",
+            ))
+        if model.mtp_layers > 1:
+            out.append(Violation(
+                "ep-overlap-mtp",
+                f"ep_overlap=on with {model.mtp_layers} MTP layers: Megatron supports at most one MTP layer "
+                "with --overlap-moe-expert-parallel-comm (TransformerConfig).",
+            ))
+    sh = plan.sharding_spec
+    if sh.kind == "ddp" and (plan.moments == "bf16" or plan.offloads_optimizer):
+        what = "moments=bf16" if plan.moments == "bf16" else "offload=optimizer"
+        out.append(Violation(
+            "precision-aware-needs-dist-opt",
+            f"{what} needs --use-precision-aware-optimizer, which Megatron's OptimizerConfig allows only "
+            "with the distributed optimizer; sharding=ddp has none.",
+            hint="Use sharding=dist_opt (or fsdp/zero2/hsdp).",
+        ))
+    if plan.offloads_activations and not megatron_offload_modules(model, plan):
+        out.append(Violation(
+            "activation-offload-empty",
+            f"offload=activations with recompute={plan.recompute}: every module Megatron can offload is "
+            "already recomputed, and --fine-grained-activation-offloading needs a non-empty "
+            "--offload-modules (TransformerConfig).",
+            hint="Drop the activation offload or recompute fewer modules.",
+        ))
+    precision = plan.precision or job.default_precision
+    if (precision == "fp8" and hw is not None and hw.fp8_recipe == "delayed" and rc.kind == "selective"
+            and {"moe_act", "layernorm"} & set(rc.modules)):
+        out.append(Violation(
+            "fp8-delayed-recompute",
+            "Delayed-scaling FP8 cannot recompute moe_act or layernorm (TransformerConfig).",
+        ))
+    if model.is_moe:
+        m = model.moe
+        if m.router_bias and m.score_function not in ("sigmoid", "sqrtsoftplus"):
+            out.append(Violation(
+                "expert-bias-score-function",
+                f"{model.name} uses a router expert bias with {m.score_function} scores; Megatron's "
+                "--moe-router-enable-expert-bias needs sigmoid or sqrtsoftplus (TransformerConfig).",
+            ))
+        if m.group_top_k and m.num_groups and (m.num_experts % m.num_groups or m.group_top_k > m.num_groups):
+            out.append(Violation(
+                "router-groups",
+                f"{m.num_experts} experts in {m.num_groups} router groups with group top-k {m.group_top_k}: "
+                "Megatron needs experts % groups == 0 and group top-k <= groups (TransformerConfig).",
+            ))
+        has_bias = m.expert_bias or model.ffn.bias
+        if has_bias and deg.etp != 1:
+            out.append(Violation(
+                "moe-bias-etp",
+                f"{model.name} has biases in its MoE MLPs; Megatron supports them only with etp=1 "
+                f"(TransformerConfig: 'Bias in Moe is only supported when ETP==1'), the plan has etp={deg.etp}.",
+                hint="Set etp=1.",
+            ))
+    if model.mtp_layers and model.position_embedding == "learned":
+        out.append(Violation(
+            "mtp-position-embedding",
+            "Multi-token prediction with learned absolute position embeddings is rejected by "
+            "validate_args (MTP needs rope or none).",
+        ))
+    if model.position_embedding == "learned" and model.max_position_embeddings and job.seq_len > model.max_position_embeddings:
+        out.append(Violation(
+            "seq-exceeds-max-position",
+            f"seq_len {job.seq_len} exceeds {model.name}'s {model.max_position_embeddings} learned positions "
+            "(validate_args: max_position_embeddings >= seq_length).",
+        ))
+    if sh.kind == "hsdp" and (deg.dp * deg.cp) % sh.group == 0 and model.is_moe:
+        instances = deg.dp * deg.cp // sh.group
+        if deg.edp % instances:
+            out.append(Violation(
+                "hsdp-expert-dp",
+                f"hsdp:{sh.group} means {instances} distributed-optimizer instances, which do not divide "
+                f"expert-DP {deg.edp} (parallel_state.initialize_model_parallel).",
+            ))
+    if plan.tp > 1 and (job.seq_len // plan.cp) % plan.tp:
+        out.append(Violation(
+            "sp-seq-divisible",
+            f"Sequence parallelism splits the {job.seq_len // plan.cp}-token sequence per CP rank over tp={plan.tp} "
+            "ranks, which does not divide it (scatter_to_sequence_parallel_region).",
+        ))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# start-up checks that only a command line can break
+# ---------------------------------------------------------------------------------------------
+
+ARGS_RULES: dict[str, str] = {
+    "vpp-args-exclusive": "at most one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout (validate_args)",
+    "vpp-layers-per-stage-uneven": "--num-layers-per-virtual-pipeline-stage cannot be combined with first/last stage counts (validate_args)",
+    "vpp-layers-per-stage": "(L/PP) % layers-per-virtual-stage == 0 (validate_args)",
+    "uneven-pp": "first/last stage counts leave middle layers divisible over middle stages (TransformerConfig)",
+    "uneven-pp-vpp": "first/last/middle rank layer counts divisible by VPP (TransformerConfig)",
+    "layout-conflict": "--pipeline-model-parallel-layout excludes first/last counts and account-for flags (TransformerConfig)",
+    "account-for-conflict": "first/last stage counts exclude --account-for-* (TransformerConfig)",
+    "overlap-param-gather-needs-grad-reduce": "--overlap-param-gather needs --overlap-grad-reduce (validate_args)",
+    "overlap-param-gather-needs-dist-opt": "--overlap-param-gather needs the distributed optimizer or Megatron FSDP (validate_args)",
+    "optimizer-offload-needs-precision-aware": "--optimizer-cpu-offload needs --use-precision-aware-optimizer (validate_args)",
+    "optimizer-offload-fp8-param-gather": "--optimizer-cpu-offload with --fp8-param-gather needs --fp8-recipe delayed (validate_args)",
+    "precision-aware-needs-dist-opt": "--use-precision-aware-optimizer needs the distributed optimizer (OptimizerConfig)",
+    "moments-dtype-needs-precision-aware": "non-fp32 --exp-avg(-sq)-dtype needs --use-precision-aware-optimizer (OptimizerConfig)",
+    "fp8-param-gather-needs-dist-opt": "--fp8-param-gather needs the distributed optimizer or FSDP (validate_args)",
+    "recompute-selective-method": "selective recompute takes no --recompute-method (validate_args)",
+    "recompute-selective-num-layers": "selective recompute takes no --recompute-num-layers (TransformerConfig)",
+    "recompute-full-method": "full recompute needs --recompute-method block|uniform (TransformerConfig)",
+    "recompute-full-num-layers": "full recompute needs --recompute-num-layers (TransformerConfig)",
+    "recompute-moe-act-grouped-gemm": "moe_act recompute needs --moe-grouped-gemm (TransformerConfig)",
+    "moe-layer-recompute-full": "--moe-layer-recompute is illegal with full recompute (TransformerConfig)",
+    "distribute-saved-activations": "--distribute-saved-activations needs full recompute, TP > 1 and no SP (validate_args, TransformerConfig)",
+    "tp-comm-overlap-needs-sp": "--tp-comm-overlap needs --sequence-parallel (validate_args)",
+    "megatron-fsdp-ckpt-format": "Megatron FSDP needs --ckpt-format fsdp_dtensor (validate_args)",
+    "megatron-fsdp-cuda-connections": "Megatron FSDP needs CUDA_DEVICE_MAX_CONNECTIONS unset or > 1 (validate_args)",
+    "cuda-device-max-connections": "TP/CP > 1 before Blackwell needs CUDA_DEVICE_MAX_CONNECTIONS=1 (validate_args)",
+    "fine-grained-offload-env": "fine-grained activation offloading needs NVTE_CPU_OFFLOAD_V1=1 with TE >= 2.10 (validate_args)",
+    "fine-grained-offload-modules": "--offload-modules non-empty, attn_proj with core_attn, nothing inside a recomputed MoE (TransformerConfig)",
+    "fine-grained-offload-with-cpu-offloading": "fine-grained offload excludes --cpu-offloading-num-layers (TransformerConfig)",
+    "cpu-offloading-layers": "--cpu-offloading-num-layers: < num_layers, PP == 1, no recompute (TransformerConfig)",
+    "deepep-needs-flex": "DeepEP (--moe-enable-deepep / flex backends) needs --moe-token-dispatcher-type flex (TransformerConfig)",
+    "shared-expert-overlap-dispatcher": "--moe-shared-expert-overlap needs alltoall or flex (TransformerConfig)",
+    "ep-overlap-shared-expert-overlap": "EP A2A overlap excludes --moe-shared-expert-overlap (TransformerConfig)",
+    "delay-wgrad-needs-ep-overlap": "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm (TransformerConfig)",
+    "router-topk1-pre-softmax": "top-1 softmax routing needs --moe-router-pre-softmax (TransformerConfig)",
+    "hierarchical-cp": "a2a+p2p CP needs --hierarchical-context-parallel-sizes multiplying to CP (validate_args)",
+    "expert-dp-order": "with --use-tp-pp-dp-mapping and PP > 1 expert-DP must equal DP (initialize_model_parallel)",
+    "mla-gqa-exclusive": "--multi-latent-attention excludes --group-query-attention (validate_args)",
+    "sequence-parallel-needs-tp": "--sequence-parallel with TP = 1 is silently turned off by validate_args (reported, not fatal)",
+    "moe-layer-freq-syntax": "a --moe-layer-freq pattern holds only ,0-9[]()+* (arguments.py _eval_pattern)",
+}
+
+
+def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
+    """Start-up checks on the flags themselves (what planner never emits but a hand-written
+    script can contain). ``hw`` enables the environment checks that depend on the GPU."""
+    from planner.launchers.megatron.model import flag_int as _int
+    from planner.launchers.megatron.model import int_value
+    from planner.launchers.megatron.read import LayerCounts
+
+    v = args.values
+    out: list[Violation] = []
+
+    def add(rule: str, msg: str, hint: str | None = None):
+        out.append(Violation(rule, msg, hint))
+
+    tp = _int(v, "tensor_model_parallel_size", 1)
+    pp = _int(v, "pipeline_model_parallel_size", 1)
+    cp = _int(v, "context_parallel_size", 1)
+    L = _int(v, "num_layers")
+    vpp_styles = [f for f in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+                              "pipeline_model_parallel_layout") if v.get(f)]
+    if len(vpp_styles) > 1:
+        add("vpp-args-exclusive", "Megatron accepts only one of --num-layers-per-virtual-pipeline-stage, "
+            "--num-virtual-stages-per-pipeline-rank and --pipeline-model-parallel-layout; the flags give "
+            + ", ".join(args_flag(args, f) for f in vpp_styles) + " (validate_args).")
+    first, last = v.get("decoder_first_pipeline_num_layers"), v.get("decoder_last_pipeline_num_layers")
+    if v.get("num_layers_per_virtual_pipeline_stage") and not v.get("num_virtual_stages_per_pipeline_rank"):
+        if first is not None or last is not None:
+            add("vpp-layers-per-stage-uneven", "--num-layers-per-virtual-pipeline-stage cannot be combined with "
+                "--decoder-first/last-pipeline-num-layers (validate_args).",
+                "Use --num-virtual-stages-per-pipeline-rank.")
+        elif L:
+            k = _int(v, "num_layers_per_virtual_pipeline_stage")
+            if L % pp or (L // pp) % k:
+                add("vpp-layers-per-stage", f"{L} layers over PP={pp} do not give a whole number of "
+                    f"{k}-layer virtual stages per rank (validate_args).")
+    if v.get("pipeline_model_parallel_layout") and (first is not None or last is not None or
+                                                    v.get("account_for_embedding_in_pipeline_split") or
+                                                    v.get("account_for_loss_in_pipeline_split")):
+        add("layout-conflict", "--pipeline-model-parallel-layout cannot be combined with first/last stage "
+            "counts or --account-for-* (TransformerConfig).")
+    elif (first is not None or last is not None) and (v.get("account_for_embedding_in_pipeline_split")
+                                                      or v.get("account_for_loss_in_pipeline_split")):
+        add("account-for-conflict", "--decoder-first/last-pipeline-num-layers cannot be combined with "
+            "--account-for-embedding/loss-in-pipeline-split (TransformerConfig).")
+    elif (first is not None or last is not None) and L and not v.get("pipeline_model_parallel_layout"):
+        from planner.errors import PlanRuleError
+        from planner.specs.layout import uneven_layout_symbols
+
+        vpp = args.plan.vpp
+        try:
+            uneven_layout_symbols(LayerCounts(L, _int(v, "mtp_num_layers", 0) or 0), pp, vpp,
+                                  _int(v, "decoder_first_pipeline_num_layers"),
+                                  _int(v, "decoder_last_pipeline_num_layers"))
+        except PlanRuleError as exc:
+            add(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "))
+    if v.get("overlap_param_gather"):
+        if not v.get("overlap_grad_reduce"):
+            add("overlap-param-gather-needs-grad-reduce", "--overlap-param-gather needs --overlap-grad-reduce (validate_args).")
+        if not (v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp")):
+            add("overlap-param-gather-needs-dist-opt", "--overlap-param-gather needs --use-distributed-optimizer or "
+                "--use-megatron-fsdp (validate_args).")
+    dist_opt = bool(v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp"))
+    pao = bool(v.get("use_precision_aware_optimizer"))
+    if v.get("optimizer_cpu_offload"):
+        if not pao:
+            add("optimizer-offload-needs-precision-aware", "--optimizer-cpu-offload needs "
+                "--use-precision-aware-optimizer (validate_args).")
+        if v.get("fp8_param_gather") and (v.get("fp8_recipe") or "delayed") != "delayed":
+            add("optimizer-offload-fp8-param-gather", "--optimizer-cpu-offload with --fp8-param-gather needs "
+                "--fp8-recipe delayed (validate_args).")
+    if pao and not dist_opt:
+        add("precision-aware-needs-dist-opt", "--use-precision-aware-optimizer needs the distributed optimizer "
+            "(OptimizerConfig).")
+    low = [f for f in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_grads_dtype", "main_params_dtype")
+           if v.get(f) not in (None, "fp32")]
+    if low and not pao:
+        add("moments-dtype-needs-precision-aware", ", ".join(args_flag(args, f) for f in low)
+            + " below fp32 need --use-precision-aware-optimizer (OptimizerConfig).")
+    if v.get("fp8_param_gather") and not dist_opt:
+        add("fp8-param-gather-needs-dist-opt", "--fp8-param-gather needs the distributed optimizer or FSDP (validate_args).")
+    gran = "selective" if v.get("recompute_activations") else v.get("recompute_granularity")
+    if gran == "selective":
+        if v.get("recompute_method"):
+            add("recompute-selective-method", "Selective recompute takes no --recompute-method (validate_args).")
+        if v.get("recompute_num_layers") is not None:
+            add("recompute-selective-num-layers", "Selective recompute takes no --recompute-num-layers (TransformerConfig).")
+        if "moe_act" in (v.get("recompute_modules") or []) and not v.get("moe_grouped_gemm"):
+            add("recompute-moe-act-grouped-gemm", "Recompute module moe_act needs --moe-grouped-gemm (TransformerConfig).")
+    elif gran == "full":
+        if not v.get("recompute_method"):
+            add("recompute-full-method", "Full recompute needs --recompute-method block or uniform (TransformerConfig).")
+        if v.get("recompute_num_layers") is None:
+            add("recompute-full-num-layers", "Full recompute needs --recompute-num-layers (TransformerConfig).")
+        if v.get("moe_layer_recompute"):
+            add("moe-layer-recompute-full", "--moe-layer-recompute is illegal with full recompute (TransformerConfig).")
+    if v.get("distribute_saved_activations") and (gran != "full" or tp == 1 or v.get("sequence_parallel")):
+        add("distribute-saved-activations", "--distribute-saved-activations needs full recompute, TP > 1 and no "
+            "sequence parallelism (validate_args, TransformerConfig).")
+    if v.get("tp_comm_overlap") and not (v.get("sequence_parallel") and tp > 1):
+        add("tp-comm-overlap-needs-sp", "--tp-comm-overlap needs --sequence-parallel (validate_args).")
+    if v.get("sequence_parallel") and tp == 1:
+        add("sequence-parallel-needs-tp", "--sequence-parallel with TP=1: validate_args turns it off silently.")
+    fsdp = bool(v.get("use_megatron_fsdp"))
+    env = args.env
+    if fsdp:
+        if v.get("ckpt_format") != "fsdp_dtensor":
+            add("megatron-fsdp-ckpt-format", "--use-megatron-fsdp needs --ckpt-format fsdp_dtensor (validate_args).")
+        if env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+            add("megatron-fsdp-cuda-connections", "Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is unset or > 1; "
+                "the script sets it to 1 (validate_args).")
+    if hw is not None and (tp > 1 or cp > 1) and hw.generation in ("ampere", "hopper") and not fsdp \
+            and not v.get("use_torch_fsdp2") and not v.get("overlap_moe_expert_parallel_comm") \
+            and env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+        add("cuda-device-max-connections", f"TP={tp}, CP={cp} on {hw.gpu.name}: validate_args asserts "
+            "CUDA_DEVICE_MAX_CONNECTIONS=1, which the script does not set.",
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1 before torchrun.")
+    if v.get("fine_grained_activation_offloading"):
+        if env.get("NVTE_CPU_OFFLOAD_V1") != "1":
+            add("fine-grained-offload-env", "--fine-grained-activation-offloading needs NVTE_CPU_OFFLOAD_V1=1 with "
+                "Transformer Engine >= 2.10 (validate_args).", "export NVTE_CPU_OFFLOAD_V1=1.")
+        mods = list(v.get("offload_modules") or [])
+        rmods = list(v.get("recompute_modules") or []) if gran == "selective" else []
+        if not mods or ("attn_proj" in mods and "core_attn" not in mods) or (
+                "moe" in rmods and {"moe_act", "expert_fc1", "fused_group_mlp"} & set(mods)):
+            add("fine-grained-offload-modules", "--offload-modules must be non-empty, offload attn_proj only with "
+                "core_attn, and nothing inside an MoE layer that 'moe' recompute wraps (TransformerConfig).")
+        if _int(v, "cpu_offloading_num_layers", 0):
+            add("fine-grained-offload-with-cpu-offloading", "--fine-grained-activation-offloading cannot be combined "
+                "with --cpu-offloading-num-layers (TransformerConfig).")
+    n_off = _int(v, "cpu_offloading_num_layers", 0) or 0
+    if n_off and ((L is not None and n_off >= L) or pp > 1 or gran is not None):
+        add("cpu-offloading-layers", "--cpu-offloading-num-layers needs fewer layers than the model, PP=1 and no "
+            "recompute (TransformerConfig).")
+    disp = v.get("moe_token_dispatcher_type") or "allgather"
+    if v.get("moe_enable_deepep") and disp != "flex":
+        add("deepep-needs-flex", "--moe-enable-deepep needs --moe-token-dispatcher-type flex (TransformerConfig).")
+    if v.get("moe_shared_expert_overlap") and v.get("moe_shared_expert_intermediate_size") and disp not in ("alltoall", "flex"):
+        add("shared-expert-overlap-dispatcher", "--moe-shared-expert-overlap needs the alltoall or flex dispatcher "
+            "(TransformerConfig).")
+    if v.get("overlap_moe_expert_parallel_comm") and v.get("moe_shared_expert_overlap"):
+        add("ep-overlap-shared-expert-overlap", "--overlap-moe-expert-parallel-comm excludes "
+            "--moe-shared-expert-overlap (TransformerConfig).")
+    if v.get("delay_wgrad_compute") and not v.get("overlap_moe_expert_parallel_comm"):
+        add("delay-wgrad-needs-ep-overlap", "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm "
+            "(TransformerConfig).")
+    if v.get("num_experts") and _int(v, "moe_router_topk", 2) == 1 and \
+            (v.get("moe_router_score_function") or "softmax") == "softmax" and not v.get("moe_router_pre_softmax") \
+            and v.get("moe_router_load_balancing_type") not in ("sinkhorn", ["sinkhorn"]):
+        add("router-topk1-pre-softmax", "Top-1 softmax routing needs --moe-router-pre-softmax (TransformerConfig).")
+    cp_types = v.get("cp_comm_type") or ["p2p"]
+    hier = v.get("hierarchical_context_parallel_sizes")
+    if "a2a+p2p" in cp_types and not hier:
+        add("hierarchical-cp", "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (validate_args).")
+    elif hier:
+        prod = 1
+        for x in hier:
+            prod *= int_value("--hierarchical-context-parallel-sizes", x)
+        if prod != cp:
+            add("hierarchical-cp", f"--hierarchical-context-parallel-sizes multiply to {prod}, not CP={cp} (validate_args).")
+    world = args.job.get("gpus")
+    if v.get("use_tp_pp_dp_mapping") and pp > 1 and world and v.get("num_experts"):
+        etp = _int(v, "expert_tensor_parallel_size", tp)
+        ep = _int(v, "expert_model_parallel_size", 1)
+        if world % (tp * pp * cp) == 0 and world % (etp * ep * pp) == 0:
+            dp, edp = world // (tp * pp * cp), world // (etp * ep * pp)
+            if dp != edp:
+                add("expert-dp-order", f"--use-tp-pp-dp-mapping with PP={pp}: expert-DP {edp} must equal DP {dp} "
+                    "(initialize_model_parallel).")
+    if v.get("multi_latent_attention") and v.get("group_query_attention"):
+        add("mla-gqa-exclusive", "--multi-latent-attention excludes --group-query-attention (validate_args).")
+    from planner.launchers.megatron.model import pattern_has_foreign_chars
+
+    if v.get("num_experts") and pattern_has_foreign_chars(str(v.get("moe_layer_freq", ""))):
+        add("moe-layer-freq-syntax", f"--moe-layer-freq {v['moe_layer_freq']!r}: Megatron's _eval_pattern accepts only "
+            "digits, commas, brackets, parentheses, + and * (no spaces) and raises 'Invalid pattern' (arguments.py).",
+            "Remove the spaces (or other characters) from the pattern.")
+    return out
+
+
+def args_flag(args: MegatronArgs, dest: str) -> str:
+    return "--" + dest.replace("_", "-")

@@ -1,0 +1,226 @@
+"""torchtitan 0.3.0: what a plan needs that torchtitan cannot express, and the checks it runs at
+start-up (``ParallelDims._validate`` in torchtitan/distributed/parallel_dims.py, ``Trainer.Config``
+and ``Trainer.__init__`` in torchtitan/trainer.py). The shared model-shape rules are in
+:mod:`planner.rules`, which composes them with these.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.rules import Violation
+
+if TYPE_CHECKING:
+    from planner.specs.hardware import HardwareSpec
+    from planner.specs.job import Job
+    from planner.specs.model import ModelSpec
+    from planner.specs.plan import Degrees, Plan
+
+PLAN_RULES: dict[str, str] = {
+    "torchtitan-model": "a torchtitan config_registry function exists for the model",
+    "torchtitan-mtp": "the registry config builds no MTP modules",
+    "torchtitan-etp": "torchtitan has no expert tensor parallelism (experts are never TP-sharded)",
+    "torchtitan-ep-grid": "(dp_shard*cp*tp) % ep == 0 (ParallelDims: efsdp = dp_shard*cp*tp/ep)",
+    "torchtitan-sharding": "Megatron's distributed optimizer (ZeRO-1) has no torchtitan equivalent",
+    "torchtitan-hsdp": "hsdp:N maps to dp_shard = N/cp: N % cp == 0 and dp % dp_shard == 0",
+    "torchtitan-recompute-modules": "torchtitan's selective AC is per-op, not Megatron's module list",
+    "torchtitan-recompute-layers": "torchtitan's full AC recomputes every layer (no layer count)",
+    "torchtitan-stage-recompute": "per-stage recompute counts have no torchtitan option",
+    "torchtitan-offload": "torchtitan offloads params+grads+optimizer together (FSDP CPU offload) and has no activation offload",
+    "torchtitan-fp8": "Float8/MXFP8 is a model converter in a config_registry function, not a flag",
+    "torchtitan-precision": "the registry config applies Float8 converters itself (llama3_405b), so a bf16 plan needs another function",
+    "torchtitan-dispatcher": "DeepEP/HybridEP backends are chosen in model_registry(), not on the command line",
+    "torchtitan-ep-overlap": "torchtitan has no EP all-to-all / compute overlap schedule",
+    "torchtitan-seq-divisor": "seq % (tp * 2cp) == 0 (Trainer: sequence/context-parallel evenness)",
+    "torchtitan-batch": "global % (local_batch * dp) == 0 and local_batch % pp microbatch == 0 (Trainer)",
+}
+"""torchtitan's own rules by name, with the check each mirrors."""
+
+
+# torchtitan 0.3.0 config_registry functions for planner's catalog names.
+TORCHTITAN_CONFIGS: dict[str, tuple[str, str]] = {
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
+    "llama3.1-405b": ("llama3", "llama3_405b"),
+    "llama3.1-70b": ("llama3", "llama3_70b"),
+    "llama3.1-8b": ("llama3", "llama3_8b"),
+    "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b"),
+    "qwen3-32b": ("qwen3", "qwen3_32b"),
+    "gpt-oss-20b": ("gpt_oss", "gpt_oss_20b"),
+    "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b"),
+}
+"""Registry functions torchtitan 0.3.0 ships (models/<module>/config_registry.py). Models absent
+here (kimi-k2, qwen3-235b-a22b: its '235B-A22B' flavor exists but no config function) need a
+user-written config_registry function passed as --torchtitan-config MODULE:FUNCTION."""
+
+TORCHTITAN_FP8_CONFIGS: set[str] = {"llama3_405b"}
+"""Registry configs that convert linear layers to Float8 themselves (model_registry converters)."""
+
+TORCHTITAN_MTP_CONFIGS: set[str] = set()
+"""Registry configs that build MTP modules (none of the full-size ones in 0.3.0: only
+deepseek_v3_debugmodel_mtp does)."""
+
+
+def torchtitan_config_for(model: ModelSpec, override: str | None = None) -> tuple[str, str] | None:
+    if override:
+        mod, _, fn = override.partition(":")
+        return (mod, fn or "")
+    for name in [model.name, *model.aliases]:
+        if name in TORCHTITAN_CONFIGS:
+            return TORCHTITAN_CONFIGS[name]
+    return None
+
+
+def torchtitan_dims(plan: Plan, deg: Degrees) -> dict[str, int]:
+    """planner degrees as torchtitan 0.3 ParallelDims (dp_replicate * dp_shard * cp * tp * pp = world).
+
+    fsdp/zero2 shard over all of DP; ddp replicates; hsdp:N shards within N ranks of DP*CP
+    (torchtitan's FSDP mesh is dp_shard*cp), replicating across the rest."""
+    sh = plan.sharding_spec
+    if sh.kind == "ddp":
+        rep, shard = deg.dp, 1
+    elif sh.kind == "hsdp":
+        shard = max(sh.group // deg.cp, 1)
+        rep = deg.dp // shard if deg.dp % shard == 0 else 0
+    else:
+        rep, shard = 1, deg.dp
+    return {"dp_replicate": rep, "dp_shard": shard, "cp": deg.cp, "tp": deg.tp, "pp": deg.pp, "ep": deg.ep}
+
+
+def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees,
+                          *, torchtitan_config: str | None = None) -> list[Violation]:
+    """What torchtitan 0.3.0 cannot express or rejects (plan must be canonical)."""
+    out: list[Violation] = []
+    cfg = torchtitan_config_for(model, torchtitan_config)
+    custom = torchtitan_config is not None
+    if cfg is None:
+        out.append(Violation(
+            "torchtitan-model",
+            f"torchtitan 0.3.0 ships no config_registry function for {model.name}.",
+            hint="Write one (a function returning Trainer.Config with model_registry(...)) and pass "
+            "--torchtitan-config MODULE:FUNCTION.",
+        ))
+    elif model.mtp_layers and not custom and cfg[1] not in TORCHTITAN_MTP_CONFIGS:
+        out.append(Violation(
+            "torchtitan-mtp",
+            f"torchtitan's {cfg[0]}.{cfg[1]} builds no MTP module, while {model.name} has {model.mtp_layers}; "
+            "the number of MTP layers is a model_registry() argument, not a command-line option.",
+            hint="Pass --torchtitan-config MODULE:FUNCTION naming a function that calls "
+            "model_registry(..., num_mtp_layers=N).",
+        ))
+    if model.is_moe and deg.etp != 1:
+        out.append(Violation(
+            "torchtitan-etp",
+            f"etp={deg.etp}: torchtitan 0.3.0 has no expert tensor parallelism (expert_tensor_parallel_degree "
+            "was removed; EP borrows ranks from FSDP and TP, experts are never TP-sharded).",
+            hint="Set etp=1.",
+        ))
+    dims = torchtitan_dims(plan, deg)
+    sh = plan.sharding_spec
+    if sh.kind == "dist_opt":
+        out.append(Violation(
+            "torchtitan-sharding",
+            "sharding=dist_opt is Megatron's distributed optimizer (replicated bf16 weights, sharded "
+            "optimizer state); torchtitan shards with FSDP2 only.",
+            hint="Use sharding=fsdp, zero2 (FSDP without reshard after forward), hsdp:N or ddp.",
+        ))
+    if sh.kind == "hsdp" and (sh.group % deg.cp or dims["dp_replicate"] == 0):
+        out.append(Violation(
+            "torchtitan-hsdp",
+            f"hsdp:{sh.group} with cp={deg.cp} and dp={deg.dp}: torchtitan's FSDP group is dp_shard*cp, so "
+            "N must be a multiple of cp and dp a multiple of N/cp.",
+        ))
+    elif model.is_moe and deg.ep > 1 and (dims["dp_shard"] * deg.cp * deg.tp) % deg.ep:
+        out.append(Violation(
+            "torchtitan-ep-grid",
+            f"ep={deg.ep} does not divide dp_shard*cp*tp = {dims['dp_shard']}*{deg.cp}*{deg.tp}: torchtitan's "
+            "expert mesh is efsdp*ep over the same ranks (ParallelDims).",
+        ))
+    rc = plan.recompute_spec
+    if rc.kind == "selective":
+        out.append(Violation(
+            "torchtitan-recompute-modules",
+            f"recompute={plan.recompute}: torchtitan's activation_checkpoint:selective is per-op (it saves "
+            "matmul outputs), not Megatron's module list.",
+            hint="Use recompute=none or full.",
+        ))
+    elif rc.kind == "full" and rc.layers is not None:
+        from planner.specs.layout import build_layout
+
+        try:
+            most = max(s.num_layers for s in build_layout(model, plan.pp, plan.vpp, plan.layout).stages)
+        except Exception:
+            most = 0
+        if rc.layers < most:
+            out.append(Violation(
+                "torchtitan-recompute-layers",
+                f"recompute=full:{rc.layers}: torchtitan's activation_checkpoint:full recomputes every "
+                "layer; it has no per-stage layer count.",
+                hint="Use recompute=full.",
+            ))
+    if plan.stage_recompute:
+        out.append(Violation(
+            "torchtitan-stage-recompute",
+            f"stage_recompute={plan.stage_recompute} has no torchtitan option.",
+        ))
+    if plan.offload != "none":
+        out.append(Violation(
+            "torchtitan-offload",
+            f"offload={plan.offload}: torchtitan's training.enable_cpu_offload moves parameters, gradients "
+            "and optimizer state together (FSDP CPU offload), and it has no activation offload.",
+        ))
+    precision = plan.precision or job.default_precision
+    if precision == "fp8" and not custom:
+        out.append(Violation(
+            "torchtitan-fp8",
+            "precision=fp8: torchtitan 0.3.0 applies Float8/MXFP8 as model converters inside a "
+            "config_registry function, not through a command-line option.",
+            hint="Pass --torchtitan-config MODULE:FUNCTION naming a function with the converters "
+            "(e.g. deepseek_v3.deepseek_v3_671b_float8).",
+        ))
+    if precision != "fp8" and cfg is not None and not custom and cfg[1] in TORCHTITAN_FP8_CONFIGS:
+        out.append(Violation(
+            "torchtitan-precision",
+            f"torchtitan's {cfg[0]}.{cfg[1]} applies Float8LinearConverter to the model, so it trains in "
+            f"float8, while the plan is {precision}.",
+            hint="Pass --torchtitan-config MODULE:FUNCTION naming a function without the converters.",
+        ))
+    if model.is_moe and deg.ep > 1 and plan.dispatcher in ("deepep", "hybridep") and not custom:
+        out.append(Violation(
+            "torchtitan-dispatcher",
+            f"dispatcher={plan.dispatcher}: torchtitan selects DeepEP/HybridEP with "
+            "model_registry(moe_comm_backend=...) in a config_registry function, not on the command line.",
+            hint="Use dispatcher=alltoall, or pass --torchtitan-config with such a function.",
+        ))
+    if plan.ep_overlap == "on":
+        out.append(Violation(
+            "torchtitan-ep-overlap",
+            "ep_overlap=on: torchtitan 0.3.0 has no EP all-to-all/compute overlap schedule.",
+            hint="Set ep_overlap=off.",
+        ))
+    divisor = deg.tp * (2 * deg.cp if deg.cp > 1 else 1)
+    if job.seq_len % divisor:
+        out.append(Violation(
+            "torchtitan-seq-divisor",
+            f"seq_len {job.seq_len} is not divisible by tp*2cp = {divisor} (torchtitan Trainer: "
+            "sequence/context-parallel evenness).",
+        ))
+    return out
+
+
+def torchtitan_batch_violations(global_batch: int, local_batch: int, batch_degree: int,
+                                pp: int, pp_microbatch: int) -> list[Violation]:
+    """torchtitan Trainer.Config.__post_init__ and Trainer.__init__ batch checks."""
+    out = []
+    if pp > 1 and local_batch % pp_microbatch:
+        out.append(Violation(
+            "torchtitan-batch",
+            f"training.local_batch_size {local_batch} is not divisible by "
+            f"parallelism.pipeline_parallel_microbatch_size {pp_microbatch} (Trainer.Config).",
+        ))
+    if global_batch % (local_batch * batch_degree):
+        out.append(Violation(
+            "torchtitan-batch",
+            f"training.global_batch_size {global_batch} is not a multiple of local_batch_size*dp = "
+            f"{local_batch}*{batch_degree} (Trainer).",
+        ))
+    return out
