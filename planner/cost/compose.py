@@ -37,7 +37,7 @@ from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_t
 from planner.cost.constant import ConstantMemory, constant_bytes, rank_params_of
 from planner.cost.flops import BF16, Shard, model_shape
 from planner.cost.pieces import (
-    ChunkMemory, PieceMemory, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
+    ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
     peak_over_profiles, span_crossings,
 )
 from planner.cost.pipeline import (
@@ -238,6 +238,12 @@ class CostContext:
         """What a reserved peak (allocated peak x (1 + allocator fraction)) must stay under."""
         return memory_limits(self.hw, self.job, self.assumptions)[0]
 
+    def forget(self, group: tuple) -> None:
+        """Drop what was composed for the plans of one layout group (when the caller is done with
+        them: what is shared by every group, the block costs, stays)."""
+        for key in [k for k in self.memo if k[0] == group]:
+            del self.memo[key]
+
     def cached(self, key, fn):
         hit = self.memo.get(key, _MISSING)
         if hit is _MISSING:
@@ -281,7 +287,10 @@ class CostContext:
             sums = self.cached(("sums", name, levers.precision, sh.dispatcher, ep), lambda kts=kts: kernel_sums(kts))
             bt = block_time_of(kts, self.rates, compute_rc, sums)
             flags = self.comm_flags(levers, comm_rc, sh)
-            comm = block_comm(self.ms, sh, name, bt, keys.block_spans(subset), self.rates, flags)
+            # Collectives depend on the degrees and the FP8 dispatch only: shared by every block.
+            transfers = self.cached(("transfers", ep, sh.dispatcher, flags.fp8_dispatch), dict)
+            spans = self.cached(("block_spans", ep), lambda subset=subset: keys.block_spans(subset))
+            comm = block_comm(self.ms, sh, name, bt, spans, self.rates, flags, transfers)
             parts.append((subset, bt, comm))
         return BlockCost(name, 1, _scatter_time([(s, bt) for s, bt, _ in parts], len(keys.bk)),
                          _scatter_comm([(s, cm) for s, _, cm in parts], len(keys.bk)))
@@ -358,18 +367,31 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 # ---------------------------------------------------------------------------------------------
-# A batch: the plans of one pipeline layout under one lever setting.
+# A batch: the plans of one pipeline layout.
 # ---------------------------------------------------------------------------------------------
+ROW_LEVERS = ("recompute", "stage_recompute", "precision", "dispatcher", "ep_overlap")
+"""Levers that may differ between the plans of one batch: they choose which block costs (kernels,
+communication) and which memory pieces a plan reads, so a batch evaluates several settings of
+them side by side. The others (sharding, moments, offload) are the batch's."""
+
+
 @dataclass(frozen=True)
 class PlanBatch:
-    """Plans sharing ``(pp, vpp, layout)``: rows of the context's key table, and typed levers."""
+    """Plans sharing ``(pp, vpp, layout)``: every key of ``key_rows`` (rows of the context's key
+    table) under every lever setting of ``variants``; plan ``i`` is key ``i % n`` under variant
+    ``i // n``. The variants agree on every lever but :data:`ROW_LEVERS`."""
 
     ctx: CostContext
-    rows: np.ndarray
+    key_rows: np.ndarray
     layout: PipelineLayout
-    levers: Levers
+    variants: tuple[Levers, ...]
     group: tuple
-    """Identity of (rows, layout) in the context's memo."""
+    """Identity of (key_rows, layout) in the context's memo."""
+
+    @property
+    def levers(self) -> Levers:
+        """The batch's levers (the first variant's row levers)."""
+        return self.variants[0]
 
     @property
     def pp(self) -> int:
@@ -380,19 +402,35 @@ class PlanBatch:
         return self.layout.vpp
 
     @property
+    def n_keys(self) -> int:
+        return len(self.key_rows)
+
+    def _tiled(self, name: str, values: np.ndarray) -> np.ndarray:
+        return self.ctx.cached((self.group, "tile", name, len(self.variants)), lambda: np.tile(values, len(self.variants)))
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Key-table row of every plan."""
+        return self._tiled("rows", self.key_rows)
+
+    @property
     def deg(self) -> Degrees:
-        return self.ctx.cached((self.group, "deg"), lambda: self.ctx.keys.degrees(self.rows))
+        return self.ctx.cached((self.group, "deg", len(self.variants)), lambda: self.ctx.keys.degrees(self.rows))
 
     @property
     def micro_batches(self) -> np.ndarray:
-        return self.ctx.cached((self.group, "m"), lambda: self.ctx.keys.col["micro_batches"][self.rows])
+        return self._tiled("m", self.ctx.keys.col["micro_batches"][self.key_rows])
 
     @property
     def mbs(self) -> np.ndarray:
-        return self.ctx.cached((self.group, "mbs"), lambda: self.ctx.keys.col["mbs"][self.rows])
+        return self._tiled("mbs", self.ctx.keys.col["mbs"][self.key_rows])
 
     def with_levers(self, levers: Levers) -> "PlanBatch":
-        return dataclasses.replace(self, levers=levers)
+        return dataclasses.replace(self, variants=(levers,))
+
+    def with_variants(self, variants) -> "PlanBatch":
+        """The same keys under several lever settings that differ only in :data:`ROW_LEVERS`."""
+        return dataclasses.replace(self, variants=tuple(variants))
 
 
 def _setup_keys(setup) -> KeyTable:
@@ -403,10 +441,23 @@ def _setup_keys(setup) -> KeyTable:
 
 def batch_of_setup(setup, calibration=None, rates: Rates | None = None) -> PlanBatch:
     """A batch of one plan (a resolved :class:`~planner.cost.setup.Setup`); ``rates`` replace the
-    hardware's achievable rates (what-if checks)."""
-    ctx = CostContext(setup.model, setup.hw, setup.job, setup.assumptions, _setup_keys(setup),
-                      rates or rates_for(setup, calibration))
-    return PlanBatch(ctx, np.array([0]), setup.layout, Levers.of(setup.plan), ("setup",))
+    hardware's achievable rates (what-if checks). Plans with the same degrees share one context,
+    so evaluating a plan's neighbours (other levers, another layout) reuses its block costs."""
+    rates = rates or rates_for(setup, calibration)
+    d = setup.deg
+    row = (d.tp, d.cp, d.pp, d.vpp, d.ep, d.etp, setup.plan.mbs, d.dp, d.edp, setup.micro_batches)
+    key = (setup.model, setup.hw, setup.job, setup.assumptions, rates, row)
+    ctx = _CONTEXTS.pop(key, None) or CostContext(setup.model, setup.hw, setup.job, setup.assumptions,
+                                                  _setup_keys(setup), rates)
+    _CONTEXTS[key] = ctx
+    while len(_CONTEXTS) > 32:
+        _CONTEXTS.pop(next(iter(_CONTEXTS)))
+    group = ("setup", setup.layout.pp, setup.layout.vpp, setup.plan.layout)
+    return PlanBatch(ctx, np.array([0]), setup.layout, (Levers.of(setup.plan),), group)
+
+
+_CONTEXTS: dict[tuple, CostContext] = {}
+"""Recently used one-plan contexts, least recent first."""
 
 
 def costs_of(setup, calibration=None, rates: Rates | None = None) -> "Costs":
@@ -438,7 +489,7 @@ def layout_batches(ctx: CostContext, structs, base: Levers) -> list[PlanBatch]:
         rows = np.array(idx, dtype=np.int64)
         rows = rows[np.argsort(m[rows], kind="stable")]
         layout = build_layout(ctx.model, pp, vpp, layout_str)
-        out.append(PlanBatch(ctx, rows, layout, base, (pp, vpp, layout_str)))
+        out.append(PlanBatch(ctx, rows, layout, (base,), (pp, vpp, layout_str)))
     return out
 
 
@@ -497,60 +548,104 @@ class Costs:
         self.batch = batch
         self.ctx = batch.ctx
         self.lv = batch.levers
+        self.n = batch.n_keys * len(batch.variants)
+        """Plans in the batch (keys x variants)."""
 
     def _memo(self, term: str, *levers, fn):
         return self.ctx.cached((self.batch.group, term, *levers), fn)
 
+    def _row(self, *fields) -> tuple:
+        """The variants' values of some row levers (a memo key)."""
+        return tuple(tuple(getattr(v, f) for f in fields) for v in self.batch.variants)
+
+    def _per_variant(self, fn) -> np.ndarray:
+        """``fn(levers)`` over the batch's keys for each variant, side by side (plan order)."""
+        n = self.batch.n_keys
+        return np.concatenate([_column(fn(v), n) for v in self.batch.variants])
+
+    def _tile(self, x) -> np.ndarray:
+        """A value of the batch's keys (the same under every variant) for every plan."""
+        return np.tile(_column(x, self.batch.n_keys), len(self.batch.variants))
+
+    def _key_spans(self) -> dict[str, GroupSpan]:
+        return self._memo("key_spans", fn=lambda: self.ctx.keys.spans(self.batch.key_rows))
+
     def spans(self) -> dict[str, GroupSpan]:
         """Where each plan's process groups sit (GroupSpans with array fields)."""
-        return self._memo("spans", fn=lambda: self.ctx.keys.spans(self.batch.rows))
+        return self._memo("spans", len(self.batch.variants), fn=lambda: self.ctx.keys.spans(self.batch.rows))
 
     def _buckets(self, values: np.ndarray, name: str) -> list[tuple[int, np.ndarray]]:
         """(value, the plans that have it) for a per-plan integer (schedule profiles are shared)."""
-        return self._memo("buckets", name, fn=lambda: [(int(v), np.flatnonzero(values == v)) for v in np.unique(values)])
+        return self._memo("buckets", name, len(self.batch.variants),
+                          fn=lambda: [(int(v), np.flatnonzero(values == v)) for v in np.unique(values)])
 
     # ---- time: blocks and ranks ---------------------------------------------------------------
-    @property
     def _compute_levers(self) -> tuple:
-        lv = self.lv
-        return (lv.recompute, lv.stage_recompute, lv.precision, lv.dispatcher, lv.ep_overlap)
+        return self._row("recompute", "stage_recompute", "precision", "dispatcher", "ep_overlap")
 
     def ranks(self) -> tuple[RankCost, ...]:
         """Each pipeline rank's blocks (per micro-batch) and pipeline send/receive."""
-        return self._memo("ranks", *self._compute_levers, fn=self._ranks)
+        return self._memo("ranks", self._compute_levers(), fn=self._ranks)
 
     def _ranks(self) -> tuple[RankCost, ...]:
-        ctx, b, lv = self.ctx, self.batch, self.lv
-        setting = lv.recompute_setting()
-        bk = ctx.keys.bk_of[b.rows]
-        sh = ctx.shard(lv, b.rows, True)
+        ctx, b = self.ctx, self.batch
+        nbk = len(ctx.keys.bk)
+        bk = ctx.keys.bk_of[b.key_rows]
+        # Blocks are costed per variant over the block keys, side by side: plan i reads its block
+        # key in its variant's stretch.
+        keys = (np.arange(len(b.variants))[:, None] * nbk + bk[None, :]).reshape(-1)
+        sh = ctx.shard(self.lv, b.rows, True)
         t_p2p = pp_p2p_time(ctx.ms, sh, self.spans()["pp"], ctx.rates)
         overlap = p2p_overlaps(b.vpp, ctx.assumptions)
+        settings = [v.recompute_setting() for v in b.variants]
         by_blocks: dict[tuple, RankCost] = {}
         out = []
         for r in range(b.pp):
             chunks = b.layout.rank_stages(r)
-            spec = tuple(rank_blocks(ctx.ms, chunks, setting, lv.full_layers(r, chunks)))
-            if spec not in by_blocks:
-                blocks = tuple(self._block(name, count, rc, "full" if is_full else setting)
-                               for name, count, rc, is_full in spec)
-                plain = RankCost(r, blocks, 0.0, 0.0, bk)
+            specs = tuple(tuple(rank_blocks(ctx.ms, chunks, s, v.full_layers(r, chunks)))
+                          for s, v in zip(settings, b.variants))
+            if specs not in by_blocks:
+                blocks = tuple(self._stacked_block(name, is_full, specs, settings)
+                               for name, is_full in _positions(specs))
+                plain = RankCost(r, blocks, 0.0, 0.0, keys)
                 p2p = rank_p2p(t_p2p, b.pp, b.vpp, plain.compute, overlap, ctx.rates)
-                by_blocks[spec] = RankCost(r, blocks, *p2p, bk)
-            out.append(by_blocks[spec])  # ranks with the same blocks share one object (and its sums)
+                by_blocks[specs] = RankCost(r, blocks, *p2p, keys)
+            out.append(by_blocks[specs])  # ranks with the same blocks share one object (and its sums)
         return tuple(out)
 
-    def _block(self, name: str, count: int, compute_rc, comm_rc) -> BlockCost:
-        """``count`` blocks of ``name`` over every block key (see :meth:`CostContext.block_cost`)."""
-        key = ("block_n", name, compute_rc, comm_rc, self.lv.precision, self.lv.dispatcher, self.lv.ep_overlap, count)
-        return self.ctx.cached(key, lambda: dataclasses.replace(
-            self.ctx.block_cost(name, compute_rc, comm_rc, self.lv), count=count))
+    def _stacked_block(self, name: str, is_full: bool, specs, settings) -> BlockCost:
+        """One position of a rank's blocks, under every variant side by side (count 0 where a
+        variant's rank has no such block)."""
+        per = []
+        for spec, setting, v in zip(specs, settings, self.batch.variants):
+            hit = [(count, rc) for n_, count, rc, full in spec if n_ == name and full == is_full]
+            # A block appears once per chunk: the rank holds their sum (same recompute in each).
+            count, rc = (sum(c for c, _ in hit), hit[0][1]) if hit else (0, None)
+            per.append((count, rc, "full" if is_full else setting, v.precision, v.dispatcher, v.ep_overlap))
+        return self.ctx.cached(("stacked", name, tuple(per)), lambda: self._stack(name, per))
+
+    def _stack(self, name: str, per: list[tuple]) -> BlockCost:
+        nbk = len(self.ctx.keys.bk)
+        costs = [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap))
+                 for _, rc, comm_rc, precision, dispatcher, overlap in per]
+        if len(costs) == 1:
+            return dataclasses.replace(costs[0], count=per[0][0])
+        count = np.repeat(np.array([p[0] for p in per], dtype=float), nbk)
+        time = BlockTime(**{f.name: np.concatenate([_column(getattr(c.time, f.name), nbk) for c in costs])
+                            for f in dataclasses.fields(BlockTime) if f.name != "gemms"}, gemms=())
+        causes = list(dict.fromkeys(cc.cause for c in costs for cc in c.comm))
+        comm = []
+        for cause in causes:
+            parts = [[cc for cc in c.comm if cc.cause == cause] for c in costs]
+            comm.append(CommCost(cause, np.concatenate([_column(p[0].total if p else 0.0, nbk) for p in parts]),
+                                 np.concatenate([_column(p[0].exposed if p else 0.0, nbk) for p in parts])))
+        return BlockCost(name, count, time, tuple(comm))
 
     def block(self, name: str, compute_rc, comm_rc) -> BlockCost:
-        """One block of ``name`` per micro-batch for the batch's plans: its compute recomputes
-        ``compute_rc``, its communication sees ``comm_rc`` (as in a rank's blocks)."""
-        bk = self.ctx.keys.bk_of[self.batch.rows]
-        return at(self._block(name, 1, compute_rc, comm_rc), bk)
+        """One block of ``name`` per micro-batch for the batch's keys under its levers: its compute
+        recomputes ``compute_rc``, its communication sees ``comm_rc`` (as in a rank's blocks)."""
+        bk = self.ctx.keys.bk_of[self.batch.key_rows]
+        return at(self.ctx.block_cost(name, compute_rc, comm_rc, self.lv), bk)
 
     def block_constant(self, name: str) -> np.ndarray:
         """Bytes of weights, gradients and optimizer state of one block of ``name`` (a decoder
@@ -572,9 +667,6 @@ class Costs:
 
     def rank_times(self) -> list[np.ndarray]:
         """Seconds per micro-batch of each rank: compute, exposed communication and p2p."""
-        return self._memo("rank_times", *self._compute_levers, fn=self._rank_times)
-
-    def _rank_times(self) -> list[np.ndarray]:
         return [rc.per_microbatch for rc in self.ranks()]
 
     def activation_offload(self) -> ActOffload | None:
@@ -582,18 +674,19 @@ class Costs:
         activations over the host link behind its forward (copy out) and backward (copy in)."""
         if not self.lv.offload_activations:
             return None
-        return self._memo("act_offload", *self._compute_levers, fn=self._act_offload)
+        return self._memo("act_offload", self._compute_levers(), fn=self._act_offload)
 
     def _act_offload(self) -> ActOffload:
-        ctx, b = self.ctx, self.batch
+        ctx, b, n = self.ctx, self.batch, self.n
         ranks, times = self.ranks(), self.rank_times()
-        n = len(b.rows)
         slow = times[0]
         worst = np.zeros(n, dtype=np.int64)
         for r in range(1, b.pp):
+            if ranks[r] is ranks[r - 1]:
+                continue  # equal to the rank before: never the first slowest
             worst = np.where(times[r] > slow, r, worst)
             slow = np.maximum(slow, times[r])
-        pick = lambda vals: np.choose(worst, [np.broadcast_to(v, (n,)) for v in vals])  # noqa: E731
+        pick = lambda vals: np.choose(worst, [_column(v, n) for v in vals])  # noqa: E731
         fwd, bwd = pick([rc.fwd for rc in ranks]), pick([rc.bwd for rc in ranks])
         layers = pick([sum(ch.num_layers for ch in b.layout.rank_stages(r)) for r in range(b.pp)])
         sp_tokens = b.mbs * ctx.job.seq_len // b.deg.cp / b.deg.tp
@@ -615,41 +708,44 @@ class Costs:
         fill and drain passing each boundary once more with latency on the path (plain 1F1B
         already has its exposed p2p inside every rank time; interleaved hides it in the steady
         state but not while the first micro-batch travels down and the last one back up)."""
-        return self._memo("pipeline", *self._compute_levers, self.lv.offload_activations, fn=self._pipeline)
+        return self._memo("pipeline", self._compute_levers(), self.lv.offload_activations, fn=self._pipeline)
 
     def _pipeline(self) -> np.ndarray:
         b = self.batch
         pipe = pipeline_time(self.step_rank_times(), b.micro_batches, b.vpp)
         if p2p_overlaps(b.vpp, self.ctx.assumptions):
             pipe = pipe + 2 * (b.pp - 1) * self.ranks()[0].p2p_total / (2 * b.vpp)
-        return np.broadcast_to(pipe, (len(b.rows),)).astype(float)
+        return _column(pipe, self.n)
 
     # ---- time: data parallelism and the optimizer ----------------------------------------------
+    def key_deg(self) -> Degrees:
+        """The degrees of the batch's keys (what no lever changes is computed once per key)."""
+        return self._memo("key_deg", fn=lambda: self.ctx.keys.degrees(self.batch.key_rows))
+
     def rank_params(self, r: int) -> tuple[np.ndarray, np.ndarray]:
-        """(dense, expert) parameters one GPU of rank ``r`` holds."""
+        """(dense, expert) parameters one GPU of rank ``r`` holds, per key."""
         b = self.batch
-        d = b.deg
-        return self._memo("params", r, fn=lambda: local_params(self.ctx.model, b.layout.rank_stages(r), d.tp, d.ep,
-                                                               d.etp, b.pp))
+        d = self.key_deg()
+        return self._memo("params", r, fn=lambda: local_params(
+            self.ctx.model, b.layout.rank_stages(r), d.tp, d.ep, d.etp, b.pp))
 
     def data_parallel(self) -> DataParallel:
         """The exposed data-parallel gradient sync and parameter gather (or FSDP traffic) of the
         rank whose sync exposes the most; each rank hides its sync behind its own compute."""
         kind, fsdp = sync_kind(self.lv.sharding)
-        return self._memo("dp", *self._compute_levers, kind, fsdp, fn=lambda: self._data_parallel(kind, fsdp))
+        return self._memo("dp", self._compute_levers(), kind, fsdp, fn=lambda: self._data_parallel(kind, fsdp))
 
     def _data_parallel(self, kind: str, fsdp: bool) -> DataParallel:
-        ctx, b = self.ctx, self.batch
+        ctx, b, n = self.ctx, self.batch, self.n
         spans = self.spans()
-        n = len(b.rows)
         best, seen = None, set()
         for r, rc in enumerate(self.ranks()):
             sig = (id(rc), self._param_signature(r))  # ranks with equal blocks and parameters sync alike
             if sig in seen:
                 continue
             seen.add(sig)
-            grad, param = self._memo("dp_volume", self._param_signature(r), kind, fn=lambda r=r: data_parallel(
-                *self.rank_params(r), spans, kind, ctx.rates, BF16))
+            grad, param = self._memo("dp_volume", self._param_signature(r), kind, len(b.variants), fn=lambda r=r: tuple(
+                self._tile(x) for x in data_parallel(*self.rank_params(r), self._key_spans(), kind, ctx.rates, BF16)))
             cur = DataParallel(*(_column(x, n) for x in dp_exposure(
                 grad, param, fsdp, b.micro_batches, rc.fwd, rc.bwd, ctx.rates, ctx.assumptions.dp_overlap)))
             best = cur if best is None else _gating(best, cur)
@@ -664,21 +760,25 @@ class Costs:
 
     def optimizer(self) -> OptimizerStep:
         lv = self.lv
-        return self._memo("opt", lv.sharding, lv.moments, lv.offload_optimizer, fn=self._optimizer)
+        step = self._memo("opt", lv.sharding, lv.moments, lv.offload_optimizer, fn=self._optimizer)
+        return step if len(self.batch.variants) == 1 else OptimizerStep(self._tile(step.seconds),
+                                                                        self._tile(step.shard_params))
 
     def _optimizer(self) -> OptimizerStep:
+        """The slowest rank's optimizer step, per key."""
         ctx, b, lv = self.ctx, self.batch, self.lv
-        d = b.deg
+        n = b.n_keys
+        d = self.key_deg()
         override = optimizer_override(ctx.efficiency)
         secs = shard = None
         for r in range(b.pp):
             dense, expert = self.rank_params(r)
             sp = optimizer_shard(lv.sharding, dense, expert, d.dp, d.cp, d.edp)
             tensors = (param_tensors(ctx.model, b.layout.rank_stages(r), d.ep) if ctx.rates.torch_optimizer else 0.0)
-            t = optimizer_step_time(sp, dense + expert, lv.moments, lv.offload_optimizer, ctx.rates, override, tensors)
-            t = np.broadcast_to(t, (len(b.rows),))
+            t = _column(optimizer_step_time(sp, dense + expert, lv.moments, lv.offload_optimizer, ctx.rates, override,
+                                            tensors), n)
             if secs is None:
-                secs, shard = t, np.broadcast_to(sp, t.shape)
+                secs, shard = t, _column(sp, n)
             else:
                 later = t > secs
                 secs, shard = np.where(later, t, secs), np.where(later, sp, shard)
@@ -691,14 +791,17 @@ class Costs:
     # ---- memory ----------------------------------------------------------------------------
     def pieces(self) -> PieceMemory:
         """Per-micro-batch memory of the repeated pieces (a decoder layer of each kind, MTP, the
-        head) for the batch's plans."""
-        lv = self.lv
-        key = ("pieces", lv.recompute, lv.precision, lv.ep_overlap)
-        whole = self.ctx.cached(key, lambda: self._all_pieces())
-        return self._memo("pieces", lv.recompute, lv.precision, lv.ep_overlap, fn=lambda: whole.sliced(self.batch.rows))
+        head) for the batch's keys under its (first variant's) levers."""
+        return self._pieces(self.lv)
 
-    def _all_pieces(self) -> PieceMemory:
-        ctx, lv = self.ctx, self.lv
+    def _pieces(self, lv: Levers):
+        key = ("pieces", lv.recompute, lv.precision, lv.ep_overlap)
+        whole = self.ctx.cached(key, lambda: self._all_pieces(lv))
+        return self._memo("pieces", lv.recompute, lv.precision, lv.ep_overlap,
+                          fn=lambda: whole.sliced(self.batch.key_rows))
+
+    def _all_pieces(self, lv: Levers) -> PieceMemory:
+        ctx = self.ctx
         c, a, job = ctx.keys.col, ctx.assumptions, ctx.job
         sp = (c["tp"] > 1) & a.sequence_parallel
         sh = act.ActShape(tokens=c["mbs"] * job.seq_len // c["cp"], seq=job.seq_len // c["cp"], mbs=c["mbs"],
@@ -709,21 +812,33 @@ class Costs:
         return PieceMemory(ctx.model, sh, lv.recompute, lv.fp8, c["tp"])
 
     def chunks(self, r: int) -> tuple[ChunkMemory, ...]:
-        """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``."""
-        lv = self.lv
-        full = lv.memory_full_layers(r)
-        return self._memo("chunks", r, lv.recompute, full, lv.precision, lv.ep_overlap,
-                          fn=lambda: chunks_from_pieces(self.pieces(), self.ctx.model, self.batch.layout, r,
-                                                        lv.recompute, full))
+        """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``, every plan's."""
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("chunks", r, key, fn=lambda: self._chunks(r))
+
+    def _chunks(self, r: int) -> tuple[ChunkMemory, ...]:
+        variants = self.batch.variants
+        fulls = tuple(v.memory_full_layers(r) for v in variants)
+        if len(variants) == 1:
+            return chunks_from_pieces(self.pieces(), self.ctx.model, self.batch.layout, r, fulls[0])
+        key = tuple((v.recompute, v.precision, v.ep_overlap) for v in variants)
+        stacked = self._memo("stacked_pieces", key, fn=lambda: StackedPieces(
+            [self._pieces(v) for v in variants], self.batch.n_keys))
+        return chunks_from_pieces(stacked, self.ctx.model, self.batch.layout, r, fulls)
 
     def constant(self, r: int) -> ConstantMemory:
         """Weights, gradients and optimizer states of one GPU of rank ``r``."""
         lv = self.lv
-        return self._memo("constant", r, lv.sharding, lv.moments, lv.offload_optimizer, fn=lambda: self._constant(r))
+        per_key = self._memo("constant", r, lv.sharding, lv.moments, lv.offload_optimizer, fn=lambda: self._constant(r))
+        if len(self.batch.variants) == 1:
+            return per_key
+        return self._memo("constant_tiled", r, lv.sharding, lv.moments, lv.offload_optimizer, len(self.batch.variants),
+                          fn=lambda: ConstantMemory(*(self._tile(getattr(per_key, f.name))
+                                                      for f in dataclasses.fields(ConstantMemory))))
 
     def _constant(self, r: int) -> ConstantMemory:
         b = self.batch
-        d = b.deg
+        d = self.key_deg()
         rp = self._memo("rank_params", r, fn=lambda: rank_params_of(self.ctx.model, b.layout, r, d.tp, d.etp, d.ep))
         return constant_bytes(rp, dp=d.dp, cp=d.cp, edp=d.edp, sharding=self.lv.sharding, moments=self.lv.moments,
                               offload_optimizer=self.lv.offload_optimizer)
@@ -731,35 +846,35 @@ class Costs:
     def comm_buffers(self) -> np.ndarray:
         """NCCL communicators, dispatcher staging, p2p buffers and workspaces (every rank alike),
         and the local spec's persistent attention-score buffer."""
-        return self._memo("comm", self.lv.dispatcher, fn=self._comm_buffers)
+        return self._memo("comm", self._row("dispatcher"), fn=lambda: self._per_variant(self._comm_buffers))
 
-    def _comm_buffers(self) -> np.ndarray:
+    def _comm_buffers(self, lv: Levers) -> np.ndarray:
         ctx, b = self.ctx, self.batch
-        crosses = span_crossings(self.spans())
-        d = b.deg
-        tokens = b.mbs * ctx.job.seq_len // d.cp
+        keys = ctx.keys
+        rows = b.key_rows
+        crosses = span_crossings(self._key_spans())
+        d = self.key_deg()
+        mbs = keys.col["mbs"][rows]
+        tokens = mbs * ctx.job.seq_len // d.cp
         sp = (d.tp > 1) & ctx.assumptions.sequence_parallel
-        total = comm_bytes(ctx.model, ctx.efficiency.memory, d, crosses=crosses, dispatcher=self.lv.dispatcher,
+        total = comm_bytes(ctx.model, ctx.efficiency.memory, d, crosses=crosses, dispatcher=lv.dispatcher,
                            tokens=tokens, sp=sp)
-        total = total + attention_score_bytes(ctx.model, ctx.assumptions.implementation, b.mbs, d.tp,
-                                              ctx.job.seq_len // d.cp)
-        return np.broadcast_to(total, (len(b.rows),)).astype(float)
+        return total + attention_score_bytes(ctx.model, ctx.assumptions.implementation, mbs, d.tp,
+                                             ctx.job.seq_len // d.cp)
 
     def activation_peak(self, r: int) -> np.ndarray:
         """Highest activation + transient bytes of rank ``r`` over its schedule (exact maximum over
         the distinct in-flight vectors before each forward and backward)."""
-        lv = self.lv
-        return self._memo("act_peak", r, lv.recompute, lv.memory_full_layers(r), lv.precision, lv.ep_overlap,
-                          lv.offload_activations, fn=lambda: self._activation_peak(r))
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("act_peak", r, key, self.lv.offload_activations, fn=lambda: self._activation_peak(r))
 
     def _activation_peak(self, r: int) -> np.ndarray:
-        b = self.batch
+        b, n = self.batch, self.n
         chunks = self.chunks(r)
-        n = len(b.rows)
         kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
         out = np.empty(n)
         # Plans whose schedules show the same in-flight vectors share one matrix product.
-        m = self._memo("profile_m", fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
+        m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
         for mi, cols in self._buckets(m, "profile_m"):
             out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
                                            self.lv.offload_activations)
@@ -768,10 +883,11 @@ class Costs:
     def optimizer_transient(self, r: int) -> np.ndarray:
         """Optimizer-step temporaries of rank ``r``."""
         lv = self.lv
-        return self._memo("opt_transient", r, lv.sharding, lv.moments, lv.offload_optimizer, lv.precision,
-                          fn=lambda: np.broadcast_to(
-                              optimizer_transient_of(self.ctx.hw, self.ctx.assumptions, lv.moments, lv.precision,
-                                                     self.constant(r).optimizer), (len(self.batch.rows),)))
+        key = (r, lv.sharding, lv.moments, lv.offload_optimizer, self._row("precision"))
+        opt = self.constant(r).optimizer
+        return self._memo("opt_transient", *key, fn=lambda: self._per_variant(
+            lambda v: optimizer_transient_of(self.ctx.hw, self.ctx.assumptions, v.moments, v.precision,
+                                             opt[: self.batch.n_keys] if np.ndim(opt) else opt)))
 
     def peak_bytes(self, r: int) -> np.ndarray:
         """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation
@@ -783,7 +899,7 @@ class Costs:
     def host_bytes(self, r: int) -> np.ndarray:
         """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, and with activation
         offload the activations of the chunks in flight at the end of the warm-up."""
-        total = np.broadcast_to(self.constant(r).host_optimizer, (len(self.batch.rows),)).astype(float)
+        total = _column(self.constant(r).host_optimizer, self.n)
         if self.lv.offload_activations:
             total = total + self.host_activation_bytes(r)
         return total
@@ -791,17 +907,33 @@ class Costs:
     def host_activation_bytes(self, r: int) -> np.ndarray:
         """With activation offload, the activations of the chunks in flight at the end of the
         warm-up wait in host memory."""
-        b = self.batch
-        counts = self._memo("end_of_warmup", r, fn=lambda: self._end_of_warmup(r))  # (plans, chunks)
-        chunks = self.chunks(r)
-        return sum(counts[:, c] * _column(ch.kept, len(b.rows)) for c, ch in enumerate(chunks))
+        counts = self._memo("end_of_warmup", r, len(self.batch.variants), fn=lambda: self._end_of_warmup(r))
+        return sum(counts[:, c] * _column(ch.kept, self.n) for c, ch in enumerate(self.chunks(r)))
 
     def _end_of_warmup(self, r: int) -> np.ndarray:
         b = self.batch
-        out = np.zeros((len(b.rows), b.vpp))
+        out = np.zeros((self.n, b.vpp))
         for m, cols in self._buckets(b.micro_batches, "m"):
             out[cols] = inflight_end_of_warmup(b.pp, b.vpp, m, r)
         return out
+
+
+@dataclass(frozen=True)
+class _LeverView:
+    """The levers a block's cost reads (see :meth:`CostContext.block_cost`)."""
+
+    precision: str
+    dispatcher: str | None
+    ep_overlap: bool
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision == "fp8"
+
+
+def _positions(specs) -> list[tuple[str, bool]]:
+    """The (block, fully recomputed) positions of a rank over all variants' block lists, in order."""
+    return list(dict.fromkeys((name, full) for spec in specs for name, _, _, full in spec))
 
 
 def _column(x, n: int) -> np.ndarray:

@@ -256,8 +256,10 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
     return fwd, grad
 
 
-def chunks_from_pieces(pieces, model, layout, rank: int, recompute, full_layers) -> tuple[ChunkMemory, ...]:
-    """Assemble a rank's chunks from per-piece memories, in layout order."""
+def chunks_from_pieces(pieces, model, layout, rank: int, full_layers) -> tuple[ChunkMemory, ...]:
+    """Assemble a rank's chunks from per-piece memories, in layout order. ``full_layers``: with
+    full recompute, how many layers per chunk recompute (Megatron's block method recomputes the
+    first N layers of each virtual stage); None means all."""
     chunks = []
     for st in layout.rank_stages(rank):
         layers: list[LayerMemory] = []
@@ -265,16 +267,62 @@ def chunks_from_pieces(pieces, model, layout, rank: int, recompute, full_layers)
             layers.append(pieces.embedding())
         for pos, li in enumerate(st.layers):
             kind = model.layer_kinds[li]
-            rc_kind = recompute.kind
-            if rc_kind == "full" and full_layers is not None and pos >= full_layers:
-                rc_kind = "none"
-            layers.append(pieces.layer(kind, rc_kind, f"layer {li} ({kind})"))
+            layers.append(pieces.layer_at(kind, pos, full_layers, f"layer {li} ({kind})"))
         for _ in range(st.mtp):
             layers.append(pieces.mtp())
         if st.loss:
             layers.append(pieces.head())
         chunks.append(ChunkMemory(st.vpp_rank, tuple(layers)))
     return tuple(chunks)
+
+
+def layer_rc_kind(recompute, full_layers, pos: int) -> str:
+    """What a layer at position ``pos`` of its chunk recomputes: the plan's recompute kind, except
+    that full:N (or per-stage counts) recomputes only the first N layers of each chunk."""
+    if recompute.kind == "full" and full_layers is not None and pos >= full_layers:
+        return "none"
+    return recompute.kind
+
+
+class StackedPieces:
+    """The pieces of several lever settings side by side (plan order: each setting's keys in a
+    row), with the same interface as :class:`PieceMemory`; ``full_layers`` is per setting."""
+
+    def __init__(self, parts: list, n: int):
+        self.parts, self.n, self.cache = parts, n, {}
+
+    def _stack(self, layers: list[LayerMemory]) -> LayerMemory:
+        piece = tuple(x.piece for x in layers)
+        if piece not in self.cache:
+            cols = lambda x: x if isinstance(x, np.ndarray) and x.shape == (self.n,) else np.full(self.n, x, dtype=float)  # noqa: E731
+            self.cache[piece] = LayerMemory(layers[0].name, *(np.concatenate([cols(getattr(x, f)) for x in layers])
+                                                              for f in ("kept", "fwd_transient", "bwd_transient", "full")),
+                                            piece)
+        hit = self.cache[piece]
+        return hit if hit.name == layers[0].name else LayerMemory(layers[0].name, hit.kept, hit.fwd_transient,
+                                                                  hit.bwd_transient, hit.full, piece)
+
+    def _once(self, which: str) -> LayerMemory:
+        if which not in self.cache:
+            self.cache[which] = self._stack([getattr(p, which)() for p in self.parts])
+        return self.cache[which]
+
+    def embedding(self):
+        return self._once("embedding")
+
+    def layer_at(self, kind, pos, full_layers, name):
+        rcs = tuple(layer_rc_kind(p.rc, f, pos) for p, f in zip(self.parts, full_layers))
+        hit = self.cache.get((kind, rcs))
+        if hit is None:
+            hit = self.cache[kind, rcs] = self._stack([p.layer(kind, rc, name) for p, rc in zip(self.parts, rcs)])
+        return hit if hit.name == name else LayerMemory(name, hit.kept, hit.fwd_transient, hit.bwd_transient, hit.full,
+                                                        hit.piece)
+
+    def mtp(self):
+        return self._once("mtp")
+
+    def head(self):
+        return self._once("head")
 
 
 class PieceMemory:
@@ -305,6 +353,10 @@ class PieceMemory:
             self.cache[key] = LayerMemory(name, lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, key)
         m = self.cache[key]
         return m if m.name == name else LayerMemory(name, m.kept, m.fwd_transient, m.bwd_transient, m.full, m.piece)
+
+    def layer_at(self, kind: str, pos: int, full_layers, name: str) -> LayerMemory:
+        """The layer at position ``pos`` of its chunk (see :func:`layer_rc_kind`)."""
+        return self.layer(kind, layer_rc_kind(self.rc, full_layers, pos), name)
 
     def mtp(self) -> LayerMemory:
         if "m" not in self.cache:
@@ -342,6 +394,10 @@ class _SlicedPieces:
     def __init__(self, base: PieceMemory, idx):
         self.base, self.idx, self.cache = base, idx, {}
 
+    @property
+    def rc(self):
+        return self.base.rc
+
     def _cut(self, lm: LayerMemory, name: str | None = None) -> LayerMemory:
         key = lm.piece
         if key not in self.cache:
@@ -355,7 +411,14 @@ class _SlicedPieces:
         return self._cut(self.base.embedding())
 
     def layer(self, kind, rc_kind, name):
-        return self._cut(self.base.layer(kind, rc_kind, name), name)
+        hit = self.cache.get((kind, rc_kind))
+        if hit is None:
+            hit = self.cache[kind, rc_kind] = self._cut(self.base.layer(kind, rc_kind, name))
+        return hit if hit.name == name else LayerMemory(name, hit.kept, hit.fwd_transient, hit.bwd_transient, hit.full,
+                                                        hit.piece)
+
+    def layer_at(self, kind, pos, full_layers, name):
+        return self.layer(kind, layer_rc_kind(self.base.rc, full_layers, pos), name)
 
     def mtp(self):
         return self._cut(self.base.mtp())

@@ -74,18 +74,20 @@ class Coefficients:
     """Exposed pipeline send/receive seconds per micro-batch of each rank."""
 
 
-def coefficients(setup, stage_recompute: bool) -> Coefficients:
+def coefficients(setup, stage_recompute: bool, own=None) -> Coefficients:
     """Per-layer memory and time of ``setup``'s plan, and of the same plan without its recompute
-    and with full recompute (read from the composition of a batch of one)."""
-    from planner.cost.compose import batch_of_setup, evaluate_batch
+    and with full recompute (read from the composition of a batch of one; ``own``: the plan's
+    composition, when already built)."""
+    from planner.cost.compose import costs_of, evaluate_batch
 
     model, rc = setup.model, setup.recompute
-    batch = batch_of_setup(setup)
+    own = own or costs_of(setup)
+    batch = own.batch
     lv = dataclasses.replace(batch.levers, stage_recompute=None)
     if stage_recompute:
         lv = dataclasses.replace(lv, recompute=dataclasses.replace(rc, kind="none", modules=(), layers=None))
     full = dataclasses.replace(lv, recompute=dataclasses.replace(rc, kind="full", modules=(), layers=None))
-    own, base, whole = (evaluate_batch(batch.with_levers(x)) for x in (batch.levers, lv, full))
+    base, whole = (evaluate_batch(batch.with_levers(x)) for x in (lv, full))
     base_kind = "none" if stage_recompute or (rc.kind == "full" and rc.layers is not None) else rc.kind
     kinds = sorted(set(model.layer_kinds))
     pieces, full_pieces = base.pieces(), whole.pieces()
@@ -114,8 +116,8 @@ def coefficients(setup, stage_recompute: bool) -> Coefficients:
 
 def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -> StageRefinement:
     """Best uneven layout (and per-rank recompute) for ``setup``'s degrees and levers."""
+    from planner.cost.compose import costs_of
     from planner.cost.memory import memory_report
-    from planner.cost.time import step_time
 
     model, deg = setup.model, setup.deg
     pat = _kinds_prefix(model)
@@ -125,8 +127,9 @@ def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -
         return StageRefinement(setup, False, "fewer layers than virtual stages")
     if stage_recompute and setup.recompute.kind not in ("none", "full"):
         stage_recompute = False  # per-stage full recompute replaces, not mixes with, selective recompute
-    base_mem, base_time = memory_report(setup), step_time(setup)
-    co = coefficients(setup, stage_recompute)
+    own = costs_of(setup)
+    base_mem, base_time = memory_report(setup, own), float(own.step_s()[0])
+    co = coefficients(setup, stage_recompute, own)
     solved = _solve(setup, co, pat, stage_recompute, base_time, time_limit_s)
     if isinstance(solved, str):
         return StageRefinement(setup, False, solved)
@@ -135,8 +138,8 @@ def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -
     from planner.cost.setup import resolve_setup
 
     new = resolve_setup(model, setup.hw, setup.job, setup.plan.replace(**changes), setup.assumptions)
-    mem = memory_report(new)
-    t_new = step_time(new)
+    costs = costs_of(new)
+    mem, t_new = memory_report(new, costs), float(costs.step_s()[0])
     if mem.fits and (t_new < base_time * (1 - 1e-9) or not base_mem.fits):
         return StageRefinement(new, True, f"{status}: step {base_time:.4f}s -> {t_new:.4f}s")
     why = "no faster" if mem.fits else "exact memory model rejects it"

@@ -140,48 +140,63 @@ def lever_setting(values: dict):
                   values["ep_overlap"] == "on")
 
 
-def _group_levers(space: Space, group: tuple[str, ...]) -> list:
-    """The typed levers of each combination of ``group``'s values, the others at their first."""
+ROW = ("recompute", "precision", "dispatcher", "ep_overlap")
+"""The levers a batch evaluates side by side (planner.cost.compose.ROW_LEVERS); the others are
+looped over, one batch per value combination."""
+
+
+def _plan(space: Space, group: tuple[str, ...]) -> list[tuple[list, np.ndarray]]:
+    """How to fill a table over ``group``: per combination of its batch levers, the variants (typed
+    levers of each combination of its row levers) and each variant's column in the table."""
     base = {k: v[0] for k, v in space.levers.items()}
-    return [lever_setting({**base, **dict(zip(group, values))}) for values in combos(space, group)]
-
-
-def _lever_batches(batch, settings: list):
-    """(combination index, the batch under that combination)."""
-    for ci, levers in enumerate(settings):
-        yield ci, batch.with_levers(levers)
+    row = tuple(k for k in group if k in ROW)
+    rest = tuple(k for k in group if k not in ROW)
+    index = {values: ci for ci, values in enumerate(combos(space, group))}
+    out = []
+    for b in combos(space, rest):
+        variants, cols = [], []
+        for v in combos(space, row):
+            values = {**base, **dict(zip(rest, b)), **dict(zip(row, v))}
+            variants.append(lever_setting(values))
+            cols.append(index[tuple(values[k] for k in group)])
+        out.append((variants, np.array(cols)))
+    return out
 
 
 def fill_tables(space: Space, structs: list[Struct], assumptions, T: dict[str, np.ndarray]) -> None:
-    """Fill every cost table ``T`` (name -> array) for ``structs`` from the one composition."""
+    """Fill every cost table ``T`` (name -> array) for ``structs`` from the one composition: per
+    pipeline layout, one batch per value combination of the table's batch levers, every
+    combination of its row levers side by side."""
     from planner.cost.compose import CostContext, evaluate_batch, layout_batches
 
     ctx = CostContext.for_structs(space.model, space.hw, space.job, assumptions, structs)
     base = lever_setting({k: v[0] for k, v in space.levers.items()})
-    settings = {name: _group_levers(space, grp) for name, grp in GROUPS.items()}
+    plans = {name: _plan(space, grp) for name, grp in GROUPS.items()}
+    terms = {
+        "TP": lambda c: _us(c.pipeline_s()),
+        "TD": lambda c: _us(c.data_parallel().exposed),
+        "TO": lambda c: _us(c.optimizer().seconds),
+    }
+    per_rank = {
+        "W": lambda c, r: _mib(c.constant(r).total), "HW": lambda c, r: _mib(c.constant(r).host_optimizer),
+        "C": lambda c, r: _mib(c.comm_buffers() + c.constant(r).fsdp_buffers),
+        "A": lambda c, r: _mib(c.activation_peak(r)), "OT": lambda c, r: _mib(c.optimizer_transient(r)),
+        "HA": lambda c, r: _mib(c.host_activation_bytes(r)) if c.lv.offload_activations else 0,
+    }
     for batch in layout_batches(ctx, structs, base):
-        rows, pp = batch.rows, batch.pp
-        for ci, b in _lever_batches(batch, settings["TP"]):
-            T["TP"][rows, ci] = _us(evaluate_batch(b).pipeline_s())
-        for ci, b in _lever_batches(batch, settings["TD"]):
-            T["TD"][rows, ci] = _us(evaluate_batch(b).data_parallel().exposed)
-        for ci, b in _lever_batches(batch, settings["TO"]):
-            T["TO"][rows, ci] = _us(evaluate_batch(b).optimizer().seconds)
-        for r in range(pp):
-            for ci, b in _lever_batches(batch, settings["W"]):
-                const = evaluate_batch(b).constant(r)
-                T["W"][rows, r, ci] = _mib(np.broadcast_to(const.total, rows.shape))
-                T["HW"][rows, r, ci] = _mib(np.broadcast_to(const.host_optimizer, rows.shape))
-            for ci, b in _lever_batches(batch, settings["C"]):
-                c = evaluate_batch(b)
-                T["C"][rows, r, ci] = _mib(c.comm_buffers() + c.constant(r).fsdp_buffers)
-            for ci, b in _lever_batches(batch, settings["A"]):
-                c = evaluate_batch(b)
-                T["A"][rows, r, ci] = _mib(c.activation_peak(r))
-                if b.levers.offload_activations:
-                    T["HA"][rows, r, ci] = _mib(c.host_activation_bytes(r))
-            for ci, b in _lever_batches(batch, settings["OT"]):
-                T["OT"][rows, r, ci] = _mib(evaluate_batch(b).optimizer_transient(r))
+        rows, n = batch.key_rows, batch.n_keys
+        for name, fn in terms.items():
+            for variants, cols in plans[name]:
+                vals = np.broadcast_to(fn(evaluate_batch(batch.with_variants(variants))), (len(cols) * n,))
+                T[name][rows[None, :], cols[:, None]] = vals.reshape(len(cols), n)
+        for name, fn in per_rank.items():
+            grp = "W" if name == "HW" else "A" if name == "HA" else name
+            for variants, cols in plans[grp]:
+                c = evaluate_batch(batch.with_variants(variants))
+                for r in range(batch.pp):
+                    vals = np.broadcast_to(fn(c, r), (len(cols) * n,))
+                    T[name][rows[None, :], r, cols[:, None]] = vals.reshape(len(cols), n)
+        ctx.forget(batch.group)
 
 
 def rule_tables(space: Space, structs: list[Struct], R1, R2) -> None:
@@ -212,7 +227,8 @@ def build_tables(space: Space, *, assumptions=None, structs: list[Struct] | None
     g = {name: combos(space, grp) for name, grp in GROUPS.items()}
     nS = len(structs)
     maxR = max((s.pp for s in structs), default=1)
-    T = {name: np.zeros((nS, maxR, len(g[name])), dtype=np.int64) for name in ("W", "C", "A", "OT")}
+    # MiB fit int32 (up to 2 PiB per GPU); microseconds stay int64.
+    T = {name: np.zeros((nS, maxR, len(g[name])), dtype=np.int32) for name in ("W", "C", "A", "OT")}
     T["HW"], T["HA"] = np.zeros_like(T["W"]), np.zeros_like(T["A"])
     T.update({name: np.zeros((nS, len(g[name])), dtype=np.int64) for name in ("TP", "TD", "TO")})
     R1 = np.zeros((nS, len(combos(space, RULE_GROUPS["R1"]))), dtype=bool)
