@@ -12,7 +12,8 @@ from planner.cost.comm import (
 )
 from planner.cost.rates import rates_for
 from planner.cost.setup import resolve_setup
-from planner.cost.time import evaluate, plan_spans, time_report
+from planner.cost.compose import costs_of, plan_spans
+from planner.cost.time import time_report
 from planner.cost.topology import (
     GroupSpan, build_topology, default_domain_fill, group_links, group_ranks, group_spans, grid_orders, idle_gpus,
 )
@@ -103,8 +104,8 @@ def test_nvl72_fill_72_counts_crossing_groups_and_slows_all_to_all():
     assert fill == 72
     assert spans["ep"].crossing > 0 and spans["ep"].domains == 2
     # The crossing groups run their all-to-all partly over the 50 GB/s NICs.
-    ep_in = evaluate(inside).ranks[1].comm(exposed=False)["ep"]
-    ep_out = evaluate(packed).ranks[1].comm(exposed=False)["ep"]
+    ep_in = costs_of(inside).ranks()[1].comm(exposed=False)["ep"][0]
+    ep_out = costs_of(packed).ranks()[1].comm(exposed=False)["ep"][0]
     assert ep_out > 1.5 * ep_in
     rep = time_report(packed).to_json()["topology"]
     assert rep["groups"]["ep"]["crossing_groups"] == spans["ep"].crossing

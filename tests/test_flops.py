@@ -102,7 +102,7 @@ def test_hardware_flops_with_full_recompute_match_narayanan_96():
     from planner.cost.compute import block_time
     from calibration_rows import a100, narayanan_setup, NARAYANAN_ROWS
     from planner.cost.rates import rates_for
-    from planner.cost.time import plan_shard
+    from planner.cost.compose import plan_shard
 
     setup = narayanan_setup(NARAYANAN_ROWS[0])
     ms, sh, r = model_shape(setup.model), plan_shard(setup), rates_for(setup)

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.cost import activations as act
-from planner.cost.constant import constant_memory
 from planner.cost.memory import memory_report, stage_memory
 from planner.errors import PlanRuleError
 from planner.units import GiB
@@ -85,7 +84,7 @@ def test_korthikanti_figure1(name):
     setup = setup_for(model, "h100", f"tp={lay['tp']},pp={lay['pp']},vpp={lay['vpp']},mbs={lay['micro_batch']},sharding=ddp",
                       gpus=lay["gpus"], global_batch=lay["global_batch"], seq_len=2048)
     rank = 1 if lay["pp"] > 1 else 0
-    assert constant_memory(setup, rank).total / GiB == pytest.approx(fig1["params_and_optimizer"], rel=0.05)
+    assert stage_memory(setup, rank).constant.total / GiB == pytest.approx(fig1["params_and_optimizer"], rel=0.05)
 
 
 @pytest.mark.parametrize("name", list(KORTHIKANTI["models"]))
@@ -148,12 +147,12 @@ def test_more_sharding_never_increases_a_constant_class(p, i):
     base = f"tp={p['tp']},pp={p['pp']},ep={p['ep']},etp=1,mbs={p['mbs']}"
     gpus = 64
     gb = 64 * p["mbs"]
-    a = constant_memory(setup_for(model, "h100", base + f",sharding={SHARDING_ORDER[i]}", gpus=gpus, global_batch=gb, seq_len=1024), 0)
-    b = constant_memory(setup_for(model, "h100", base + f",sharding={SHARDING_ORDER[i + 1]}", gpus=gpus, global_batch=gb, seq_len=1024), 0)
+    a = stage_memory(setup_for(model, "h100", base + f",sharding={SHARDING_ORDER[i]}", gpus=gpus, global_batch=gb, seq_len=1024), 0).constant
+    b = stage_memory(setup_for(model, "h100", base + f",sharding={SHARDING_ORDER[i + 1]}", gpus=gpus, global_batch=gb, seq_len=1024), 0).constant
     for cls in ("weights", "gradients", "optimizer"):
         assert getattr(b, cls) <= getattr(a, cls) + 1e-6
     # More data parallelism (twice the GPUs) never increases a class either.
-    c = constant_memory(setup_for(model, "h100", base + f",sharding={SHARDING_ORDER[i]}", gpus=2 * gpus, global_batch=2 * gb, seq_len=1024), 0)
+    c = stage_memory(setup_for(model, "h100", base + f",sharding={SHARDING_ORDER[i]}", gpus=2 * gpus, global_batch=2 * gb, seq_len=1024), 0).constant
     for cls in ("weights", "gradients", "optimizer"):
         assert getattr(c, cls) <= getattr(a, cls) + 1e-6
         assert getattr(a, cls) >= 0

@@ -20,7 +20,7 @@ from planner.cost.pipeline import (
 )
 from planner.cost.rates import rates_for
 from planner.cost.setup import Assumptions, resolve_setup
-from planner.cost.time import evaluate, time_report
+from planner.cost.time import step_time, time_report
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.job import Job
 from planner.specs.plan import Plan
@@ -189,7 +189,7 @@ def test_torch_adamw_and_its_per_tensor_fallbacks():
 def test_kernel_times_carry_host_times_for_every_entry():
     s = planner_setup(by_name("moe-s2k-b4-none"))
     ms, r = model_shape(s.model), rates_for(s)
-    from planner.cost.time import plan_shard
+    from planner.cost.compose import plan_shard
 
     for kt in kernel_times(ms, plan_shard(s), "moe", r):
         assert (kt.host_f, kt.host_b) == host_times(kt.kernel, r)
@@ -198,4 +198,4 @@ def test_kernel_times_carry_host_times_for_every_entry():
 def test_single_gpu_te_runs_faster_than_with_the_multi_gpu_fraction():
     s = _setup(impl="te")
     r = rates_for(s)
-    assert evaluate(s, rates=r).step_s < evaluate(s, rates=dataclasses.replace(r, sustained=0.73)).step_s
+    assert step_time(s, rates=r) < step_time(s, rates=dataclasses.replace(r, sustained=0.73))

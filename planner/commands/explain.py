@@ -71,7 +71,8 @@ def explain_cmd(
     json: JsonOpt = False,
 ) -> None:
     """Explain one plan: per-stage memory by class, the peak moment, headroom; time and bottleneck."""
-    from planner.cost.evaluate import context_json, evaluate
+    from planner.cost.compose import batch_of_setup, evaluate_batch
+    from planner.cost.evaluate import context_json, plan_evaluation
     from planner.cost.memory import memory_report
     from planner.cost.setup import resolve_setup
     from planner.errors import PlannerError
@@ -113,8 +114,9 @@ def explain_cmd(
                         domain_fill=domain_fill, memory_margin_gib=memory_margin)
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     setup = resolve_setup(m, h, j, p, assumptions)
-    mem = memory_report(setup)
-    result = evaluate(setup, memory=mem)
+    costs = evaluate_batch(batch_of_setup(setup))
+    mem = memory_report(setup, costs)
+    result = plan_evaluation(setup, costs=costs, memory=mem)
     if unknown_flags:
         result["unknown_megatron_flags"] = unknown_flags
     if against is not None:

@@ -162,12 +162,13 @@ def local_kv_terms(sh: ActShape, nh: float, kv_heads: float, head_dim: int) -> l
     probs @ V matmul keeps that whole [tokens, (nq + 2 nkv) d] output alive. The unfused RoPE keeps
     its cos and sin tables ([s, 1, 1, d] bf16, for Q and for K)."""
     T = sh.tokens
-    if nh > kv_heads:
-        kv = [ActTerm("attn.k_repeated", BF16 * T * nh * head_dim, "layer"),
-              ActTerm("attn.v_repeated", BF16 * T * nh * head_dim, "layer")]
-    else:
-        kv = [ActTerm("attn.k", BF16 * T * nh * head_dim, "layer"),
-              ActTerm("attn.qkv_projection", BF16 * T * (nh + 2 * kv_heads) * head_dim, "layer")]
+    # Elementwise over a batch of plans: GQA plans (nh > kv heads) keep the repeated copies, MHA
+    # plans the key and the projection output; each term is zero where it does not apply.
+    gqa = nh > kv_heads
+    kv = [ActTerm("attn.k_repeated", where(gqa, BF16 * T * nh * head_dim, 0.0), "layer"),
+          ActTerm("attn.v_repeated", where(gqa, BF16 * T * nh * head_dim, 0.0), "layer"),
+          ActTerm("attn.k", where(gqa, 0.0, BF16 * T * nh * head_dim), "layer"),
+          ActTerm("attn.qkv_projection", where(gqa, 0.0, BF16 * T * (nh + 2 * kv_heads) * head_dim), "layer")]
     return kv + [ActTerm("attn.rope_cos_sin", 2 * 2 * BF16 * sh.seq * head_dim, "layer")]
 
 

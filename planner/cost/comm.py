@@ -197,21 +197,39 @@ def comm_causes(ms: ModelShape, block: str, spans: dict[str, GroupSpan]) -> tupl
     return tuple(out)
 
 
+def cause_transfers(ms: ModelShape, sh: Shard, cause: str, spans: dict[str, GroupSpan], rates: Rates,
+                    fp8_dispatch: bool):
+    """What one cause's collectives cost for one micro-batch, before any overlap (the same for
+    every block with that cause; the expert-TP traffic is never overlapped: its CommCost)."""
+    if cause == "tp":
+        return tp_collectives(ms, sh, spans["tp"], rates)
+    if cause == "cp":
+        return cp_transfers(ms, sh, spans["cp"], rates)
+    if cause == "ep":
+        return ep_transfers(ms, sh, spans["ep"], rates, fp8_dispatch)
+    return etp_comm(ms, sh, spans["etp"], rates)
+
+
 def block_comm(ms: ModelShape, sh: Shard, block: str, bt: BlockTime, spans: dict[str, GroupSpan],
-               rates: Rates, flags: CommFlags) -> tuple[CommCost, ...]:
+               rates: Rates, flags: CommFlags, transfers: dict | None = None) -> tuple[CommCost, ...]:
     """Communication of one block for one micro-batch (forward and backward together): each
-    cause's collectives (what they cost) and their exposure (what overlaps)."""
+    cause's collectives (what they cost, :func:`cause_transfers`; ``transfers`` keeps them for
+    the blocks that share ``sh`` and ``spans``) and their exposure (what overlaps)."""
     out: list[CommCost] = []
     full = flags.recompute == "full"
+    transfers = {} if transfers is None else transfers
     for cause in comm_causes(ms, block, spans):
+        if cause not in transfers:
+            transfers[cause] = cause_transfers(ms, sh, cause, spans, rates, flags.fp8_dispatch)
+        t = transfers[cause]
         if cause == "tp":
-            out.append(tp_comm(ms, block, bt, tp_collectives(ms, sh, spans["tp"], rates), rates, flags.tp_overlap, full))
+            out.append(tp_comm(ms, block, bt, t, rates, flags.tp_overlap, full))
         elif cause == "cp":
-            out.append(cp_comm(bt, cp_transfers(ms, sh, spans["cp"], rates), rates, full))
+            out.append(cp_comm(bt, t, rates, full))
         elif cause == "ep":
-            out.append(ep_comm(bt, ep_transfers(ms, sh, spans["ep"], rates, flags.fp8_dispatch), rates, flags))
+            out.append(ep_comm(bt, t, rates, flags))
         else:
-            out.append(etp_comm(ms, sh, spans["etp"], rates))
+            out.append(t)
     return tuple(out)
 
 

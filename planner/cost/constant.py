@@ -19,7 +19,8 @@ too; HSDP shards over its sharding group only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+
+import numpy as np
 
 from planner.cost.arrays import maximum, minimum
 from planner.specs.params import Block, embedding_block, head_block, layer_block, mtp_block
@@ -49,12 +50,6 @@ def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[float,
         else:
             dense += c.params
     return dense, expert
-
-
-@lru_cache(maxsize=65536)
-def rank_params(model, layout, rank: int, tp: int, etp: int, ep: int) -> RankParams:
-    """Cached for scalar degrees; see :func:`rank_params_of`."""
-    return rank_params_of(model, layout, rank, tp, etp, ep)
 
 
 def rank_params_of(model, layout, rank: int, tp, etp, ep) -> RankParams:
@@ -113,12 +108,11 @@ class ConstantMemory:
         """Weights, gradients and optimizer states (the FSDP buffers count as communication)."""
         return self.weights + self.gradients + self.optimizer
 
-
-def constant_memory(setup, rank: int) -> ConstantMemory:
-    deg, plan = setup.deg, setup.plan
-    rp = rank_params(setup.model, setup.layout, rank, deg.tp, deg.etp, deg.ep)
-    return constant_bytes(rp, dp=deg.dp, cp=deg.cp, edp=deg.edp, sharding=setup.sharding, moments=plan.moments,
-                          offload_optimizer=plan.offloads_optimizer)
+    def at(self, i: int) -> "ConstantMemory":
+        """The bytes of plan ``i`` of a batch (fields may be arrays over plans)."""
+        pick = lambda x: float(x[i]) if np.ndim(x) else float(x)  # noqa: E731
+        return ConstantMemory(pick(self.weights), pick(self.gradients), pick(self.optimizer),
+                              pick(self.host_optimizer), pick(self.fsdp_buffers))
 
 
 def constant_bytes(rp: RankParams, *, dp, cp, edp, sharding, moments: str, offload_optimizer: bool) -> ConstantMemory:

@@ -15,23 +15,20 @@ def plan_json(setup) -> dict:
     return {k: out[k] for k in sorted(out)}
 
 
-def time_json(setup) -> dict:
-    """The `time` object, or a note that the time model is not available."""
-    try:
-        from planner.cost.time import time_report
-    except ModuleNotFoundError:
-        return {"modeled": False, "note": "time model not available in this build"}
-    return time_report(setup).to_json()
-
-
-def evaluate(setup, *, memory=None, time=True) -> dict:
+def plan_evaluation(setup, *, costs=None, memory=None, time=True) -> dict:
+    """The plan's JSON result: its keys, memory report and (with ``time``) time report, from one
+    composition of its costs (``costs`` and ``memory`` when the caller already has them)."""
+    from planner.cost.compose import batch_of_setup, evaluate_batch
     from planner.cost.memory import memory_report
+    from planner.cost.time import time_report
 
-    mem = memory if memory is not None else memory_report(setup)
+    if costs is None and (memory is None or time):
+        costs = evaluate_batch(batch_of_setup(setup))
+    mem = memory if memory is not None else memory_report(setup, costs)
     out = {"plan": plan_json(setup), "plan_string": setup.plan.to_string(),
            "micro_batches": setup.micro_batches, "memory": mem.to_json()}
     if time:
-        out["time"] = time_json(setup)
+        out["time"] = time_report(setup, costs=costs).to_json()
     return out
 
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
+
+import numpy as np
 
 from planner.cost.arrays import hashable, maximum, minimum
-from planner.cost.comm import CommCost, CommFlags, block_comm, dp_time, overlapped, pp_p2p_time
-from planner.cost.compute import BlockTime, block_time
-from planner.cost.flops import FP32, ModelShape, Shard
+from planner.cost.comm import CommCost, dp_time, overlapped
+from planner.cost.compute import BlockTime
+from planner.cost.flops import FP32, ModelShape
 from planner.cost.rates import Rates
 from planner.cost.topology import GroupSpan
 
@@ -51,49 +53,68 @@ def bubble_fraction(pp: int, vpp: int, micro_batches: int) -> float:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BlockCost:
-    """One block's time for one micro-batch, with its communication."""
+    """One block's time for one micro-batch, with its communication (``count`` blocks alike)."""
 
     name: str
     count: int
     time: BlockTime
     comm: tuple[CommCost, ...]
 
-    @property
+    @cached_property
     def compute(self) -> float:
         return self.count * (self.time.fwd + self.time.bwd)
+
+    @cached_property
+    def exposed(self) -> float:
+        """Exposed communication seconds of the ``count`` blocks."""
+        return self.count * sum(c.exposed for c in self.comm)
 
 
 @dataclass(frozen=True)
 class RankCost:
-    """One pipeline rank, one micro-batch: its chunks' blocks, pipeline p2p, and per-step terms."""
+    """One pipeline rank, one micro-batch: its chunks' blocks, pipeline p2p, and per-step terms.
+
+    With ``keys``, the blocks' numbers are arrays over distinct block keys (what a block's cost
+    depends on) and ``keys`` maps each plan of the batch to its block key: sums are formed over
+    the blocks first and then read for the plans. Without it they are the plans' own numbers."""
 
     rank: int
+    """The first rank with these blocks (ranks with equal blocks share one RankCost)."""
     blocks: tuple[BlockCost, ...]
     p2p_total: float
     p2p_exposed: float
+    keys: object = None
+
+    def _plans(self, x):
+        return x[self.keys] if self.keys is not None and np.ndim(x) else x
 
     def sum(self, attr: str) -> float:
-        return sum(b.count * getattr(b.time, attr) for b in self.blocks)
+        return self._plans(sum(b.count * getattr(b.time, attr) for b in self.blocks))
 
-    @property
+    @cached_property
     def fwd(self) -> float:
         return self.sum("fwd")
 
-    @property
+    @cached_property
     def bwd(self) -> float:
         return self.sum("bwd")
+
+    @cached_property
+    def compute(self) -> float:
+        """Forward and backward seconds per micro-batch, recompute included."""
+        return self._plans(sum(b.compute for b in self.blocks))
 
     def comm(self, exposed: bool = True) -> dict[str, float]:
         out: dict[str, float] = {}
         for b in self.blocks:
             for c in b.comm:
                 out[c.cause] = out.get(c.cause, 0.0) + b.count * (c.exposed if exposed else c.total)
-        return out
+        return {k: self._plans(v) for k, v in out.items()}
 
-    @property
+    @cached_property
     def per_microbatch(self) -> float:
         """Seconds per micro-batch on this rank: compute plus exposed communication."""
-        return self.fwd + self.bwd + sum(self.comm().values()) + self.p2p_exposed
+        return self._plans(sum(b.compute + b.exposed for b in self.blocks)) + self.p2p_exposed
 
 
 @lru_cache(maxsize=65536)
@@ -115,28 +136,6 @@ def chunk_blocks(ms: ModelShape, layers: tuple[int, ...], embedding: bool, loss:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class Spans:
-    """The group spans a block's communication needs (hashable, for memoization)."""
-
-    tp: GroupSpan
-    cp: GroupSpan
-    ep: GroupSpan
-    etp: GroupSpan
-    pp: GroupSpan
-
-    def as_dict(self) -> dict[str, GroupSpan]:
-        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "pp": self.pp}
-
-
-@lru_cache(maxsize=65536)
-def block_cost(ms: ModelShape, sh: Shard, name: str, count: int, rates: Rates, recompute, spans: Spans,
-               flags: CommFlags) -> BlockCost:
-    bt = block_time(ms, sh, name, rates, recompute)
-    comm = block_comm(ms, sh, name, bt, spans.as_dict(), rates, flags)
-    return BlockCost(name, count, bt, comm)
-
-
 def rank_blocks(ms: ModelShape, chunks, recompute, full_layers_per_chunk: tuple[int, ...]) -> list[tuple[str, int, object, bool]]:
     """(block, count, recompute setting of its compute, fully recomputed) of every block of a rank's
     chunks, in order. Recompute covers decoder layers (Megatron recomputes inside TransformerBlock);
@@ -147,23 +146,6 @@ def rank_blocks(ms: ModelShape, chunks, recompute, full_layers_per_chunk: tuple[
             rc = "full" if is_full else (recompute if name not in ("embedding", "head", "mtp") else None)
             out.append((name, count, rc, is_full))
     return out
-
-
-def full_flags(flags: CommFlags) -> CommFlags:
-    """The switches of a fully recomputed layer inside a plan with other settings."""
-    return CommFlags(flags.tp_overlap, flags.ep_overlap, "full", flags.fp8_dispatch)
-
-
-def rank_cost(ms: ModelShape, sh: Shard, rank: int, chunks, rates: Rates, recompute, spans: Spans,
-              flags: CommFlags, full_layers_per_chunk: tuple[int, ...], vpp: int, p2p_overlap: bool) -> RankCost:
-    """Cost of pipeline rank ``rank`` for one micro-batch. ``chunks`` are its VirtualStages;
-    ``p2p_overlap``: send/receive runs behind compute (interleaved schedule in Megatron-Core)."""
-    blocks = [block_cost(ms, sh, name, count, rates, rc, spans, full_flags(flags) if is_full else flags)
-              for name, count, rc, is_full in rank_blocks(ms, chunks, recompute, full_layers_per_chunk)]
-    compute = sum(b.compute for b in blocks)
-    p2p_total, p2p_exposed = rank_p2p(pp_p2p_time(ms, sh, spans.pp, rates), spans.pp.size, vpp, compute,
-                                      p2p_overlap, rates)
-    return RankCost(rank, tuple(blocks), p2p_total, p2p_exposed)
 
 
 def rank_p2p(t_p2p: float, pp: int, vpp: int, compute: float, p2p_overlap: bool, rates: Rates) -> tuple[float, float]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from planner.cost.arrays import where
+
 
 @dataclass(frozen=True)
 class Op:
@@ -62,7 +64,7 @@ def profile_microbatches(p: int, v: int, m: int) -> int:
     repeats every p*v virtual micro-batches, so beyond the warm-up, a few periods and the partial
     last group (m mod p) nothing new appears (tests check this against the full schedule)."""
     cap = p * (v + 4) + (m % p)
-    return m if m <= cap else cap
+    return where(m <= cap, m, cap)
 
 
 def inflight_profiles(p: int, v: int, m: int, rank: int):
@@ -100,3 +102,21 @@ def _max_inflight(p: int, v: int, m: int, rank: int) -> int:
         held += 1 if op.kind == "F" else -1
         best = max(best, held)
     return best
+
+
+@lru_cache(maxsize=8192)
+def inflight_end_of_warmup(p: int, v: int, m: int, rank: int) -> tuple[int, ...]:
+    """Chunks held per virtual stage at the end of the warm-up: the warm-up forwards plus the
+    first steady-state one (what the seed calls the activation peak of 1F1B). The warm-up runs
+    the first forwards of :func:`chunk_order`, so only that prefix is walked."""
+    held = [0] * v
+    need = min(warmup_count(p, v, m, rank) + 1, m * v)
+    for start in range(0, m, p):
+        stop = m if start + p >= m else start + p
+        for c in range(v):
+            take = min(stop - start, need)
+            held[c] += take
+            need -= take
+            if not need:
+                return tuple(held)
+    return tuple(held)

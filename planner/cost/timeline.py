@@ -1,7 +1,7 @@
 """The memory timeline of one pipeline rank over one training step, event by event.
 
 The same quantities as :func:`planner.cost.memory.stage_memory` (chunk memories, constant memory,
-communication buffers), walked op by op and layer by layer through the rank's schedule and the
+communication buffers, from the one composition), walked op by op and layer by layer through the rank's schedule and the
 optimizer step, so `explain --plot` can draw the step and name the moment of the peak. Its maximum
 equals the stage's peak by construction (a test checks it).
 """
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.memory import chunk_memories, comm_buffers, held_function, optimizer_transient, _vocab_div
-from planner.cost.constant import constant_memory
-from planner.cost import activations as act
+from planner.cost.memory import stage_memory
+from planner.cost.pieces import held_of
 from planner.cost.schedule import rank_ops
 
 
@@ -34,37 +33,31 @@ class Event:
 
 
 def stage_timeline(setup, rank: int) -> list[Event]:
-    deg = setup.deg
-    sh = act.shape_of(setup)
-    rc = setup.recompute
-    full_layers = rc.layers if rc.kind == "full" else None
-    if setup.plan.stage_recompute_layers is not None and rc.kind == "full":
-        full_layers = setup.plan.stage_recompute_layers[rank]
-    chunks = chunk_memories(setup.model, setup.layout, rank, sh, rc, setup.precision == "fp8", _vocab_div(setup), full_layers)
-    cm = constant_memory(setup, rank)
-    const = cm.total
-    comm = comm_buffers(setup) + cm.fsdp_buffers
-    held = held_function(setup, [c.kept for c in chunks])
+    """Every layer's forward and backward of ``rank`` in schedule order, then the optimizer step."""
+    stage = stage_memory(setup, rank)
+    chunks = stage.chunks
+    const, comm = stage.constant.total, stage.comm_buffers
+    held = held_of([c.kept for c in chunks], setup.plan.offloads_activations)
     counts = [0] * len(chunks)
     events: list[Event] = []
 
     def add(phase, chunk, mb, layer, acts, trans):
         events.append(Event(len(events), phase, chunk, mb, layer, const, comm, acts, trans))
 
-    for op in rank_ops(deg.pp, deg.vpp, setup.micro_batches, rank):
+    for op in rank_ops(setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank):
         ch = chunks[op.chunk]
         base = held(counts)
         if op.kind == "F":
             run = 0.0
-            for l in ch.layers:
-                run += l.kept
-                add("forward", op.chunk, op.microbatch, l.name, base + run, l.fwd_transient)
+            for layer in ch.layers:
+                run += layer.kept
+                add("forward", op.chunk, op.microbatch, layer.name, base + run, layer.fwd_transient)
             counts[op.chunk] += 1
         else:
             freed = 0.0
-            for l in reversed(ch.layers):
-                add("backward", op.chunk, op.microbatch, l.name, base - freed, l.bwd_transient)
-                freed += l.kept
+            for layer in reversed(ch.layers):
+                add("backward", op.chunk, op.microbatch, layer.name, base - freed, layer.bwd_transient)
+                freed += layer.kept
             counts[op.chunk] -= 1
-    add("optimizer", None, None, None, 0.0, optimizer_transient(setup, constant_memory(setup, rank)))
+    add("optimizer", None, None, None, 0.0, stage.optimizer_transient)
     return events

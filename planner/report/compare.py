@@ -188,7 +188,7 @@ def search_one(model, hw, job, options, assumptions, tokens: float, progress=Non
 
 def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: str, tokens: float) -> dict:
     """One system's best plan evaluated on another (the swap test)."""
-    from planner.cost.evaluate import evaluate
+    from planner.cost.evaluate import plan_evaluation
     from planner.cost.setup import resolve_setup
     from planner.errors import PlannerError
     from planner.search.rulecheck import rule_violations
@@ -202,7 +202,7 @@ def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: st
             out.update(status="rule", rule=bad[0].rule, reason=bad[0].message)
             return out
         setup = resolve_setup(model, hw, job, plan, assumptions)
-        ev = evaluate(setup)
+        ev = plan_evaluation(setup)
     except PlannerError as exc:
         out.update(status="rule", rule=getattr(exc, "rule", "error"), reason=exc.paragraph())
         return out

@@ -329,11 +329,11 @@ def c_unsharded_constant() -> dict:
 
 
 def c_fp8_optimizer() -> dict:
-    from planner.cost.constant import constant_memory
+    from planner.cost.memory import stage_memory
 
     plan = "ep=64,sharding=fsdp,recompute=full"
-    c32 = constant_memory(_setup("deepseek-v3", "h100", plan, **V3_JOB), 0)
-    c16 = constant_memory(_setup("deepseek-v3", "h100", plan + ",moments=bf16", **V3_JOB), 0)
+    c32 = stage_memory(_setup("deepseek-v3", "h100", plan, **V3_JOB), 0).constant
+    c16 = stage_memory(_setup("deepseek-v3", "h100", plan + ",moments=bf16", **V3_JOB), 0).constant
     bf16_saves = c32.optimizer - c16.optimizer  # 2 of the 4 bytes of each of m and v
     fp8_saves = bf16_saves * 1.5  # FP8 moments: 3 of the 4 bytes of each moment
     _, _, dense = _v3_counts()

@@ -72,13 +72,6 @@ def _build(tables: Tables, time_cap_us: int | None = None):
         combos = np.indices(shape).reshape(len(grp), -1).T
         rows = [(si, *combos[ci].tolist()) for si in range(nS) for ci in np.flatnonzero(allowed[si])]
         m.add_allowed_assignments([s, *(lv[k] for k in grp)], rows)
-    ot = None
-    if len(tables.OT):
-        grp = GROUPS["OT"]
-        combos = np.indices([len(space.levers[k]) for k in grp]).reshape(len(grp), -1).T
-        ot = m.new_int_var(int(tables.OT.min()), int(tables.OT.max()), "OT")
-        m.add_allowed_assignments([*(lv[k] for k in grp), ot],
-                                  [(*combos[ci].tolist(), int(tables.OT[ci])) for ci in range(len(combos))])
     slots = max((len(k) for k in tables.stages_kept), default=0)
     for j in range(slots):
         def slot_table(T):
@@ -88,15 +81,16 @@ def _build(tables: Tables, time_cap_us: int | None = None):
                     out[si] = T[si, kept[j]]
             return out
 
-        Wj, Cj, Aj = slot_table(tables.W), slot_table(tables.C), slot_table(tables.A)
-        mins = [x.min(axis=1) for x in (Wj, Cj, Aj)]
+        Wj, Cj, Aj, Oj = (slot_table(T) for T in (tables.W, tables.C, tables.A, tables.OT))
+        mins = [x.min(axis=1) for x in (Wj, Cj, Aj, Oj)]
+        low = np.minimum(mins[2], mins[3])  # the smaller of the two terms either constraint has
         cap = tables.cap_mib
-        w = lookup(f"W{j}", Wj, GROUPS["W"], mins[1] + mins[2], cap)
-        c = lookup(f"C{j}", Cj, GROUPS["C"], mins[0] + mins[2], cap)
+        w = lookup(f"W{j}", Wj, GROUPS["W"], mins[1] + low, cap)
+        c = lookup(f"C{j}", Cj, GROUPS["C"], mins[0] + low, cap)
         a = lookup(f"A{j}", Aj, GROUPS["A"], mins[0] + mins[1], cap)
+        ot = lookup(f"OT{j}", Oj, GROUPS["OT"], mins[0] + mins[1], cap)
         m.add(w + c + a <= tables.cap_mib)
-        if ot is not None:
-            m.add(w + c + ot <= tables.cap_mib)
+        m.add(w + c + ot <= tables.cap_mib)
         hw_ = lookup(f"HW{j}", slot_table(tables.HW), GROUPS["W"])
         ha = lookup(f"HA{j}", slot_table(tables.HA), GROUPS["A"])
         m.add(hw_ + ha <= tables.host_cap_mib)

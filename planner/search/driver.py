@@ -59,7 +59,7 @@ def _timed(timings: dict, name: str, t0: float) -> float:
     return now
 
 
-def run_search(model, hw, job, options: Options | None = None, *, assumptions=None, time_terms=None,
+def run_search(model, hw, job, options: Options | None = None, *, assumptions=None,
                progress=None) -> SearchResult:
     from planner.cost.setup import Assumptions
 
@@ -75,7 +75,7 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     if not space.structs:
         raise _no_structure(space, options)
     say(f"cost tables for {len(space.structs)} structural keys x {space.lever_product_size} lever combinations")
-    tables = build_tables(space, assumptions=assumptions, time_terms=time_terms)
+    tables = build_tables(space, assumptions=assumptions)
     t = _timed(timings, "tables_s", t)
     # Each key's fastest feasible plan, from the tables (numpy over every lever combination).
     from planner.search.exhaustive import best_per_key
@@ -176,7 +176,7 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
 def _per_stage(space, tables, options, plans, best, order, valid, radix, assumptions, info, top) -> list[Ranked]:
     """Refine the ranked plans' layouts, and try the fastest layouts that do not fit uniformly,
     with the per-stage CP-SAT model; return the top K of all, ranked by exact step time."""
-    from planner.cost.evaluate import evaluate
+    from planner.cost.evaluate import plan_evaluation
     from planner.search.exhaustive import group_index_vectors
     from planner.search.stages import refine
 
@@ -208,7 +208,7 @@ def _per_stage(space, tables, options, plans, best, order, valid, radix, assumpt
         res = refine(setup, stage_recompute=stage_rc and setup.recompute.kind in ("none", "full"),
                      time_limit_s=5.0)
         if res.improved:
-            ev = evaluate(res.setup)
+            ev = plan_evaluation(res.setup)
             key = res.setup.plan.to_string()
             if key not in pool and not rule_violations(space.model, space.hw, space.job, res.setup.plan, options.target):
                 info["improved"] += 1
@@ -248,13 +248,13 @@ def _fastest_ignoring_memory(space, tables, i, gi, assumptions):
 
 
 def _ranked(space, tables, rank, key, gid, flat, radix, assumptions) -> Ranked:
-    from planner.cost.evaluate import evaluate
+    from planner.cost.evaluate import plan_evaluation
     from planner.cost.setup import resolve_setup
 
     s = space.structs[gid]
     plan = make_plan(s, lever_values(space, lever_indices(space, flat)))
     setup = resolve_setup(space.model, space.hw, space.job, plan, assumptions)
-    return Ranked(rank, setup.plan, setup, key // radix, evaluate(setup))
+    return Ranked(rank, setup.plan, setup, key // radix, plan_evaluation(setup))
 
 
 def _no_structure(space, options) -> PlannerError:
@@ -278,10 +278,10 @@ def _smallest_peak(tables: Tables, rows: list[int]):
     gi, _ = group_index_vectors(tables)
     best = (math.inf, None, None, None)
     for s in rows:
-        ot = tables.OT[gi["OT"]]
         peak = np.zeros(len(gi["W"]), dtype=np.int64)
         parts = {}
         for r in tables.stages_kept[s]:
+            ot = tables.OT[s, r][gi["OT"]]
             w, c, a = tables.W[s, r][gi["W"]], tables.C[s, r][gi["C"]], np.maximum(tables.A[s, r][gi["A"]], ot)
             tot = w + c + a
             higher = tot > peak

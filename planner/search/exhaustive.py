@@ -33,7 +33,6 @@ def plan_costs(tables: Tables, rows: np.ndarray, gi: dict) -> tuple[np.ndarray, 
     shape (len(rows), lever product). Feasible: launcher rules, every stage's peak within the
     allocation limit, host memory within the host."""
     ok = tables.R1[rows][:, gi["R1"]] & tables.R2[rows][:, gi["R2"]]
-    ot = tables.OT[gi["OT"]][None, :]
     slots = max((len(tables.stages_kept[i]) for i in rows), default=0)
     for j in range(slots):
         r = np.array([tables.stages_kept[i][j] if j < len(tables.stages_kept[i]) else -1 for i in rows])
@@ -42,6 +41,7 @@ def plan_costs(tables: Tables, rows: np.ndarray, gi: dict) -> tuple[np.ndarray, 
         w = tables.W[rows, rr][:, gi["W"]]
         c = tables.C[rows, rr][:, gi["C"]]
         a = tables.A[rows, rr][:, gi["A"]]
+        ot = tables.OT[rows, rr][:, gi["OT"]]
         fits = (w + c + np.maximum(a, ot)) <= tables.cap_mib
         host = (tables.HW[rows, rr][:, gi["W"]] + tables.HA[rows, rr][:, gi["A"]]) <= tables.host_cap_mib
         ok &= np.where(live[:, None], fits & host, True)

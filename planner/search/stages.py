@@ -11,6 +11,7 @@ For a plan whose degrees and levers are fixed, every cost is linear in those cou
 * a rank's time per micro-batch is the sum of its layers' times (time model blocks), and the
   step's pipeline term is (m - 1/v) * max_r t_r + sum_r t_r / v, so minimizing the slowest rank's
   time is minimizing the step.
+Every coefficient is read from the one composition (:mod:`planner.cost.compose`) of the plan.
 The first ranks hold the most in-flight micro-batches, so the solver moves layers (or adds
 recompute) where memory is tight and balances time elsewhere. The result is re-evaluated with the
 exact memory and time models and kept only if it fits and is faster.
@@ -46,202 +47,108 @@ def _kinds_prefix(model) -> tuple[int, str, str] | None:
     return d, first, rest
 
 
+@dataclass(frozen=True)
+class Coefficients:
+    """What the per-stage model needs of one plan, from its composition (bytes and seconds)."""
+
+    layer: dict
+    """Per decoder-layer kind: its LayerMemory under the plan's recompute (none when per-rank
+    recompute is being chosen)."""
+    layer_full: dict
+    """Per kind: its LayerMemory under full recompute."""
+    const: dict
+    """Per kind: constant bytes of one layer; also 'embedding', 'head', 'mtp' (all MTP layers) and
+    'embedding_copy' (the word embedding a last rank with MTP keeps)."""
+    embedding: object
+    head: object
+    mtp: object | None
+    comm: float
+    """Communication and FSDP buffers of the busiest rank."""
+    cap: float
+    """Allocated-memory limit (capacity over one plus the allocator fraction)."""
+    t_base: dict
+    """Seconds per micro-batch of one block of each kind without recompute changes."""
+    t_full: dict
+    """The same under full recompute."""
+    p2p: list
+    """Exposed pipeline send/receive seconds per micro-batch of each rank."""
+
+
+def coefficients(setup, stage_recompute: bool, own=None) -> Coefficients:
+    """Per-layer memory and time of ``setup``'s plan, and of the same plan without its recompute
+    and with full recompute (read from the composition of a batch of one; ``own``: the plan's
+    composition, when already built)."""
+    from planner.cost.compose import costs_of, evaluate_batch
+
+    model, rc = setup.model, setup.recompute
+    own = own or costs_of(setup)
+    batch = own.batch
+    lv = dataclasses.replace(batch.levers, stage_recompute=None)
+    if stage_recompute:
+        lv = dataclasses.replace(lv, recompute=dataclasses.replace(rc, kind="none", modules=(), layers=None))
+    full = dataclasses.replace(lv, recompute=dataclasses.replace(rc, kind="full", modules=(), layers=None))
+    base, whole = (evaluate_batch(batch.with_levers(x)) for x in (lv, full))
+    base_kind = "none" if stage_recompute or (rc.kind == "full" and rc.layers is not None) else rc.kind
+    kinds = sorted(set(model.layer_kinds))
+    pieces, full_pieces = base.pieces(), whole.pieces()
+    one = lambda x: float(x.reshape(-1)[0]) if hasattr(x, "reshape") else float(x)  # noqa: E731
+    const = {k: one(own.block_constant(k)) for k in kinds + ["embedding", "head"]}
+    const["mtp"] = one(own.block_constant("mtp")) * model.mtp_layers if model.mtp_layers else 0.0
+    const["embedding_copy"] = one(own.dense_constant(model.vocab_size * model.hidden_size / setup.deg.tp))
+
+    def unit_times(costs) -> dict[str, float]:
+        setting = costs.lv.recompute_setting()
+        names = kinds + ["embedding", "head"] + (["mtp"] if model.mtp_layers else [])
+        return {k: one(costs.block(k, setting if k in kinds else None, setting).compute
+                       + costs.block(k, setting if k in kinds else None, setting).exposed) for k in names}
+
+    ends = own.pieces()  # the embedding, head and MTP pieces keep the plan's own recompute
+    return Coefficients(
+        layer={k: pieces.layer(k, base_kind, k).at(0) for k in kinds},
+        layer_full={k: full_pieces.layer(k, "full", k).at(0) for k in kinds},
+        const=const, embedding=ends.embedding().at(0), head=ends.head().at(0),
+        mtp=ends.mtp().at(0) if model.mtp_layers else None,
+        comm=one(own.comm_buffers()) + max(one(own.constant(r).fsdp_buffers) for r in range(setup.deg.pp)),
+        cap=own.ctx.capacity_bytes / (1 + own.ctx.allocator_fraction),
+        t_base=unit_times(base), t_full=unit_times(whole),
+        p2p=[one(rc_.p2p_exposed) for rc_ in own.ranks()])
+
+
 def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -> StageRefinement:
     """Best uneven layout (and per-rank recompute) for ``setup``'s degrees and levers."""
-    from ortools.sat.python import cp_model
+    from planner.cost.compose import costs_of
+    from planner.cost.memory import memory_report
 
-    from planner.cost.constant import constant_bytes, _per_gpu
-    from planner.cost.memory import _PieceMemory, _profile_matrix, comm_buffers, memory_report
-    from planner.cost import activations as act
-    from planner.cost.time import layer_times, evaluate, time_report
-    from planner.specs.layout import format_layout
-    from planner.specs.params import embedding_block, head_block, layer_block, mtp_block
-
-    model, deg, plan = setup.model, setup.deg, setup.plan
-    pp, vpp = deg.pp, deg.vpp
+    model, deg = setup.model, setup.deg
     pat = _kinds_prefix(model)
-    if pp == 1 or pat is None:
+    if deg.pp == 1 or pat is None:
         return StageRefinement(setup, False, "single stage or interleaved layer kinds: nothing to place")
-    if model.num_layers < pp * vpp:
+    if model.num_layers < deg.pp * deg.vpp:
         return StageRefinement(setup, False, "fewer layers than virtual stages")
-    rc = setup.recompute
-    if stage_recompute and rc.kind not in ("none", "full"):
+    if stage_recompute and setup.recompute.kind not in ("none", "full"):
         stage_recompute = False  # per-stage full recompute replaces, not mixes with, selective recompute
-    D, k0, k1 = pat
-    L = model.num_layers
-    V = pp * vpp
-    base_mem = memory_report(setup)
-    base_time = time_report(setup).step_time_s
+    own = costs_of(setup)
+    base_mem, base_time = memory_report(setup, own), float(own.step_s()[0])
+    co = coefficients(setup, stage_recompute, own)
+    solved = _solve(setup, co, pat, stage_recompute, base_time, time_limit_s)
+    if isinstance(solved, str):
+        return StageRefinement(setup, False, solved)
+    status, counts, rhos = solved
+    changes = _plan_changes(model, counts, rhos, stage_recompute)
+    from planner.cost.setup import resolve_setup
 
-    # ---- memory coefficients ------------------------------------------------------------------
-    sh = act.shape_of(setup)
-    fp8 = setup.precision == "fp8"
-    pieces = _PieceMemory(model, sh, rc, fp8, deg.tp)
-    full_pieces = _PieceMemory(model, sh, dataclasses.replace(rc, kind="full", layers=None), fp8, deg.tp)
-    norc = _PieceMemory(model, sh, dataclasses.replace(rc, kind="none", modules=(), layers=None), fp8, deg.tp)
-    base_kind = rc.kind if rc.kind != "full" or rc.layers is None else "none"
-    if stage_recompute:
-        base_kind = "none"
-    kinds = sorted({k0, k1})
-    lay = {k: (norc if stage_recompute else pieces).layer(k, base_kind if base_kind != "selective" else "selective", k) for k in kinds}
-    lay_full = {k: full_pieces.layer(k, "full", k) for k in kinds}
-    nkv = model.attention.num_kv_heads
+    new = resolve_setup(model, setup.hw, setup.job, setup.plan.replace(**changes), setup.assumptions)
+    costs = costs_of(new)
+    mem, t_new = memory_report(new, costs), float(costs.step_s()[0])
+    if mem.fits and (t_new < base_time * (1 - 1e-9) or not base_mem.fits):
+        return StageRefinement(new, True, f"{status}: step {base_time:.4f}s -> {t_new:.4f}s")
+    why = "no faster" if mem.fits else "exact memory model rejects it"
+    return StageRefinement(setup, False, f"{status}: candidate {changes['layout']} {why}")
 
-    def const_bytes(dense, expert) -> float:
-        from planner.cost.constant import RankParams
 
-        cm = constant_bytes(RankParams(dense, expert, 0.0), dp=deg.dp, cp=deg.cp, edp=deg.edp,
-                            sharding=setup.sharding, moments=plan.moments, offload_optimizer=plan.offloads_optimizer)
-        return cm.total
+def _plan_changes(model, counts: list[int], rhos: list[int], stage_recompute: bool) -> dict:
+    from planner.specs.layout import format_layout
 
-    w = {k: const_bytes(*_per_gpu(layer_block(model, k), deg.tp, nkv, deg.etp, deg.ep)) for k in kinds}
-    w_emb = const_bytes(*_per_gpu(embedding_block(model), deg.tp, nkv, deg.etp, deg.ep))
-    w_head = const_bytes(*_per_gpu(head_block(model), deg.tp, nkv, deg.etp, deg.ep))
-    w_mtp = const_bytes(*_per_gpu(mtp_block(model), deg.tp, nkv, deg.etp, deg.ep)) * model.mtp_layers
-    w_emb_copy = const_bytes(model.vocab_size * model.hidden_size / deg.tp, 0.0)
-    E_piece, L_piece = pieces.embedding(), pieces.head()
-    M_piece = pieces.mtp() if model.mtp_layers else None
-    comm = comm_buffers(setup) + max(s.constant.fsdp_buffers for s in base_mem.stages)
-    frac = base_mem.allocator_fraction
-    cap = base_mem.capacity_bytes / (1 + frac)
-
-    # ---- time coefficients ----------------------------------------------------------------------
-    def unit_times(s) -> dict[str, float]:
-        return {k: v["fwd_s"] + v["bwd_s"] + v["comm_exposed_s"] for k, v in layer_times(s).items()}
-
-    plain_plan = plan.replace(recompute="none", stage_recompute=None) if stage_recompute else plan.replace(stage_recompute=None)
-    t_base = unit_times(dataclasses.replace(setup, plan=plain_plan))
-    t_full = unit_times(dataclasses.replace(setup, plan=plan.replace(recompute="full", stage_recompute=None)))
-    ev = evaluate(setup)
-    p2p = [rc_.p2p_exposed for rc_ in ev.ranks]
-
-    # ---- the model -------------------------------------------------------------------------------
-    m = cp_model.CpModel()
-    # Every virtual stage holds decoder layers. With interleaving, a rank's chunks stay within one
-    # layer of the average: the pipeline formula prices the bubble in average chunk times, which
-    # an empty or outsized chunk would make optimistic.
-    if vpp > 1:
-        lo, hi = max(1, L // V - 1), -(-L // V) + 1
-    else:
-        lo, hi = 1, L
-    n = [m.new_int_var(lo, hi, f"n{i}") for i in range(V)]
-    m.add(sum(n) == L)
-    b = [m.new_int_var(0, L, f"b{i}") for i in range(V + 1)]  # boundaries: chunk i holds [b_i, b_{i+1})
-    m.add(b[0] == 0)
-    for i in range(V):
-        m.add(b[i + 1] == b[i] + n[i])
-    cD = [m.new_int_var(0, D, f"cD{i}") for i in range(V + 1)]
-    for i in range(V + 1):
-        m.add_min_equality(cD[i], [b[i], D])
-    d = [m.new_int_var(0, L, f"d{i}") for i in range(V)]  # first-kind layers of chunk i
-    e = [m.new_int_var(0, L, f"e{i}") for i in range(V)]
-    for i in range(V):
-        m.add(d[i] == cD[i + 1] - cD[i])
-        m.add(e[i] == n[i] - d[i])
-    rho = [m.new_int_var(0, L if stage_recompute else 0, f"rho{r}") for r in range(pp)]
-    q = [m.new_int_var(0, L, f"q{i}") for i in range(V)]  # recomputed layers of chunk i (its first q)
-    qd = [m.new_int_var(0, L, f"qd{i}") for i in range(V)]
-    qe = [m.new_int_var(0, L, f"qe{i}") for i in range(V)]
-    for i in range(V):
-        m.add_min_equality(q[i], [rho[i % pp], n[i]])
-        m.add_min_equality(qd[i], [q[i], d[i]])
-        m.add(qe[i] == q[i] - qd[i])
-
-    def kib(x: float) -> int:
-        return int(round(x / KIB))
-
-    kept_i = []
-    rise_f, rise_b = [], []
-    big = kib(cap) * 4 + 1
-    for i in range(V):
-        last = i == V - 1
-        extra_kept = kib(E_piece.kept) * (i == 0) + (kib(L_piece.kept) + (kib(M_piece.kept) if M_piece else 0)) * last
-        k_expr = (d[i] * kib(lay[k0].kept) + e[i] * kib(lay[k1].kept)
-                  - qd[i] * kib(lay[k0].kept - lay_full[k0].kept) - qe[i] * kib(lay[k1].kept - lay_full[k1].kept)
-                  + extra_kept)
-        kv = m.new_int_var(0, big, f"kept{i}")
-        m.add(kv == k_expr)
-        kept_i.append(kv)
-        # Rises: the chunk's largest layer transient (upper bound of the exact run-based rise).
-        has = {}
-        for name, cnt in (("d", d[i]), ("e", e[i]), ("qd", qd[i]), ("qe", qe[i])):
-            bl = m.new_bool_var(f"has_{name}{i}")
-            m.add(cnt >= 1).only_enforce_if(bl)
-            m.add(cnt == 0).only_enforce_if(bl.Not())
-            has[name] = bl
-        F = m.new_int_var(0, big, f"F{i}")
-        B = m.new_int_var(0, big, f"B{i}")
-        for name, k in (("d", k0), ("e", k1)):
-            m.add(F >= kib(lay[k].fwd_transient)).only_enforce_if(has[name])
-            m.add(B >= kib(lay[k].bwd_transient)).only_enforce_if(has[name])
-        for name, k in (("qd", k0), ("qe", k1)):
-            m.add(B >= kib(lay_full[k].bwd_transient)).only_enforce_if(has[name])
-        if last:
-            for piece in (L_piece, M_piece):
-                if piece is not None:
-                    m.add(F >= kib(piece.fwd_transient))
-                    m.add(B >= kib(piece.bwd_transient))
-        rf = m.new_int_var(0, 2 * big, f"rf{i}")
-        m.add(rf == kv + F)
-        rise_f.append(rf)
-        rise_b.append(B)
-    # Memory per rank, at every in-flight vector of its schedule.
-    for r in range(pp):
-        chunks = [r + pp * c for c in range(vpp)]
-        const = sum(d[i] * kib(w[k0]) + e[i] * kib(w[k1]) for i in chunks)
-        const += kib(w_emb) * (r == 0) + (kib(w_head) + kib(w_mtp)) * (r == pp - 1)
-        if model.mtp_layers and r == pp - 1 and pp > 1:
-            const += kib(w_emb_copy)  # the MTP rank's embedding copy
-        room = kib(cap) - kib(comm)
-        for kind, rises in ((0, rise_f), (1, rise_b)):
-            N, chunk_of, _ = (*_profile_matrix(pp, vpp, setup.micro_batches, r, kind, setup.plan.offloads_activations), None)
-            if N is None:
-                continue
-            for row, c in zip(N, chunk_of):
-                held = sum(int(row[j]) * kept_i[chunks[j]] for j in range(vpp) if row[j])
-                m.add(const + held + rises[chunks[int(c)]] <= room)
-    # Time per rank and the slowest rank.
-    def tu(x: float) -> int:
-        return int(round(x / TIME_UNIT))
-
-    T = m.new_int_var(0, tu(base_time) * 10 + 1, "T")
-    for r in range(pp):
-        chunks = [r + pp * c for c in range(vpp)]
-        t = sum(d[i] * tu(t_base[k0]) + e[i] * tu(t_base[k1])
-                + qd[i] * tu(t_full[k0] - t_base[k0]) + qe[i] * tu(t_full[k1] - t_base[k1]) for i in chunks)
-        t += tu(t_base.get("embedding", 0.0)) * (r == 0)
-        if r == pp - 1:
-            t += tu(t_base.get("head", 0.0)) + tu(t_base.get("mtp", 0.0)) * model.mtp_layers
-        t += tu(p2p[r])
-        m.add(T >= t)
-    m.minimize(T)
-    # Start from the plan's own layout.
-    for i, st in enumerate(setup.layout.stages):
-        m.add_hint(n[i], st.num_layers)
-    # Deterministic: one worker, a fixed seed and a deterministic time budget, so the same input
-    # gives the same layout on any machine load.
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    solver.parameters.max_deterministic_time = time_limit_s
-    status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return StageRefinement(setup, False, f"per-stage model {solver.status_name(status)}")
-    # Among layouts with that slowest-rank time, prefer layers on later virtual stages (the early
-    # ones hold the most micro-batches): one canonical answer.
-    counts = [int(solver.value(x)) for x in n]
-    rhos = [int(solver.value(x)) for x in rho]
-    m.add(T == int(solver.value(T)))
-    m.minimize(sum((V - i) * n[i] for i in range(V)) + sum(rho))
-    m.clear_hints()
-    for i in range(V):
-        m.add_hint(n[i], counts[i])
-    for r in range(pp):
-        m.add_hint(rho[r], rhos[r])
-    status2 = solver.solve(m)
-    if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        counts = [int(solver.value(x)) for x in n]
-        rhos = [int(solver.value(x)) for x in rho]
     syms = ["t" * c for c in counts]
     syms[0] = "E" + syms[0]
     syms[-1] = syms[-1] + "m" * model.mtp_layers + "L"
@@ -250,12 +157,155 @@ def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -
         changes.update(recompute="full", stage_recompute="/".join(map(str, rhos)))
     elif stage_recompute:
         changes.update(stage_recompute=None, recompute="none")
-    from planner.cost.setup import resolve_setup
+    return changes
 
-    new = resolve_setup(model, setup.hw, setup.job, plan.replace(**changes), setup.assumptions)
-    mem = memory_report(new)
-    t_new = time_report(new).step_time_s
-    if mem.fits and (t_new < base_time * (1 - 1e-9) or not base_mem.fits):
-        return StageRefinement(new, True, f"{solver.status_name(status)}: step {base_time:.4f}s -> {t_new:.4f}s")
-    why = "no faster" if mem.fits else "exact memory model rejects it"
-    return StageRefinement(setup, False, f"{solver.status_name(status)}: candidate {changes['layout']} {why}")
+
+def _kib(x: float) -> int:
+    return int(round(x / KIB))
+
+
+def _tu(x: float) -> int:
+    return int(round(x / TIME_UNIT))
+
+
+class _Vars:
+    """The per-stage model's variables: layers per virtual stage, of each kind, and recomputed."""
+
+    def __init__(self, m, L: int, D: int, V: int, pp: int, vpp: int, stage_recompute: bool):
+        # Every virtual stage holds decoder layers. With interleaving, a rank's chunks stay within
+        # one layer of the average: the pipeline formula prices the bubble in average chunk times,
+        # which an empty or outsized chunk would make optimistic.
+        lo, hi = (max(1, L // V - 1), -(-L // V) + 1) if vpp > 1 else (1, L)
+        self.n = n = [m.new_int_var(lo, hi, f"n{i}") for i in range(V)]
+        m.add(sum(n) == L)
+        b = [m.new_int_var(0, L, f"b{i}") for i in range(V + 1)]  # chunk i holds [b_i, b_{i+1})
+        m.add(b[0] == 0)
+        for i in range(V):
+            m.add(b[i + 1] == b[i] + n[i])
+        cD = [m.new_int_var(0, D, f"cD{i}") for i in range(V + 1)]
+        for i in range(V + 1):
+            m.add_min_equality(cD[i], [b[i], D])
+        self.d = d = [m.new_int_var(0, L, f"d{i}") for i in range(V)]  # first-kind layers of chunk i
+        self.e = e = [m.new_int_var(0, L, f"e{i}") for i in range(V)]
+        for i in range(V):
+            m.add(d[i] == cD[i + 1] - cD[i])
+            m.add(e[i] == n[i] - d[i])
+        self.rho = [m.new_int_var(0, L if stage_recompute else 0, f"rho{r}") for r in range(pp)]
+        q = [m.new_int_var(0, L, f"q{i}") for i in range(V)]  # recomputed layers of chunk i (its first q)
+        self.qd = [m.new_int_var(0, L, f"qd{i}") for i in range(V)]
+        self.qe = [m.new_int_var(0, L, f"qe{i}") for i in range(V)]
+        for i in range(V):
+            m.add_min_equality(q[i], [self.rho[i % pp], n[i]])
+            m.add_min_equality(self.qd[i], [q[i], d[i]])
+            m.add(self.qe[i] == q[i] - self.qd[i])
+
+
+def _chunk_memory(m, v: _Vars, co: Coefficients, kinds: tuple[str, str], V: int, big: int):
+    """Per virtual stage: kept bytes, and the forward / backward rises (KiB)."""
+    k0, k1 = kinds
+    lay, full = co.layer, co.layer_full
+    kept_i, rise_f, rise_b = [], [], []
+    for i in range(V):
+        last = i == V - 1
+        extra = _kib(co.embedding.kept) * (i == 0) + (_kib(co.head.kept) + (_kib(co.mtp.kept) if co.mtp else 0)) * last
+        kv = m.new_int_var(0, big, f"kept{i}")
+        m.add(kv == v.d[i] * _kib(lay[k0].kept) + v.e[i] * _kib(lay[k1].kept)
+              - v.qd[i] * _kib(lay[k0].kept - full[k0].kept) - v.qe[i] * _kib(lay[k1].kept - full[k1].kept) + extra)
+        kept_i.append(kv)
+        # Rises: the chunk's largest layer transient (upper bound of the exact run-based rise).
+        has = {}
+        for name, cnt in (("d", v.d[i]), ("e", v.e[i]), ("qd", v.qd[i]), ("qe", v.qe[i])):
+            bl = m.new_bool_var(f"has_{name}{i}")
+            m.add(cnt >= 1).only_enforce_if(bl)
+            m.add(cnt == 0).only_enforce_if(bl.Not())
+            has[name] = bl
+        F = m.new_int_var(0, big, f"F{i}")
+        B = m.new_int_var(0, big, f"B{i}")
+        for name, k in (("d", k0), ("e", k1)):
+            m.add(F >= _kib(lay[k].fwd_transient)).only_enforce_if(has[name])
+            m.add(B >= _kib(lay[k].bwd_transient)).only_enforce_if(has[name])
+        for name, k in (("qd", k0), ("qe", k1)):
+            m.add(B >= _kib(full[k].bwd_transient)).only_enforce_if(has[name])
+        if last:
+            for piece in (co.head, co.mtp):
+                if piece is not None:
+                    m.add(F >= _kib(piece.fwd_transient))
+                    m.add(B >= _kib(piece.bwd_transient))
+        rf = m.new_int_var(0, 2 * big, f"rf{i}")
+        m.add(rf == kv + F)
+        rise_f.append(rf)
+        rise_b.append(B)
+    return kept_i, rise_f, rise_b
+
+
+def _rank_constraints(m, v: _Vars, co: Coefficients, setup, kinds, memory, T) -> None:
+    """Every rank's memory at every in-flight vector of its schedule, and its time under T."""
+    from planner.cost.pieces import profile_matrix
+
+    k0, k1 = kinds
+    pp, vpp, model = setup.deg.pp, setup.deg.vpp, setup.model
+    kept_i, rise_f, rise_b = memory
+    for r in range(pp):
+        chunks = [r + pp * c for c in range(vpp)]
+        const = sum(v.d[i] * _kib(co.const[k0]) + v.e[i] * _kib(co.const[k1]) for i in chunks)
+        const += _kib(co.const["embedding"]) * (r == 0) + (_kib(co.const["head"]) + _kib(co.const["mtp"])) * (r == pp - 1)
+        if model.mtp_layers and r == pp - 1 and pp > 1:
+            const += _kib(co.const["embedding_copy"])  # the MTP rank's embedding copy
+        room = _kib(co.cap) - _kib(co.comm)
+        for kind, rises in ((0, rise_f), (1, rise_b)):
+            N, chunk_of = profile_matrix(pp, vpp, setup.micro_batches, r, kind, setup.plan.offloads_activations)
+            if N is None:
+                continue
+            for row, c in zip(N, chunk_of):
+                held = sum(int(row[j]) * kept_i[chunks[j]] for j in range(vpp) if row[j])
+                m.add(const + held + rises[chunks[int(c)]] <= room)
+        tb, tf = co.t_base, co.t_full
+        t = sum(v.d[i] * _tu(tb[k0]) + v.e[i] * _tu(tb[k1])
+                + v.qd[i] * _tu(tf[k0] - tb[k0]) + v.qe[i] * _tu(tf[k1] - tb[k1]) for i in chunks)
+        t += _tu(tb.get("embedding", 0.0)) * (r == 0)
+        if r == pp - 1:
+            t += _tu(tb.get("head", 0.0)) + _tu(tb.get("mtp", 0.0)) * model.mtp_layers
+        t += _tu(co.p2p[r])
+        m.add(T >= t)
+
+
+def _solve(setup, co: Coefficients, pat, stage_recompute: bool, base_time: float, time_limit_s: float):
+    """(status, layers per virtual stage, recomputed layers per rank), or why nothing was found."""
+    from ortools.sat.python import cp_model
+
+    D, k0, k1 = pat
+    pp, vpp, L = setup.deg.pp, setup.deg.vpp, setup.model.num_layers
+    V = pp * vpp
+    m = cp_model.CpModel()
+    v = _Vars(m, L, D, V, pp, vpp, stage_recompute)
+    big = _kib(co.cap) * 4 + 1
+    memory = _chunk_memory(m, v, co, (k0, k1), V, big)
+    T = m.new_int_var(0, _tu(base_time) * 10 + 1, "T")
+    _rank_constraints(m, v, co, setup, (k0, k1), memory, T)
+    m.minimize(T)
+    for i, st in enumerate(setup.layout.stages):  # start from the plan's own layout
+        m.add_hint(v.n[i], st.num_layers)
+    # Deterministic: one worker, a fixed seed and a deterministic time budget, so the same input
+    # gives the same layout on any machine load.
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_deterministic_time = time_limit_s
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return f"per-stage model {solver.status_name(status)}"
+    # Among layouts with that slowest-rank time, prefer layers on later virtual stages (the early
+    # ones hold the most micro-batches): one canonical answer.
+    counts = [int(solver.value(x)) for x in v.n]
+    rhos = [int(solver.value(x)) for x in v.rho]
+    m.add(T == int(solver.value(T)))
+    m.minimize(sum((V - i) * v.n[i] for i in range(V)) + sum(v.rho))
+    m.clear_hints()
+    for i in range(V):
+        m.add_hint(v.n[i], counts[i])
+    for r in range(pp):
+        m.add_hint(v.rho[r], rhos[r])
+    if solver.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        counts = [int(solver.value(x)) for x in v.n]
+        rhos = [int(solver.value(x)) for x in v.rho]
+    return solver.status_name(status), counts, rhos

@@ -3,7 +3,8 @@
 Memory and time separate into terms that each depend on the structural key and a few levers:
 
     peak(stage r) = W[r](sharding, moments, offload) + C[r](sharding, dispatcher, ep_overlap)
-                    + max(A[r](recompute, precision, offload, ep_overlap), OT(moments, precision))
+                    + max(A[r](recompute, precision, offload, ep_overlap),
+                          OT[r](sharding, moments, offload, precision))
     step time     = TP(recompute, precision, dispatcher, ep_overlap, offload)
                     + TD(sharding, precision, recompute, dispatcher, ep_overlap)
                     + TO(sharding, moments, offload, precision)
@@ -11,22 +12,21 @@ Memory and time separate into terms that each depend on the structural key and a
 W is constant memory (weights, gradients, optimizer), C communication and FSDP buffers, A the
 activation-and-transient peak over the schedule, OT optimizer-step temporaries; TP the pipeline
 (compute, exposed TP/CP/EP/PP communication, bubble), TD exposed data-parallel communication, TO
-the optimizer step and offload traffic. Each entry is computed with the cost model's own functions
-(planner.cost) on a setup carrying those lever values, so the tables and `explain` agree. Memory is
-in MiB rounded up, time in microseconds rounded; CP-SAT and the exhaustive oracle read the same
-integers.
+the optimizer step and offload traffic. Every entry is read from the one composition
+(:func:`planner.cost.compose.evaluate_batch`): per pipeline layout, one batch of its structural keys
+per lever combination of the term's group. Memory is in MiB rounded up, time in microseconds
+rounded; CP-SAT and the exhaustive oracle read the same integers.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.search.space import LEVERS, Space, Struct, make_plan
+from planner.search.space import LEVERS, Space, Struct
 
 MiB = 2**20
 
@@ -34,7 +34,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "W": ("sharding", "moments", "offload"),
     "C": ("sharding", "dispatcher", "ep_overlap"),
     "A": ("recompute", "precision", "offload", "ep_overlap"),
-    "OT": ("moments", "precision"),
+    "OT": ("sharding", "moments", "offload", "precision"),
     "TP": ("recompute", "precision", "dispatcher", "ep_overlap", "offload"),
     "TD": ("sharding", "precision", "recompute", "dispatcher", "ep_overlap"),
     "TO": ("sharding", "moments", "offload", "precision"),
@@ -57,17 +57,6 @@ def combo_index(space: Space, group: tuple[str, ...], lever_idx: dict[str, int])
     return idx
 
 
-class TimeTerms:
-    """Splits the time model's step time into the pipeline, data-parallel and optimizer terms
-    (scalar, one plan at a time; the vectorized tables come from planner.search.time_tables)."""
-
-    def terms(self, setup) -> tuple[float, float, float]:
-        from planner.cost.time import evaluate
-
-        e = evaluate(setup)
-        return e.pipeline_s, e.dp_grad_exposed + e.dp_param_exposed + e.fsdp_exposed, e.optimizer_s
-
-
 @dataclass
 class Tables:
     space: Space
@@ -77,7 +66,7 @@ class Tables:
     A: np.ndarray  # (S, R, |A|) MiB
     HW: np.ndarray  # (S, R, |W|) MiB of host memory
     HA: np.ndarray  # (S, R, |A|) MiB of host memory
-    OT: np.ndarray  # (|OT|,) MiB
+    OT: np.ndarray  # (S, R, |OT|) MiB
     TP: np.ndarray  # (S, |TP|) microseconds
     TD: np.ndarray  # (S, |TD|)
     TO: np.ndarray  # (S, |TO|)
@@ -99,7 +88,7 @@ class Tables:
         """The tables of some structural keys only (same global ids)."""
         rows = np.asarray(rows, dtype=int)
         return Tables(self.space, [self.structs[i] for i in rows], self.W[rows], self.C[rows], self.A[rows],
-                      self.HW[rows], self.HA[rows], self.OT, self.TP[rows], self.TD[rows], self.TO[rows],
+                      self.HW[rows], self.HA[rows], self.OT[rows], self.TP[rows], self.TD[rows], self.TO[rows],
                       self.R1[rows], self.R2[rows], self.cap_mib, self.host_cap_mib,
                       [self.stages_kept[i] for i in rows], self.ids[rows])
 
@@ -116,10 +105,10 @@ class Tables:
         """Per structural key, a necessary condition for some lever choice to fit: every kept
         stage's smallest constant, communication and activation terms within capacity."""
         ok = np.ones(len(self.structs), dtype=bool)
-        ot = self.OT.min() if len(self.OT) else 0
         for i, kept in enumerate(self.stages_kept):
             for r in kept:
-                if self.W[i, r].min() + self.C[i, r].min() + max(self.A[i, r].min(), ot) > self.cap_mib:
+                low = max(self.A[i, r].min(), self.OT[i, r].min())
+                if self.W[i, r].min() + self.C[i, r].min() + low > self.cap_mib:
                     ok[i] = False
                     break
         return ok
@@ -129,191 +118,85 @@ class Tables:
         return self.space.lever_product_size
 
 
-def _variant(setup, **changes):
-    """The setup with some plan keys changed (no re-validation: the values come from the
-    space's own option lists, already checked)."""
-    d = {k: v for k, v in setup.plan.__dict__.items() if k in type(setup.plan).model_fields}
-    d.update(changes)
-    from planner.specs.plan import Plan
-
-    return dataclasses.replace(setup, plan=Plan.model_construct(**d))
-
-
-def _mib(x: float) -> int:
-    return int(math.ceil(x / MiB - 1e-9))
-
-
-def _us(x: float) -> int:
-    return int(round(x * 1e6))
-
-
-@dataclass(frozen=True)
-class _Degrees:
-    """Degrees of a group of structural keys, as arrays (the cost functions accept either)."""
-
-    tp: np.ndarray
-    cp: np.ndarray
-    pp: int
-    vpp: int
-    dp: np.ndarray
-    ep: np.ndarray
-    etp: np.ndarray
-    edp: np.ndarray
-
-
-def _groups(structs: list[Struct]) -> dict[tuple, np.ndarray]:
-    """Structural keys sharing a layout (pp, vpp, layout): common chunk composition; the degrees,
-    micro-batch size and count vary elementwise."""
-    out: dict[tuple, list[int]] = {}
-    for i, s in enumerate(structs):
-        out.setdefault((s.pp, s.vpp, s.layout), []).append(i)
-    return {k: np.array(v) for k, v in out.items()}
-
-
-def _composition(model, layout, rank: int) -> tuple:
-    """What a rank's chunks hold, in order: ranks with equal compositions have equal per-chunk
-    memory (only their in-flight counts differ)."""
-    return tuple((st.embedding, tuple(model.layer_kinds[i] for i in st.layers), st.mtp, st.loss)
-                 for st in layout.rank_stages(rank))
-
-
-def memory_tables(space: Space, structs: list[Struct], assumptions, W, C, A, HW, HA) -> None:
-    """Fill the memory tables with the memory model's own functions (planner.cost.memory,
-    constant, activations), vectorized: per layout group, per distinct rank composition and per
-    lever combination, the chunk memories are arrays over the group's plans; the peak over each
-    rank's schedule is one matrix product over all of them."""
-    from planner.cost import activations as act
-    from planner.cost.constant import constant_bytes, rank_params_of
-    from planner.cost.efficiency_access import memory_constants
-    from planner.cost.memory import _PieceMemory, chunks_from_pieces, comm_bytes, peak_over_profiles
-    from planner.cost.schedule import max_inflight
-    from planner.specs.layout import build_layout
-    from planner.specs.plan import parse_recompute, parse_sharding
-
-    model, hw, job = space.model, space.hw, space.job
-    mem = memory_constants(hw)
-    gW, gC, gA = (combos(space, GROUPS[k]) for k in ("W", "C", "A"))
-    col_all = lambda f: np.array([getattr(s, f) for s in structs])  # noqa: E731
-    tp_all, cp_all, mbs_all, etp_all, ep_all, dp_all, edp_all, m_all = (
-        col_all(f) for f in ("tp", "cp", "mbs", "etp", "ep", "dp", "edp", "micro_batches"))
-    sp_all = (tp_all > 1) & assumptions.sequence_parallel
-    tokens_all = mbs_all * job.seq_len // cp_all
-    # Per-piece memories for every plan at once, per (recompute, precision, ep_overlap).
-    rpv = sorted({(r, p, v) for r, p, _, v in gA}, key=lambda x: gA.index(next(c for c in gA if (c[0], c[1], c[3]) == x)))
-    pieces = {}
-    for recompute, precision, overlap in rpv:
-        sh = act.ActShape(tokens=tokens_all, seq=job.seq_len // cp_all, mbs=mbs_all, tp=tp_all, sp=sp_all,
-                          etp=etp_all, ep=ep_all, routing_imbalance=assumptions.routing_imbalance,
-                          implementation=assumptions.implementation,
-                          memory_efficient_permutation=assumptions.memory_efficient_permutation,
-                          ep_overlap=overlap == "on")
-        rc = parse_recompute(recompute)
-        pieces[(recompute, precision, overlap)] = (rc, _PieceMemory(model, sh, rc, precision == "fp8", tp_all))
-    keys = list(pieces)
-    a_maps = {}
-    for offload_act in (False, True):
-        pairs = [(ci, keys.index((r_, p_, v_))) for ci, (r_, p_, o_, v_) in enumerate(gA)
-                 if (o_ in ("activations", "optimizer+activations")) == offload_act]
-        a_maps[offload_act] = (np.array([c for c, _ in pairs], dtype=int), np.array([k for _, k in pairs], dtype=int))
-    for (pp, vpp, layout_str), idx in _groups(structs).items():
-        idx = idx[np.argsort(m_all[idx], kind="stable")]  # equal micro-batch counts side by side
-        layout = build_layout(model, pp, vpp, layout_str)
-        deg = _Degrees(tp_all[idx], cp_all[idx], pp, vpp, dp_all[idx], ep_all[idx], etp_all[idx], edp_all[idx])
-        ms = m_all[idx]  # sorted
-        crosses = _crossings([structs[i] for i in idx], hw, job, assumptions)
-        comm = {(d, v): comm_bytes(model, mem, deg, crosses=crosses, dispatcher=d, tokens=tokens_all[idx], sp=sp_all[idx])
-                for _, d, v in gC}
-        if assumptions.implementation != "te":
-            # The local spec's persistent attention-score buffer (memory.attention_score_buffer).
-            scores = 2.0 * mbs_all[idx] * model.attention.num_heads / deg.tp * (job.seq_len // deg.cp) ** 2
-            comm = {k: v + scores for k, v in comm.items()}
-        sliced = {k: (rc, pc.sliced(idx)) for k, (rc, pc) in pieces.items()}
-        by_comp: dict[tuple, tuple] = {}
-        for r in range(pp):
-            comp = _composition(model, layout, r)
-            if comp not in by_comp:
-                rp = rank_params_of(model, layout, r, deg.tp, deg.etp, deg.ep)
-                w, hwo, fsdp = {}, {}, {}
-                for ci, (sharding, moments, offload) in enumerate(gW):
-                    cm = constant_bytes(rp, dp=deg.dp, cp=deg.cp, edp=deg.edp, sharding=parse_sharding(sharding),
-                                        moments=moments,
-                                        offload_optimizer=offload in ("optimizer", "optimizer+activations"))
-                    w[ci], hwo[ci], fsdp[sharding] = _mib_arr(cm.total), _mib_arr(cm.host_optimizer), cm.fsdp_buffers
-                chunk_arrays = {}
-                for key, (rc, pc) in sliced.items():
-                    chunks = chunks_from_pieces(pc, model, layout, r, rc, None)
-                    n = len(idx)
-                    chunk_arrays[key] = tuple(
-                        np.array([np.broadcast_to(np.asarray(getattr(c, f), dtype=float), (n,)) for c in chunks])
-                        for f in ("kept", "fwd_rise", "bwd_rise"))
-                by_comp[comp] = (w, hwo, fsdp, chunk_arrays)
-            w, hwo, fsdp, chunk_arrays = by_comp[comp]
-            for ci in w:
-                W[idx, r, ci], HW[idx, r, ci] = w[ci], hwo[ci]
-            for ci, (sharding, dispatcher, overlap) in enumerate(gC):
-                C[idx, r, ci] = _mib_arr(comm[(dispatcher, overlap)] + fsdp[sharding])
-            # All (recompute, precision, overlap) combinations side by side: one matrix product per
-            # micro-batch count and offload setting.
-            n = len(idx)
-            # (chunks, keys, plans): all (recompute, precision, overlap) combinations side by side.
-            # float32 is exact to ~1e-7 relative: far below the tables' MiB rounding.
-            kept = np.stack([chunk_arrays[k][0] for k in keys], axis=1).astype(np.float32)
-            fwd = np.stack([chunk_arrays[k][1] for k in keys], axis=1).astype(np.float32)
-            bwd = np.stack([chunk_arrays[k][2] for k in keys], axis=1).astype(np.float32)
-            bounds = np.flatnonzero(np.diff(ms[np.argsort(ms, kind="stable")])) + 1
-            for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(idx)]):
-                m = int(ms[a])
-                shape = (kept.shape[0], -1)
-                k_, f_, b_ = (x[:, :, a:b].reshape(shape) for x in (kept, fwd, bwd))
-                rows = idx[a:b]
-                for offload_act in (False, True):
-                    cis, kis = a_maps[offload_act]
-                    if not len(cis):
-                        continue
-                    peak = _mib_arr(peak_over_profiles(k_, f_, b_, pp, vpp, m, r, offload_act)).reshape(len(keys), b - a)
-                    A[rows[None, :], r, cis[:, None]] = peak[kis]
-                    if offload_act:
-                        biggest = k_.max(axis=0).reshape(len(keys), b - a)
-                        HA[rows[None, :], r, cis[:, None]] = _mib_arr(max_inflight(pp, vpp, m, r) * biggest)[kis]
-
-
-def _crossings(structs, hw, job, assumptions) -> dict[str, np.ndarray]:
-    """Per communicator, which keys' groups cross NVLink domains (planner.cost.topology, the same
-    spans the time model uses; memoized per dimension)."""
-    from planner.cost.memory import span_crossings
-    from planner.cost.topology import group_spans, resolve_domain_fill
-
-    rows = []
-    for s in structs:
-        fill = resolve_domain_fill(hw.domain_size, job.domain_fill, s.tp, s.cp, s.ep, s.etp)
-        rows.append(span_crossings(group_spans(assumptions.rank_order, fill, s.tp, s.cp, s.dp, s.pp, s.etp, s.ep, s.edp)))
-    return {name: np.array([r[name] for r in rows]) for name in rows[0]} if rows else {}
-
-
-def _mib_arr(x) -> np.ndarray:
+def _mib(x) -> np.ndarray:
+    """Bytes to MiB, rounded up (the memory constraints never round a peak down)."""
     return np.ceil(np.asarray(x, dtype=float) / MiB - 1e-9).astype(np.int64)
 
 
-def time_tables(space: Space, structs: list[Struct], assumptions, time_terms, TP, TD, TO) -> None:
-    """Fill the time tables from the time model's pipeline, data-parallel and optimizer terms: the
-    time model's own functions on arrays (planner.search.time_tables) for the model's terms
-    (TimeTerms itself); any other ``time_terms`` (a stand-in, a subclass) is asked plan by plan."""
-    if type(time_terms) is TimeTerms:
-        from planner.search.time_tables import time_tables as vectorized
+def _us(x) -> np.ndarray:
+    """Seconds to microseconds, rounded to nearest (half to even)."""
+    return np.rint(np.asarray(x, dtype=float) * 1e6).astype(np.int64)
 
-        vectorized(space, structs, assumptions, TP, TD, TO)
-        return
-    from planner.cost.setup import resolve_setup
 
-    base_levers = {k: v[0] for k, v in space.levers.items()}
-    g = {name: combos(space, GROUPS[name]) for name in ("TP", "TD", "TO")}
-    for si, s in enumerate(structs):
-        setup = resolve_setup(space.model, space.hw, space.job, make_plan(s, base_levers), assumptions)
-        for name, table in (("TP", TP), ("TD", TD), ("TO", TO)):
-            part = {"TP": 0, "TD": 1, "TO": 2}[name]
-            for ci, values in enumerate(g[name]):
-                v = _variant(setup, **dict(zip(GROUPS[name], values)))
-                table[si, ci] = _us(time_terms.terms(v)[part])
+def lever_setting(values: dict):
+    """Typed levers from the space's option values (strings as a plan holds them)."""
+    from planner.cost.compose import Levers
+    from planner.specs.plan import parse_recompute, parse_sharding
+
+    offload = values["offload"]
+    return Levers(parse_recompute(values["recompute"]), values["precision"], values["moments"],
+                  parse_sharding(values["sharding"]), offload in ("optimizer", "optimizer+activations"),
+                  offload in ("activations", "optimizer+activations"), values["dispatcher"],
+                  values["ep_overlap"] == "on")
+
+
+ROW = ("recompute", "precision", "dispatcher", "ep_overlap")
+"""The levers a batch evaluates side by side (planner.cost.compose.ROW_LEVERS); the others are
+looped over, one batch per value combination."""
+
+
+def _plan(space: Space, group: tuple[str, ...]) -> list[tuple[list, np.ndarray]]:
+    """How to fill a table over ``group``: per combination of its batch levers, the variants (typed
+    levers of each combination of its row levers) and each variant's column in the table."""
+    base = {k: v[0] for k, v in space.levers.items()}
+    row = tuple(k for k in group if k in ROW)
+    rest = tuple(k for k in group if k not in ROW)
+    index = {values: ci for ci, values in enumerate(combos(space, group))}
+    out = []
+    for b in combos(space, rest):
+        variants, cols = [], []
+        for v in combos(space, row):
+            values = {**base, **dict(zip(rest, b)), **dict(zip(row, v))}
+            variants.append(lever_setting(values))
+            cols.append(index[tuple(values[k] for k in group)])
+        out.append((variants, np.array(cols)))
+    return out
+
+
+def fill_tables(space: Space, structs: list[Struct], assumptions, T: dict[str, np.ndarray]) -> None:
+    """Fill every cost table ``T`` (name -> array) for ``structs`` from the one composition: per
+    pipeline layout, one batch per value combination of the table's batch levers, every
+    combination of its row levers side by side."""
+    from planner.cost.compose import CostContext, evaluate_batch, layout_batches
+
+    ctx = CostContext.for_structs(space.model, space.hw, space.job, assumptions, structs)
+    base = lever_setting({k: v[0] for k, v in space.levers.items()})
+    plans = {name: _plan(space, grp) for name, grp in GROUPS.items()}
+    terms = {
+        "TP": lambda c: _us(c.pipeline_s()),
+        "TD": lambda c: _us(c.data_parallel().exposed),
+        "TO": lambda c: _us(c.optimizer().seconds),
+    }
+    per_rank = {
+        "W": lambda c, r: _mib(c.constant(r).total), "HW": lambda c, r: _mib(c.constant(r).host_optimizer),
+        "C": lambda c, r: _mib(c.comm_buffers() + c.constant(r).fsdp_buffers),
+        "A": lambda c, r: _mib(c.activation_peak(r)), "OT": lambda c, r: _mib(c.optimizer_transient(r)),
+        "HA": lambda c, r: _mib(c.host_activation_bytes(r)) if c.lv.offload_activations else 0,
+    }
+    for batch in layout_batches(ctx, structs, base):
+        rows, n = batch.key_rows, batch.n_keys
+        for name, fn in terms.items():
+            for variants, cols in plans[name]:
+                vals = np.broadcast_to(fn(evaluate_batch(batch.with_variants(variants))), (len(cols) * n,))
+                T[name][rows[None, :], cols[:, None]] = vals.reshape(len(cols), n)
+        for name, fn in per_rank.items():
+            grp = "W" if name == "HW" else "A" if name == "HA" else name
+            for variants, cols in plans[grp]:
+                c = evaluate_batch(batch.with_variants(variants))
+                for r in range(batch.pp):
+                    vals = np.broadcast_to(fn(c, r), (len(cols) * n,))
+                    T[name][rows[None, :], r, cols[:, None]] = vals.reshape(len(cols), n)
+        ctx.forget(batch.group)
 
 
 def rule_tables(space: Space, structs: list[Struct], R1, R2) -> None:
@@ -335,39 +218,31 @@ def rule_tables(space: Space, structs: list[Struct], R1, R2) -> None:
         R1[si], R2[si] = cache[sig]
 
 
-def build_tables(space: Space, *, assumptions=None, time_terms: TimeTerms | None = None,
-                 structs: list[Struct] | None = None) -> Tables:
+def build_tables(space: Space, *, assumptions=None, structs: list[Struct] | None = None) -> Tables:
     """Evaluate the structural keys' lever-group tables with the cost model."""
-    from planner.cost.memory import optimizer_transient_bytes
     from planner.cost.setup import Assumptions
 
     assumptions = assumptions or Assumptions()
-    time_terms = time_terms or TimeTerms()
     structs = space.structs if structs is None else structs
     g = {name: combos(space, grp) for name, grp in GROUPS.items()}
     nS = len(structs)
     maxR = max((s.pp for s in structs), default=1)
-    W = np.zeros((nS, maxR, len(g["W"])), dtype=np.int64)
-    C = np.zeros((nS, maxR, len(g["C"])), dtype=np.int64)
-    A = np.zeros((nS, maxR, len(g["A"])), dtype=np.int64)
-    HW = np.zeros_like(W)
-    HA = np.zeros_like(A)
-    TP = np.zeros((nS, len(g["TP"])), dtype=np.int64)
-    TD = np.zeros((nS, len(g["TD"])), dtype=np.int64)
-    TO = np.zeros((nS, len(g["TO"])), dtype=np.int64)
+    # MiB fit int32 (up to 2 PiB per GPU); microseconds stay int64.
+    T = {name: np.zeros((nS, maxR, len(g[name])), dtype=np.int32) for name in ("W", "C", "A", "OT")}
+    T["HW"], T["HA"] = np.zeros_like(T["W"]), np.zeros_like(T["A"])
+    T.update({name: np.zeros((nS, len(g[name])), dtype=np.int64) for name in ("TP", "TD", "TO")})
     R1 = np.zeros((nS, len(combos(space, RULE_GROUPS["R1"]))), dtype=bool)
     R2 = np.zeros((nS, len(combos(space, RULE_GROUPS["R2"]))), dtype=bool)
-    memory_tables(space, structs, assumptions, W, C, A, HW, HA)
-    time_tables(space, structs, assumptions, time_terms, TP, TD, TO)
+    if structs:
+        fill_tables(space, structs, assumptions, T)
     rule_tables(space, structs, R1, R2)
-    OT = np.array([_mib(optimizer_transient_bytes(space.hw, moments, precision)) for moments, precision in g["OT"]],
-                  dtype=np.int64)
-    kept = undominated_stages(structs, W, C, A, HW, HA)
+    kept = undominated_stages(structs, *(T[k] for k in ("W", "C", "A", "OT", "HW", "HA")))
     cap, host_cap = _capacities(space, assumptions)
-    return Tables(space, structs, W, C, A, HW, HA, OT, TP, TD, TO, R1, R2, cap, host_cap, kept)
+    return Tables(space, structs, T["W"], T["C"], T["A"], T["HW"], T["HA"], T["OT"], T["TP"], T["TD"], T["TO"],
+                  R1, R2, cap, host_cap, kept)
 
 
-def undominated_stages(structs, W, C, A, HW, HA, chunk: int = 256) -> list[list[int]]:
+def undominated_stages(structs, W, C, A, OT, HW, HA, chunk: int = 256) -> list[list[int]]:
     """Per structural key, the pipeline ranks whose memory constraint another rank's does not
     imply: rank r is dropped when some rank q has every table entry >= r's (ties keep the lower
     rank). Vectorized over keys with the same pipeline depth."""
@@ -380,7 +255,7 @@ def undominated_stages(structs, W, C, A, HW, HA, chunk: int = 256) -> list[list[
         lower = order[:, None] < order[None, :]  # q < r
         for a in range(0, len(rows), chunk):
             idx = np.array(rows[a : a + chunk])
-            X = np.concatenate([T[idx, :pp] for T in (W, C, A, HW, HA)], axis=2)  # (n, pp, K)
+            X = np.concatenate([T[idx, :pp] for T in (W, C, A, OT, HW, HA)], axis=2)  # (n, pp, K)
             ge = (X[:, :, None, :] >= X[:, None, :, :]).all(axis=3)  # ge[i, q, r]: q >= r everywhere
             eq = (X[:, :, None, :] == X[:, None, :, :]).all(axis=3)
             beats = ge & (~eq | lower[None]) & ~np.eye(pp, dtype=bool)[None]
@@ -391,16 +266,12 @@ def undominated_stages(structs, W, C, A, HW, HA, chunk: int = 256) -> list[list[
 
 
 def _capacities(space: Space, assumptions) -> tuple[int, int]:
-    from planner.cost.efficiency_access import memory_constants
+    """(allocated-memory limit, host memory) in MiB: the reserved capacity of the composition over
+    one plus the allocator fraction, rounded down."""
+    from planner.cost.compose import memory_limits
 
-    mem = memory_constants(space.hw)
-    from planner.cost.setup import allocator_fraction
-
-    usable = space.hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - space.job.memory_margin_bytes
-    frac = allocator_fraction(mem, assumptions)
-    if assumptions.allocator_margin_bytes is not None:
-        usable -= assumptions.allocator_margin_bytes
-    cap = int(math.floor(usable / (1 + frac) / MiB))
+    capacity, fraction = memory_limits(space.hw, space.job, assumptions)
+    cap = int(math.floor(capacity / (1 + fraction) / MiB))
     host = int(math.floor(space.hw.host.host_memory_bytes.value / MiB))
     return cap, host
 

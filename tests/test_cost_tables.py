@@ -1,32 +1,36 @@
-"""The search's vectorized time tables agree with the scalar time model, plan by plan.
+"""The search's cost tables agree with the one-plan composition, plan by plan.
 
-planner.search.time_tables evaluates the time model's own functions on arrays of structural keys;
-each entry must equal round(1e6 * term) of `evaluate` for that plan (the pipeline term, the exposed
-data-parallel/FSDP term, the optimizer term), and TP + TD + TO its step time. Plans are sampled
-from small spaces of a dense GQA model, an MoE MLA model and MoE GQA models on Hopper and Blackwell,
-with every lever value (offload, FSDP, recompute variants, EP overlap, dispatchers, FP8) and
-uneven layouts present in the sample.
+The tables evaluate the one composition (planner.cost.compose) on batches of many plans (every key
+of a pipeline layout, one lever combination at a time); each entry must equal what a batch of that
+one plan gives: round(1e6 * term) for the pipeline, exposed data-parallel/FSDP and optimizer terms
+(and TP + TD + TO its step time), MiB rounded up for constant memory, buffers, the activation peak
+over the schedule, the optimizer-step temporaries and host memory, on every pipeline rank. Plans are
+sampled from small spaces of a dense GQA model, an MoE MLA model and MoE GQA models on Hopper and
+Blackwell, with every lever value (offload, FSDP, recompute variants, EP overlap, dispatchers, FP8),
+the local spec, and uneven layouts present in the sample.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import numpy as np
 import pytest
 
 from planner.cost.comm import a2a_time, collective_time
+from planner.cost.compose import costs_of
 from planner.cost.compute import block_time
 from planner.cost.flops import Shard, model_shape
+from planner.cost.memory import memory_report
 from planner.cost.rates import rates_for
 from planner.cost.setup import Assumptions, resolve_setup
-from planner.cost.time import evaluate
+from planner.cost.time import time_report
 from planner.cost.topology import GroupSpan, _span, group_ranks, group_spans, grid_orders, progression_ranks
 from planner.search.space import Limits, build_space, make_plan
 from planner.errors import PlanRuleError
-from planner.search.tables import GROUPS, TimeTerms, _variant, build_tables, combos, time_tables
-from planner.search.time_tables import time_tables as vectorized_time_tables
+from planner.search.tables import GROUPS, MiB, build_tables, combos
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.job import Job
 
@@ -86,93 +90,83 @@ def _pick_structs(space, n: int, rnd: random.Random, assumptions=None) -> list:
     return picked
 
 
-def _scalar_terms(space, s, levers, assumptions):
-    """The time model's terms for a plan: the key's setup with these levers (as the scalar tables
-    build it, without re-checking launcher rules), and, when the plan passes them, its own setup."""
-    base = {k: v[0] for k, v in space.levers.items()}
-    setup = _variant(resolve_setup(space.model, space.hw, space.job, make_plan(s, base), assumptions), **levers)
-    e = evaluate(setup)
+def _one(x) -> float:
+    return float(np.asarray(x, dtype=float).reshape(-1)[0])
+
+
+def _mib(x) -> int:
+    return int(math.ceil(_one(x) / MiB - 1e-9))
+
+
+def _plan_terms(space, s, levers, assumptions):
+    """A plan's terms from the composition of a batch of one plan, or None when the plan breaks a
+    model rule (the search drops such plans by its rule tables)."""
     try:
-        own = resolve_setup(space.model, space.hw, space.job, make_plan(s, levers), assumptions)
+        setup = resolve_setup(space.model, space.hw, space.job, make_plan(s, levers), assumptions)
     except PlanRuleError:
-        pass
-    else:
-        assert evaluate(own).step_s == pytest.approx(e.step_s, rel=1e-12)
-    return e, {"TP": e.pipeline_s, "TD": e.dp_grad_exposed + e.dp_param_exposed + e.fsdp_exposed, "TO": e.optimizer_s}
+        return None
+    c = costs_of(setup)
+    ranks = range(s.pp)
+    mem = {"W": [c.constant(r).total for r in ranks], "HW": [c.constant(r).host_optimizer for r in ranks],
+           "C": [c.comm_buffers() + c.constant(r).fsdp_buffers for r in ranks],
+           "A": [c.activation_peak(r) for r in ranks], "OT": [c.optimizer_transient(r) for r in ranks]}
+    if c.lv.offload_activations:
+        mem["HA"] = [c.host_activation_bytes(r) for r in ranks]
+    time = {"TP": _one(c.pipeline_s()), "TD": _one(c.data_parallel().exposed), "TO": _one(c.optimizer().seconds)}
+    return setup, time, {k: [_mib(x) for x in v] for k, v in mem.items()}
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_table_entries_equal_the_scalar_terms(case):
+def test_table_entries_equal_the_one_plan_composition(case):
     model_name, hw_name, job, assumptions, limits = CASES[case]
     model, hw = load_model(model_name), load_hardware(hw_name)
     space = build_space(model, hw, job, limits=limits, implementation=assumptions.implementation, check_rules=False)
     rnd = random.Random(case)
     structs = _pick_structs(space, 24, rnd, assumptions)
-    g = {k: combos(space, GROUPS[k]) for k in ("TP", "TD", "TO")}
-    T = {k: np.full((len(structs), len(g[k])), -1, dtype=np.int64) for k in g}
-    vectorized_time_tables(space, structs, assumptions, T["TP"], T["TD"], T["TO"])
-    for k in T:
-        assert (T[k] >= 0).all() and T[k].any(), f"{k}: unfilled entries"
+    t = build_tables(space, assumptions=assumptions, structs=structs)
+    for k in ("TP", "TD", "TO"):
+        assert (getattr(t, k) >= 0).all() and getattr(t, k).any(), f"{k}: unfilled entries"
 
     # Every lever value appears in the sample (round robin over each lever's values, shuffled).
-    n_plans = 60
+    n_plans = 40
     order = {k: [v[i % len(v)] for i in range(n_plans)] for k, v in space.levers.items()}
     for v in order.values():
         rnd.shuffle(v)
     seen: dict[str, set] = {k: set() for k in space.levers}
-    shapes = set()
+    shapes, compared = set(), 0
     for i in range(n_plans):
         si = i % len(structs)
         s = structs[si]
         levers = {k: order[k][i] for k in space.levers}
-        e, ref = _scalar_terms(space, s, levers, assumptions)
-        got = {}
-        for k in ("TP", "TD", "TO"):
-            got[k] = int(T[k][si, g[k].index(tuple(levers[x] for x in GROUPS[k]))])
-            assert abs(got[k] - round(ref[k] * 1e6)) <= TOL_US, (case, k, s, levers, got[k], ref[k])
-        assert abs(sum(got.values()) - round(e.step_s * 1e6)) <= 3 * TOL_US, (case, s, levers)
+        ref = _plan_terms(space, s, levers, assumptions)
+        if ref is None:
+            continue
+        setup, time, mem = ref
+        compared += 1
+        got = {k: int(getattr(t, k)[si, combos(space, GROUPS[k]).index(tuple(levers[x] for x in GROUPS[k]))])
+               for k in ("TP", "TD", "TO")}
+        for k in got:
+            assert abs(got[k] - round(time[k] * 1e6)) <= TOL_US, (case, k, s, levers, got[k], time[k])
+        assert abs(sum(got.values()) - round(time_report(setup).step_time_s * 1e6)) <= 3 * TOL_US, (case, s, levers)
+        for k, per_rank in mem.items():
+            grp = GROUPS["W" if k == "HW" else "A" if k == "HA" else k]
+            ci = combos(space, grp).index(tuple(levers[x] for x in grp))
+            assert [int(getattr(t, k)[si, r, ci]) for r in range(s.pp)] == per_rank, (case, k, s, levers)
+        # The stage peaks the tables add up (each term rounded up) are the memory report's.
+        report = memory_report(setup)
+        for r in range(s.pp):
+            parts = {k: mem[k][r] for k in ("W", "C", "A", "OT")}
+            allocated = report.stages[r].peak_bytes / MiB
+            total = parts["W"] + parts["C"] + max(parts["A"], parts["OT"])
+            assert allocated <= total <= allocated + 3, (case, s, levers, r)
         for k in ("offload", "sharding", "recompute", "precision") + (("ep_overlap", "dispatcher") if s.ep > 1 else ()):
             seen[k].add(levers[k])
         shapes.update({"uneven"} if s.layout is not None else set())
         shapes.update({"interleaved"} if s.vpp > 1 else set())
+    assert compared >= n_plans // 2
     for k in ("offload", "sharding", "recompute", "precision") + (("ep_overlap", "dispatcher") if model.is_moe else ()):
         assert seen[k] == set(space.levers[k]), k
     assert shapes == {"uneven", "interleaved"}
-
-
-def test_whole_rows_match_the_scalar_path():
-    """Every lever combination of a few keys: the vectorized tables equal the scalar loop that asks
-    the time model plan by plan (tables.time_tables with a TimeTerms subclass)."""
-
-    class ScalarTerms(TimeTerms):
-        pass
-
-    model, hw = load_model("qwen3-30b-a3b"), load_hardware("h100")
-    space = build_space(model, hw, _job(64, 256, 2048), check_rules=False,
-                        limits=Limits.parse("recompute=full,dispatcher=deepep", None))
-    rnd = random.Random(3)
-    structs = [s for s in _pick_structs(space, 6, rnd) if s.ep > 1][:3] + [s for s in space.structs if s.ep == 1][:1]
-    g = {k: combos(space, GROUPS[k]) for k in ("TP", "TD", "TO")}
-    fast = [np.zeros((len(structs), len(g[k])), dtype=np.int64) for k in g]
-    slow = [np.zeros((len(structs), len(g[k])), dtype=np.int64) for k in g]
-    time_tables(space, structs, Assumptions(), TimeTerms(), *fast)
-    time_tables(space, structs, Assumptions(), ScalarTerms(), *slow)
-    for name, a, b in zip(g, fast, slow):
-        assert (b > 0).all()
-        assert np.abs(a - b).max() <= TOL_US, name
-
-
-def test_other_time_terms_are_asked_plan_by_plan():
-    """A stand-in for the time model (the search tests' FakeTime) still fills the tables."""
-    from tests._fake_time import FakeTime
-
-    model, hw = load_model("llama3.1-8b"), load_hardware("h100")
-    space = build_space(model, hw, _job(16, 64, 2048), check_rules=False)
-    structs = space.structs[:3]
-    t = build_tables(space, time_terms=FakeTime(), structs=structs)
-    base = {k: v[0] for k, v in space.levers.items()}
-    setup = resolve_setup(model, hw, space.job, make_plan(structs[0], base), Assumptions())
-    assert t.TP[0, 0] == round(FakeTime().terms(setup)[0] * 1e6)
 
 
 # ---- the building blocks on arrays give the scalar results elementwise ---------------------------
@@ -268,7 +262,5 @@ def test_keys_failing_a_model_rule_still_get_rows():
     space = build_space(model, hw, _job(32, 64, 2048), check_rules=False, limits=Limits.parse("sharding=hsdp:4", None))
     bad = [s for s in space.structs if not _resolves(space, s, Assumptions())]
     assert bad
-    g = {k: combos(space, GROUPS[k]) for k in ("TP", "TD", "TO")}
-    T = [np.full((len(bad), len(g[k])), -1, dtype=np.int64) for k in g]
-    vectorized_time_tables(space, bad, Assumptions(), *T)
-    assert all((t >= 0).all() for t in T) and (T[0] > 0).all()
+    t = build_tables(space, structs=bad)
+    assert all((getattr(t, k) >= 0).all() for k in ("TP", "TD", "TO")) and (t.TP > 0).all()

@@ -1,0 +1,968 @@
+"""The one composition of a plan's memory and time.
+
+Every caller goes through :func:`evaluate_batch`: ``explain`` and the reports evaluate a batch of
+one plan, the search's tables evaluate the plans of one pipeline layout (every structural key with
+that ``(pp, vpp, layout)``) once per lever combination, and the per-stage refinement reads its
+per-layer coefficients from the same :class:`Costs`. The formulas themselves live in their
+modules (kernel inventory ``flops``, kernel times ``compute``, collectives ``comm``, schedule and
+data-parallel terms ``pipeline``, saved tensors ``activations``, constant memory ``constant``,
+per-piece memory and the peak over the schedule ``memory``); this module composes them once.
+
+Terms are evaluated lazily and memoized in the :class:`CostContext` under the lever values each
+term depends on, so evaluating the same layout group under many lever combinations recomputes only
+what a lever changes (the search's tables ask for one term per lever group: the pipeline phase
+under (recompute, precision, dispatcher, EP overlap, offload), the data-parallel sync under
+sharding and the levers of the rank times, and so on). Block costs (a decoder layer, the
+embedding, the head, an MTP module) depend on the degrees only through a few values (tp, cp, ep,
+etp, mbs and the group spans): they are computed once per lever setting over the distinct block
+keys of every registered plan, then gathered.
+
+Degrees inside a batch are numpy arrays over its plans; every formula accepts arrays, and the
+categorical levers (:class:`Levers`) are single typed values, so every branch of the model is taken
+as in a one-plan evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from planner.cost import activations as act
+from planner.cost.comm import CommCost, CommFlags, block_comm, pp_p2p_time
+from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
+from planner.cost.constant import ConstantMemory, constant_bytes, rank_params_of
+from planner.cost.flops import BF16, Shard, model_shape
+from planner.cost.pieces import (
+    ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
+    peak_over_profiles, span_crossings,
+)
+from planner.cost.pipeline import (
+    BlockCost, RankCost, data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard,
+    optimizer_step_time, param_tensors, pipeline_time, rank_blocks, rank_p2p, sync_kind,
+)
+from planner.cost.rates import Rates, rates_for
+from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
+from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
+from planner.specs.layout import PipelineLayout, build_layout
+from planner.specs.plan import Degrees, Plan, Recompute, Sharding
+
+# Bytes of saved activations per token per layer used to size activation offload: Korthikanti et
+# al. 2022 eq. 2 with sequence parallelism and selective recompute, 34 * s * b * h / t.
+OFFLOAD_ACT_BYTES_PER_TOKEN_HIDDEN = 34
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed levers.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Levers:
+    """The plan's memory and time levers, parsed once (a plan's string values become these)."""
+
+    recompute: Recompute
+    precision: str
+    """'bf16' or 'fp8' (the hardware's FP8 recipe)."""
+    moments: str
+    """Adam moment dtype: 'fp32' or 'bf16'."""
+    sharding: Sharding
+    offload_optimizer: bool
+    offload_activations: bool
+    dispatcher: str | None
+    """MoE token dispatcher; None without expert parallelism."""
+    ep_overlap: bool
+    stage_recompute: tuple[int, ...] | None = None
+    """Per-rank fully recomputed layer counts (advisory plans of ``--target any``)."""
+
+    @classmethod
+    def of(cls, plan: Plan) -> "Levers":
+        """The levers of a canonical plan (precision and dispatcher explicit)."""
+        return cls(plan.recompute_spec, plan.precision or "bf16", plan.moments, plan.sharding_spec,
+                   plan.offloads_optimizer, plan.offloads_activations, plan.dispatcher, plan.ep_overlap == "on",
+                   tuple(plan.stage_recompute_layers) if plan.stage_recompute_layers else None)
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision == "fp8"
+
+    def recompute_setting(self) -> str | tuple[str, ...] | None:
+        """What every decoder layer's compute recomputes: 'full', the selective modules, or None
+        (with full:N or per-stage counts only some layers recompute: see :meth:`full_layers`)."""
+        rc = self.recompute
+        if rc.kind == "selective":
+            return tuple(rc.modules)
+        if rc.kind == "full" and rc.layers is None and self.stage_recompute is None:
+            return "full"
+        return None
+
+    def full_layers(self, rank: int, chunks) -> tuple[int, ...]:
+        """Fully recomputed layers in each chunk of ``rank``: the first N layers of every chunk
+        (Megatron's block method; with VPP, N per virtual stage), N from full:N or the per-stage
+        counts; 0 when every layer (or none) recomputes by :meth:`recompute_setting`."""
+        rc = self.recompute
+        if rc.kind != "full":
+            return tuple(0 for _ in chunks)
+        if self.stage_recompute is not None:
+            n = self.stage_recompute[rank] if rank < len(self.stage_recompute) else 0
+        elif rc.layers is not None:
+            n = rc.layers
+        else:
+            return tuple(0 for _ in chunks)
+        return tuple(min(n, ch.num_layers) for ch in chunks)
+
+    def memory_full_layers(self, rank: int) -> int | None:
+        """The memory model's view of the same: recomputed layers per chunk, None meaning all."""
+        rc = self.recompute
+        if rc.kind != "full":
+            return None
+        if self.stage_recompute is not None:
+            return self.stage_recompute[rank] if rank < len(self.stage_recompute) else 0
+        return rc.layers
+
+
+# ---------------------------------------------------------------------------------------------
+# The structural keys of a batch: degrees as arrays, and where their groups sit.
+# ---------------------------------------------------------------------------------------------
+KEY_FIELDS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp", "edp", "micro_batches")
+SPAN_DIMS = ("tp", "cp", "ep", "etp", "pp", "dpcp", "edp")
+BLOCK_SPANS = ("tp", "cp", "ep", "etp")
+
+
+def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct rows, first row of each, each row's distinct index) of a small-integer matrix:
+    the columns folded into one integer key (np.unique(axis=0) sorts a structured view, slower)."""
+    key = np.zeros(len(a), dtype=np.int64)
+    radix = 1
+    for j in range(a.shape[1]):
+        u, inv = np.unique(a[:, j], return_inverse=True)
+        key = key * len(u) + inv.reshape(-1)
+        radix *= len(u)
+        if radix > 2**40:
+            u, key = np.unique(key, return_inverse=True)
+            key, radix = key.reshape(-1), len(u)
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return a[first], first, inv.reshape(-1)
+
+
+class KeyTable:
+    """Degrees, micro-batch size and count of many structural keys as columns, the NVLink-domain
+    fill and group spans of each (planner.cost.topology), and the distinct *block keys*: what a
+    block's time and communication depend on besides the levers (tp, cp, ep, etp, mbs and the
+    spans of those groups)."""
+
+    def __init__(self, hw, job, assumptions, rows: np.ndarray):
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1, len(KEY_FIELDS))
+        self.n = len(rows)
+        self.col = c = {f: rows[:, i] for i, f in enumerate(KEY_FIELDS)}
+        u4, _, inv4 = unique_rows(np.stack([c["tp"], c["cp"], c["ep"], c["etp"]], 1))
+        self.fill = np.array([resolve_domain_fill(hw.domain_size, job.domain_fill, *map(int, r)) for r in u4],
+                             dtype=np.int64)[inv4]
+        u8, _, inv8 = unique_rows(np.stack([self.fill, c["tp"], c["cp"], c["dp"], c["pp"], c["etp"], c["ep"],
+                                            c["edp"]], 1))
+        fields = np.zeros((len(u8), len(SPAN_DIMS), 2), dtype=np.int64)
+        self._worst = []
+        for i, r in enumerate(u8):
+            spans = group_spans(assumptions.rank_order, *map(int, r))
+            self._worst.append(spans)
+            fields[i] = [(spans[d].domains, spans[d].per_domain) for d in SPAN_DIMS]
+        self._span_of = inv8
+        fields = fields[inv8]
+        size = {"tp": c["tp"], "cp": c["cp"], "ep": c["ep"], "etp": c["etp"], "pp": c["pp"],
+                "dpcp": c["dp"] * c["cp"], "edp": c["edp"]}
+        self.span_cols = {d: (size[d], fields[:, j, 0], fields[:, j, 1]) for j, d in enumerate(SPAN_DIMS)}
+        bk = np.stack([c["tp"], c["cp"], c["ep"], c["etp"], c["mbs"]]
+                      + [self.span_cols[d][k] for d in BLOCK_SPANS for k in (1, 2)], 1)
+        self.bk, self.bk_first, self.bk_of = unique_rows(bk)
+
+    @classmethod
+    def of_structs(cls, hw, job, assumptions, structs) -> "KeyTable":
+        """From objects with the :data:`KEY_FIELDS` attributes (the search's structural keys)."""
+        rows = np.array([[getattr(s, f) for f in KEY_FIELDS] for s in structs], dtype=np.int64)
+        return cls(hw, job, assumptions, rows)
+
+    def degrees(self, rows: np.ndarray) -> Degrees:
+        c = self.col
+        return Degrees(c["tp"][rows], c["cp"][rows], c["pp"][rows], c["vpp"][rows], c["dp"][rows], c["ep"][rows],
+                       c["etp"][rows], c["edp"][rows])
+
+    def spans(self, rows: np.ndarray, dims=SPAN_DIMS) -> dict[str, GroupSpan]:
+        """Group spans of some keys, as GroupSpans with array fields."""
+        return {d: GroupSpan(d, *(x[rows] for x in self.span_cols[d]), 0, 0) for d in dims}
+
+    def worst_spans(self, row: int) -> dict[str, GroupSpan]:
+        """The full spans (worst group members, group counts) of one key, for reports."""
+        return self._worst[int(self._span_of[row])]
+
+    def block_spans(self, keys: np.ndarray) -> dict[str, GroupSpan]:
+        b = self.bk[keys]
+        return {d: GroupSpan(d, b[:, j], b[:, 5 + 2 * j], b[:, 6 + 2 * j], 0, 0) for j, d in enumerate(BLOCK_SPANS)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The context every plan of one model/hardware/job shares.
+# ---------------------------------------------------------------------------------------------
+class CostContext:
+    """Model, hardware, job, assumptions and rates of a set of plans, their :class:`KeyTable`,
+    and the memo of every term already composed (see the module docstring)."""
+
+    def __init__(self, model, hw, job, assumptions, keys: KeyTable, rates: Rates):
+        self.model, self.hw, self.job, self.assumptions = model, hw, job, assumptions
+        self.keys = keys
+        self.rates = rates
+        self.ms = model_shape(model)
+        from planner.specs.efficiency import load_efficiency
+
+        self.efficiency = load_efficiency(hw.generation)
+        self.memo: dict = {}
+
+    @classmethod
+    def for_structs(cls, model, hw, job, assumptions, structs, calibration=None) -> "CostContext":
+        keys = KeyTable.of_structs(hw, job, assumptions, structs)
+        probe = _Probe(model, hw, job, assumptions)
+        return cls(model, hw, job, assumptions, keys, rates_for(probe, calibration))
+
+    @cached_property
+    def allocator_fraction(self) -> float:
+        """Reserved-over-allocated fraction for these allocator settings (0 with an explicit
+        margin in bytes)."""
+        return memory_limits(self.hw, self.job, self.assumptions)[1]
+
+    @property
+    def cuda_context_bytes(self) -> float:
+        return self.efficiency.memory.cuda_context_bytes.value
+
+    @cached_property
+    def capacity_bytes(self) -> float:
+        """What a reserved peak (allocated peak x (1 + allocator fraction)) must stay under."""
+        return memory_limits(self.hw, self.job, self.assumptions)[0]
+
+    def forget(self, group: tuple) -> None:
+        """Drop what was composed for the plans of one layout group (when the caller is done with
+        them: what is shared by every group, the block costs, stays)."""
+        for key in [k for k in self.memo if k[0] == group]:
+            del self.memo[key]
+
+    def cached(self, key, fn):
+        hit = self.memo.get(key, _MISSING)
+        if hit is _MISSING:
+            hit = self.memo[key] = fn()
+        return hit
+
+    # ---- what a block costs, over every block key -------------------------------------------
+    def shard(self, levers: Levers, rows: np.ndarray, with_ep: bool) -> Shard:
+        """The kernel shapes of some keys (the dispatcher and routing imbalance only with EP)."""
+        c, a = self.keys.col, self.assumptions
+        return Shard(tp=c["tp"][rows], cp=c["cp"][rows], ep=c["ep"][rows], etp=c["etp"][rows], mbs=c["mbs"][rows],
+                     seq=self.job.seq_len, implementation=a.implementation,
+                     dispatcher=levers.dispatcher if with_ep else None,
+                     imbalance=a.routing_imbalance if with_ep else 1.0, fp8=levers.fp8)
+
+    def comm_flags(self, levers: Levers, recompute, shard: Shard) -> CommFlags:
+        """The plan-level switches of a block's communication: TP overlap by implementation unless
+        set, EP overlap, recompute, FP8 dispatch with DeepEP/HybridEP in FP8 training."""
+        a = self.assumptions
+        return CommFlags(
+            tp_overlap=a.tp_comm_overlap if a.tp_comm_overlap is not None else a.implementation == "te",
+            ep_overlap=levers.ep_overlap, recompute=recompute,
+            fp8_dispatch=shard.fp8 and shard.dispatcher in ("deepep", "hybridep"))
+
+    def block_cost(self, name: str, compute_rc, comm_rc, levers: Levers) -> BlockCost:
+        """One block's time and communication per micro-batch over every block key (arrays):
+        ``compute_rc`` is what its compute recomputes, ``comm_rc`` what its communication sees."""
+        key = ("block", name, compute_rc, comm_rc, levers.precision, levers.dispatcher, levers.ep_overlap)
+        return self.cached(key, lambda: self._block_cost(name, compute_rc, comm_rc, levers))
+
+    def _block_cost(self, name, compute_rc, comm_rc, levers) -> BlockCost:
+        keys = self.keys
+        with_ep = keys.bk[:, 2] > 1
+        parts = []
+        for subset, ep in ((np.flatnonzero(~with_ep), False), (np.flatnonzero(with_ep), True)):
+            if not len(subset):
+                continue
+            sh = self.shard(levers, keys.bk_first[subset], ep)
+            kts = self.cached(("kernels", name, levers.precision, sh.dispatcher, ep),
+                              lambda sh=sh: kernel_times(self.ms, sh, name, self.rates))
+            sums = self.cached(("sums", name, levers.precision, sh.dispatcher, ep), lambda kts=kts: kernel_sums(kts))
+            bt = block_time_of(kts, self.rates, compute_rc, sums)
+            flags = self.comm_flags(levers, comm_rc, sh)
+            # Collectives depend on the degrees and the FP8 dispatch only: shared by every block.
+            transfers = self.cached(("transfers", ep, sh.dispatcher, flags.fp8_dispatch), dict)
+            spans = self.cached(("block_spans", ep), lambda subset=subset: keys.block_spans(subset))
+            comm = block_comm(self.ms, sh, name, bt, spans, self.rates, flags, transfers)
+            parts.append((subset, bt, comm))
+        return BlockCost(name, 1, _scatter_time([(s, bt) for s, bt, _ in parts], len(keys.bk)),
+                         _scatter_comm([(s, cm) for s, _, cm in parts], len(keys.bk)))
+
+
+_MISSING = object()
+
+
+def memory_limits(hw, job, assumptions) -> tuple[float, float]:
+    """(capacity, allocator fraction): usable HBM less the CUDA context, the user's margin and an
+    explicit allocator margin; and the reserved-over-allocated fraction of the allocator settings
+    (0 when the margin is given in bytes)."""
+    from planner.cost.setup import allocator_fraction
+    from planner.specs.efficiency import load_efficiency
+
+    mem = load_efficiency(hw.generation).memory
+    cap = hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - job.memory_margin_bytes
+    if assumptions.allocator_margin_bytes is not None:
+        cap -= assumptions.allocator_margin_bytes
+    return cap, allocator_fraction(mem, assumptions)
+
+
+class _Probe:
+    """What :func:`planner.cost.rates.rates_for` reads of a setup."""
+
+    def __init__(self, model, hw, job, assumptions):
+        from planner.specs.efficiency import load_efficiency
+
+        self.model, self.hw, self.job, self.assumptions = model, hw, job, assumptions
+        self.efficiency = load_efficiency(hw.generation)
+
+
+def _scatter(parts: list[tuple[np.ndarray, object]], n: int) -> np.ndarray:
+    out = np.zeros(n)
+    for rows, values in parts:
+        out[rows] = values
+    return out
+
+
+def _scatter_time(parts: list[tuple[np.ndarray, BlockTime]], n: int) -> BlockTime:
+    """A BlockTime over all block keys from the BlockTimes of disjoint subsets. The per-GEMM times
+    are left out: only the block's own communication reads them, computed per subset before."""
+    fields = {f.name: _scatter([(rows, getattr(bt, f.name)) for rows, bt in parts], n)
+              for f in dataclasses.fields(BlockTime) if f.name != "gemms"}
+    return BlockTime(**fields, gemms=())
+
+
+def _scatter_comm(parts: list[tuple[np.ndarray, tuple[CommCost, ...]]], n: int) -> tuple[CommCost, ...]:
+    causes = list(dict.fromkeys(c.cause for _, comm in parts for c in comm))
+    out = []
+    for cause in causes:
+        tot = _scatter([(rows, c.total) for rows, comm in parts for c in comm if c.cause == cause], n)
+        exp = _scatter([(rows, c.exposed) for rows, comm in parts for c in comm if c.cause == cause], n)
+        out.append(CommCost(cause, tot, exp))
+    return tuple(out)
+
+
+def at(obj, idx):
+    """The numbers of some plans (an index array) or of one plan (an int) in a batch result:
+    array fields of dataclasses and tuples taken at ``idx``, everything else kept."""
+    if isinstance(obj, np.ndarray):
+        return obj[idx]
+    if isinstance(obj, tuple):
+        return tuple(at(x, idx) for x in obj)
+    names = _FIELDS.get(type(obj))
+    if names is None:
+        if not dataclasses.is_dataclass(obj):
+            return obj
+        names = _FIELDS[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return type(obj)(**{n: at(getattr(obj, n), idx) for n in names})
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# A batch: the plans of one pipeline layout.
+# ---------------------------------------------------------------------------------------------
+ROW_LEVERS = ("recompute", "stage_recompute", "precision", "dispatcher", "ep_overlap")
+"""Levers that may differ between the plans of one batch: they choose which block costs (kernels,
+communication) and which memory pieces a plan reads, so a batch evaluates several settings of
+them side by side. The others (sharding, moments, offload) are the batch's."""
+
+
+@dataclass(frozen=True)
+class PlanBatch:
+    """Plans sharing ``(pp, vpp, layout)``: every key of ``key_rows`` (rows of the context's key
+    table) under every lever setting of ``variants``; plan ``i`` is key ``i % n`` under variant
+    ``i // n``. The variants agree on every lever but :data:`ROW_LEVERS`."""
+
+    ctx: CostContext
+    key_rows: np.ndarray
+    layout: PipelineLayout
+    variants: tuple[Levers, ...]
+    group: tuple
+    """Identity of (key_rows, layout) in the context's memo."""
+
+    @property
+    def levers(self) -> Levers:
+        """The batch's levers (the first variant's row levers)."""
+        return self.variants[0]
+
+    @property
+    def pp(self) -> int:
+        return self.layout.pp
+
+    @property
+    def vpp(self) -> int:
+        return self.layout.vpp
+
+    @property
+    def n_keys(self) -> int:
+        return len(self.key_rows)
+
+    def _tiled(self, name: str, values: np.ndarray) -> np.ndarray:
+        return self.ctx.cached((self.group, "tile", name, len(self.variants)), lambda: np.tile(values, len(self.variants)))
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Key-table row of every plan."""
+        return self._tiled("rows", self.key_rows)
+
+    @property
+    def deg(self) -> Degrees:
+        return self.ctx.cached((self.group, "deg", len(self.variants)), lambda: self.ctx.keys.degrees(self.rows))
+
+    @property
+    def micro_batches(self) -> np.ndarray:
+        return self._tiled("m", self.ctx.keys.col["micro_batches"][self.key_rows])
+
+    @property
+    def mbs(self) -> np.ndarray:
+        return self._tiled("mbs", self.ctx.keys.col["mbs"][self.key_rows])
+
+    def with_levers(self, levers: Levers) -> "PlanBatch":
+        return dataclasses.replace(self, variants=(levers,))
+
+    def with_variants(self, variants) -> "PlanBatch":
+        """The same keys under several lever settings that differ only in :data:`ROW_LEVERS`."""
+        return dataclasses.replace(self, variants=tuple(variants))
+
+
+def _setup_keys(setup) -> KeyTable:
+    d = setup.deg
+    row = np.array([[d.tp, d.cp, d.pp, d.vpp, d.ep, d.etp, setup.plan.mbs, d.dp, d.edp, setup.micro_batches]])
+    return KeyTable(setup.hw, setup.job, setup.assumptions, row)
+
+
+def batch_of_setup(setup, calibration=None, rates: Rates | None = None) -> PlanBatch:
+    """A batch of one plan (a resolved :class:`~planner.cost.setup.Setup`); ``rates`` replace the
+    hardware's achievable rates (what-if checks). Plans with the same degrees share one context,
+    so evaluating a plan's neighbours (other levers, another layout) reuses its block costs."""
+    rates = rates or rates_for(setup, calibration)
+    d = setup.deg
+    row = (d.tp, d.cp, d.pp, d.vpp, d.ep, d.etp, setup.plan.mbs, d.dp, d.edp, setup.micro_batches)
+    key = (setup.model, setup.hw, setup.job, setup.assumptions, rates, row)
+    ctx = _CONTEXTS.pop(key, None) or CostContext(setup.model, setup.hw, setup.job, setup.assumptions,
+                                                  _setup_keys(setup), rates)
+    _CONTEXTS[key] = ctx
+    while len(_CONTEXTS) > 32:
+        _CONTEXTS.pop(next(iter(_CONTEXTS)))
+    group = ("setup", setup.layout.pp, setup.layout.vpp, setup.plan.layout)
+    return PlanBatch(ctx, np.array([0]), setup.layout, (Levers.of(setup.plan),), group)
+
+
+_CONTEXTS: dict[tuple, CostContext] = {}
+"""Recently used one-plan contexts, least recent first."""
+
+
+def costs_of(setup, calibration=None, rates: Rates | None = None) -> "Costs":
+    """The composition of one plan (arrays of length one)."""
+    return evaluate_batch(batch_of_setup(setup, calibration, rates))
+
+
+def plan_shard(setup) -> Shard:
+    """The kernel shapes of one plan (scalar degrees), as its blocks are costed."""
+    b = batch_of_setup(setup)
+    return at(b.ctx.shard(b.levers, b.rows, setup.deg.ep > 1), 0)
+
+
+def plan_spans(setup) -> tuple[dict[str, GroupSpan], int]:
+    """Where one plan's process groups sit: each dimension's worst group and the NVLink-domain fill."""
+    keys = _setup_keys(setup)
+    return keys.worst_spans(0), int(keys.fill[0])
+
+
+def layout_batches(ctx: CostContext, structs, base: Levers) -> list[PlanBatch]:
+    """One batch per pipeline layout ``(pp, vpp, layout)`` of the context's keys (``structs`` in
+    key-table order), rows sorted by micro-batch count (equal counts share schedule profiles)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, s in enumerate(structs):
+        groups.setdefault((s.pp, s.vpp, s.layout), []).append(i)
+    m = ctx.keys.col["micro_batches"]
+    out = []
+    for (pp, vpp, layout_str), idx in groups.items():
+        rows = np.array(idx, dtype=np.int64)
+        rows = rows[np.argsort(m[rows], kind="stable")]
+        layout = build_layout(ctx.model, pp, vpp, layout_str)
+        out.append(PlanBatch(ctx, rows, layout, (base,), (pp, vpp, layout_str)))
+    return out
+
+
+def evaluate_batch(batch: PlanBatch) -> "Costs":
+    """Memory and time of every plan of ``batch`` (terms computed when first read)."""
+    return Costs(batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# The composition.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DataParallel:
+    """One step's data-parallel sync of the gating rank (arrays over the batch's plans): gradient
+    reduce-scatter (or all-reduce), parameter all-gather, FSDP traffic, each total and exposed."""
+
+    grad: np.ndarray
+    grad_exposed: np.ndarray
+    param: np.ndarray
+    param_exposed: np.ndarray
+    fsdp: np.ndarray
+    fsdp_exposed: np.ndarray
+
+    @property
+    def exposed(self) -> np.ndarray:
+        return self.grad_exposed + self.param_exposed + self.fsdp_exposed
+
+
+@dataclass(frozen=True)
+class ActOffload:
+    """Activation offload of the slowest rank (the one that streams its activations)."""
+
+    rank: np.ndarray
+    """The rank whose layers' activations move over the host link (first of the slowest)."""
+    bytes_per_microbatch: np.ndarray
+    extra_s: np.ndarray
+    """Seconds each micro-batch of that rank gains when the copies outlast its compute."""
+    fwd_s: np.ndarray
+    """That rank's forward seconds per micro-batch (the copy-out window)."""
+
+
+@dataclass(frozen=True)
+class OptimizerStep:
+    seconds: np.ndarray
+    """The slowest rank's optimizer step (on the GPU, or on the host with optimizer offload)."""
+    shard_params: np.ndarray
+    """Parameters whose optimizer state the slowest rank's GPU updates."""
+
+
+class Costs:
+    """Memory and time of a :class:`PlanBatch`: arrays over its plans, per pipeline rank where the
+    term is per rank. Each term is composed once per lever values it depends on (memoized in the
+    context)."""
+
+    def __init__(self, batch: PlanBatch):
+        self.batch = batch
+        self.ctx = batch.ctx
+        self.lv = batch.levers
+        self.n = batch.n_keys * len(batch.variants)
+        """Plans in the batch (keys x variants)."""
+
+    def _memo(self, term: str, *levers, fn):
+        return self.ctx.cached((self.batch.group, term, *levers), fn)
+
+    def _row(self, *fields) -> tuple:
+        """The variants' values of some row levers (a memo key)."""
+        return tuple(tuple(getattr(v, f) for f in fields) for v in self.batch.variants)
+
+    def _per_variant(self, fn) -> np.ndarray:
+        """``fn(levers)`` over the batch's keys for each variant, side by side (plan order)."""
+        n = self.batch.n_keys
+        return np.concatenate([_column(fn(v), n) for v in self.batch.variants])
+
+    def _tile(self, x) -> np.ndarray:
+        """A value of the batch's keys (the same under every variant) for every plan."""
+        return np.tile(_column(x, self.batch.n_keys), len(self.batch.variants))
+
+    def _key_spans(self) -> dict[str, GroupSpan]:
+        return self._memo("key_spans", fn=lambda: self.ctx.keys.spans(self.batch.key_rows))
+
+    def spans(self) -> dict[str, GroupSpan]:
+        """Where each plan's process groups sit (GroupSpans with array fields)."""
+        return self._memo("spans", len(self.batch.variants), fn=lambda: self.ctx.keys.spans(self.batch.rows))
+
+    def _buckets(self, values: np.ndarray, name: str) -> list[tuple[int, np.ndarray]]:
+        """(value, the plans that have it) for a per-plan integer (schedule profiles are shared)."""
+        return self._memo("buckets", name, len(self.batch.variants),
+                          fn=lambda: [(int(v), np.flatnonzero(values == v)) for v in np.unique(values)])
+
+    # ---- time: blocks and ranks ---------------------------------------------------------------
+    def _compute_levers(self) -> tuple:
+        return self._row("recompute", "stage_recompute", "precision", "dispatcher", "ep_overlap")
+
+    def ranks(self) -> tuple[RankCost, ...]:
+        """Each pipeline rank's blocks (per micro-batch) and pipeline send/receive."""
+        return self._memo("ranks", self._compute_levers(), fn=self._ranks)
+
+    def _ranks(self) -> tuple[RankCost, ...]:
+        ctx, b = self.ctx, self.batch
+        nbk = len(ctx.keys.bk)
+        bk = ctx.keys.bk_of[b.key_rows]
+        # Blocks are costed per variant over the block keys, side by side: plan i reads its block
+        # key in its variant's stretch.
+        keys = (np.arange(len(b.variants))[:, None] * nbk + bk[None, :]).reshape(-1)
+        sh = ctx.shard(self.lv, b.rows, True)
+        t_p2p = pp_p2p_time(ctx.ms, sh, self.spans()["pp"], ctx.rates)
+        overlap = p2p_overlaps(b.vpp, ctx.assumptions)
+        settings = [v.recompute_setting() for v in b.variants]
+        by_blocks: dict[tuple, RankCost] = {}
+        out = []
+        for r in range(b.pp):
+            chunks = b.layout.rank_stages(r)
+            specs = tuple(tuple(rank_blocks(ctx.ms, chunks, s, v.full_layers(r, chunks)))
+                          for s, v in zip(settings, b.variants))
+            if specs not in by_blocks:
+                blocks = tuple(self._stacked_block(name, is_full, specs, settings)
+                               for name, is_full in _positions(specs))
+                plain = RankCost(r, blocks, 0.0, 0.0, keys)
+                p2p = rank_p2p(t_p2p, b.pp, b.vpp, plain.compute, overlap, ctx.rates)
+                by_blocks[specs] = RankCost(r, blocks, *p2p, keys)
+            out.append(by_blocks[specs])  # ranks with the same blocks share one object (and its sums)
+        return tuple(out)
+
+    def _stacked_block(self, name: str, is_full: bool, specs, settings) -> BlockCost:
+        """One position of a rank's blocks, under every variant side by side (count 0 where a
+        variant's rank has no such block)."""
+        per = []
+        for spec, setting, v in zip(specs, settings, self.batch.variants):
+            hit = [(count, rc) for n_, count, rc, full in spec if n_ == name and full == is_full]
+            # A block appears once per chunk: the rank holds their sum (same recompute in each).
+            count, rc = (sum(c for c, _ in hit), hit[0][1]) if hit else (0, None)
+            per.append((count, rc, "full" if is_full else setting, v.precision, v.dispatcher, v.ep_overlap))
+        return self.ctx.cached(("stacked", name, tuple(per)), lambda: self._stack(name, per))
+
+    def _stack(self, name: str, per: list[tuple]) -> BlockCost:
+        nbk = len(self.ctx.keys.bk)
+        costs = [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap))
+                 for _, rc, comm_rc, precision, dispatcher, overlap in per]
+        if len(costs) == 1:
+            return dataclasses.replace(costs[0], count=per[0][0])
+        count = np.repeat(np.array([p[0] for p in per], dtype=float), nbk)
+        time = BlockTime(**{f.name: np.concatenate([_column(getattr(c.time, f.name), nbk) for c in costs])
+                            for f in dataclasses.fields(BlockTime) if f.name != "gemms"}, gemms=())
+        causes = list(dict.fromkeys(cc.cause for c in costs for cc in c.comm))
+        comm = []
+        for cause in causes:
+            parts = [[cc for cc in c.comm if cc.cause == cause] for c in costs]
+            comm.append(CommCost(cause, np.concatenate([_column(p[0].total if p else 0.0, nbk) for p in parts]),
+                                 np.concatenate([_column(p[0].exposed if p else 0.0, nbk) for p in parts])))
+        return BlockCost(name, count, time, tuple(comm))
+
+    def block(self, name: str, compute_rc, comm_rc) -> BlockCost:
+        """One block of ``name`` per micro-batch for the batch's keys under its levers: its compute
+        recomputes ``compute_rc``, its communication sees ``comm_rc`` (as in a rank's blocks)."""
+        bk = self.ctx.keys.bk_of[self.batch.key_rows]
+        return at(self.ctx.block_cost(name, compute_rc, comm_rc, self.lv), bk)
+
+    def block_constant(self, name: str) -> np.ndarray:
+        """Bytes of weights, gradients and optimizer state of one block of ``name`` (a decoder
+        layer kind, 'embedding', 'head', 'mtp') on one GPU under the plan's sharding levers."""
+        from planner.cost.pipeline import block_params
+
+        d = self.batch.deg
+        dense, expert = block_params(self.ctx.model, name, d.tp, d.ep, d.etp)
+        return self.dense_constant(dense, expert)
+
+    def dense_constant(self, dense, expert=0.0) -> np.ndarray:
+        """Constant bytes of ``dense`` and ``expert`` parameters per GPU under the plan's levers."""
+        from planner.cost.constant import RankParams
+
+        d, lv = self.batch.deg, self.lv
+        cm = constant_bytes(RankParams(dense, expert, 0.0), dp=d.dp, cp=d.cp, edp=d.edp, sharding=lv.sharding,
+                            moments=lv.moments, offload_optimizer=lv.offload_optimizer)
+        return cm.total
+
+    def rank_times(self) -> list[np.ndarray]:
+        """Seconds per micro-batch of each rank: compute, exposed communication and p2p."""
+        return [rc.per_microbatch for rc in self.ranks()]
+
+    def activation_offload(self) -> ActOffload | None:
+        """With activation offload, the slowest rank (the first of equals) streams its layers'
+        activations over the host link behind its forward (copy out) and backward (copy in)."""
+        if not self.lv.offload_activations:
+            return None
+        return self._memo("act_offload", self._compute_levers(), fn=self._act_offload)
+
+    def _act_offload(self) -> ActOffload:
+        ctx, b, n = self.ctx, self.batch, self.n
+        ranks, times = self.ranks(), self.rank_times()
+        slow = times[0]
+        worst = np.zeros(n, dtype=np.int64)
+        for r in range(1, b.pp):
+            if ranks[r] is ranks[r - 1]:
+                continue  # equal to the rank before: never the first slowest
+            worst = np.where(times[r] > slow, r, worst)
+            slow = np.maximum(slow, times[r])
+        pick = lambda vals: np.choose(worst, [_column(v, n) for v in vals])  # noqa: E731
+        fwd, bwd = pick([rc.fwd for rc in ranks]), pick([rc.bwd for rc in ranks])
+        layers = pick([sum(ch.num_layers for ch in b.layout.rank_stages(r)) for r in range(b.pp)])
+        sp_tokens = b.mbs * ctx.job.seq_len // b.deg.cp / b.deg.tp
+        nbytes = layers * OFFLOAD_ACT_BYTES_PER_TOKEN_HIDDEN * sp_tokens * ctx.ms.hidden
+        host = ctx.rates.host_bw
+        extra = np.maximum(0.0, nbytes / host - fwd) + np.maximum(0.0, nbytes / host - bwd)
+        return ActOffload(worst, nbytes, extra, fwd)
+
+    def step_rank_times(self) -> list[np.ndarray]:
+        """Rank times with the activation offload's extra seconds on the rank that streams."""
+        times = self.rank_times()
+        off = self.activation_offload()
+        if off is None:
+            return times
+        return [t + np.where(off.rank == r, off.extra_s, 0.0) for r, t in enumerate(times)]
+
+    def pipeline_s(self) -> np.ndarray:
+        """The forward/backward phase: the schedule over the ranks' per-micro-batch times, plus the
+        fill and drain passing each boundary once more with latency on the path (plain 1F1B
+        already has its exposed p2p inside every rank time; interleaved hides it in the steady
+        state but not while the first micro-batch travels down and the last one back up)."""
+        return self._memo("pipeline", self._compute_levers(), self.lv.offload_activations, fn=self._pipeline)
+
+    def _pipeline(self) -> np.ndarray:
+        b = self.batch
+        pipe = pipeline_time(self.step_rank_times(), b.micro_batches, b.vpp)
+        if p2p_overlaps(b.vpp, self.ctx.assumptions):
+            pipe = pipe + 2 * (b.pp - 1) * self.ranks()[0].p2p_total / (2 * b.vpp)
+        return _column(pipe, self.n)
+
+    # ---- time: data parallelism and the optimizer ----------------------------------------------
+    def key_deg(self) -> Degrees:
+        """The degrees of the batch's keys (what no lever changes is computed once per key)."""
+        return self._memo("key_deg", fn=lambda: self.ctx.keys.degrees(self.batch.key_rows))
+
+    def rank_params(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(dense, expert) parameters one GPU of rank ``r`` holds, per key."""
+        b = self.batch
+        d = self.key_deg()
+        return self._memo("params", r, fn=lambda: local_params(
+            self.ctx.model, b.layout.rank_stages(r), d.tp, d.ep, d.etp, b.pp))
+
+    def data_parallel(self) -> DataParallel:
+        """The exposed data-parallel gradient sync and parameter gather (or FSDP traffic) of the
+        rank whose sync exposes the most; each rank hides its sync behind its own compute."""
+        kind, fsdp = sync_kind(self.lv.sharding)
+        return self._memo("dp", self._compute_levers(), kind, fsdp, fn=lambda: self._data_parallel(kind, fsdp))
+
+    def _data_parallel(self, kind: str, fsdp: bool) -> DataParallel:
+        ctx, b, n = self.ctx, self.batch, self.n
+        spans = self.spans()
+        best, seen = None, set()
+        for r, rc in enumerate(self.ranks()):
+            sig = (id(rc), self._param_signature(r))  # ranks with equal blocks and parameters sync alike
+            if sig in seen:
+                continue
+            seen.add(sig)
+            grad, param = self._memo("dp_volume", self._param_signature(r), kind, len(b.variants), fn=lambda r=r: tuple(
+                self._tile(x) for x in data_parallel(*self.rank_params(r), self._key_spans(), kind, ctx.rates, BF16)))
+            cur = DataParallel(*(_column(x, n) for x in dp_exposure(
+                grad, param, fsdp, b.micro_batches, rc.fwd, rc.bwd, ctx.rates, ctx.assumptions.dp_overlap)))
+            best = cur if best is None else _gating(best, cur)
+        return best
+
+    def _param_signature(self, r: int) -> tuple:
+        """What a rank's parameters depend on: the kinds of its chunks' pieces, in order."""
+        b = self.batch
+        return self._memo("param_sig", r, fn=lambda: tuple(
+            (st.embedding, tuple(self.ctx.model.layer_kinds[i] for i in st.layers), st.mtp, st.loss, r == b.pp - 1)
+            for st in b.layout.rank_stages(r)))
+
+    def optimizer(self) -> OptimizerStep:
+        lv = self.lv
+        step = self._memo("opt", lv.sharding, lv.moments, lv.offload_optimizer, fn=self._optimizer)
+        return step if len(self.batch.variants) == 1 else OptimizerStep(self._tile(step.seconds),
+                                                                        self._tile(step.shard_params))
+
+    def _optimizer(self) -> OptimizerStep:
+        """The slowest rank's optimizer step, per key."""
+        ctx, b, lv = self.ctx, self.batch, self.lv
+        n = b.n_keys
+        d = self.key_deg()
+        override = optimizer_override(ctx.efficiency)
+        secs = shard = None
+        for r in range(b.pp):
+            dense, expert = self.rank_params(r)
+            sp = optimizer_shard(lv.sharding, dense, expert, d.dp, d.cp, d.edp)
+            tensors = (param_tensors(ctx.model, b.layout.rank_stages(r), d.ep) if ctx.rates.torch_optimizer else 0.0)
+            t = _column(optimizer_step_time(sp, dense + expert, lv.moments, lv.offload_optimizer, ctx.rates, override,
+                                            tensors), n)
+            if secs is None:
+                secs, shard = t, _column(sp, n)
+            else:
+                later = t > secs
+                secs, shard = np.where(later, t, secs), np.where(later, sp, shard)
+        return OptimizerStep(secs, shard)
+
+    def step_s(self) -> np.ndarray:
+        """Seconds per optimizer step: pipeline phase, exposed data-parallel sync, optimizer."""
+        return self.pipeline_s() + self.data_parallel().exposed + self.optimizer().seconds
+
+    # ---- memory ----------------------------------------------------------------------------
+    def pieces(self) -> PieceMemory:
+        """Per-micro-batch memory of the repeated pieces (a decoder layer of each kind, MTP, the
+        head) for the batch's keys under its (first variant's) levers."""
+        return self._pieces(self.lv)
+
+    def _pieces(self, lv: Levers):
+        key = ("pieces", lv.recompute, lv.precision, lv.ep_overlap)
+        whole = self.ctx.cached(key, lambda: self._all_pieces(lv))
+        return self._memo("pieces", lv.recompute, lv.precision, lv.ep_overlap,
+                          fn=lambda: whole.sliced(self.batch.key_rows))
+
+    def _all_pieces(self, lv: Levers) -> PieceMemory:
+        ctx = self.ctx
+        c, a, job = ctx.keys.col, ctx.assumptions, ctx.job
+        sp = (c["tp"] > 1) & a.sequence_parallel
+        sh = act.ActShape(tokens=c["mbs"] * job.seq_len // c["cp"], seq=job.seq_len // c["cp"], mbs=c["mbs"],
+                          tp=c["tp"], sp=sp, etp=c["etp"], ep=c["ep"], routing_imbalance=a.routing_imbalance,
+                          implementation=a.implementation,
+                          memory_efficient_permutation=a.memory_efficient_permutation,
+                          ep_overlap=lv.ep_overlap & (c["ep"] > 1))  # the overlap needs expert parallelism
+        return PieceMemory(ctx.model, sh, lv.recompute, lv.fp8, c["tp"])
+
+    def chunks(self, r: int) -> tuple[ChunkMemory, ...]:
+        """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``, every plan's."""
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("chunks", r, key, fn=lambda: self._chunks(r))
+
+    def _chunks(self, r: int) -> tuple[ChunkMemory, ...]:
+        variants = self.batch.variants
+        fulls = tuple(v.memory_full_layers(r) for v in variants)
+        if len(variants) == 1:
+            return chunks_from_pieces(self.pieces(), self.ctx.model, self.batch.layout, r, fulls[0])
+        key = tuple((v.recompute, v.precision, v.ep_overlap) for v in variants)
+        stacked = self._memo("stacked_pieces", key, fn=lambda: StackedPieces(
+            [self._pieces(v) for v in variants], self.batch.n_keys))
+        return chunks_from_pieces(stacked, self.ctx.model, self.batch.layout, r, fulls)
+
+    def constant(self, r: int) -> ConstantMemory:
+        """Weights, gradients and optimizer states of one GPU of rank ``r``."""
+        lv = self.lv
+        per_key = self._memo("constant", r, lv.sharding, lv.moments, lv.offload_optimizer, fn=lambda: self._constant(r))
+        if len(self.batch.variants) == 1:
+            return per_key
+        return self._memo("constant_tiled", r, lv.sharding, lv.moments, lv.offload_optimizer, len(self.batch.variants),
+                          fn=lambda: ConstantMemory(*(self._tile(getattr(per_key, f.name))
+                                                      for f in dataclasses.fields(ConstantMemory))))
+
+    def _constant(self, r: int) -> ConstantMemory:
+        b = self.batch
+        d = self.key_deg()
+        rp = self._memo("rank_params", r, fn=lambda: rank_params_of(self.ctx.model, b.layout, r, d.tp, d.etp, d.ep))
+        return constant_bytes(rp, dp=d.dp, cp=d.cp, edp=d.edp, sharding=self.lv.sharding, moments=self.lv.moments,
+                              offload_optimizer=self.lv.offload_optimizer)
+
+    def comm_buffers(self) -> np.ndarray:
+        """NCCL communicators, dispatcher staging, p2p buffers and workspaces (every rank alike),
+        and the local spec's persistent attention-score buffer."""
+        return self._memo("comm", self._row("dispatcher"), fn=lambda: self._per_variant(self._comm_buffers))
+
+    def _comm_buffers(self, lv: Levers) -> np.ndarray:
+        ctx, b = self.ctx, self.batch
+        keys = ctx.keys
+        rows = b.key_rows
+        crosses = span_crossings(self._key_spans())
+        d = self.key_deg()
+        mbs = keys.col["mbs"][rows]
+        tokens = mbs * ctx.job.seq_len // d.cp
+        sp = (d.tp > 1) & ctx.assumptions.sequence_parallel
+        total = comm_bytes(ctx.model, ctx.efficiency.memory, d, crosses=crosses, dispatcher=lv.dispatcher,
+                           tokens=tokens, sp=sp)
+        return total + attention_score_bytes(ctx.model, ctx.assumptions.implementation, mbs, d.tp,
+                                             ctx.job.seq_len // d.cp)
+
+    def activation_peak(self, r: int) -> np.ndarray:
+        """Highest activation + transient bytes of rank ``r`` over its schedule (exact maximum over
+        the distinct in-flight vectors before each forward and backward)."""
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("act_peak", r, key, self.lv.offload_activations, fn=lambda: self._activation_peak(r))
+
+    def _activation_peak(self, r: int) -> np.ndarray:
+        b, n = self.batch, self.n
+        chunks = self.chunks(r)
+        kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
+        out = np.empty(n)
+        # Plans whose schedules show the same in-flight vectors share one matrix product.
+        m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
+        for mi, cols in self._buckets(m, "profile_m"):
+            out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
+                                           self.lv.offload_activations)
+        return out
+
+    def optimizer_transient(self, r: int) -> np.ndarray:
+        """Optimizer-step temporaries of rank ``r``."""
+        lv = self.lv
+        key = (r, lv.sharding, lv.moments, lv.offload_optimizer, self._row("precision"))
+        opt = self.constant(r).optimizer
+        return self._memo("opt_transient", *key, fn=lambda: self._per_variant(
+            lambda v: optimizer_transient_of(self.ctx.hw, self.ctx.assumptions, v.moments, v.precision,
+                                             opt[: self.batch.n_keys] if np.ndim(opt) else opt)))
+
+    def peak_bytes(self, r: int) -> np.ndarray:
+        """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation
+        peak over the schedule and the optimizer step's temporaries."""
+        const = self.constant(r)
+        return (const.total + self.comm_buffers() + const.fsdp_buffers
+                + np.maximum(self.activation_peak(r), self.optimizer_transient(r)))
+
+    def host_bytes(self, r: int) -> np.ndarray:
+        """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, and with activation
+        offload the activations of the chunks in flight at the end of the warm-up."""
+        total = _column(self.constant(r).host_optimizer, self.n)
+        if self.lv.offload_activations:
+            total = total + self.host_activation_bytes(r)
+        return total
+
+    def host_activation_bytes(self, r: int) -> np.ndarray:
+        """With activation offload, the activations of the chunks in flight at the end of the
+        warm-up wait in host memory."""
+        counts = self._memo("end_of_warmup", r, len(self.batch.variants), fn=lambda: self._end_of_warmup(r))
+        return sum(counts[:, c] * _column(ch.kept, self.n) for c, ch in enumerate(self.chunks(r)))
+
+    def _end_of_warmup(self, r: int) -> np.ndarray:
+        b = self.batch
+        out = np.zeros((self.n, b.vpp))
+        for m, cols in self._buckets(b.micro_batches, "m"):
+            out[cols] = inflight_end_of_warmup(b.pp, b.vpp, m, r)
+        return out
+
+
+@dataclass(frozen=True)
+class _LeverView:
+    """The levers a block's cost reads (see :meth:`CostContext.block_cost`)."""
+
+    precision: str
+    dispatcher: str | None
+    ep_overlap: bool
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision == "fp8"
+
+
+def _positions(specs) -> list[tuple[str, bool]]:
+    """The (block, fully recomputed) positions of a rank over all variants' block lists, in order."""
+    return list(dict.fromkeys((name, full) for spec in specs for name, _, _, full in spec))
+
+
+def _column(x, n: int) -> np.ndarray:
+    """A per-plan value as a float array of the batch's length (scalars are shared by all)."""
+    return x if isinstance(x, np.ndarray) and x.shape == (n,) else np.full(n, x, dtype=float)
+
+
+def _gating(best: DataParallel, cur: DataParallel) -> DataParallel:
+    """The rank whose sync gates the step: most exposed gradient and parameter traffic (a later
+    rank wins ties), and apart from it the most exposed FSDP traffic."""
+    dp = cur.grad_exposed + cur.param_exposed >= best.grad_exposed + best.param_exposed
+    fs = cur.fsdp_exposed >= best.fsdp_exposed
+    pick = lambda take, f: np.where(take, getattr(cur, f), getattr(best, f))  # noqa: E731
+    return DataParallel(pick(dp, "grad"), pick(dp, "grad_exposed"), pick(dp, "param"), pick(dp, "param_exposed"),
+                        pick(fs, "fsdp"), pick(fs, "fsdp_exposed"))
+
+
+def p2p_overlaps(vpp: int, assumptions) -> bool:
+    """Megatron-Core overlaps pipeline send/receive with compute in the interleaved schedule
+    (overlap_p2p_comm); 2021-22 Megatron (megatron-local) blocked on it."""
+    return vpp > 1 and assumptions.implementation == "te"
+
+
+def optimizer_override(efficiency) -> float | None:
+    """Bytes per parameter of the optimizer step where the generation profile measured it."""
+    c = efficiency.compute
+    return c.optimizer_bytes_per_param.value if c is not None and c.optimizer_bytes_per_param else None
+
+
+__all__ = ["Levers", "KeyTable", "CostContext", "PlanBatch", "Costs", "evaluate_batch", "batch_of_setup", "costs_of",
+           "plan_spans", "plan_shard",
+           "layout_batches", "at", "memory_limits", "DataParallel", "ActOffload", "OptimizerStep"]

@@ -1,0 +1,559 @@
+"""Per-micro-batch memory of a chunk's pieces and the peak over a pipeline schedule.
+
+The seed's central lesson drives the structure: OOM is decided by what is held at the same moment.
+Each rank's step is the op sequence of its pipeline schedule (planner.cost.schedule); at every op
+the GPU holds constant memory + communication buffers + the activations of the micro-batch chunks
+in flight + the op's own transient memory. The peak is the maximum of that sum over the step
+(and over the optimizer step), never the sum of each class's maximum.
+
+Per chunk (virtual stage) we precompute, from the activation inventory (planner.cost.activations):
+* ``kept``: bytes the chunk holds from its forward until its backward (after recompute drops);
+* ``fwd_rise``: the highest point above the memory before a forward of that chunk, reached while
+  it runs (stored activations so far plus the current layer's transient buffers);
+* ``bwd_rise``: the same for its backward: the incoming gradient, the recompute window (forward
+  intermediates re-created, and their gradients of the same shape) and gradient buffers, while
+  layers after the current one have already been freed.
+The schedule gives the distinct in-flight count vectors before each op, so a rank's peak is an
+exact maximum over a handful of dot products (:func:`peak_over_profiles`). The composition of a
+plan's memory from these pieces is :mod:`planner.cost.compose`; its report is
+:mod:`planner.cost.memory`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+
+import numpy as np
+
+from planner.cost import activations as act
+from planner.cost.arrays import hashable, maximum, minimum, where
+from planner.cost.schedule import inflight_profiles
+
+BF16 = 2
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """One decoder layer (or the embedding/head/MTP piece) of a chunk, for one micro-batch."""
+
+    name: str
+    kept: float
+    """Bytes held from forward to backward."""
+    fwd_transient: float
+    """Peak temporary bytes while its forward runs (dispatch buffers, gathered SP inputs...)."""
+    bwd_transient: float
+    """Peak temporary bytes while its backward runs: incoming gradient, recompute window,
+    gradient buffers."""
+    full: float
+    """Bytes it would keep without recompute (what the recompute window re-creates)."""
+    piece: object = None
+    """Identity of the numbers: consecutive layers with the same piece form a run."""
+
+    def at(self, i: int) -> "LayerMemory":
+        """The numbers of plan ``i`` of a batch (fields may be arrays over plans)."""
+        return LayerMemory(self.name, _at(self.kept, i), _at(self.fwd_transient, i), _at(self.bwd_transient, i),
+                           _at(self.full, i), self.piece)
+
+
+def _at(x, i: int) -> float:
+    return float(x[i]) if np.ndim(x) else float(x)
+
+
+@dataclass(frozen=True)
+class ChunkMemory:
+    """A virtual stage (model chunk) on one rank, for one micro-batch."""
+
+    index: int
+    layers: tuple[LayerMemory, ...]
+
+    def at(self, i: int) -> "ChunkMemory":
+        """The chunk of plan ``i`` of a batch."""
+        return ChunkMemory(self.index, tuple(layer.at(i) for layer in self.layers))
+
+    def runs(self) -> list[tuple[LayerMemory, int]]:
+        """Consecutive layers with identical numbers, as (layer, count)."""
+        out: list[list] = []
+        for l in self.layers:
+            if out and l.piece is not None and out[-1][0].piece == l.piece:
+                out[-1][1] += 1
+            else:
+                out.append([l, 1])
+        return [(l, n) for l, n in out]
+
+    @cached_property
+    def kept(self):
+        total = 0.0
+        for l, n in self.runs():
+            total = total + n * l.kept
+        return total
+
+    @cached_property
+    def fwd_rise(self):
+        """Max over its layers of (kept by earlier layers + this layer's transient + its kept).
+        Within a run of identical layers the last one is highest (kept bytes are >= 0)."""
+        best = run = 0.0
+        for l, n in self.runs():
+            run = run + n * l.kept
+            best = maximum(best, run + l.fwd_transient)
+        return best
+
+    @property
+    def fwd_rise_at(self) -> int:
+        best = run = 0.0
+        at = 0
+        for i, l in enumerate(self.layers):
+            if run + l.fwd_transient + l.kept > best:
+                best, at = run + l.fwd_transient + l.kept, i
+            run += l.kept
+        return at
+
+    @cached_property
+    def bwd_rise(self):
+        """Max over layers, last first, of (this layer's transient - layers already freed).
+        Within a run the last layer (first in backward) is highest."""
+        if not self.layers:
+            return 0.0
+        best = None
+        freed = 0.0
+        for l, n in reversed(self.runs()):
+            best = l.bwd_transient - freed if best is None else maximum(best, l.bwd_transient - freed)
+            freed = freed + n * l.kept
+        return best
+
+    @property
+    def bwd_rise_at(self) -> int:
+        best = float("-inf")
+        freed = 0.0
+        at = len(self.layers) - 1
+        for i in range(len(self.layers) - 1, -1, -1):
+            l = self.layers[i]
+            if l.bwd_transient - freed > best:
+                best, at = l.bwd_transient - freed, i
+            freed += l.kept
+        return at
+
+
+def _blocks(terms) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for t in terms:
+        block = "attn" if t.name.startswith("attn.") else t.name.split(".")[0]
+        out.setdefault(block, []).append(t)
+    return out
+
+
+def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
+                  fwd_trans: dict[str, float], grad_trans: dict[str, float], grad_out: float,
+                  ordered: bool = False) -> LayerMemory:
+    """Kept bytes and transients of one layer from its inventory.
+
+    ``ordered`` (the megatron-local profile, checked against H200 measurements) places each
+    block's transient at its moment inside the layer: in forward, block b's transient sits on the
+    bytes kept by the blocks before it plus all of b's own intermediates (those recompute drops
+    too: they exist until the block returns), not on the whole layer's kept bytes; in backward,
+    the blocks after b have already released what they kept when b's backward runs. Without it,
+    both transients sit on the whole layer's kept bytes (an upper bound)."""
+    full_rc = rc_kind == "full"
+    kept = act.kept_bytes(terms, full=full_rc, drop=drop, fp8=fp8)
+    full = act.kept_bytes(terms, full=False, drop=frozenset(), fp8=fp8)
+    blocks = list(_blocks(terms).items())
+    kept_b = {b: act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8) for b, bt in blocks}
+    # Forward: the largest block transient on top of what the layer has saved so far.
+    fwd = maximum(*fwd_trans.values()) if fwd_trans else 0.0
+    if ordered:
+        peak = prefix = 0.0
+        for b, bt in blocks:
+            full_bytes = act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8)
+            peak = maximum(peak, prefix + full_bytes + fwd_trans.get(b, 0.0))
+            prefix = prefix + kept_b[b]
+        fwd = maximum(0.0, peak - kept)
+    # Backward. Full recompute re-runs the whole layer's forward before its backward, so while
+    # block b's forward is re-run or its backward runs, the re-created intermediates of b and of
+    # the blocks before it are alive, with the incoming gradient (the seed's recompute window:
+    # saved inputs + re-created intermediates + new gradients together). Selective recompute
+    # re-creates one module just before its own backward.
+    recreated = {
+        b: act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8)
+        - act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8)
+        for b, bt in blocks
+    }
+    # Megatron's full recompute (CheckpointFunction) re-runs the layer and back-propagates through
+    # the re-run: the re-computed layer output, a fresh tensor of the output's shape, lives beside
+    # the original (kept as the next layer's input) for the whole window. Selective recompute
+    # re-creates discarded outputs into their own storage (CheckpointWithoutOutput).
+    rerun_output = grad_out if full_rc else 0.0
+    bwd = 0.0
+    alive = 0.0
+    for i, (b, _) in enumerate(blocks):
+        alive = alive + recreated[b] if full_rc else recreated[b]
+        window = grad_out + rerun_output + alive + grad_trans.get(b, 0.0)
+        window = where(recreated[b] > 0, maximum(window, grad_out + rerun_output + alive + fwd_trans.get(b, 0.0)), window)
+        if ordered:
+            for later, _ in blocks[i + 1:]:
+                window = window - kept_b[later]
+        bwd = maximum(bwd, window)
+    return LayerMemory(name, kept, fwd, bwd, full)
+
+
+def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple[dict, dict]:
+    """Forward and gradient transients per block of a decoder layer (bytes), beyond saved tensors.
+
+    Forward: with SP the column-parallel GEMMs read an all-gathered [tokens, h] input; MoE dispatch
+    holds the permuted tokens and the received tokens at once, and the combine holds the expert
+    output and the returned tokens (the seed's 'entry/exit tensors scaled by top-k'); the attention
+    projections' outputs exist before RoPE/concat produce Q and K.
+    Backward: gradient tensors of the block's largest intermediates live together (expert FC2
+    input gradient, SwiGLU gradient of FC1's output width, FC1 input gradient); flash attention's
+    backward keeps dQ, dK, dV and an fp32 dQ accumulator."""
+    h = model.hidden_size
+    seq_div = where(sh.sp, sh.tp, 1)
+    T = sh.tokens
+    gathered = where(sh.sp, BF16 * T * h, 0.0)
+    a = model.attention
+    nh = a.num_heads / sh.tp
+    if a.kind == "mla":
+        proj_out = BF16 * T * nh * (a.qk_head_dim + a.qk_nope_head_dim + a.v_head_dim)
+        qkv = BF16 * T * nh * (2 * a.qk_head_dim + a.v_head_dim)
+        qk_dim = a.qk_head_dim
+    else:
+        kvh = a.num_kv_heads / minimum(sh.tp, a.num_kv_heads)
+        proj_out = BF16 * T * (nh + 2 * kvh) * a.head_dim
+        qkv = proj_out
+        qk_dim = a.head_dim
+    attn_fwd = gathered + proj_out
+    attn_grad = gathered + qkv + 2 * T * nh * qk_dim * 2 + BF16 * T * h / seq_div
+    if sh.implementation != "te":
+        # Unfused attention: the raw scores (and their fp32 copy for the fp32 softmax) exist
+        # transiently in forward; the backward holds the score gradient.
+        s2 = sh.mbs * nh * sh.seq * sh.seq
+        attn_fwd += s2 * (BF16 + (4 if sh.implementation == "megatron-local" else 0))
+        if sh.implementation == "megatron-local":
+            # Measured (H200 memory snapshot, results/validation/gpu-memory.md): the bf16 probs
+            # gradient is cast to fp32 (4), the softmax backward writes its fp32 output and one
+            # more fp32 buffer of the same shape (4 + 4) while the saved fp32 probs are alive; the
+            # bf16 probs (2) were already released by the probs @ V backward.
+            attn_grad += s2 * (4 + 4 + 4 - BF16)
+        else:
+            attn_grad += s2 * 4
+    fwd = {"attn": attn_fwd}
+    grad = {"attn": attn_grad}
+    if kind == "moe":
+        m = model.moe
+        Tk = act.expert_tokens(model, sh)
+        src = T / seq_div * m.top_k
+        fe = m.expert_hidden_size / sh.etp
+        gated = 2 if model.ffn.activation == "swiglu" else 1
+        fwd["moe"] = gathered + BF16 * h * (src + Tk)
+        grad["moe"] = BF16 * Tk * (h + fe + gated * fe) + BF16 * h * src
+        # Megatron's EP overlap interleaves a forward micro-batch with a backward one, layer by
+        # layer: the forward's dispatch buffers live beside the backward's gradients.
+        grad["moe"] = grad["moe"] + where(sh.ep_overlap, fwd["moe"], 0.0)
+    else:
+        f = model.ffn.hidden_size / sh.tp
+        gated = 2 if model.ffn.activation == "swiglu" else 1
+        fwd["mlp"] = gathered + BF16 * T * h / seq_div
+        grad["mlp"] = gathered + BF16 * T * (f + gated * f) + BF16 * T * h / seq_div
+    return fwd, grad
+
+
+def chunks_from_pieces(pieces, model, layout, rank: int, full_layers) -> tuple[ChunkMemory, ...]:
+    """Assemble a rank's chunks from per-piece memories, in layout order. ``full_layers``: with
+    full recompute, how many layers per chunk recompute (Megatron's block method recomputes the
+    first N layers of each virtual stage); None means all."""
+    chunks = []
+    for st in layout.rank_stages(rank):
+        layers: list[LayerMemory] = []
+        if st.embedding:
+            layers.append(pieces.embedding())
+        for pos, li in enumerate(st.layers):
+            kind = model.layer_kinds[li]
+            layers.append(pieces.layer_at(kind, pos, full_layers, f"layer {li} ({kind})"))
+        for _ in range(st.mtp):
+            layers.append(pieces.mtp())
+        if st.loss:
+            layers.append(pieces.head())
+        chunks.append(ChunkMemory(st.vpp_rank, tuple(layers)))
+    return tuple(chunks)
+
+
+def layer_rc_kind(recompute, full_layers, pos: int) -> str:
+    """What a layer at position ``pos`` of its chunk recomputes: the plan's recompute kind, except
+    that full:N (or per-stage counts) recomputes only the first N layers of each chunk."""
+    if recompute.kind == "full" and full_layers is not None and pos >= full_layers:
+        return "none"
+    return recompute.kind
+
+
+class StackedPieces:
+    """The pieces of several lever settings side by side (plan order: each setting's keys in a
+    row), with the same interface as :class:`PieceMemory`; ``full_layers`` is per setting."""
+
+    def __init__(self, parts: list, n: int):
+        self.parts, self.n, self.cache = parts, n, {}
+
+    def _stack(self, layers: list[LayerMemory]) -> LayerMemory:
+        piece = tuple(x.piece for x in layers)
+        if piece not in self.cache:
+            cols = lambda x: x if isinstance(x, np.ndarray) and x.shape == (self.n,) else np.full(self.n, x, dtype=float)  # noqa: E731
+            self.cache[piece] = LayerMemory(layers[0].name, *(np.concatenate([cols(getattr(x, f)) for x in layers])
+                                                              for f in ("kept", "fwd_transient", "bwd_transient", "full")),
+                                            piece)
+        hit = self.cache[piece]
+        return hit if hit.name == layers[0].name else LayerMemory(layers[0].name, hit.kept, hit.fwd_transient,
+                                                                  hit.bwd_transient, hit.full, piece)
+
+    def _once(self, which: str) -> LayerMemory:
+        if which not in self.cache:
+            self.cache[which] = self._stack([getattr(p, which)() for p in self.parts])
+        return self.cache[which]
+
+    def embedding(self):
+        return self._once("embedding")
+
+    def layer_at(self, kind, pos, full_layers, name):
+        rcs = tuple(layer_rc_kind(p.rc, f, pos) for p, f in zip(self.parts, full_layers))
+        hit = self.cache.get((kind, rcs))
+        if hit is None:
+            hit = self.cache[kind, rcs] = self._stack([p.layer(kind, rc, name) for p, rc in zip(self.parts, rcs)])
+        return hit if hit.name == name else LayerMemory(name, hit.kept, hit.fwd_transient, hit.bwd_transient, hit.full,
+                                                        hit.piece)
+
+    def mtp(self):
+        return self._once("mtp")
+
+    def head(self):
+        return self._once("head")
+
+
+class PieceMemory:
+    """Memory of the repeated pieces of a chunk (a decoder layer of each kind, MTP, the head),
+    computed once per piece: every layer of a kind has the same numbers."""
+
+    def __init__(self, model, sh, recompute, fp8, vocab_div):
+        self.model, self.sh, self.rc, self.fp8, self.vocab_div = model, sh, recompute, fp8, vocab_div
+        self.drop = frozenset(act.dropped_modules("", recompute.modules)) if recompute.kind == "selective" else frozenset()
+        self.grad_out = BF16 * sh.tokens * model.hidden_size / where(sh.sp, sh.tp, 1)
+        self.cache: dict = {}
+
+    def embedding(self) -> LayerMemory:
+        if "E" not in self.cache:
+            kept = act.kept_bytes(act.embedding_terms(self.model, self.sh), full=False, drop=frozenset(), fp8=False)
+            self.cache["E"] = LayerMemory("embedding", kept, 0.0, 0.0, 0.0, "E")
+        return self.cache["E"]
+
+    def layer(self, kind: str, rc_kind: str, name: str) -> LayerMemory:
+        key = (kind, rc_kind)
+        if key not in self.cache:
+            terms = act.layer_terms(self.model, self.sh, kind)
+            fwd_t, grad_t = layer_transients(self.model, self.sh, kind, self.sh.tp)
+            lm = _layer_memory(name, terms, rc_kind=rc_kind,
+                               drop=self.drop if rc_kind == "selective" else frozenset(), fp8=self.fp8,
+                               fwd_trans=fwd_t, grad_trans=grad_t, grad_out=self.grad_out,
+                               ordered=self.sh.implementation == "megatron-local")
+            self.cache[key] = LayerMemory(name, lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, key)
+        m = self.cache[key]
+        return m if m.name == name else LayerMemory(name, m.kept, m.fwd_transient, m.bwd_transient, m.full, m.piece)
+
+    def layer_at(self, kind: str, pos: int, full_layers, name: str) -> LayerMemory:
+        """The layer at position ``pos`` of its chunk (see :func:`layer_rc_kind`)."""
+        return self.layer(kind, layer_rc_kind(self.rc, full_layers, pos), name)
+
+    def mtp(self) -> LayerMemory:
+        if "m" not in self.cache:
+            model, sh = self.model, self.sh
+            terms = act.mtp_terms(model, sh, self.vocab_div)
+            fwd_t, grad_t = layer_transients(model, sh, model.mtp_kind, sh.tp)
+            fwd_t["head"] = BF16 * sh.tokens * model.vocab_size / self.vocab_div
+            grad_t["head"] = BF16 * sh.tokens * model.vocab_size / self.vocab_div
+            lm = _layer_memory("mtp", terms, rc_kind=self.rc.kind if self.rc.kind == "full" else "none",
+                               drop=frozenset(), fp8=self.fp8, fwd_trans=fwd_t, grad_trans=grad_t,
+                               grad_out=self.grad_out)
+            self.cache["m"] = LayerMemory("mtp", lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, "m")
+        return self.cache["m"]
+
+    def head(self) -> LayerMemory:
+        if "L" not in self.cache:
+            model, sh = self.model, self.sh
+            terms = act.head_terms(model, sh, self.vocab_div)
+            # The logits exist in bf16 before the fp32 softmax replaces them; in backward the
+            # logits gradient is formed in fp32 and cast to bf16 for the output GEMMs.
+            logits = BF16 * sh.tokens * model.vocab_size / self.vocab_div
+            lm = _layer_memory("output+loss", terms, rc_kind="none", drop=frozenset(), fp8=self.fp8,
+                               fwd_trans={"head": logits}, grad_trans={"head": logits}, grad_out=0.0)
+            self.cache["L"] = LayerMemory("output+loss", lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, "L")
+        return self.cache["L"]
+
+    def sliced(self, idx) -> "_SlicedPieces":
+        """The same pieces for a subset of the plans (array entries ``idx``)."""
+        return _SlicedPieces(self, idx)
+
+
+class _SlicedPieces:
+    """View of a PieceMemory's (array) numbers restricted to some plans."""
+
+    def __init__(self, base: PieceMemory, idx):
+        self.base, self.idx, self.cache = base, idx, {}
+
+    @property
+    def rc(self):
+        return self.base.rc
+
+    def _cut(self, lm: LayerMemory, name: str | None = None) -> LayerMemory:
+        key = lm.piece
+        if key not in self.cache:
+            pick = lambda x: x[self.idx] if np.ndim(x) else x  # noqa: E731
+            self.cache[key] = LayerMemory(lm.name, pick(lm.kept), pick(lm.fwd_transient), pick(lm.bwd_transient),
+                                          pick(lm.full), key)
+        c = self.cache[key]
+        return c if name is None or c.name == name else LayerMemory(name, c.kept, c.fwd_transient, c.bwd_transient, c.full, key)
+
+    def embedding(self):
+        return self._cut(self.base.embedding())
+
+    def layer(self, kind, rc_kind, name):
+        hit = self.cache.get((kind, rc_kind))
+        if hit is None:
+            hit = self.cache[kind, rc_kind] = self._cut(self.base.layer(kind, rc_kind, name))
+        return hit if hit.name == name else LayerMemory(name, hit.kept, hit.fwd_transient, hit.bwd_transient, hit.full,
+                                                        hit.piece)
+
+    def layer_at(self, kind, pos, full_layers, name):
+        return self.layer(kind, layer_rc_kind(self.base.rc, full_layers, pos), name)
+
+    def mtp(self):
+        return self._cut(self.base.mtp())
+
+    def head(self):
+        return self._cut(self.base.head())
+
+
+# The process groups whose NCCL communicators a GPU holds (names of planner.cost.topology's
+# spans; 'dpcp' is the distributed optimizer's DP x CP group) and the degree that sizes each.
+COMMUNICATOR_GROUPS = {"tp": "tp", "cp": "cp", "dpcp": None, "pp": "pp", "ep": "ep", "edp": "edp", "etp": "etp"}
+
+
+def span_crossings(spans) -> dict[str, bool]:
+    """Whether the worst group of each communicator crosses NVLink domains."""
+    return {name: spans[name].domains > 1 for name in COMMUNICATOR_GROUPS if name in spans}
+
+
+def comm_bytes(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp):
+    """NCCL communicators of this GPU's process groups, EP dispatcher staging, PP send/receive
+    buffers and GEMM workspaces. Degrees and ``crosses`` entries may be arrays.
+
+    A communicator costs its buffers only if its group has more than one rank (NCCL initializes
+    lazily); groups inside one NVLink domain use the intra-domain size."""
+    sizes = {"tp": deg.tp, "cp": deg.cp, "dpcp": np.asarray(deg.dp) * np.asarray(deg.cp), "pp": deg.pp,
+             "ep": deg.ep, "edp": deg.edp, "etp": deg.etp}
+    total = 0.0
+    for name in COMMUNICATOR_GROUPS:
+        if name == "etp" and not model.is_moe:
+            continue
+        per = where(crosses.get(name, False), mem.nccl_bytes_per_communicator_internode.value,
+                    mem.nccl_bytes_per_communicator.value)
+        total = total + per * (np.asarray(sizes[name]) > 1)
+    if model.is_moe and dispatcher in ("deepep", "hybridep"):
+        total = total + mem.ep_a2a_staging_bytes.value * model.hidden_size / 7168 * (np.asarray(deg.ep) > 1)
+    # Megatron allocates receive buffers per in-flight transfer: forward and backward, and two of
+    # each when P2P overlaps with compute (interleaved schedule).
+    slots = where(np.asarray(deg.vpp) > 1, 4, 2) * (np.asarray(deg.pp) > 1)
+    total = total + slots * BF16 * tokens * model.hidden_size / where(sp, deg.tp, 1)
+    total = total + mem.gemm_workspace_bytes.value * mem.gemm_workspace_streams.value
+    return total if np.ndim(total) else float(total)
+
+
+def held_of(kept: list, offload: bool):
+    """Activation bytes on the GPU for an in-flight count vector (chunks held per virtual stage).
+
+    With activation offload, only the chunk being computed and the next one (being prefetched
+    back) stay on the GPU; the rest waits in host memory (Megatron fine-grained activation
+    offloading overlaps the copies with compute)."""
+
+    def held(vec):
+        total = 0.0
+        for n, k in zip(vec, kept):
+            if n:
+                total = total + n * k
+        if offload:
+            n = sum(vec)
+            total = total * min(n, 2) / n if n else 0.0 * total
+        return total
+
+    return held
+
+
+def attention_score_bytes(model, implementation: str, mbs, tp, seq_per_gpu):
+    """Megatron's unfused ``DotProductAttention`` (local spec) takes the baddbmm input buffer for the
+    [b * heads, s, s] scores from the global memory buffer ('mpu'), which keeps it for the rest of
+    the run: bf16 scores of one micro-batch, measured on an H200 as the steady memory above
+    weights and optimizer states (results/validation/gpu-memory.md). Counted with the buffers."""
+    if implementation == "te":
+        return 0.0
+    return BF16 * mbs * model.attention.num_heads / tp * seq_per_gpu ** 2
+
+
+def optimizer_transient_of(hw, assumptions, moments: str, precision: str, optimizer_bytes):
+    """Optimizer-step temporaries above constant memory, given the GPU's optimizer-state bytes."""
+    if assumptions.implementation == "megatron-local" and moments != "bf16" and precision != "fp8":
+        # Without Transformer Engine or Apex, Megatron-Core falls back to torch.optim.AdamW, whose
+        # foreach step builds sqrt(v) for every parameter at once: one fp32 copy of the optimizer's
+        # parameters (measured on an H200: the optimizer-step peak is 4 B per parameter above the
+        # steady memory, results/validation/gpu-memory.md).
+        return 4.0 * optimizer_bytes / (4.0 + 8.0)
+    return optimizer_transient_bytes(hw, moments, precision)
+
+
+def optimizer_transient_bytes(hw, moments: str, precision: str) -> float:
+    """Optimizer-step temporaries: the fused multi-tensor Adam works in place on chunks, but the
+    precision-aware paths (bf16 moments, FP8 primary weights) upcast one parameter bucket to fp32
+    at a time; Megatron's distributed optimizer all-gathers updated parameters into the (already
+    allocated) parameter buffer. Estimate: three fp32 copies of one DDP bucket when upcasting."""
+    from planner.cost.efficiency_access import memory_constants
+
+    if moments == "bf16" or precision == "fp8":
+        return 3 * memory_constants(hw).dp_bucket_bytes.value
+    return 0.0
+
+
+def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank: int, offload: bool):
+    """max over the rank's in-flight vectors n before each op of (n . kept + rise of the op's
+    chunk), as matrix products; ``kept``, ``fwd_rise``, ``bwd_rise`` are (chunks, X) arrays and
+    the result has shape (X,)."""
+    best = None
+    for N, chunk, rise in ((*profile_matrix(pp, vpp, m, rank, 0, offload), fwd_rise),
+                           (*profile_matrix(pp, vpp, m, rank, 1, offload), bwd_rise)):
+        if N is None:
+            continue
+        N = N.astype(kept.dtype, copy=False)  # float32 tables in the search, exact float64 in explain
+        held = N @ kept
+        if offload:
+            # Activation offload keeps only the chunk being computed and the one being prefetched.
+            n = N.sum(axis=1, keepdims=True)
+            held *= np.where(n > 0, np.minimum(n, 2) / np.maximum(n, 1), 0.0)
+        held += rise[chunk]
+        top = held.max(axis=0)
+        best = top if best is None else np.maximum(best, top)
+    return best if best is not None else np.zeros(kept.shape[1:])
+
+
+@lru_cache(maxsize=16384)
+def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool):
+    """The in-flight vectors seen before the rank's forwards (kind 0) or backwards (kind 1), as a
+    matrix, with the chunk of the op each precedes."""
+    profiles = inflight_profiles(pp, vpp, m, rank)[kind]
+    rows, chunk = [], []
+    for c in range(vpp):
+        vecs = np.array(profiles[c], dtype=float).reshape(-1, vpp)
+        if not offload and len(vecs) > 1:
+            # Without offload, a vector no larger than another (entry by entry) before the same
+            # op can never be the peak, since held bytes grow with every count: keep maximal ones.
+            le = (vecs[:, None, :] <= vecs[None, :, :]).all(axis=2)
+            ne = (vecs[:, None, :] != vecs[None, :, :]).any(axis=2)
+            vecs = vecs[~(le & ne).any(axis=1)]
+        rows.append(vecs)
+        chunk += [c] * len(vecs)
+    if not chunk:
+        return None, None
+    return np.concatenate(rows).astype(np.float32), np.array(chunk)
+
+
