@@ -89,10 +89,10 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
                              hint="Add it with --precision bf16,fp8."))
     if precision == "fp8" and "fp8" not in hw.gpu.peak_flops:
         out.append(Violation("fp8-hardware", f"{hw.gpu.name} has no FP8 tensor cores."))
-    sh = plan.sharding_spec
+    sh = plan.sharding
     if sh.kind == "hsdp" and (deg.dp * deg.cp) % sh.group:
         out.append(Violation("hsdp-group", f"hsdp:{sh.group} does not divide dp*cp = {deg.dp * deg.cp}."))
-    rc = plan.recompute_spec
+    rc = plan.recompute
     if rc.kind == "selective":
         if "mla_up_proj" in rc.modules and model.attention.kind != "mla":
             out.append(Violation("recompute-mla", "recompute module mla_up_proj needs MLA attention (TransformerConfig)."))
@@ -101,7 +101,7 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
             out.append(Violation("recompute-moe", f"recompute module {sorted(moe_mods)[0]} needs an MoE model."))
         if "shared_experts" in rc.modules and model.is_moe and not model.moe.shared_hidden:
             out.append(Violation("recompute-shared", f"{model.name} has no shared experts to recompute."))
-    if plan.ep_overlap == "on":
+    if plan.ep_overlap:
         if plan.ep == 1:
             out.append(Violation("ep-overlap-needs-ep", "ep_overlap=on needs ep > 1 (Megatron validate_args)."))
         if plan.pp > 1 and plan.vpp == 1:

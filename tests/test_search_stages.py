@@ -63,7 +63,7 @@ def test_per_rank_recompute_is_advisory_and_only_under_target_any():
                   gpus=256, global_batch=8192, seq_len=4096)
     r = refine(s, stage_recompute=True)
     assert r.improved and r.setup.plan.stage_recompute is not None
-    counts = r.setup.plan.stage_recompute_layers
+    counts = r.setup.plan.stage_recompute
     assert len(set(counts)) > 1  # truly per stage: ranks recompute different numbers of layers
     assert memory_report(r.setup).fits
     megatron = _v3_search(per_stage=True, target="megatron")

@@ -88,15 +88,15 @@ def test_every_key_in_one_plan():
     }
     assert set(plan.to_json()) == set(Plan.model_fields)
     assert Plan.parse(plan.to_string()) == plan
-    assert plan.sharding_spec.group == 16 and plan.recompute_spec.modules == ("mla_up_proj", "moe_act")
-    assert plan.stage_recompute_layers == [4, 2, 0, 0] and plan.offloads_optimizer and plan.offloads_activations
+    assert plan.sharding.group == 16 and plan.recompute.modules == ("mla_up_proj", "moe_act")
+    assert plan.stage_recompute == (4, 2, 0, 0) and plan.offload.optimizer and plan.offload.activations
 
 
 def test_omitted_keys_take_their_defaults():
     plan = Plan.parse("")
     assert (plan.tp, plan.cp, plan.pp, plan.vpp, plan.ep, plan.mbs) == (1, 1, 1, 1, 1, 1)
     assert (plan.sharding, plan.recompute, plan.offload, plan.moments, plan.ep_overlap) == (
-        "dist_opt", "none", "none", "fp32", "off")
+        "dist_opt", "none", "none", "fp32", False)
     assert plan.dp is None and plan.etp is None and plan.expert_tp == 1
     assert Plan.parse("tp=4").expert_tp == 4  # etp defaults to tp, as in Megatron
 

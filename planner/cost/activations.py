@@ -77,23 +77,6 @@ class ActShape:
     forward micro-batch runs beside a backward one, so their transients coexist."""
 
 
-def shape_of(setup: Setup) -> ActShape:
-    a = setup.assumptions
-    return ActShape(
-        tokens=setup.tokens_per_microbatch,
-        seq=setup.seq_per_gpu,
-        mbs=setup.plan.mbs,
-        tp=setup.deg.tp,
-        sp=setup.sequence_parallel,
-        etp=setup.deg.etp,
-        ep=setup.deg.ep,
-        routing_imbalance=a.routing_imbalance,
-        implementation=a.implementation,
-        memory_efficient_permutation=a.memory_efficient_permutation,
-        ep_overlap=setup.plan.ep_overlap == "on",
-    )
-
-
 def _split(sh: ActShape):
     """(divisor of [tokens, h] tensors, divisor of TP-region tensors). Fields may be numpy arrays
     (the search evaluates many degrees at once through the same formulas)."""

@@ -79,9 +79,8 @@ class Levers:
     @classmethod
     def of(cls, plan: Plan) -> "Levers":
         """The levers of a canonical plan (precision and dispatcher explicit)."""
-        return cls(plan.recompute_spec, plan.precision or "bf16", plan.moments, plan.sharding_spec,
-                   plan.offloads_optimizer, plan.offloads_activations, plan.dispatcher, plan.ep_overlap == "on",
-                   tuple(plan.stage_recompute_layers) if plan.stage_recompute_layers else None)
+        return cls(plan.recompute, plan.precision or "bf16", plan.moments, plan.sharding, plan.offload.optimizer,
+                   plan.offload.activations, plan.dispatcher, plan.ep_overlap, plan.stage_recompute)
 
     @property
     def fp8(self) -> bool:

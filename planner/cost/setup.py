@@ -96,11 +96,11 @@ class Setup:
 
     @property
     def recompute(self) -> Recompute:
-        return self.plan.recompute_spec
+        return self.plan.recompute
 
     @property
     def sharding(self) -> Sharding:
-        return self.plan.sharding_spec
+        return self.plan.sharding
 
     @property
     def seq_per_gpu(self) -> int:

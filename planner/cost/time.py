@@ -146,7 +146,7 @@ def time_report(setup, calibration=None, costs: Costs | None = None) -> TimeRepo
     pipe, dp, opt = _one(costs.pipeline_s()), at(costs.data_parallel(), 0), at(costs.optimizer(), 0)
     act_off = costs.activation_offload()
     step = pipe + dp.exposed + opt.seconds
-    breakdown, hidden = _breakdown(ranks[slowest], m, deg.pp, pipe, dp, opt, act_off, setup.plan.offloads_optimizer)
+    breakdown, hidden = _breakdown(ranks[slowest], m, deg.pp, pipe, dp, opt, act_off, setup.plan.offload.optimizer)
 
     model_flops = megatron_model_flops(ctx.ms, job.global_batch, job.seq_len)
     hw_flops = 0.0

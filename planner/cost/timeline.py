@@ -37,7 +37,7 @@ def stage_timeline(setup, rank: int) -> list[Event]:
     stage = stage_memory(setup, rank)
     chunks = stage.chunks
     const, comm = stage.constant.total, stage.comm_buffers
-    held = held_of([c.kept for c in chunks], setup.plan.offloads_activations)
+    held = held_of([c.kept for c in chunks], setup.plan.offload.activations)
     counts = [0] * len(chunks)
     events: list[Event] = []
 

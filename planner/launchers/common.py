@@ -108,7 +108,7 @@ def export_canonical(plan: Plan, model, hw, job) -> Plan:
         except PlanRuleError:
             even = None
         changes["layout"] = None if tuple(syms) == tuple(even or ()) else format_layout(syms)
-    sh = canon.sharding_spec
+    sh = canon.sharding
     if sh.kind == "hsdp":
         try:
             deg = canon.degrees(job.gpus)

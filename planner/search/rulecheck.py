@@ -10,42 +10,21 @@ from __future__ import annotations
 import itertools
 from functools import lru_cache
 
+from planner.rules import launcher_violations
+from planner.specs.plan import Recompute, Sharding
+
 
 def rule_violations(model, hw, job, plan, target: str) -> list:
-    """All violations of ``plan`` for ``target`` (the launcher rules when available)."""
-    try:
-        from planner.rules import launcher_violations
-    except ImportError:  # launcher rules not in this build: the shared model rules only
-        return _model_only(model, hw, job, plan)
+    """All violations of ``plan`` for ``target``: the model's shape rules and the launcher's."""
     return launcher_violations(plan, model=model, job=job, hw=hw, target=target)
-
-
-def _model_only(model, hw, job, plan) -> list:
-    from planner.errors import PlanRuleError
-    from planner.rules import Violation, model_violations, shape_violations
-    from planner.specs.layout import build_layout
-
-    canon = plan.canonical(is_moe=model.is_moe, default_dispatcher=hw.default_dispatcher,
-                           default_precision=job.default_precision)
-    out = list(shape_violations(model, plan))
-    try:
-        deg = canon.degrees(job.gpus)
-    except PlanRuleError as exc:
-        return out + [Violation(exc.rule, exc.message)]
-    out += model_violations(model, hw, job, canon, deg)
-    try:
-        build_layout(model, canon.pp, canon.vpp, canon.layout)
-    except PlanRuleError as exc:
-        out.append(Violation(exc.rule, exc.message))
-    return out
 
 
 # Lever values tried, in order, to check a structural key on its own: the first combination a
 # launcher accepts (torchtitan, for one, has no distributed optimizer, only FSDP).
 _NEUTRAL = [
     {},
-    {"sharding": "fsdp"},
-    {"sharding": "fsdp", "recompute": "full"},
+    {"sharding": Sharding("fsdp")},
+    {"sharding": Sharding("fsdp"), "recompute": Recompute("full")},
 ]
 
 

@@ -61,37 +61,19 @@ class Limits:
 
     @classmethod
     def parse(cls, fix: str | None, maxes: str | None) -> "Limits":
-        def kv(text: str | None, what: str) -> dict:
-            out = {}
-            if not text:
-                return out
-            import re
+        """--fix as typed plan values (read as a plan is), --max as integer bounds on degrees."""
+        from planner.specs.plan import parse_pairs
 
-            for part in re.split(r",(?=\s*[A-Za-z_]+\s*=)", text):
-                if "=" not in part:
-                    raise PlannerError(f"--{what} item '{part}' is not key=value.", hint=f"Example: --{what} tp=2,pp=4.")
-                k, v = (s.strip() for s in part.split("=", 1))
-                if k not in Plan.model_fields:
-                    from planner.errors import suggest
-
-                    raise PlannerError(f"--{what} names unknown plan key '{k}'.", hint=suggest(k, Plan.model_fields))
-                out[k] = v
-            return out
-
-        f = kv(fix, "fix")
-        m = kv(maxes, "max")
+        m = parse_pairs(maxes, "--max")
         for k, v in m.items():
-            if not v.isdigit():
+            if not (v.isascii() and v.isdigit()):
                 raise PlannerError(f"--max {k}={v}: a bound must be a positive integer.")
             if k not in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp"):
                 raise PlannerError(f"--max applies to degrees and mbs, not '{k}'.", hint="Use --fix for other keys.")
-        if f:
-            # Validate values by building a plan from them.
-            Plan.from_mapping({k: v for k, v in f.items()})
-        return cls(f, {k: int(v) for k, v in m.items()})
+        return cls(Plan.given(fix or "", "--fix"), {k: int(v) for k, v in m.items()})
 
     def allows(self, key: str, value) -> bool:
-        if key in self.fix and str(self.fix[key]) != str(value):
+        if key in self.fix and self.fix[key] != value:
             return False
         if key in self.max and value is not None and int(value) > self.max[key]:
             return False
@@ -225,7 +207,7 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
                         if bad:
                             count(bad[0])
                             continue
-                    if "layout" in limits.fix and (s.layout or "") != limits.fix["layout"]:
+                    if "layout" in limits.fix and s.layout != limits.fix["layout"]:
                         continue
                     structs.append(s)
     levers = lever_options(model, hw, job, target, limits, implementation, moments)
@@ -233,29 +215,23 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
 
 
 def lever_options(model, hw, job, target, limits: Limits, implementation: str, moments) -> dict[str, tuple]:
+    """Each lever's typed values, simplest first (ties in step time go to earlier values)."""
+    from planner.specs.plan import Offload, Precision, Sharding, parse_recompute
+
+    precisions = [Precision(p) for p in job.precisions if p != "fp8" or "fp8" in hw.gpu.peak_flops]
     opts: dict[str, list] = {
-        "recompute": recompute_options(model, implementation),
-        "precision": list(job.precisions),
+        "recompute": [parse_recompute(r) for r in recompute_options(model, implementation)],
+        "precision": precisions,
         "moments": list(moments),
         # ddp is never better than dist_opt (same traffic, more memory); hsdp:N only when fixed.
-        "sharding": ["dist_opt", "zero2", "fsdp"],
-        "offload": ["none", "optimizer", "activations"],
+        "sharding": [Sharding("dist_opt"), Sharding("zero2"), Sharding("fsdp")],
+        "offload": [Offload(), Offload(optimizer=True), Offload(activations=True)],
         "dispatcher": [hw.default_dispatcher] + [d for d in ("alltoall", "deepep", "hybridep") if d != hw.default_dispatcher]
         if model.is_moe else [None],
-        "ep_overlap": ["off", "on"] if model.is_moe else ["off"],
+        "ep_overlap": [False, True] if model.is_moe else [False],
     }
-    if "fp8" in opts["precision"] and "fp8" not in hw.gpu.peak_flops:
-        opts["precision"].remove("fp8")
     for key, value in limits.fix.items():
         if key in opts:
-            if key == "recompute":
-                from planner.specs.plan import parse_recompute
-
-                value = str(parse_recompute(value))
-            elif key == "sharding":
-                from planner.specs.plan import parse_sharding
-
-                value = str(parse_sharding(value))
             opts[key] = [value]
     return {k: tuple(v) for k, v in opts.items()}
 
@@ -267,5 +243,5 @@ def make_plan(s: Struct, lever_values: dict) -> Plan:
             d[k] = v
     if s.ep == 1:
         d.pop("dispatcher", None)
-        d["ep_overlap"] = "off"
+        d["ep_overlap"] = False
     return Plan.model_validate(d)

@@ -253,7 +253,7 @@ def _rank_constraints(m, v: _Vars, co: Coefficients, setup, kinds, memory, T) ->
             const += _kib(co.const["embedding_copy"])  # the MTP rank's embedding copy
         room = _kib(co.cap) - _kib(co.comm)
         for kind, rises in ((0, rise_f), (1, rise_b)):
-            N, chunk_of = profile_matrix(pp, vpp, setup.micro_batches, r, kind, setup.plan.offloads_activations)
+            N, chunk_of = profile_matrix(pp, vpp, setup.micro_batches, r, kind, setup.plan.offload.activations)
             if N is None:
                 continue
             for row, c in zip(N, chunk_of):

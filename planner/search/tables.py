@@ -129,15 +129,12 @@ def _us(x) -> np.ndarray:
 
 
 def lever_setting(values: dict):
-    """Typed levers from the space's option values (strings as a plan holds them)."""
+    """Typed levers from one value of each of the space's levers."""
     from planner.cost.compose import Levers
-    from planner.specs.plan import parse_recompute, parse_sharding
 
     offload = values["offload"]
-    return Levers(parse_recompute(values["recompute"]), values["precision"], values["moments"],
-                  parse_sharding(values["sharding"]), offload in ("optimizer", "optimizer+activations"),
-                  offload in ("activations", "optimizer+activations"), values["dispatcher"],
-                  values["ep_overlap"] == "on")
+    return Levers(values["recompute"], values["precision"], values["moments"], values["sharding"], offload.optimizer,
+                  offload.activations, values["dispatcher"], values["ep_overlap"])
 
 
 ROW = ("recompute", "precision", "dispatcher", "ep_overlap")
@@ -206,7 +203,7 @@ def rule_tables(space: Space, structs: list[Struct], R1, R2) -> None:
     cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     # Dispatcher and EP overlap do nothing without EP: keys with ep=1 keep only their first values,
     # so the same canonical plan is not listed twice.
-    no_ep = np.array([d == space.levers["dispatcher"][0] and o == "off"
+    no_ep = np.array([d == space.levers["dispatcher"][0] and not o
                       for d, o in (tuple(dict(zip(RULE_GROUPS["R1"], v))[k] for k in ("dispatcher", "ep_overlap"))
                                    for v in combos(space, RULE_GROUPS["R1"]))], dtype=bool)
     for si, s in enumerate(structs):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, ValidationError, field_validator
+from pydantic import PlainSerializer, PlainValidator, PositiveInt, ValidationError, WithJsonSchema, field_validator
 
 from planner.errors import PlannerError, PlanRuleError, suggest
 from planner.specs.common import Spec
@@ -31,8 +32,23 @@ KEY_ORDER = (
 )
 
 
-@dataclass(frozen=True)
-class Recompute:
+class _Named:
+    """A typed plan value that equals its string form (``Recompute("full") == "full"``), so names
+    read from a command line or a file compare with it directly."""
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            return str(self) == other
+        if type(other) is type(self):
+            return str(self) == str(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+@dataclass(frozen=True, eq=False)
+class Recompute(_Named):
     """Parsed form of the ``recompute`` key."""
 
     kind: Literal["none", "selective", "full"]
@@ -71,8 +87,8 @@ def parse_recompute(text: str) -> Recompute:
     return Recompute("selective", modules=ordered)
 
 
-@dataclass(frozen=True)
-class Sharding:
+@dataclass(frozen=True, eq=False)
+class Sharding(_Named):
     """Parsed form of the ``sharding`` key."""
 
     kind: Literal["dist_opt", "ddp", "zero2", "fsdp", "hsdp"]
@@ -96,6 +112,75 @@ def parse_sharding(text: str) -> Sharding:
     return Sharding(text)  # type: ignore[arg-type]
 
 
+class Precision(StrEnum):
+    """Compute precision: bf16, or the hardware's FP8 recipe (blockwise on Hopper, MXFP8 on
+    Blackwell). A str enum: it compares equal to its name."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+@dataclass(frozen=True, eq=False)
+class Offload(_Named):
+    """Parsed form of the ``offload`` key: what moves to host memory."""
+
+    optimizer: bool = False
+    """Optimizer states (Megatron --optimizer-cpu-offload)."""
+    activations: bool = False
+    """Saved activations (Megatron fine-grained activation offloading)."""
+
+    def __str__(self) -> str:
+        parts = [name for name, on in (("optimizer", self.optimizer), ("activations", self.activations)) if on]
+        return "+".join(parts) or "none"
+
+
+@functools.lru_cache(maxsize=64)
+def parse_offload(text: str) -> Offload:
+    text = text.strip()
+    if text not in OFFLOADS:
+        raise ValueError(f"unknown offload '{text}'; choose one of {', '.join(OFFLOADS)}")
+    return Offload(optimizer="optimizer" in text, activations="activations" in text)
+
+
+def parse_on_off(value) -> bool:
+    """'on'/'off' (the plan's string form) or a boolean."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip() in ("on", "off"):
+        return value.strip() == "on"
+    raise ValueError(f"expected 'on' or 'off', got {value!r}")
+
+
+def parse_stage_recompute(text: str) -> tuple[int, ...]:
+    parts = text.split("/")
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(f"stage_recompute must be '/'-separated layer counts, got '{text}'")
+    return tuple(int(p) for p in parts)
+
+
+def _typed(parse, kind: type, fmt=str, schema: dict | None = None):
+    """A plan value held typed inside planner, read from its string form (or taken as is) and
+    written back as that string: the edges see strings, the model sees ``kind``."""
+
+    def validate(value):
+        if isinstance(value, kind):
+            return value
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {value!r}")
+        return parse(value)
+
+    return (PlainValidator(validate), PlainSerializer(fmt, return_type=str),
+            WithJsonSchema(schema or {"type": "string"}))
+
+
+RecomputeValue = Annotated[Recompute, *_typed(parse_recompute, Recompute)]
+ShardingValue = Annotated[Sharding, *_typed(parse_sharding, Sharding)]
+OffloadValue = Annotated[Offload, *_typed(parse_offload, Offload)]
+OnOff = Annotated[bool, PlainValidator(parse_on_off), PlainSerializer(lambda b: "on" if b else "off", return_type=str),
+                  WithJsonSchema({"enum": ["on", "off"]})]
+StageRecompute = Annotated[tuple[int, ...], *_typed(parse_stage_recompute, tuple, lambda t: "/".join(map(str, t)))]
+
+
 @dataclass(frozen=True)
 class Degrees:
     """All parallel degrees of a plan on a given GPU count (derived ones filled in)."""
@@ -109,6 +194,30 @@ class Degrees:
     etp: int
     edp: int
     """Expert data-parallel degree: gpus / (etp * ep * pp) (Megatron's parallel folding)."""
+
+
+def parse_pairs(text: str | None, what: str = "plan") -> dict[str, str]:
+    """'key=value,key=value' as a dict of plan keys to their strings. Layout strings may contain
+    commas; a comma only separates pairs when a 'key=' follows it."""
+    text = (text or "").strip()
+    values: dict[str, str] = {}
+    if not text:
+        return values
+    for part in re.split(r",(?=\s*[A-Za-z_]+\s*=)", text):
+        where = "Plan" if what == "plan" else what
+        if "=" not in part:
+            raise PlannerError(
+                f"{where} item '{part.strip()}' is not of the form key=value.",
+                hint="Example: --plan \"tp=2,pp=4,ep=8,mbs=1,recompute=full\".",
+            )
+        key, value = (s.strip() for s in part.split("=", 1))
+        if key not in Plan.model_fields:
+            raise PlannerError(f"Unknown plan key '{key}'" + ("" if what == "plan" else f" in {what}") + ".",
+                               hint=suggest(key, Plan.model_fields))
+        if key in values:
+            raise PlannerError(f"Plan key '{key}' is given twice" + ("" if what == "plan" else f" in {what}") + ".")
+        values[key] = value
+    return values
 
 
 class Plan(Spec):
@@ -130,36 +239,26 @@ class Plan(Spec):
     """Expert tensor parallelism; defaults to tp, as in Megatron."""
     mbs: PositiveInt = 1
     """Micro-batch size in sequences."""
-    sharding: str = "dist_opt"
+    sharding: ShardingValue = Sharding("dist_opt")
     """dist_opt (Megatron distributed optimizer), ddp, zero2, fsdp (full shard), hsdp:N."""
-    recompute: str = "none"
+    recompute: RecomputeValue = Recompute("none")
     """none; Megatron modules joined by '+'; full (all layers) or full:N (N layers per stage)."""
-    offload: Literal["none", "optimizer", "activations", "optimizer+activations"] = "none"
-    """What moves to host memory."""
-    precision: Literal["bf16", "fp8"] | None = None
+    offload: OffloadValue = Offload()
+    """What moves to host memory: none, optimizer, activations, optimizer+activations."""
+    precision: Precision | None = None
     """Compute precision; fp8 is the hardware's recipe (blockwise on Hopper, MXFP8 on Blackwell).
     None means the job's default."""
     moments: Literal["fp32", "bf16"] = "fp32"
     """Adam moment precision."""
     layout: str | None = None
     """A Megatron pipeline layout, e.g. 'Ettt|(tttt|)*14ttmL'; None spreads layers evenly."""
-    stage_recompute: str | None = None
+    stage_recompute: StageRecompute | None = None
     """Per-stage full-recompute layer counts, '/'-separated (e.g. '4/2/0/0'): advisory, no launcher
     expresses it directly (search --target any)."""
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     """MoE token dispatcher; None means the hardware's default."""
-    ep_overlap: Literal["on", "off"] = "off"
-    """Overlap EP all-to-all with compute (Megatron --overlap-moe-expert-parallel-comm)."""
-
-    @field_validator("sharding")
-    @classmethod
-    def _sharding(cls, v: str) -> str:
-        return str(parse_sharding(v))
-
-    @field_validator("recompute")
-    @classmethod
-    def _recompute(cls, v: str) -> str:
-        return str(parse_recompute(v))
+    ep_overlap: OnOff = False
+    """Overlap EP all-to-all with compute (Megatron --overlap-moe-expert-parallel-comm): on / off."""
 
     @field_validator("layout")
     @classmethod
@@ -174,40 +273,10 @@ class Plan(Spec):
             raise ValueError(exc.paragraph()) from None
         return v.replace(" ", "")
 
-    @field_validator("stage_recompute")
-    @classmethod
-    def _stage_recompute(cls, v: str | None) -> str | None:
-        if v is None:
-            return None
-        parts = v.split("/")
-        if not all(p.isdigit() for p in parts):
-            raise ValueError(f"stage_recompute must be '/'-separated layer counts, got '{v}'")
-        return "/".join(str(int(p)) for p in parts)
-
-    # ---- parsed views --------------------------------------------------------------------
-    @property
-    def recompute_spec(self) -> Recompute:
-        return parse_recompute(self.recompute)
-
-    @property
-    def sharding_spec(self) -> Sharding:
-        return parse_sharding(self.sharding)
-
+    # ---- derived views ---------------------------------------------------------------------
     @property
     def expert_tp(self) -> int:
         return self.etp if self.etp is not None else self.tp
-
-    @property
-    def stage_recompute_layers(self) -> list[int] | None:
-        return [int(p) for p in self.stage_recompute.split("/")] if self.stage_recompute else None
-
-    @property
-    def offloads_optimizer(self) -> bool:
-        return self.offload in ("optimizer", "optimizer+activations")
-
-    @property
-    def offloads_activations(self) -> bool:
-        return self.offload in ("activations", "optimizer+activations")
 
     @property
     def sequence_parallel(self) -> bool:
@@ -242,25 +311,15 @@ class Plan(Spec):
     # ---- string form -----------------------------------------------------------------------
     @classmethod
     def parse(cls, text: str) -> "Plan":
-        """Read 'key=value,key=value'. Layout strings may contain commas; a comma only separates
-        pairs when a 'key=' follows it."""
-        text = (text or "").strip()
-        if not text:
-            return cls()
-        values: dict[str, str] = {}
-        for part in re.split(r",(?=\s*[A-Za-z_]+\s*=)", text):
-            if "=" not in part:
-                raise PlannerError(
-                    f"Plan item '{part.strip()}' is not of the form key=value.",
-                    hint="Example: --plan \"tp=2,pp=4,ep=8,mbs=1,recompute=full\".",
-                )
-            key, value = (s.strip() for s in part.split("=", 1))
-            if key not in cls.model_fields:
-                raise PlannerError(f"Unknown plan key '{key}'.", hint=suggest(key, cls.model_fields))
-            if key in values:
-                raise PlannerError(f"Plan key '{key}' is given twice.")
-            values[key] = value
-        return cls.from_mapping(values)
+        """Read 'key=value,key=value' (see :func:`parse_pairs`)."""
+        return cls.from_mapping(parse_pairs(text))
+
+    @classmethod
+    def given(cls, text: str, what: str = "plan") -> dict:
+        """The keys a 'key=value,...' text gives, with their typed values (what --fix pins)."""
+        pairs = parse_pairs(text, what)
+        plan = cls.from_mapping(pairs)
+        return {k: getattr(plan, k) for k in pairs}
 
     @classmethod
     def from_mapping(cls, values: dict) -> "Plan":
@@ -279,18 +338,18 @@ class Plan(Spec):
     def to_string(self) -> str:
         """Non-default keys in a fixed order (the canonical string when the plan is canonical)."""
         default = Plan()
-        parts = []
-        for key in KEY_ORDER:
-            v = getattr(self, key)
-            if v != getattr(default, key) and v is not None:
-                parts.append(f"{key}={v}")
+        text = self.to_json()
+        parts = [f"{key}={text[key]}" for key in KEY_ORDER
+                 if getattr(self, key) != getattr(default, key) and getattr(self, key) is not None]
         return ",".join(parts) if parts else "tp=1"
 
     def __str__(self) -> str:
         return self.to_string()
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in KEY_ORDER if getattr(self, k) is not None}
+        """The JSON form: every key that has a value, lever values as their strings."""
+        dumped = self.model_dump(mode="json")
+        return {k: dumped[k] for k in KEY_ORDER if dumped[k] is not None}
 
     def replace(self, **changes) -> "Plan":
         return Plan.model_validate({**self.model_dump(), **changes})
@@ -305,11 +364,11 @@ class Plan(Spec):
         if d["pp"] == 1:
             d["vpp"] = 1
         if not is_moe:
-            d.update(ep=1, etp=None, dispatcher=None, ep_overlap="off")
+            d.update(ep=1, etp=None, dispatcher=None, ep_overlap=False)
         else:
             d["etp"] = self.expert_tp
             if d["ep"] == 1:
-                d["ep_overlap"] = "off"
+                d["ep_overlap"] = False
             if d["dispatcher"] is None:
                 d["dispatcher"] = default_dispatcher
             if d["ep"] == 1:

@@ -56,7 +56,7 @@ def megatron_offload_modules(model: ModelSpec, plan: Plan) -> list[str]:
     """--offload-modules for offload=activations: every module Megatron can offload whose input
     is not already dropped by recompute (offloading a recomputed tensor saves nothing, and
     TransformerConfig forbids offloading inside an MoE layer that 'moe' recompute wraps)."""
-    rc = plan.recompute_spec
+    rc = plan.recompute
     mods = set(rc.modules) if rc.kind == "selective" else set()
     out = []
     if "layernorm" not in mods:
@@ -86,7 +86,7 @@ def _layout_symbols(plan: Plan, model: ModelSpec):
 def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
     """Megatron-LM 0.19.2 checks beyond the shared model-shape rules (plan must be canonical)."""
     out: list[Violation] = []
-    rc = plan.recompute_spec
+    rc = plan.recompute
     if plan.layout:
         from planner.specs.layout import expand_layout
 
@@ -114,7 +114,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "every (virtual) stage; per-stage counts have no flag.",
             hint="Use recompute=full:N, or search with --target megatron.",
         ))
-    if plan.ep_overlap == "on":
+    if plan.ep_overlap:
         # TransformerConfig.__post_init__, overlap_moe_expert_parallel_comm block.
         if rc.kind == "selective" and "moe" in rc.modules:
             out.append(Violation(
@@ -128,8 +128,8 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
                 f"ep_overlap=on with {model.mtp_layers} MTP layers: Megatron supports at most one MTP layer "
                 "with --overlap-moe-expert-parallel-comm (TransformerConfig).",
             ))
-    sh = plan.sharding_spec
-    if sh.kind == "ddp" and (plan.moments == "bf16" or plan.offloads_optimizer):
+    sh = plan.sharding
+    if sh.kind == "ddp" and (plan.moments == "bf16" or plan.offload.optimizer):
         what = "moments=bf16" if plan.moments == "bf16" else "offload=optimizer"
         out.append(Violation(
             "precision-aware-needs-dist-opt",
@@ -137,7 +137,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "with the distributed optimizer; sharding=ddp has none.",
             hint="Use sharding=dist_opt (or fsdp/zero2/hsdp).",
         ))
-    if plan.offloads_activations and not megatron_offload_modules(model, plan):
+    if plan.offload.activations and not megatron_offload_modules(model, plan):
         out.append(Violation(
             "activation-offload-empty",
             f"offload=activations with recompute={plan.recompute}: every module Megatron can offload is "

@@ -185,14 +185,14 @@ def parallel_args(model, plan, deg) -> list[str]:
     if plan.tp > 1:
         args += ["--sequence-parallel"]  # planner pairs TP with SP; validate_args drops SP at TP=1
     args += layout_args(model, plan)[0]
-    if plan.ep_overlap == "on":
+    if plan.ep_overlap:
         args += ["--overlap-moe-expert-parallel-comm"]
     return args
 
 
 def memory_args(model, plan) -> list[str]:
     """Recompute and offload."""
-    rc = plan.recompute_spec
+    rc = plan.recompute
     args: list[str] = []
     if rc.kind == "selective":
         # TransformerConfig: selective takes no method and no layer count.
@@ -205,10 +205,10 @@ def memory_args(model, plan) -> list[str]:
             # block: the first N layers of each (virtual) stage are recomputed.
             args += ["--recompute-granularity", "full", "--recompute-method", "block",
                      "--recompute-num-layers", str(rc.layers)]
-    if plan.offloads_optimizer:
+    if plan.offload.optimizer:
         # validate_args: --optimizer-cpu-offload needs --use-precision-aware-optimizer.
         args += ["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0", "--use-precision-aware-optimizer"]
-    if plan.offloads_activations:
+    if plan.offload.activations:
         args += ["--fine-grained-activation-offloading", "--offload-modules", *megatron_offload_modules(model, plan)]
     return args
 
@@ -218,14 +218,14 @@ def precision_args(hw, plan, job) -> list[str]:
     if (plan.precision or job.default_precision) == "fp8":
         args += ["--fp8-format", "e4m3", "--fp8-recipe", hw.fp8_recipe]
     if plan.moments == "bf16":
-        if not plan.offloads_optimizer:
+        if not plan.offload.optimizer:
             args += ["--use-precision-aware-optimizer"]
         args += ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     return args
 
 
 def sharding_args(plan, deg) -> list[str]:
-    sh = plan.sharding_spec
+    sh = plan.sharding
     if sh.kind == "ddp":
         return ["--overlap-grad-reduce"]
     if sh.kind == "dist_opt":
@@ -244,17 +244,17 @@ def sharding_args(plan, deg) -> list[str]:
 def environment(hw, plan) -> tuple[dict[str, str], dict[str, str]]:
     env: dict[str, str] = {}
     why: dict[str, str] = {}
-    fsdp = plan.sharding_spec.kind in ("fsdp", "zero2", "hsdp")
+    fsdp = plan.sharding.kind in ("fsdp", "zero2", "hsdp")
     pre_blackwell = hw.generation in ("ampere", "hopper")
     if (plan.tp > 1 or plan.cp > 1) and pre_blackwell and not fsdp:
-        if plan.ep_overlap == "on":
+        if plan.ep_overlap:
             env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
             why["CUDA_DEVICE_MAX_CONNECTIONS"] = (
                 "EP A2A overlap wants more than one hardware queue; validate_args only warns with TP/CP>1")
         else:
             env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
             why["CUDA_DEVICE_MAX_CONNECTIONS"] = "validate_args asserts it for TP/CP > 1 before Blackwell"
-    if plan.offloads_activations:
+    if plan.offload.activations:
         env["NVTE_CPU_OFFLOAD_V1"] = "1"
         why["NVTE_CPU_OFFLOAD_V1"] = "validate_args requires it for fine-grained activation offloading with TE >= 2.10"
     return env, why
@@ -341,7 +341,7 @@ def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: lis
         out.append(f"export {k}={shlex.quote(v)}")
     if launch.env:
         out.append("")
-    if "CUDA_DEVICE_MAX_CONNECTIONS" not in launch.env and setup.plan.sharding_spec.kind in ("fsdp", "zero2", "hsdp"):
+    if "CUDA_DEVICE_MAX_CONNECTIONS" not in launch.env and setup.plan.sharding.kind in ("fsdp", "zero2", "hsdp"):
         out += ["# Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is unset or > 1.",
                 "unset CUDA_DEVICE_MAX_CONNECTIONS", ""]
     out.append(_bash_array("DISTRIBUTED_ARGS", [

@@ -75,7 +75,7 @@ def torchtitan_dims(plan: Plan, deg: Degrees) -> dict[str, int]:
 
     fsdp/zero2 shard over all of DP; ddp replicates; hsdp:N shards within N ranks of DP*CP
     (torchtitan's FSDP mesh is dp_shard*cp), replicating across the rest."""
-    sh = plan.sharding_spec
+    sh = plan.sharding
     if sh.kind == "ddp":
         rep, shard = deg.dp, 1
     elif sh.kind == "hsdp":
@@ -115,7 +115,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             hint="Set etp=1.",
         ))
     dims = torchtitan_dims(plan, deg)
-    sh = plan.sharding_spec
+    sh = plan.sharding
     if sh.kind == "dist_opt":
         out.append(Violation(
             "torchtitan-sharding",
@@ -135,7 +135,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             f"ep={deg.ep} does not divide dp_shard*cp*tp = {dims['dp_shard']}*{deg.cp}*{deg.tp}: torchtitan's "
             "expert mesh is efsdp*ep over the same ranks (ParallelDims).",
         ))
-    rc = plan.recompute_spec
+    rc = plan.recompute
     if rc.kind == "selective":
         out.append(Violation(
             "torchtitan-recompute-modules",
@@ -162,7 +162,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "torchtitan-stage-recompute",
             f"stage_recompute={plan.stage_recompute} has no torchtitan option.",
         ))
-    if plan.offload != "none":
+    if plan.offload.optimizer or plan.offload.activations:
         out.append(Violation(
             "torchtitan-offload",
             f"offload={plan.offload}: torchtitan's training.enable_cpu_offload moves parameters, gradients "
@@ -191,7 +191,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "model_registry(moe_comm_backend=...) in a config_registry function, not on the command line.",
             hint="Use dispatcher=alltoall, or pass --torchtitan-config with such a function.",
         ))
-    if plan.ep_overlap == "on":
+    if plan.ep_overlap:
         out.append(Violation(
             "torchtitan-ep-overlap",
             "ep_overlap=on: torchtitan 0.3.0 has no EP all-to-all/compute overlap schedule.",

@@ -83,7 +83,7 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
         "--parallelism.pipeline_parallel_degree", str(dims["pp"]),
         "--parallelism.expert_parallel_degree", str(dims["ep"] if model.is_moe else 1),
     ]
-    if plan.sharding_spec.kind == "zero2":
+    if plan.sharding.kind == "zero2":
         ov += ["--parallelism.fsdp_reshard_after_forward", "never"]
     if plan.pp > 1:
         ov += ["--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if plan.vpp > 1 else "1F1B",
@@ -98,7 +98,7 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
         ov += ["--training.disable_cuda_graphs"]  # Trainer.Config: CUDA graphs do not support PP yet
     if plan.moments == "bf16":
         ov += ["--optimizer.implementation", "fused_opt_states_bf16"]
-    rc = plan.recompute_spec
+    rc = plan.recompute
     sub = "activation_checkpoint:full" if rc.kind == "full" else "activation_checkpoint:none"
     nproc = gpus_per_node(setup.hw, job.gpus, nproc_per_node)
     return TorchtitanLaunch(module, config, ov, sub, nproc, job.gpus // nproc)
