@@ -108,6 +108,34 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
     return out
 
 
+def stage_recompute_violations(plan: Plan, layout) -> list[Violation]:
+    """A plan's per-stage full-recompute counts against its pipeline layout: one count per
+    pipeline stage, none above the layers a chunk of that stage holds, with recompute=full."""
+    counts = plan.stage_recompute_layers
+    if counts is None:
+        return []
+    if plan.recompute_spec.kind != "full":
+        return [Violation("stage-recompute-needs-full",
+                          f"stage_recompute={plan.stage_recompute} gives per-stage full-recompute layer counts, but the plan's "
+                          f"recompute is '{plan.recompute}'.",
+                          hint="Add recompute=full, or leave stage_recompute out.")]
+    if len(counts) != layout.pp:
+        return [Violation("stage-recompute-stages",
+                          f"stage_recompute={plan.stage_recompute} gives {len(counts)} count(s) for {layout.pp} pipeline "
+                          "stage(s).", hint=f"Give one count per stage, e.g. stage_recompute={'/'.join(['1'] * layout.pp)}.")]
+    out = []
+    for r, n in enumerate(counts):
+        most = max((ch.num_layers for ch in layout.rank_stages(r)), default=0)
+        if n > most:
+            per = " per virtual stage" if layout.vpp > 1 else ""
+            out.append(Violation("stage-recompute-layers",
+                                 f"stage_recompute={plan.stage_recompute} recomputes {n} layers on pipeline stage {r}, "
+                                 f"which holds {most} decoder layer(s){per}.",
+                                 hint=f"Use at most {most} for stage {r}."))
+            break
+    return out
+
+
 def check_model_rules(model, hw, job, plan, deg) -> None:
     """Raise the first model-shape violation as a PlanRuleError."""
     found = shape_violations(model, plan) + model_violations(model, hw, job, plan, deg)
@@ -200,14 +228,33 @@ def _canonical(plan: Plan, model: ModelSpec, hw: HardwareSpec | None, job: Job) 
     )
 
 
-def _expand_like_megatron(layout: str) -> list[str]:
+def _expand_like_megatron(layout: str) -> list[str] | None:
     """Expand a layout the way megatron PipelineParallelLayerLayout.parse_str_to_list does: drop
-    commas, one pass of '(group)*n' with a group free of ')' characters, then 'x*n'."""
+    commas, one pass of '(group)*n' with a group free of ')' characters, then 'x*n'. None when
+    Megatron's reading would grow past planner's bound on layouts (it repeats whatever precedes
+    a '*n', so a string planner reads as small can unroll to gigabytes there)."""
     import re
 
+    from planner.specs.layout import MAX_LAYOUT_SYMBOLS
+
+    budget = [MAX_LAYOUT_SYMBOLS]
+
+    class _TooLong(Exception):
+        pass
+
+    def rep(m: re.Match) -> str:
+        n = int(m.group(2)) if len(m.group(2)) <= 7 else MAX_LAYOUT_SYMBOLS + 1
+        budget[0] -= len(m.group(1)) * n
+        if budget[0] < 0:
+            raise _TooLong()
+        return m.group(1) * n
+
     s = layout.replace(",", "")
-    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    try:
+        s = re.sub(r"\(([^)]+)\)\*(\d+)", rep, s)
+        s = re.sub(r"(.)\*(\d+)", rep, s)
+    except _TooLong:
+        return None
     return s.split("|")
 
 
