@@ -67,6 +67,8 @@ class Limits:
                 return out
             import re
 
+            if len(text) > 16384:
+                raise PlannerError(f"--{what} is {len(text):,} characters long; planner reads at most 16,384.")
             for part in re.split(r",(?=\s*[A-Za-z_]+\s*=)", text):
                 if "=" not in part:
                     raise PlannerError(f"--{what} item '{part}' is not key=value.", hint=f"Example: --{what} tp=2,pp=4.")
@@ -81,9 +83,9 @@ class Limits:
         f = kv(fix, "fix")
         m = kv(maxes, "max")
         for k, v in m.items():
-            if not v.isdigit():
+            if not (v.isascii() and v.isdigit() and len(v) <= 9 and int(v) >= 1):
                 raise PlannerError(f"--max {k}={v}: a bound must be a positive integer.")
-            if k not in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp"):
+            if k not in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp", "edp"):
                 raise PlannerError(f"--max applies to degrees and mbs, not '{k}'.", hint="Use --fix for other keys.")
         if f:
             # Validate values by building a plan from them.
@@ -214,6 +216,8 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
                 if N % (etp_ * ep * pp):
                     continue
                 edp = N // (etp_ * ep * pp)
+                if not limits.allows("edp", edp):
+                    continue  # --fix/--max edp, like dp above
                 for mbs in mbss:
                     if job.global_batch % (mbs * dp):
                         count("global-batch-divisible")

@@ -144,7 +144,9 @@ def _mib(x: float) -> int:
 
 
 def _us(x: float) -> int:
-    return int(round(x * 1e6))
+    from planner.search.time_tables import MAX_TABLE_US
+
+    return int(round(x * 1e6)) if math.isfinite(x) and x * 1e6 < MAX_TABLE_US else MAX_TABLE_US
 
 
 @dataclass(frozen=True)
@@ -290,8 +292,15 @@ def _crossings(structs, hw, job, assumptions) -> dict[str, np.ndarray]:
     return {name: np.array([r[name] for r in rows]) for name in rows[0]} if rows else {}
 
 
+MAX_TABLE_MIB = 2**40
+"""Memory entries are capped here (2^40 MiB = 1 EiB, beyond any GPU): a term that overflows no
+longer wraps around int64 into a small or negative number that would look like it fits."""
+
+
 def _mib_arr(x) -> np.ndarray:
-    return np.ceil(np.asarray(x, dtype=float) / MiB - 1e-9).astype(np.int64)
+    mib = np.ceil(np.asarray(x, dtype=float) / MiB - 1e-9)
+    return np.minimum(np.nan_to_num(mib, nan=MAX_TABLE_MIB, posinf=MAX_TABLE_MIB, neginf=0.0),
+                      MAX_TABLE_MIB).astype(np.int64)
 
 
 def time_tables(space: Space, structs: list[Struct], assumptions, time_terms, TP, TD, TO) -> None:

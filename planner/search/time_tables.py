@@ -85,12 +85,24 @@ def _ep_axis(x):
     return x if x.ndim == 0 else np.expand_dims(x, -2)
 
 
+MAX_TABLE_US = 2**35
+"""Time entries are capped at 2^35 us (9.5 hours per step), and a plan at the cap is no plan: the
+search's objective multiplies step time by up to 2^27 (layouts x lever combinations) and must stay
+inside int64 and CP-SAT's range. A step that long means the job or hardware is far outside what
+planner models (see planner.search.driver._too_slow for the message)."""
+
+
+def _us_arr(values) -> np.ndarray:
+    us = np.rint(np.asarray(values, dtype=float) * 1e6)
+    return np.minimum(np.nan_to_num(us, nan=MAX_TABLE_US, posinf=MAX_TABLE_US, neginf=0.0), MAX_TABLE_US).astype(np.int64)
+
+
 def _put(table: np.ndarray, rows: np.ndarray, values: np.ndarray, axes: tuple[str, ...], group: tuple[str, ...],
          sizes: dict[str, int]) -> None:
     """Write seconds ``values`` (one axis per lever named in ``axes``, then the structural keys) into
     ``table[rows]`` as microseconds, in the group's mixed-radix order; levers of the group missing
     from ``axes`` do not change the term."""
-    us = np.rint(values * 1e6).astype(np.int64)
+    us = _us_arr(values)
     us = us.reshape(us.shape + (1,) * (len(group) - len(axes)))
     names = axes + tuple(k for k in group if k not in axes)
     us = np.moveaxis(us, len(axes), 0)  # structural keys first
