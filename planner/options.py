@@ -97,6 +97,23 @@ def resolve_job(
     return validate_spec(Job, data, "job", origin)
 
 
+def check_margin(job, hw) -> None:
+    """The job's --memory-margin must leave some of the GPU's memory once the CUDA context is
+    taken: otherwise every answer would read 'exceeds the -3.0 GiB allocation limit'."""
+    if not job.memory_margin_bytes:
+        return
+    from planner.cost.efficiency_access import memory_constants
+
+    usable = hw.gpu.hbm_usable_bytes.value
+    context = memory_constants(hw).cuda_context_bytes.value
+    if job.memory_margin_bytes >= usable - context:
+        raise PlannerError(
+            f"--memory-margin {job.memory_margin_bytes / 2**30:g} GiB leaves nothing of {hw.name}'s "
+            f"{usable / 2**30:.1f} GiB usable HBM ({context / 2**30:.1f} GiB go to the CUDA context).",
+            hint="Give a margin of a few GiB.",
+        )
+
+
 def finite_option(option: str, value: float, *, low: float | None = None, high: float | None = None,
                   unit: str = "", low_inclusive: bool = True, negative: str | None = None) -> float:
     """A float from the command line must be a finite number in [low, high]: typer reads 'nan'

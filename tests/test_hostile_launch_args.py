@@ -25,13 +25,23 @@ V3_ARGS = ("--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --micro
            "--global-batch-size 8192 --seq-length 4096 ")
 
 
+def _memory_cap() -> None:  # in the child: a runaway expansion fails there, it cannot take the machine
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def check(tmp_path: Path, script: str, *extra: str, timeout: float = 3.0) -> subprocess.CompletedProcess:
     path = tmp_path / "run.sh"
     path.write_text(script)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "planner", "check", "--megatron-args", str(path),
                            "--model", "deepseek-v3", "--hw", "gb200-nvl72", "--json", *extra],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout)
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout,
+                          preexec_fn=_memory_cap if os.name == "posix" else None)
 
 
 def answered(proc: subprocess.CompletedProcess) -> None:
@@ -68,3 +78,12 @@ def test_a_flag_without_its_value_is_named(tmp_path):
                  + "--tensor-model-parallel-size\n")
     answered(proc)
     assert proc.returncode == 2 and "--tensor-model-parallel-size" in proc.stderr
+
+
+def test_variables_that_double_cannot_expand_without_limit(tmp_path):
+    # V1=$V0$V0, V2=$V1$V1, ...: 2^40 characters from a 600-byte script.
+    lines = "V0=2\n" + "".join(f"V{i}=$V{i - 1}$V{i - 1}\n" for i in range(1, 41))
+    proc = check(tmp_path, lines + "torchrun --nproc-per-node 4 --nnodes 64 pretrain_gpt.py " + V3_ARGS
+                 + "--tensor-model-parallel-size $V40\n")
+    answered(proc)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1

@@ -258,3 +258,12 @@ def test_fix_edp_is_honoured(capsys):
                          "--top", "3", "--json")
     assert code == 0, err
     assert {p["plan"]["edp"] for p in json.loads(out)["plans"]} == {4}
+
+
+def test_duplicate_yaml_keys_and_a_margin_larger_than_the_gpu(tmp_path, capsys):
+    job = tmp_path / "j.yaml"
+    job.write_text("gpus: 8\nglobal_batch: 64\nseq_len: 4096\ngpus: 16\n")
+    code, _, err = run(capsys, "check", *SMALL, "--plan", "tp=1", "--job", str(job))
+    paragraph(code, err, "line 4", "the key 'gpus' is given twice (first at line 1)")
+    code, _, err = run(capsys, "search", *SMALL, "--memory-margin", "80")
+    paragraph(code, err, "--memory-margin 80 GiB leaves nothing of h100's 79.6 GiB usable HBM")

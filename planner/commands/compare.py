@@ -79,6 +79,10 @@ def compare_cmd(
         seen.add(h.name)
     j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
                     domain_fill=domain_fill, memory_margin_gib=memory_margin)
+    from planner.options import check_margin
+
+    for h in hws:
+        check_margin(j, h)
     if target not in ("megatron", "torchtitan", "any"):
         raise PlannerError(f"Unknown --target '{target}'.", hint="Use megatron, torchtitan or any.")
     mom = tuple(x.strip() for x in moments.split(",") if x.strip())

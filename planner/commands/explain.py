@@ -133,6 +133,9 @@ def _explain(model, hw, plan, from_file, rank, gpus, global_batch, seq_len, prec
     h = load_hardware(hw)
     j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
                     domain_fill=domain_fill, memory_margin_gib=memory_margin)
+    from planner.options import check_margin
+
+    check_margin(j, h)
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     top = _top_of(against) if against is not None else None
     if plot is not None:

@@ -58,6 +58,9 @@ def search_cmd(
     h = load_hardware(hw)
     j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
                     domain_fill=domain_fill, memory_margin_gib=memory_margin)
+    from planner.options import check_margin
+
+    check_margin(j, h)
     if target not in ("megatron", "torchtitan", "any"):
         raise PlannerError(f"Unknown --target '{target}'.", hint="Use megatron, torchtitan or any.")
     mom = tuple(x.strip() for x in moments.split(",") if x.strip())

@@ -82,6 +82,20 @@ def _bounded_yaml_loader():
     class Loader(base):  # type: ignore[misc, valid-type]
         _depth = 0
 
+        def construct_mapping(self, node, deep=False):
+            # YAML requires unique keys; PyYAML keeps the last silently ('gpus: 8' then 'gpus: 16').
+            import yaml
+
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    if key_node.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"the key '{key_node.value[:60]}' is given twice (first at line "
+                            f"{seen[key_node.value] + 1})", key_node.start_mark)
+                    seen[key_node.value] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
         def compose_node(self, parent, index):
             self._depth += 1
             try:

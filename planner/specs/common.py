@@ -33,8 +33,8 @@ MAX_TOKENS_PER_STEP = 2**36
 """Global batch x sequence length: 68.7 billion tokens, 4,000x the largest published step (16M)."""
 MAX_BYTES = float(2**50)
 """1 PiB: bounds memory per GPU, host memory and margins (a GPU has at most a few hundred GiB)."""
-MIN_MEMORY_BYTES = float(2**20)
-"""1 MiB: a GPU or host with less memory is a typo (bytes given as GiB)."""
+MIN_MEMORY_BYTES = float(2**30)
+"""1 GiB: a GPU or host with less memory is a typo (GiB given where bytes belong)."""
 MAX_FLOPS = 1e18
 """FLOP/s per GPU: 1 EFLOP/s, 200x a B200's dense FP8 peak."""
 MIN_FLOPS = 1e9
