@@ -267,3 +267,14 @@ def test_duplicate_yaml_keys_and_a_margin_larger_than_the_gpu(tmp_path, capsys):
     paragraph(code, err, "line 4", "the key 'gpus' is given twice (first at line 1)")
     code, _, err = run(capsys, "search", *SMALL, "--memory-margin", "80")
     paragraph(code, err, "--memory-margin 80 GiB leaves nothing of h100's 79.6 GiB usable HBM")
+
+
+def test_json_is_byte_identical_across_directories_and_locales(tmp_path, capsys, monkeypatch):
+    argv = ["explain", *SMALL, "--plan", "tp=2,pp=2", "--json"]
+    first = run(capsys, *argv)[1]
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, *argv)[1] == first
+    env = dict(os.environ, PYTHONPATH=str(REPO), LANG="C", LC_ALL="C", PYTHONIOENCODING="ascii")
+    proc = subprocess.run([sys.executable, "-m", "planner", *argv], capture_output=True, env=env, cwd=tmp_path,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.decode() == first

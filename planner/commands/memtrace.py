@@ -84,11 +84,12 @@ def memtrace_cmd(
         hw_spec = load_hardware(hw)
         fallback = (float(hw_spec.gpu.hbm_usable_bytes.value), f"usable HBM of {hw_spec.name}")
 
-    snap = load_snapshot(snapshot)
     if plot is not None:
-        from planner.files import check_output
+        from planner.files import check_output, note_input
 
-        check_output(plot, "plot", suffixes=(".png",))  # before the analysis, never over the snapshot
+        note_input(snapshot, "snapshot")  # so that the plot can never replace it
+        check_output(plot, "plot", suffixes=(".png",))  # before loading and analysis
+    snap = load_snapshot(snapshot)
     result = analyze(
         snap,
         source=str(snapshot),
