@@ -171,3 +171,16 @@ def test_torchtitan_config_must_be_module_and_function(capsys):
                  "--torchtitan-config", "llama3:llama3_8b\n$(reboot)"])
     err = capsys.readouterr().err
     assert code == 2 and "is not MODULE:FUNCTION" in err and err.count("\n") == 1
+
+
+def test_reading_a_launch_script_back_executes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "theirs.sh"
+    script.write_text("X=$(touch p1)\n`touch p2`\nexport Y=\"$(touch p3)\"\n"
+                      "torchrun --nproc-per-node 8 --nnodes 1 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                      "--num-attention-heads 32 --seq-length 4096 --global-batch-size 64 --micro-batch-size 1 "
+                      "--tensor-model-parallel-size $(touch p4) --save \"$(touch p5)\" `touch p6`\n")
+    code = main(["check", "--megatron-args", str(script), "--model", "llama3.1-8b", "--hw", "h100"])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and "Traceback" not in err
+    nothing_ran(tmp_path)

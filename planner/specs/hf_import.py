@@ -271,7 +271,8 @@ def _sliding_every(c: _Config, num_layers: int) -> int | None:
     if types is None:
         return 2  # GptOssConfig's default alternates, sliding first
     if not isinstance(types, list) or len(types) != num_layers or not all(isinstance(t, str) for t in types):
-        raise c.error("layer_types", f"must list one type (a string) per layer ({num_layers}), not {_short(types)}")
+        raise c.error("layer_types",
+                      f"must list one type per layer ({num_layers}, each a string), not {_short(types)}")
     unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
     if unknown:
         raise c.error("layer_types", f"has unknown layer type '{unknown[0]}'")
