@@ -115,7 +115,8 @@ def check_margin(job, hw) -> None:
 
 
 def finite_option(option: str, value: float, *, low: float | None = None, high: float | None = None,
-                  unit: str = "", low_inclusive: bool = True, negative: str | None = None) -> float:
+                  unit: str = "", low_inclusive: bool = True, negative: str | None = None,
+                  low_text: str | None = None) -> float:
     """A float from the command line must be a finite number in [low, high]: typer reads 'nan'
     and 'inf' as floats, so every float option is checked here, as one paragraph."""
     import math
@@ -127,8 +128,9 @@ def finite_option(option: str, value: float, *, low: float | None = None, high: 
     if low is not None and (value < low or (value == low and not low_inclusive)):
         if value < 0 and negative:
             raise PlannerError(f"{option} {value:g} is negative: {negative}.", hint=f"Give a value of at least {low:g}{u}.")
-        bound = f"at least {low:g}" if low_inclusive else f"more than {low:g}"
-        raise PlannerError(f"{option} {value:g} is out of range: it must be {bound}{u}.")
+        shown = low_text or f"{low:g}{u}"
+        bound = f"at least {shown}" if low_inclusive else f"more than {shown}"
+        raise PlannerError(f"{option} {value:g} is out of range: it must be {bound}.")
     if high is not None and value > high:
         raise PlannerError(f"{option} {value:g} is out of range: it must be at most {high:g}{u}.")
     return value

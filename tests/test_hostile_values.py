@@ -278,3 +278,10 @@ def test_json_is_byte_identical_across_directories_and_locales(tmp_path, capsys,
     proc = subprocess.run([sys.executable, "-m", "planner", *argv], capture_output=True, env=env, cwd=tmp_path,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.decode() == first
+
+
+def test_results_check_needs_the_committed_folder(capsys, tmp_path):
+    t0 = time.perf_counter()
+    code, _, err = run(capsys, "results", "--check", "--out", str(tmp_path / "missing"), "--only", "seed-claims")
+    paragraph(code, err, "which is not a folder")
+    assert time.perf_counter() - t0 < 5  # refused before regenerating anything

@@ -153,12 +153,16 @@ def results_cmd(
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Only this report (repeatable), e.g. qwen3-235b-a22b-256 or seed-claims.")] = None,
 ) -> None:
     """Regenerate the reports of results/ (Hopper vs Blackwell per model, seed claims), or --check them."""
+    from planner.errors import PlannerError
     from planner.report.results import main as results_main
 
     from planner.files import prepare_folder
 
     if not check:
         prepare_folder(out, "reports")  # a clean error before hours of searches, not after
+    elif not out.is_dir():
+        raise PlannerError(f"results --check compares with the reports in '{out}', which is not a folder.",
+                           hint="Give the folder of the committed reports (default: results).")
     args = ["--out", str(out)] + (["--check"] if check else [])
     for o in only or []:
         args += ["--only", o]

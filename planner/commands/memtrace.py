@@ -66,7 +66,7 @@ def memtrace_cmd(
     if plot is not None and plot.suffix.lower() != ".png":
         raise PlannerError(f"--plot writes PNG files; '{plot}' does not end in .png.")
     if capacity is not None:
-        finite_option("--capacity", capacity, low=0.0, low_inclusive=False, high=2**20, unit="GiB",
+        finite_option("--capacity", capacity, low=2**-10, high=2**20, unit="GiB", low_text="1 MiB (0.001 GiB)",
                       negative="a memory limit is a positive number of GiB")
     if device is not None and not 0 <= device < 2**16:
         raise PlannerError(f"--device {device} is not a device index (0, 1, ...).")
