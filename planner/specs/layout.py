@@ -69,9 +69,20 @@ def _repeat_count(text: str, s: str, i: int) -> tuple[int | None, int]:
     return int(s[i + 1:j]), j
 
 
+_PLAIN = re.compile(r"[^()*]+")
+
+
 def _expand_seq(text: str, s: str, i: int, depth: int) -> tuple[str, int]:
     parts: list[str] = []
     total = 0
+
+    def add(piece: str) -> None:
+        nonlocal total
+        total += len(piece)
+        if total > MAX_LAYOUT_SYMBOLS:
+            raise _layout_error(text, f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+        parts.append(piece)
+
     while i < len(s):
         c = s[i]
         if c == ")":
@@ -82,20 +93,27 @@ def _expand_seq(text: str, s: str, i: int, depth: int) -> tuple[str, int]:
             inner, j = _expand_seq(text, s, i + 1, depth + 1)
             if j >= len(s):
                 raise _layout_error(text, f"has a '(' at position {i + 1} that is never closed")
-            n, j = _repeat_count(text, s, j + 1)
+            n, nxt = _repeat_count(text, s, j + 1)
             if n is None:
                 raise _layout_error(text, f"has a '(..)' group at position {i + 1} without '*n' after it")
-            piece_len, piece = len(inner) * n, None
-            i = j
-        else:
-            n, j = (_repeat_count(text, s, i + 1) if c in "EtmL" else (None, i + 1))
-            inner, piece_len, piece = c, (n if n is not None else 1), None
-            i = j
-        if total + piece_len > MAX_LAYOUT_SYMBOLS:
-            raise _layout_error(text, f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
-        piece = inner * (piece_len // len(inner)) if inner else ""
-        parts.append(piece)
-        total += piece_len
+            i = nxt
+            if total + len(inner) * n > MAX_LAYOUT_SYMBOLS:  # checked before repeating
+                raise _layout_error(text, f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+            add(inner * n)
+        elif c == "*":  # a '*' after no repeatable symbol: left for parse_layout to name
+            add(c)
+            i += 1
+        else:  # a run of plain symbols; its last one may carry '*n'
+            end = _PLAIN.match(s, i).end()
+            if end < len(s) and s[end] == "*" and s[end - 1] in "EtmL":
+                n, nxt = _repeat_count(text, s, end)
+                if total + (end - 1 - i) + n > MAX_LAYOUT_SYMBOLS:
+                    raise _layout_error(text, f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+                add(s[i:end - 1] + s[end - 1] * n)
+                i = nxt
+            else:
+                add(s[i:end])
+                i = end
     return "".join(parts), i
 
 
