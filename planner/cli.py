@@ -3,11 +3,14 @@
 Shared options are declared once in :mod:`planner.options`; each command lives in
 ``planner/commands/<name>.py`` and imports heavy modules (numpy, ortools, matplotlib) only when it
 runs, so ``planner --help`` stays fast. Every :class:`~planner.errors.PlannerError` is printed as
-one paragraph with a non-zero exit, never as a traceback.
+one paragraph with a non-zero exit, never as a traceback; any other exception is a bug and gets one
+paragraph asking for a report (exit 70; ``--debug`` shows the traceback). Exit statuses: see
+``EXIT_*`` below and the README.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -56,32 +59,154 @@ def _cli_exception_types() -> tuple[tuple, tuple, tuple]:
     return tuple(usage), tuple(aborts), tuple(exits)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from planner.errors import PlannerError
+EXIT_OK = 0
+EXIT_RULE = 1
+"""check and explain: the plan breaks a launcher or model rule, or does not fit in memory."""
+EXIT_INPUT = 2
+"""Bad input: an unknown name, a malformed or missing file, a value out of range, a bad option."""
+EXIT_NOTHING_FITS = 3
+"""search (and compare): no plan fits."""
+EXIT_INTERNAL = 70
+"""An unexpected exception: a bug in planner (EX_SOFTWARE of sysexits.h)."""
+EXIT_INTERRUPTED = 130
 
-    _register()
+_debug = False
+
+
+@app.callback()
+def _global_options(
+    debug: bool = typer.Option(False, "--debug", help="On an unexpected error, show the Python traceback too."),
+) -> None:
+    """Options before the command name apply to every command."""
+    global _debug
+    _debug = _debug or debug
+
+
+def one_line(text: str) -> str:
+    """A message as one line: control characters (newlines, tabs, escapes) a user's input may
+    carry into it are shown escaped, so an error is always one paragraph."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+_ASCII_FALLBACK = {
+    "\u00b7": "-", "\u00d7": "x", "\u2192": "->", "\u2190": "<-", "\u2013": "-", "\u2014": "--", "\u2022": "*",
+    "\u2248": "~", "\u2264": "<=", "\u2265": ">=", "\u00b1": "+-", "\u00b5": "u", "\u03bc": "u", "\u00b2": "^2",
+    "\u2026": "...", "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u00a7": "S", "\u2212": "-",
+}
+
+
+def _fallback_errors(exc: UnicodeEncodeError):
+    """Codec error handler: the characters planner prints that a narrow terminal encoding (ASCII
+    under LANG=C, Latin-1) lacks become ASCII look-alikes, anything else a '?'."""
+    bad = exc.object[exc.start:exc.end]
+    return "".join(_ASCII_FALLBACK.get(c, "?") for c in bad), exc.end
+
+
+def _protect_streams() -> None:
+    """Make stdout and stderr fall back instead of raising on characters their encoding lacks."""
+    import codecs
+
+    try:
+        codecs.lookup_error("planner-fallback")
+    except LookupError:
+        codecs.register_error("planner-fallback", _fallback_errors)
+    for stream in (sys.stdout, sys.stderr):
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if enc in ("utf8", "utf8sig", "utf16", "utf32"):
+            continue
+        try:
+            stream.reconfigure(errors="planner-fallback")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+def _echo_error(text: str) -> None:
+    try:
+        typer.echo(text, err=True)
+    except (OSError, ValueError):  # stderr closed or broken: nothing more to do
+        pass
+
+
+def _internal_error(exc: BaseException) -> int:
+    """One paragraph for an exception nobody expected (--debug adds the traceback)."""
+    if _debug:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    what = "ran out of memory" if isinstance(exc, MemoryError) else f"hit an unexpected {type(exc).__name__}"
+    detail = one_line(str(exc))[:300]
+    _echo_error(
+        f"Error: planner {what}{': ' + detail if detail else ''}. This is a bug in planner, not in your input: "
+        "please report it on planner's issue tracker with the command line and the files it read. "
+        + ("" if _debug else "Run the command again with --debug (planner --debug ...) to see the traceback.")
+    )
+    return EXIT_INTERNAL
+
+
+def _strip_debug(argv: list[str]) -> list[str]:
+    """--debug is accepted anywhere on the line, not only before the command."""
+    global _debug
+    if "--debug" in argv:
+        _debug = True
+        return [a for a in argv if a != "--debug"]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _debug
+    from planner.errors import PlannerError
+    from planner.files import reset_inputs
+
+    _protect_streams()
+    _debug = os.environ.get("PLANNER_DEBUG", "") not in ("", "0")
+    args = _strip_debug(list(sys.argv[1:] if argv is None else argv))
+    reset_inputs()
     usage_errors, aborts, exits = _cli_exception_types()
     try:
-        result = app(args=argv, standalone_mode=False)
+        _register()
+        result = app(args=args, prog_name="planner", standalone_mode=False)
     except PlannerError as exc:
-        typer.echo(f"Error: {exc.paragraph()}", err=True)
+        _echo_error(f"Error: {one_line(exc.paragraph())}")
         return exc.exit_code
     except exits as exc:
         return getattr(exc, "exit_code", 0)
     except aborts:
-        typer.echo("Aborted.", err=True)
-        return 130
+        _echo_error("Aborted.")
+        return EXIT_INTERRUPTED
     except usage_errors as exc:
-        show = getattr(exc, "show", None)
-        if show is not None:
-            show()
-        else:
-            typer.echo(f"Error: {exc}", err=True)
-        return getattr(exc, "exit_code", 2)
+        return _usage_error(exc)
     except KeyboardInterrupt:
-        return 130
+        _echo_error("Interrupted.")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141  # 128 + SIGPIPE, as a shell reports a reader that went away
+    except Exception as exc:  # noqa: BLE001 - the last line of defense: one paragraph, never a traceback
+        return _internal_error(exc)
     # In standalone_mode=False, click returns the exit code of ctx.exit() (e.g. --help) as the result.
     return result if isinstance(result, int) else 0
+
+
+def _usage_error(exc) -> int:
+    """A bad option or argument, as one paragraph naming the command's --help."""
+    fmt = getattr(exc, "format_message", None)
+    message = fmt() if callable(fmt) else str(exc)
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "planner"
+    _echo_error(f"Error: {one_line(message.strip()).rstrip('.')}. Try '{path} --help' for the options.")
+    code = getattr(exc, "exit_code", EXIT_INPUT)
+    return code if isinstance(code, int) and code else EXIT_INPUT
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so that Python's exit flush stays silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def entry() -> None:

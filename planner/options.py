@@ -72,7 +72,7 @@ def resolve_job(
         ref = model.reference_job
         data.update(gpus=ref.gpus, global_batch=ref.global_batch, seq_len=ref.seq_len, source=ref.source)
     if job_file is not None:
-        data.update(read_yaml(Path(job_file)))
+        data.update(read_yaml(Path(job_file), "job"))
         origin = str(job_file)
     overrides = dict(gpus=gpus, global_batch=global_batch, seq_len=seq_len, domain_fill=domain_fill)
     for key, value in overrides.items():
@@ -82,7 +82,12 @@ def resolve_job(
     if precision:
         data["precisions"] = [p.strip() for p in precision.split(",") if p.strip()]
     if memory_margin_gib is not None:
+        finite_option("--memory-margin", memory_margin_gib, low=0.0, high=2**20, unit="GiB",
+                      negative="a negative margin would hand memory back that the GPU does not have")
         data["memory_margin_bytes"] = memory_margin_gib * 2**30
+    for key, value in overrides.items():
+        if value is not None:
+            count_option(f"--{key.replace('_', '-')}", value)
     missing = [k for k in ("gpus", "global_batch", "seq_len") if k not in data]
     if missing:
         raise PlannerError(
@@ -92,16 +97,93 @@ def resolve_job(
     return validate_spec(Job, data, "job", origin)
 
 
+def check_margin(job, hw) -> None:
+    """The job's --memory-margin must leave some of the GPU's memory once the CUDA context is
+    taken: otherwise every answer would read 'exceeds the -3.0 GiB allocation limit'."""
+    if not job.memory_margin_bytes:
+        return
+    from planner.cost.efficiency_access import memory_constants
+
+    usable = hw.gpu.hbm_usable_bytes.value
+    context = memory_constants(hw).cuda_context_bytes.value
+    if job.memory_margin_bytes >= usable - context:
+        raise PlannerError(
+            f"--memory-margin {job.memory_margin_bytes / 2**30:g} GiB leaves nothing of {hw.name}'s "
+            f"{usable / 2**30:.1f} GiB usable HBM ({context / 2**30:.1f} GiB go to the CUDA context).",
+            hint="Give a margin of a few GiB.",
+        )
+
+
+def finite_option(option: str, value: float, *, low: float | None = None, high: float | None = None,
+                  unit: str = "", low_inclusive: bool = True, negative: str | None = None,
+                  low_text: str | None = None) -> float:
+    """A float from the command line must be a finite number in [low, high]: typer reads 'nan'
+    and 'inf' as floats, so every float option is checked here, as one paragraph."""
+    import math
+
+    u = f" {unit}" if unit else ""
+    if not math.isfinite(value):
+        raise PlannerError(f"{option} {value} is not a number planner can use: give a finite number"
+                           + (f" of {unit}" if unit else "") + ".")
+    if low is not None and (value < low or (value == low and not low_inclusive)):
+        if value < 0 and negative:
+            raise PlannerError(f"{option} {value:g} is negative: {negative}.", hint=f"Give a value of at least {low:g}{u}.")
+        shown = low_text or f"{low:g}{u}"
+        bound = f"at least {shown}" if low_inclusive else f"more than {shown}"
+        raise PlannerError(f"{option} {value:g} is out of range: it must be {bound}.")
+    if high is not None and value > high:
+        raise PlannerError(f"{option} {value:g} is out of range: it must be at most {high:g}{u}.")
+    return value
+
+
+def count_option(option: str, value: int) -> int:
+    """An integer option (GPUs, batch, sequence length, domain fill) in the range the job allows,
+    with the bound and its reason in the message."""
+    from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
+
+    if value < 1:
+        raise PlannerError(f"{option} {value} must be a positive integer.")
+    high, why = {
+        "--gpus": (MAX_GPUS, "beyond any cluster built (the largest hold about 10^5 GPUs)"),
+        "--domain-fill": (MAX_GPUS, "beyond any NVLink domain"),
+        "--global-batch": (MAX_GLOBAL_BATCH, "beyond any training run (published runs use up to 16,384 sequences)"),
+        "--seq-len": (MAX_SEQ_LEN, "beyond any training context (the longest are about 1M tokens)"),
+    }.get(option, (None, ""))
+    if high is not None and value > high:
+        raise PlannerError(f"{option} {value:,} is {why}: planner accepts at most {high:,} "
+                           f"(2^{high.bit_length() - 1}).")
+    return value
+
+
+def _finite(obj):
+    """The object with non-finite floats as None: JSON has no Infinity or NaN, so --json never
+    prints them (the cost model does not produce them from validated input; this is the net)."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def print_json(obj) -> None:
-    """Stable JSON: sorted keys, fixed indentation."""
-    typer.echo(_json.dumps(obj, indent=2, sort_keys=True, default=_json_default))
+    """Stable JSON: sorted keys, fixed indentation, only finite numbers."""
+    typer.echo(json_text(obj))
+
+
+def json_text(obj) -> str:
+    """The JSON text print_json prints (without its final newline)."""
+    return _json.dumps(_finite(obj), indent=2, sort_keys=True, default=_json_default, allow_nan=False)
 
 
 def _json_default(o):
     if hasattr(o, "model_dump"):
-        return o.model_dump(mode="json")
+        return _finite(o.model_dump(mode="json"))
     if hasattr(o, "tolist"):
-        return o.tolist()
+        return _finite(o.tolist())
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")

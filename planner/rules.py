@@ -111,6 +111,34 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
     return out
 
 
+def stage_recompute_violations(plan: Plan, layout) -> list[Violation]:
+    """A plan's per-stage full-recompute counts against its pipeline layout: one count per
+    pipeline stage, none above the layers a chunk of that stage holds, with recompute=full."""
+    counts = plan.stage_recompute
+    if counts is None:
+        return []
+    if plan.recompute.kind != "full":
+        return [Violation("stage-recompute-needs-full",
+                          f"stage_recompute={plan.to_json()['stage_recompute']} gives per-stage full-recompute layer counts, but the plan's "
+                          f"recompute is '{plan.recompute}'.",
+                          hint="Add recompute=full, or leave stage_recompute out.")]
+    if len(counts) != layout.pp:
+        return [Violation("stage-recompute-stages",
+                          f"stage_recompute={plan.stage_recompute} gives {len(counts)} count(s) for {layout.pp} pipeline "
+                          "stage(s).", hint=f"Give one count per stage, e.g. stage_recompute={'/'.join(['1'] * layout.pp)}.")]
+    out = []
+    for r, n in enumerate(counts):
+        most = max((ch.num_layers for ch in layout.rank_stages(r)), default=0)
+        if n > most:
+            per = " per virtual stage" if layout.vpp > 1 else ""
+            out.append(Violation("stage-recompute-layers",
+                                 f"stage_recompute={plan.stage_recompute} recomputes {n} layers on pipeline stage {r}, "
+                                 f"which holds {most} decoder layer(s){per}.",
+                                 hint=f"Use at most {most} for stage {r}."))
+            break
+    return out
+
+
 def check_model_rules(model, hw, job, plan, deg) -> None:
     """Raise the first model-shape violation as a PlanRuleError."""
     found = shape_violations(model, plan) + model_violations(model, hw, job, plan, deg)

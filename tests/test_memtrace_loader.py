@@ -130,7 +130,7 @@ def test_malformed_files_get_one_paragraph_errors(tmp_path, name, expect):
 def test_missing_file_and_directory(tmp_path):
     with pytest.raises(PlannerError, match="does not exist"):
         load_snapshot(tmp_path / "nope.pickle")
-    with pytest.raises(PlannerError, match="is a directory"):
+    with pytest.raises(PlannerError, match="is a folder"):
         load_snapshot(tmp_path)
 
 

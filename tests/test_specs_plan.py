@@ -22,6 +22,7 @@ KEY_STRATEGIES = {
     "tp": positive, "cp": positive, "pp": positive, "vpp": positive, "ep": positive, "mbs": positive,
     "dp": positive | st.none(),
     "etp": positive | st.none(),
+    "edp": positive | st.none(),
     "sharding": st.sampled_from(["dist_opt", "ddp", "zero2", "fsdp"]) | positive.map(lambda n: f"hsdp:{n}"),
     "recompute": st.one_of(
         st.just("none"), st.just("full"), st.integers(0, 64).map(lambda n: f"full:{n}"),
@@ -70,18 +71,18 @@ def test_canonical_form_is_stable(plan, is_moe, dispatcher, precision):
     canon = plan.canonical(**kw)
     assert canon.canonical(**kw) == canon
     assert Plan.parse(canon.to_string()) == canon
-    assert canon.dp is None  # derived, so dropped from the canonical form
+    assert canon.dp is None and canon.edp is None  # derived, so dropped from the canonical form
     if canon.pp == 1:
         assert canon.vpp == 1
 
 
 def test_every_key_in_one_plan():
-    text = ("tp=2,cp=2,pp=4,vpp=2,dp=8,ep=16,etp=1,mbs=2,sharding=hsdp:16,recompute=moe_act+mla_up_proj,"
+    text = ("tp=2,cp=2,pp=4,vpp=2,dp=8,ep=16,etp=1,edp=4,mbs=2,sharding=hsdp:16,recompute=moe_act+mla_up_proj,"
             "offload=optimizer+activations,precision=fp8,moments=bf16,layout=Et|(tt|)*30mL,"
             "stage_recompute=4/2/0/0,dispatcher=deepep,ep_overlap=on")
     plan = Plan.parse(text)
     assert plan.to_json() == {
-        "tp": 2, "cp": 2, "pp": 4, "vpp": 2, "dp": 8, "ep": 16, "etp": 1, "mbs": 2, "sharding": "hsdp:16",
+        "tp": 2, "cp": 2, "pp": 4, "vpp": 2, "dp": 8, "ep": 16, "etp": 1, "edp": 4, "mbs": 2, "sharding": "hsdp:16",
         "recompute": "mla_up_proj+moe_act", "offload": "optimizer+activations", "precision": "fp8",
         "moments": "bf16", "layout": "Et|(tt|)*30mL", "stage_recompute": "4/2/0/0", "dispatcher": "deepep",
         "ep_overlap": "on",

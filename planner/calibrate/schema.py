@@ -28,7 +28,7 @@ from planner.specs.calibration import (  # noqa: F401  (re-exported for planner 
 
 
 class _Raw(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DeviceInfo(_Raw):

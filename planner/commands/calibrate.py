@@ -52,11 +52,19 @@ def calibrate_cmd(
     from planner.calibrate import bench
     from planner.calibrate.schema import Calibration, CalibrationRaw
 
+    from planner.files import MAX_RAW_BYTES, check_output, write_text
+    from planner.specs.catalog import read_json, validation_paragraph
+
     if out.suffix not in (".yaml", ".yml", ".json"):
         raise PlannerError(f"Calibration file '{out}' must end in .yaml, .yml or .json.")
+    raw_path = out.with_name(out.stem + "-raw.json")
     if raw_in is not None:
-        raw = _json.loads(Path(raw_in).read_text())
-    else:
+        raw = read_json(Path(raw_in), "raw calibration", MAX_RAW_BYTES)
+    # Both outputs are checked before measuring (minutes of GPU time), and never over the input.
+    check_output(out, "calibration")
+    if raw_in is None or Path(raw_in).resolve() != raw_path.resolve():
+        check_output(raw_path, "raw calibration")
+    if raw_in is None:
         _require_cuda(device)
         if device == "cpu":
             opts = bench.tiny_options()
@@ -69,19 +77,29 @@ def calibrate_cmd(
                 opts.attn_seqs = (4096, 8192)
         opts.log = lambda msg: typer.echo(msg, err=True)
         raw = bench.run(opts)
-    raw_model = CalibrationRaw.model_validate(raw)
-    cal = Calibration.model_validate(bench.summarize(raw, hw, __version__))
-    out.parent.mkdir(parents=True, exist_ok=True)
+    from pydantic import ValidationError
+
+    origin = str(raw_in) if raw_in is not None else "the measurements"
+    try:
+        raw_model = CalibrationRaw.model_validate(raw)
+    except ValidationError as exc:
+        raise PlannerError(validation_paragraph("raw calibration", origin, exc, raw)) from None
+    try:
+        summary = bench.summarize(raw, hw, __version__)
+        cal = Calibration.model_validate(summary)
+    except ValidationError as exc:
+        raise PlannerError(validation_paragraph("calibration", origin, exc)) from None
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise PlannerError(f"Cannot build a calibration from {origin}: {type(exc).__name__} {str(exc)[:200]}.") from None
     data = cal.model_dump(mode="json", exclude_none=True)
     if out.suffix == ".json":
-        out.write_text(_json.dumps(data, indent=1) + "\n")
+        write_text(out, _json.dumps(data, indent=1) + "\n", "calibration")
     else:
         import yaml
 
-        out.write_text(yaml.safe_dump(data, sort_keys=False, width=120))
-    raw_path = out.with_name(out.stem + "-raw.json")
+        write_text(out, yaml.safe_dump(data, sort_keys=False, width=120), "calibration")
     if raw_in is None or Path(raw_in).resolve() != raw_path.resolve():
-        raw_path.write_text(raw_model.model_dump_json(indent=1) + "\n")
+        write_text(raw_path, raw_model.model_dump_json(indent=1) + "\n", "raw calibration")
     if json:
         typer.echo(_json.dumps(data, indent=1))
     else:

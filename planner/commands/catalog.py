@@ -18,6 +18,12 @@ def _console():
     return console()
 
 
+def esc(text) -> str:
+    from planner.report.tables import esc as _esc
+
+    return _esc(text)
+
+
 def model_summary(m) -> dict:
     p = m.params
     out = {
@@ -141,7 +147,7 @@ def show_model_cmd(
     from rich.table import Table
 
     c = _console()
-    c.print(f"[bold]{m.display_name or m.name}[/bold]  ({m.name}; {'MoE' if m.is_moe else 'dense'}, {m.num_layers} layers, "
+    c.print(f"[bold]{esc(m.display_name or m.name)}[/bold]  ({esc(m.name)}; {'MoE' if m.is_moe else 'dense'}, {m.num_layers} layers, "
             f"hidden {m.hidden_size}, {m.attention.kind.upper()} attention, vocab {m.vocab_size})")
     t = Table(title="Parameters by component (whole model, MTP apart)")
     t.add_column("component")
@@ -161,7 +167,7 @@ def show_model_cmd(
         pub = m.published
         c.print(f"  published: {fmt_count(pub.total_params.value)} total"
                 + (f", {fmt_count(pub.active_params.value)} active" if pub.active_params else "")
-                + f"  ({pub.total_params.source})")
+                + f"  ({esc(pub.total_params.source)})")
 
 
 def _sourced_rows(prefix: str, obj) -> list[tuple[str, object, str]]:
@@ -198,13 +204,13 @@ def show_hw_cmd(
     from rich.table import Table
 
     c = _console()
-    c.print(f"[bold]{h.name}[/bold]  ({h.gpu.name}, {h.gpu.generation}; {h.description})")
+    c.print(f"[bold]{esc(h.name)}[/bold]  ({esc(h.gpu.name)}, {h.gpu.generation}; {esc(h.description)})")
     t = Table(title="Numbers and their sources")
     t.add_column("field")
     t.add_column("value", justify="right")
     t.add_column("source")
     for path, value, source in _sourced_rows("", h):
         shown = f"{value:,.4g}" if isinstance(value, float) and not isinstance(value, bool) else str(value)
-        t.add_row(path, shown, source)
+        t.add_row(path, shown, esc(source))
     c.print(t)
     c.print(f"  FP8 recipe: {h.fp8_recipe or 'none (no FP8 tensor cores)'}; default MoE dispatcher: {h.default_dispatcher}")

@@ -61,8 +61,16 @@ def compare_cmd(
     from planner.search.space import Limits
     from planner.specs.catalog import load_hardware, load_model
 
+    from planner.options import finite_option
+
+    finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
+    if tokens is not None:
+        finite_option("--tokens", tokens, low=1.0, high=1e18, unit="tokens",
+                      negative="it must be positive (a token budget counts the tokens to train on)")
     m = load_model(model)
     names = list(hw) if hw else list(DEFAULT_HW)
+    if len(names) > 32:
+        raise PlannerError(f"--hw is given {len(names)} times; compare takes at most 32 systems (each is a search).")
     hws = [load_hardware(n) for n in names]
     seen = set()
     for h in hws:
@@ -71,6 +79,10 @@ def compare_cmd(
         seen.add(h.name)
     j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
                     domain_fill=domain_fill, memory_margin_gib=memory_margin)
+    from planner.options import check_margin
+
+    for h in hws:
+        check_margin(j, h)
     if target not in ("megatron", "torchtitan", "any"):
         raise PlannerError(f"Unknown --target '{target}'.", hint="Use megatron, torchtitan or any.")
     mom = tuple(x.strip() for x in moments.split(",") if x.strip())
@@ -80,6 +92,10 @@ def compare_cmd(
         raise PlannerError(f"--tokens {tokens:g} must be positive.", hint="Give a token count, e.g. --tokens 15e12.")
     counts = parse_gpu_list(sweep_gpus) if sweep_gpus else None
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
+    if plot is not None:
+        from planner.files import check_output
+
+        check_output(plot, "plot", suffixes=(".png",))  # before the searches run
     opts = Options(target=target, top=top, time_limit_s=time_limit, limits=Limits.parse(fix, max_), moments=mom,
                    per_stage=per_stage)
     err = Console(stderr=True, highlight=False)
@@ -115,14 +131,18 @@ def parse_gpu_list(text: str) -> list[int]:
         part = part.strip().replace("_", "")
         if not part:
             continue
-        if not part.isdigit() or int(part) < 1:
+        if not part.isascii() or not part.isdigit() or len(part) > 12 or int(part) < 1:
             raise PlannerError(f"--sweep-gpus '{text}': '{part}' is not a positive GPU count.",
                                hint="Give counts separated by commas, e.g. --sweep-gpus 256,1024,4096.")
-        out.append(int(part))
+        from planner.options import count_option
+
+        out.append(count_option("--gpus", int(part)))
     if not out:
         raise PlannerError("--sweep-gpus lists no GPU count.", hint="Give counts separated by commas, e.g. 256,1024.")
     if len(set(out)) != len(out):
         raise PlannerError(f"--sweep-gpus '{text}' lists a count twice.")
+    if len(out) > 64:
+        raise PlannerError(f"--sweep-gpus lists {len(out)} GPU counts; planner sweeps at most 64 (each is a search).")
     return sorted(out)
 
 
@@ -133,8 +153,16 @@ def results_cmd(
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Only this report (repeatable), e.g. qwen3-235b-a22b-256 or seed-claims.")] = None,
 ) -> None:
     """Regenerate the reports of results/ (Hopper vs Blackwell per model, seed claims), or --check them."""
+    from planner.errors import PlannerError
     from planner.report.results import main as results_main
 
+    from planner.files import prepare_folder
+
+    if not check:
+        prepare_folder(out, "reports")  # a clean error before hours of searches, not after
+    elif not out.is_dir():
+        raise PlannerError(f"results --check compares with the reports in '{out}', which is not a folder.",
+                           hint="Give the folder of the committed reports (default: results).")
     args = ["--out", str(out)] + (["--check"] if check else [])
     for o in only or []:
         args += ["--only", o]

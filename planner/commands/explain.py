@@ -30,8 +30,12 @@ def build_assumptions(routing_imbalance: float | None = None, implementation: st
     from planner.cost.setup import Assumptions
     from planner.specs.catalog import validate_spec
 
+    from planner.options import finite_option
+
     data: dict = {"implementation": implementation}
     if routing_imbalance is not None:
+        finite_option("--routing-imbalance", routing_imbalance, low=1.0, high=1000.0,
+                      negative="it is the busiest EP rank's tokens over the mean, 1.0 or more")
         data["routing_imbalance"] = routing_imbalance
     a = validate_spec(Assumptions, data, "assumptions", "the command line")
     if calibration is not None:
@@ -70,7 +74,22 @@ def explain_cmd(
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the worst stage's memory over one step as a PNG.")] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Explain one plan: per-stage memory by class, the peak moment, headroom; time and bottleneck."""
+    """Explain one plan: per-stage memory by class, the peak moment, headroom; time and bottleneck.
+    Exit status 1 when the plan breaks a rule or does not fit in memory."""
+    from planner.errors import PlanRuleError
+
+    try:
+        _explain(model, hw, plan, from_file, rank, gpus, global_batch, seq_len, precision, job, domain_fill,
+                 memory_margin, routing_imbalance, implementation, calibration, megatron_args, script_env, script_args,
+                 against, plot, json)
+    except PlanRuleError as exc:
+        exc.exit_code = 1  # the plan breaks a rule: explain's "does not work" status
+        raise
+
+
+def _explain(model, hw, plan, from_file, rank, gpus, global_batch, seq_len, precision, job, domain_fill,
+             memory_margin, routing_imbalance, implementation, calibration, megatron_args, script_env, script_args,
+             against, plot, json) -> None:
     from planner.cost.compose import batch_of_setup, evaluate_batch
     from planner.cost.evaluate import context_json, plan_evaluation
     from planner.cost.memory import memory_report
@@ -112,15 +131,23 @@ def explain_cmd(
         h = load_hardware(hw)
         j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
                         domain_fill=domain_fill, memory_margin_gib=memory_margin)
+    from planner.options import check_margin
+
+    check_margin(j, h)
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
+    top = _top_of(against) if against is not None else None
+    if plot is not None:
+        from planner.files import check_output
+
+        check_output(plot, "plot", suffixes=(".png",))  # before the work, and never over an input
     setup = resolve_setup(m, h, j, p, assumptions)
     costs = evaluate_batch(batch_of_setup(setup))
     mem = memory_report(setup, costs)
     result = plan_evaluation(setup, costs=costs, memory=mem)
     if unknown_flags:
         result["unknown_megatron_flags"] = unknown_flags
-    if against is not None:
-        result["versus_top_plan"] = _versus(result, against)
+    if top is not None:
+        result["versus_top_plan"] = _versus(result, top)
     if plot is not None:
         from planner.report.plots import plot_memory_timeline
 
@@ -128,27 +155,36 @@ def explain_cmd(
         result["plot"] = str(plot)
     if json:
         print_json({**context_json(m, h, j, assumptions), **result})
-        return
-    from planner.report.tables import print_explain
+    else:
+        from planner.report.tables import print_explain
 
-    print_explain(setup, mem, result, unknown_flags=unknown_flags)
+        print_explain(setup, mem, result, unknown_flags=unknown_flags)
+    if not result["memory"]["fits"]:
+        raise typer.Exit(1)  # does not fit: the report is printed, the status says so
 
 
-def _versus(result: dict, path: Path) -> dict:
+def _top_of(path: Path) -> dict:
+    """The top plan of a saved search, its predictions checked (finite, positive)."""
+    from planner.launchers.common import read_saved_search
+
+    saved = read_saved_search(path)
+    top = saved.plans[0]
+    if top.time is None or top.time.step_time_s is None or top.time.tokens_per_s_per_gpu is None:
+        from planner.errors import PlannerError
+
+        raise PlannerError(f"Plan 1 of '{path}' has no predicted step time to compare with.",
+                           hint="Give a file from 'planner search --save'.")
+    return {"plan": top.plan_text, "step_time_s": top.time.step_time_s,
+            "tokens_per_s_per_gpu": top.time.tokens_per_s_per_gpu}
+
+
+def _versus(result: dict, top: dict) -> dict:
     """This plan's predicted speed against the top plan of a saved search."""
-    from planner.errors import PlannerError
-    from planner.specs.catalog import read_json
-
-    data = read_json(Path(path))
-    plans = data.get("plans") or []
-    if not plans or "time" not in plans[0]:
-        raise PlannerError(f"'{path}' holds no ranked plans with times.", hint="Give a file from 'planner search --save'.")
-    top = plans[0]
-    mine, theirs = result["time"]["step_time_s"], top["time"]["step_time_s"]
+    mine, theirs = result["time"]["step_time_s"], top["step_time_s"]
     return {
-        "top_plan": top.get("plan_string") or top["plan"],
+        "top_plan": top["plan"],
         "top_step_time_s": theirs,
         "step_time_s": mine,
         "slower_by": round(mine / theirs - 1, 6),
-        "top_tokens_per_s_per_gpu": top["time"]["tokens_per_s_per_gpu"],
+        "top_tokens_per_s_per_gpu": top["tokens_per_s_per_gpu"],
     }

@@ -56,7 +56,7 @@ def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch
         plan = Plan.parse(plan_text)
     else:
         raise PlannerError("No plan given.", hint="Pass --plan \"tp=...,pp=...\" or --from plans.json --rank K.")
-    if not model_name:
+    if model_name is None:
         raise PlannerError("No model given.", hint="Pass --model (or a --from file that names its model).")
     model = load_model(model_name)
     if not hw_name:
@@ -68,24 +68,54 @@ def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch
                       job_file=job_file, domain_fill=domain_fill)
     if plan.precision and plan.precision not in job.precisions and precision is None:
         job = job.model_copy(update={"precisions": [plan.precision, *[p for p in job.precisions if p != plan.precision]]})
-    if saved is not None and saved.edp is not None:
-        deg = plan.degrees(job.gpus)
-        if deg.edp != saved.edp:
-            raise PlannerError(f"Plan {rank} of '{from_file}' says edp={saved.edp}, but {job.gpus} GPUs give edp={deg.edp}.")
+    if plan.dp is not None or plan.edp is not None:
+        # A given dp/edp (or a saved file's) must be what this job's GPU count gives.
+        from planner.launchers.common import export_canonical
+
+        plan.check_given_degrees(export_canonical(plan, model, hw, job).degrees(job.gpus), job.gpus)
     return model, hw, job, plan, saved
+
+
+def _check_nproc(nproc_per_node: int | None) -> None:
+    from planner.specs.common import MAX_GPUS
+
+    if nproc_per_node is not None and not 1 <= nproc_per_node <= MAX_GPUS:
+        raise PlannerError(f"--nproc-per-node {nproc_per_node} must be a positive number of GPUs per node.",
+                           hint="Give the GPUs per host you launch on, e.g. --nproc-per-node 8.")
+
+
+def _check_torchtitan_config(value: str | None) -> None:
+    import re
+
+    if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*",
+                                               value):
+        raise PlannerError(
+            f"--torchtitan-config {value!r} is not MODULE:FUNCTION (Python names, e.g. deepseek_v3:deepseek_v3_671b).",
+            hint="Name a torchtitan config_registry module and function.",
+        )
 
 
 def _write(text: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text, nl=not text.endswith("\n"))
         return
-    try:
-        out.write_text(text)
-    except OSError as exc:
-        raise PlannerError(f"Cannot write '{out}': {exc.strerror}.") from None
-    if text.startswith("#!"):
-        out.chmod(out.stat().st_mode | 0o111)
+    from planner.files import write_text
+
+    write_text(out, text, "export", executable=text.startswith("#!"))
     typer.echo(f"wrote {out}", err=True)
+
+
+def _saved_predictions_differ(saved, pred: dict) -> str | None:
+    """A sentence when the saved file's predictions disagree with the recomputed ones by over 1%
+    (an edited file, another planner version, or other assumptions)."""
+    pairs = (("memory", "peak_bytes", "peak memory"), ("time", "step_time_s", "step time"))
+    for part, key, label in pairs:
+        old = (getattr(saved, part) or {}).get(key)
+        new = (pred.get(part) or {}).get(key)
+        if old is not None and new and abs(old - new) > 0.01 * abs(new):
+            return (f"the saved {label} ({old:.6g}) differs from planner's recomputation ({new:.6g}); "
+                    "the export carries the recomputed predictions")
+    return None
 
 
 @app.command("export")
@@ -107,23 +137,32 @@ def export_cmd(
     domain_fill: DomainFillOpt = None,
 ) -> None:
     """Write what a launcher runs for a plan. A plan the launcher would reject is not exported: the
-    error names the rule (see 'planner check')."""
+    error names the rule (see 'planner check'). Predictions in the output are always recomputed."""
     from planner.cost.setup import resolve_setup
     from planner.launchers.common import export_canonical, predictions
     from planner.rules import launcher_violations, violations_error
 
     if fmt not in ("megatron", "torchtitan", "json"):
         raise PlannerError(f"Unknown --format '{fmt}'.", hint="Choose megatron, torchtitan or json.")
+    _check_nproc(nproc_per_node)
+    _check_torchtitan_config(torchtitan_config)
     m, h, j, p, saved = _resolve(plan, from_file, rank, model, hw, gpus, global_batch, seq_len, precision, job, domain_fill)
+    if out is not None:
+        from planner.files import check_output
+
+        check_output(out, "export")  # never over the saved search, model, job or hardware it read
     canon = export_canonical(p, m, h, j)
     if fmt != "json":
         found = launcher_violations(canon, m, j, fmt, hw=h, torchtitan_config=torchtitan_config)
         if found:
             raise violations_error(found, fmt)
-    setup = resolve_setup(m, h, j, canon)
-    pred = {k: v for k, v in (("memory", saved.memory), ("time", saved.time)) if v} if saved else {}
-    if not pred:
-        pred = predictions(setup)
+    assumptions = _saved_assumptions(saved, from_file)
+    setup = resolve_setup(m, h, j, canon, assumptions)
+    pred = predictions(setup)
+    if saved is not None:
+        differ = _saved_predictions_differ(saved, pred)
+        if differ:
+            typer.echo(f"note: plan {rank} of '{from_file}': {differ}.", err=True)
     if fmt == "megatron":
         from planner.launchers.megatron.write import export_megatron
 
@@ -138,6 +177,22 @@ def export_cmd(
 
         text = export_json(setup, predictions=pred, torchtitan_config=torchtitan_config)
     _write(text, out)
+
+
+def _saved_assumptions(saved, from_file):
+    """The modeling assumptions the saved search ran with (validated as on the command line), so
+    that the recomputed predictions are the search's."""
+    if saved is None or not saved.assumptions:
+        return None
+    from planner.cost.setup import Assumptions
+    from planner.specs.catalog import validate_spec
+
+    a = validate_spec(Assumptions, saved.assumptions, "assumptions", f"{from_file} (its 'assumptions')")
+    if a.calibration is not None:
+        from planner.specs.calibration import load_calibration
+
+        load_calibration(a.calibration)
+    return a
 
 
 @app.command("check")
@@ -163,10 +218,23 @@ def check_cmd(
 ) -> None:
     """Check a plan (or a Megatron launch script) against the launchers' start-up checks; list every
     rule it breaks. Exit status 1 when a rule is broken."""
+    from planner.errors import PlanRuleError
+
+    try:
+        _check(plan, from_file, rank, megatron_args, model, hw, target, torchtitan_config, gpus, global_batch, seq_len,
+               precision, job, domain_fill, json, script_env, script_args)
+    except PlanRuleError as exc:
+        exc.exit_code = 1  # the plan breaks a rule: check's "does not work" status
+        raise
+
+
+def _check(plan, from_file, rank, megatron_args, model, hw, target, torchtitan_config, gpus, global_batch, seq_len,
+           precision, job, domain_fill, json, script_env=None, script_args=None) -> None:
     from planner.rules import launcher_violations
 
     if target not in ("megatron", "torchtitan", "any"):
         raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
+    _check_torchtitan_config(torchtitan_config)
     if megatron_args is not None:
         report = _check_megatron_args(megatron_args, model, hw, target, torchtitan_config, gpus, global_batch,
                                       seq_len, precision, job, domain_fill, script_env, script_args)

@@ -61,10 +61,17 @@ def memtrace_cmd(
     from planner.memtrace.loader import load_snapshot
     from planner.memtrace.report import analyze, render_text
 
+    from planner.options import finite_option
+
     if plot is not None and plot.suffix.lower() != ".png":
         raise PlannerError(f"--plot writes PNG files; '{plot}' does not end in .png.")
-    if capacity is not None and capacity <= 0:
-        raise PlannerError(f"--capacity must be a positive number of GiB, not {capacity}.")
+    if capacity is not None:
+        finite_option("--capacity", capacity, low=2**-10, high=2**20, unit="GiB", low_text="1 MiB (0.001 GiB)",
+                      negative="a memory limit is a positive number of GiB")
+    if device is not None and not 0 <= device < 2**16:
+        raise PlannerError(f"--device {device} is not a device index (0, 1, ...).")
+    if stage is not None and not 0 <= stage < 2**20:
+        raise PlannerError(f"--stage {stage} is not a pipeline stage (0, 1, ...).")
     if model is not None and (hw is None or plan is None):
         raise PlannerError("--model needs --hw and --plan too, to predict the same configuration the snapshot ran.")
     if plan is not None and model is None:
@@ -77,6 +84,11 @@ def memtrace_cmd(
         hw_spec = load_hardware(hw)
         fallback = (float(hw_spec.gpu.hbm_usable_bytes.value), f"usable HBM of {hw_spec.name}")
 
+    if plot is not None:
+        from planner.files import check_output, note_input
+
+        note_input(snapshot, "snapshot")  # so that the plot can never replace it
+        check_output(plot, "plot", suffixes=(".png",))  # before loading and analysis
     snap = load_snapshot(snapshot)
     result = analyze(
         snap,

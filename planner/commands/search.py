@@ -49,16 +49,28 @@ def search_cmd(
     from planner.search.space import Limits
     from planner.specs.catalog import load_hardware, load_model
 
+    from planner.options import finite_option
+
+    finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
+    if solver not in ("cpsat", "exhaustive"):
+        raise PlannerError(f"Unknown --solver '{solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
     m = load_model(model)
     h = load_hardware(hw)
     j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
                     domain_fill=domain_fill, memory_margin_gib=memory_margin)
+    from planner.options import check_margin
+
+    check_margin(j, h)
     if target not in ("megatron", "torchtitan", "any"):
         raise PlannerError(f"Unknown --target '{target}'.", hint="Use megatron, torchtitan or any.")
     mom = tuple(x.strip() for x in moments.split(",") if x.strip())
     if not mom or any(x not in ("fp32", "bf16") for x in mom):
         raise PlannerError(f"--moments '{moments}' must list fp32 and/or bf16.")
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
+    if save is not None:
+        from planner.files import check_output
+
+        check_output(save, "saved search")  # before the search runs, and never over a file it read
     opts = Options(target=target, top=top, solver=solver, time_limit_s=time_limit,
                    limits=Limits.parse(fix, max_), moments=mom)
     from rich.console import Console
@@ -79,9 +91,10 @@ def search_cmd(
     if timings:
         out["timings"] = result.timings
     if save is not None:
-        import json as _json
+        from planner.files import write_text
+        from planner.options import json_text
 
-        Path(save).write_text(_json.dumps(out, indent=2, sort_keys=True) + "\n")
+        write_text(save, json_text(out) + "\n", "saved search")
     if json:
         print_json(out)
         return

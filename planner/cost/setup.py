@@ -30,7 +30,7 @@ class Assumptions(Spec):
     softmax (what the single-GPU validation harness runs); megatron-local-fused-softmax: unfused
     attention with Megatron's fused scale-mask-softmax kernel keeping 16-bit probabilities (the
     2021-2022 GPT setups of Narayanan and Korthikanti)."""
-    routing_imbalance: float = Field(1.0, ge=1.0)
+    routing_imbalance: float = Field(1.0, ge=1.0, le=1000.0)
     """Tokens on the most loaded EP rank over the mean. 1.0 is perfect balance (what Table 3 of the
     Megatron-Core MoE report assumes); sensitivity analysis and `--routing-imbalance` raise it."""
     memory_efficient_permutation: bool = True
@@ -39,9 +39,9 @@ class Assumptions(Spec):
     output). False models the older standard permutation, which keeps the FC2 output for the
     probability gradient: the accounting of Table 3 of the Megatron-Core MoE report
     (docs/research/activation-inventory.md)."""
-    gemm_efficiency_scale: float = Field(1.0, gt=0.0)
+    gemm_efficiency_scale: float = Field(1.0, gt=0.0, le=100.0)
     """Multiplier on achievable GEMM throughput (sensitivity)."""
-    network_bandwidth_scale: float = Field(1.0, gt=0.0)
+    network_bandwidth_scale: float = Field(1.0, gt=0.0, le=100.0)
     """Multiplier on NVLink and NIC bandwidths (sensitivity)."""
     sequence_parallel: bool = True
     """Pair TP with sequence parallelism (Megatron's recommended setting, and what planner's plans
@@ -50,9 +50,9 @@ class Assumptions(Spec):
     """PyTorch allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,
     set by Megatron-Bridge/NeMo training recipes). None: on for 'te' (production recipes), off for
     the megatron-local harness. Selects the measured allocator margin."""
-    allocator_margin_bytes: float | None = Field(None, ge=0.0)
+    allocator_margin_bytes: float | None = Field(None, ge=0.0, le=2.0**50)
     """Reserved-over-allocated margin plus CUDA context; None uses the generation profile's default."""
-    calibration: str | None = None
+    calibration: str | None = Field(None, max_length=4096)
     """Path of a calibration file from `planner calibrate` whose measured rates override the
     generation profile in the time model (see planner.specs.calibration)."""
     tp_comm_overlap: bool | None = None
@@ -145,7 +145,7 @@ def resolve_setup(
     assumptions: Assumptions | None = None,
 ) -> Setup:
     """Canonicalize ``plan`` for this model/hardware/job and check the model-shape rules."""
-    from planner.rules import check_model_rules, shape_violations
+    from planner.rules import check_model_rules, shape_violations, stage_recompute_violations
 
     canon = plan.canonical(
         is_moe=model.is_moe, default_dispatcher=hw.default_dispatcher, default_precision=job.default_precision
@@ -156,6 +156,10 @@ def resolve_setup(
     if early:
         raise early[0].error()
     deg = canon.degrees(job.gpus)
+    plan.check_given_degrees(deg, job.gpus)  # the canonical plan drops a given dp/edp: check it here
     check_model_rules(model, hw, job, canon, deg)
     layout = build_layout(model, canon.pp, canon.vpp, canon.layout)
+    bad = stage_recompute_violations(canon, layout)
+    if bad:
+        raise bad[0].error()
     return Setup(model, hw, job, canon, deg, layout, assumptions or Assumptions())

@@ -19,10 +19,76 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from planner.errors import PlannerError, PlanRuleError
+from planner.specs.common import NotBool
 from planner.specs.plan import Plan
+
+
+class _Saved(BaseModel):
+    """Base of the saved-search schema: finite numbers, booleans never numbers; keys planner does
+    not read are kept (a saved search carries solver and timing details too)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
+
+
+_Num = Annotated[float, NotBool, Field(ge=0.0, le=1e30)]
+
+
+class SavedTime(_Saved):
+    """The `time` object of a saved plan: the numbers a script header shows."""
+
+    step_time_s: Annotated[float, NotBool, Field(gt=0.0, le=1e12)] | None = None
+    tokens_per_s_per_gpu: _Num | None = None
+    model_tflops_per_gpu: _Num | None = None
+    mfu: Annotated[float, NotBool, Field(ge=0.0, le=100.0)] | None = None
+    bottleneck: Annotated[str, Field(max_length=200)] | None = None
+
+
+class SavedMemory(_Saved):
+    """The `memory` object of a saved plan."""
+
+    peak_bytes: _Num | None = None
+    capacity_bytes: _Num | None = None
+    worst_stage: Annotated[int, NotBool, Field(ge=0, le=2**20)] | None = None
+    fits: StrictBool | None = None
+
+
+class SavedEntry(_Saved):
+    plan: dict[str, Any] | Annotated[str, Field(max_length=16384)]
+    memory: SavedMemory | None = None
+    time: SavedTime | None = None
+
+    @property
+    def plan_text(self) -> str:
+        if isinstance(self.plan, str):
+            return self.plan
+        return ",".join(f"{k}={v}" for k, v in self.plan.items())
+
+
+class SavedName(_Saved):
+    name: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+class SavedJob(_Saved):
+    gpus: Annotated[int, NotBool] | None = None
+    global_batch: Annotated[int, NotBool] | None = None
+    seq_len: Annotated[int, NotBool] | None = None
+    precisions: list[Annotated[str, Field(max_length=16)]] | None = Field(None, max_length=8)
+    domain_fill: Annotated[int, NotBool] | None = None
+
+
+class SavedSearch(_Saved):
+    """A ``planner search --save`` file, as far as explain and export read it."""
+
+    model: SavedName | Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    hardware: SavedName | Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    job: SavedJob | None = None
+    assumptions: dict[str, Any] | None = None
+    plans: list[SavedEntry] = Field(min_length=1, max_length=10000)
 
 
 @dataclass(frozen=True)
@@ -34,6 +100,7 @@ class SavedPlan:
     memory: dict | None
     time: dict | None
     edp: int | None
+    assumptions: dict | None = None
 
 
 def _name(entry: Any) -> str | None:
@@ -41,9 +108,7 @@ def _name(entry: Any) -> str | None:
         return None
     if isinstance(entry, str):
         return entry
-    if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-        return entry["name"]
-    return None
+    return entry.name
 
 
 def resolve_saved(path: Path, rank: int, *, model=None, hw=None, gpus=None, global_batch=None, seq_len=None,
@@ -61,35 +126,51 @@ def resolve_saved(path: Path, rank: int, *, model=None, hw=None, gpus=None, glob
                    pick(domain_fill, "domain_fill"))
 
 
-def read_saved_plan(path: Path, rank: int) -> SavedPlan:
-    """Plan number ``rank`` (1-based) of a ``planner search --save`` file."""
+_SAVED_HINT = ("Give a file written by 'planner search --save' (a JSON object whose 'plans' list holds objects "
+               "with a 'plan' key).")
+
+
+def read_saved_search(path: Path) -> SavedSearch:
+    """A ``planner search --save`` file, checked against :class:`SavedSearch` (every number
+    finite and in range) before anything of it is used."""
+    from planner.files import MAX_SAVED_BYTES
     from planner.specs.catalog import read_json
 
-    data = read_json(Path(path))
-    plans = data.get("plans")
-    if not isinstance(plans, list) or not plans:
+    data = read_json(Path(path), "saved search", MAX_SAVED_BYTES)
+    if not isinstance(data.get("plans"), list) or not data["plans"]:
+        raise PlannerError(f"'{path}' has no 'plans' list.", hint=_SAVED_HINT)
+    try:
+        return SavedSearch.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "constrained-")))
+        value = err.get("input")
+        shown = f" = {value!r}" if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) < 60) else ""
         raise PlannerError(
-            f"'{path}' has no 'plans' list.",
-            hint="Give a file written by 'planner search --save' (a JSON object whose 'plans' list holds "
-            "objects with a 'plan' key).",
-        )
+            f"'{path}' is not a saved search planner can use: '{loc}'{shown}: "
+            f"{err['msg'].removeprefix('Value error, ')}.",
+            hint=_SAVED_HINT + " planner recomputes predictions; it never copies edited ones.",
+        ) from None
+
+
+def read_saved_plan(path: Path, rank: int) -> SavedPlan:
+    """Plan number ``rank`` (1-based) of a ``planner search --save`` file."""
+    saved = read_saved_search(path)
+    plans = saved.plans
     if not 1 <= rank <= len(plans):
         raise PlannerError(f"--rank {rank} is out of range: '{path}' holds {len(plans)} plans (ranks 1..{len(plans)}).")
     entry = plans[rank - 1]
-    raw = entry.get("plan") if isinstance(entry, dict) else None
+    raw = entry.plan
     if isinstance(raw, str):
         plan, edp = Plan.parse(raw), None
-    elif isinstance(raw, dict):
-        raw = dict(raw)
-        edp = raw.pop("edp", None)
-        plan = Plan.from_mapping(raw)
     else:
-        raise PlannerError(f"Plan {rank} of '{path}' has no 'plan' object or string.")
-    job = data.get("job") if isinstance(data.get("job"), dict) else None
-    if job is not None:
-        job = {k: v for k, v in job.items() if k in ("gpus", "global_batch", "seq_len", "precisions", "domain_fill")}
-    return SavedPlan(plan, _name(data.get("model")), _name(data.get("hardware")), job,
-                     entry.get("memory"), entry.get("time"), edp)
+        plan = Plan.from_mapping(dict(raw))
+        edp = plan.edp
+    job = saved.job.model_dump(exclude_none=True, include={"gpus", "global_batch", "seq_len", "precisions",
+                                                            "domain_fill"}) if saved.job else None
+    return SavedPlan(plan, _name(saved.model), _name(saved.hardware), job,
+                     entry.memory.model_dump(exclude_none=True) if entry.memory else None,
+                     entry.time.model_dump(exclude_none=True) if entry.time else None, edp, saved.assumptions)
 
 
 def export_canonical(plan: Plan, model, hw, job) -> Plan:
@@ -120,22 +201,23 @@ def export_canonical(plan: Plan, model, hw, job) -> Plan:
 
 
 def predictions(setup) -> dict:
-    """{'memory': ..., 'time': ...} from the cost model, each left out while its module is not
-    installed (they land in parallel with the exporters)."""
-    out: dict[str, Any] = {}
-    try:
-        from planner.cost.memory import memory_report
-    except ImportError:
-        memory_report = None
-    if memory_report is not None:
-        out["memory"] = memory_report(setup).to_json()
-    try:
-        from planner.cost.time import time_report
-    except ImportError:
-        time_report = None
-    if time_report is not None:
-        out["time"] = time_report(setup).to_json()
-    return out
+    """{'memory': ..., 'time': ...} of one plan, from one composition of its costs."""
+    from planner.cost.compose import costs_of
+    from planner.cost.memory import memory_report
+    from planner.cost.time import time_report
+
+    costs = costs_of(setup)
+    return {"memory": memory_report(setup, costs).to_json(), "time": time_report(setup, costs=costs).to_json()}
+
+
+def comment_text(text: str) -> str:
+    """Text made safe for one ``#`` comment line of a script: a newline (or any other control or
+    line-separating character) would end the comment and make the rest a command, so each is
+    shown escaped (\\n, \\x1b, ...) instead."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else (repr(c)[1:-1] if c != " " else c) for c in text)
 
 
 def prediction_lines(pred: dict) -> list[str]:

@@ -193,15 +193,20 @@ def where_of(frames) -> str:
     if not frames:
         return ""
     dicts = [f for f in frames if isinstance(f, dict)]
-    py = [f for f in dicts if str(f.get("filename", "")).endswith(".py")]
-    user = [f for f in py if "/torch/" not in str(f.get("filename", ""))]
-    cpp = [f for f in dicts if not _plumbing(str(f.get("name", "")))]
+    text = lambda f, k: v if isinstance(v := f.get(k, ""), str) else ""  # noqa: E731
+    py = [f for f in dicts if text(f, "filename").endswith(".py")]
+    user = [f for f in py if "/torch/" not in text(f, "filename")]
+    cpp = [f for f in dicts if not _plumbing(text(f, "name"))]
     pick = (user or py or cpp or dicts or [None])[0]
     if pick is None:
         return ""
-    fname = str(pick.get("filename", "")).rsplit("/", 1)[-1]
-    name = str(pick.get("name", "?")).replace("(anonymous namespace)::", "").split("(", 1)[0]
-    return f"{fname}:{pick.get('line', '?')}:{name}"
+    fname, name, line = pick.get("filename", ""), pick.get("name", "?"), pick.get("line", "?")
+    # Only strings and integers are shown: a crafted frame may hold anything (str() of a deeply
+    # nested list would recurse without end).
+    fname = fname.rsplit("/", 1)[-1][:200] if isinstance(fname, str) else "?"
+    name = name.replace("(anonymous namespace)::", "").split("(", 1)[0][:200] if isinstance(name, str) else "?"
+    line = line if type(line) is int and abs(line) < 2**63 else "?"
+    return f"{fname}:{line}:{name}"
 
 
 @dataclass

@@ -138,25 +138,45 @@ def load_snapshot(path: str | Path) -> Snapshot:
     return parse_snapshot(load_plain_pickle(path), str(path))
 
 
+_TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+"""The first object of a pre-1.6 torch.save file (torch.serialization.MAGIC_NUMBER)."""
+
+
 def load_plain_pickle(path: str | Path) -> Any:
     """Unpickle ``path`` accepting plain values only. Nothing in the file is ever executed."""
+    from planner.files import MAX_SNAPSHOT_BYTES, check_input, note_input
+
+    st = check_input(path, "snapshot", folder_hint="Give the pickle file torch.cuda.memory._dump_snapshot wrote.")
+    if st.st_size > MAX_SNAPSHOT_BYTES:
+        raise PlannerError(
+            f"Snapshot file '{path}' is {st.st_size / 2**30:.1f} GiB, more than the {MAX_SNAPSHOT_BYTES // 2**30} GiB "
+            "planner reads.",
+            hint="Record fewer events (torch.cuda.memory._record_memory_history(max_entries=100000)).",
+        )
     p = Path(path)
-    if not p.exists():
-        raise PlannerError(f"Snapshot file '{path}' does not exist.")
-    if p.is_dir():
-        raise PlannerError(f"'{path}' is a directory, not a snapshot file.")
     try:
         with p.open("rb") as f:
-            head = f.read(2)
+            head = f.read(4)
             if not head:
                 raise PlannerError(f"Snapshot file '{path}' is empty.", hint=_HINT)
-            if head == b"\x1f\x8b":
+            if head[:2] == b"\x1f\x8b":
                 raise PlannerError(
                     f"'{path}' is gzip-compressed; planner reads the pickle itself.",
                     hint=f"Decompress it first (gunzip -k '{path}').",
                 )
+            if head in (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08"):
+                raise PlannerError(
+                    f"'{path}' is a zip archive, not a memory snapshot: torch.save (PyTorch 1.6 and later) writes zip "
+                    "archives, and a snapshot is the plain pickle torch.cuda.memory._dump_snapshot writes.",
+                    hint=_HINT,
+                )
             f.seek(0)
-            return _PlainDataUnpickler(f).load()
+            note_input(path, "snapshot")
+            value = _PlainDataUnpickler(f).load()
+            if type(value) is int and value == _TORCH_LEGACY_MAGIC:
+                raise PlannerError(
+                    f"'{path}' is a legacy torch.save file (PyTorch before 1.6), not a memory snapshot.", hint=_HINT)
+            return value
     except PlannerError:
         raise
     except _Refused as exc:
@@ -174,22 +194,70 @@ def load_plain_pickle(path: str | Path) -> Any:
         if isinstance(exc, EOFError) or "truncated" in text:
             what = "ends in the middle of the pickle (truncated: was the dump interrupted or the copy cut short?)"
         else:
-            what = f"is not a pickle ({text})"
+            what = f"is not a pickle ({text[:200]})"
         raise PlannerError(f"Snapshot file '{path}' {what}.", hint=_HINT) from None
     except (MemoryError, RecursionError):
         raise PlannerError(f"Snapshot file '{path}' is too large or too deeply nested to load here.") from None
     except Exception as exc:  # corrupt opcodes surface as ValueError, KeyError, IndexError, ...
         raise PlannerError(
-            f"Snapshot file '{path}' is corrupt: unpickling failed with {type(exc).__name__}: {exc}.", hint=_HINT
+            f"Snapshot file '{path}' is corrupt: unpickling failed with {type(exc).__name__}: {str(exc)[:200]}.",
+            hint=_HINT,
         ) from None
+
+
+MAX_TRACE_EVENTS = 5_000_000
+"""Trace events (all devices) planner analyzes: a dump with the recommended max_entries=100000
+holds 100,000 per device, so this is 50 devices' worth. Counted after the pickle's shared
+references are expanded: a few KiB that repeat one event list through the pickle memo cannot
+become tens of millions of events to walk."""
+MAX_BLOCKS = 5_000_000
+"""Segment blocks (all segments), counted the same way."""
+MAX_SETTINGS_NESTING = 16
+"""allocator_settings is a flat mapping; deeper nesting is refused before anything prints it."""
+
+
+def _show(v: Any) -> str:
+    """A short description of a value for an error message, safe for any input (repr of a deeply
+    nested list would recurse without end; of a huge integer, raise)."""
+    if v is None or type(v) in (bool, float):
+        return repr(v)
+    if type(v) is int:
+        return repr(v) if v.bit_length() <= 64 else f"an integer of {v.bit_length()} bits"
+    if type(v) is str:
+        return repr(v[:60] + ("..." if len(v) > 60 else ""))
+    if isinstance(v, (list, tuple, dict)):
+        return f"a {type(v).__name__} of {len(v)} item(s)"
+    return f"a {type(v).__name__}"
+
+
+def _nesting_exceeds(obj: Any, limit: int, budget: int = 100_000) -> bool:
+    """Whether ``obj`` nests lists/tuples/dicts deeper than ``limit`` (or holds more than
+    ``budget`` of them), found without recursion."""
+    stack = [(obj, 0)]
+    seen = 0
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, tuple, dict)):
+            if depth > limit:
+                return True
+            seen += 1
+            if seen > budget:
+                return True
+            items = list(node.keys()) + list(node.values()) if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in items)
+    return False
 
 
 # ---- checking the structure ------------------------------------------------------------------
 
 
+_I64 = 2**63
+
+
 def _is_int(v: Any) -> bool:
-    # bool is an int subclass; a bool where a byte count belongs is a malformed file.
-    return type(v) is int
+    # bool is an int subclass; a bool where a byte count belongs is a malformed file. Values
+    # outside int64 cannot be addresses, sizes or times (and would overflow the numpy arrays).
+    return type(v) is int and -_I64 <= v < _I64
 
 
 def _fail(origin: str, where: str, what: str) -> PlannerError:
@@ -209,13 +277,16 @@ def parse_snapshot(raw: Any, origin: str = "snapshot") -> Snapshot:
         notes.append("The file is a bare list of segments (oldest snapshot layout): no trace, dump-time state only.")
     elif isinstance(raw, dict):
         if "segments" not in raw and "device_traces" not in raw:
-            keys = ", ".join(sorted(repr(k) for k in list(raw)[:8])) or "none"
+            keys = ", ".join(sorted(_show(k) for k in list(raw)[:8])) or "none"
             raise _fail(origin, "the top-level dict has", f"neither 'segments' nor 'device_traces' (its keys: {keys})")
         segments_raw = raw.get("segments", [])
         traces_raw = raw.get("device_traces", [])
         settings = raw.get("allocator_settings") or {}
         if not isinstance(settings, dict):
             settings = {}
+        if _nesting_exceeds(settings, MAX_SETTINGS_NESTING):
+            raise _fail(origin, "'allocator_settings' is", f"nested more than {MAX_SETTINGS_NESTING} levels deep "
+                        "(PyTorch writes a flat mapping)")
         layout = "current"
     else:
         raise _fail(origin, "the file holds", f"a value of type {type(raw).__name__}, not a snapshot dict")
@@ -225,6 +296,16 @@ def parse_snapshot(raw: Any, origin: str = "snapshot") -> Snapshot:
     if not isinstance(traces_raw, (list, tuple)):
         raise _fail(origin, "'device_traces' is", f"a {type(traces_raw).__name__}, not a list")
 
+    blocks = sum(len(b) for seg in segments_raw if isinstance(seg, dict)
+                 for b in (seg.get("blocks"),) if isinstance(b, (list, tuple)))
+    events = sum(len(t) for t in traces_raw if isinstance(t, (list, tuple)))
+    for count, limit, what in ((events, MAX_TRACE_EVENTS, "trace events"), (blocks, MAX_BLOCKS, "segment blocks")):
+        if count > limit:
+            raise PlannerError(
+                f"Snapshot file '{origin}' holds {count:,} {what} once the pickle's shared references are expanded, more "
+                f"than the {limit:,} planner analyzes.",
+                hint="Record fewer events: torch.cuda.memory._record_memory_history(max_entries=100000).",
+            )
     segments = []
     for i, seg in enumerate(segments_raw):
         s, legacy = _parse_segment(seg, i, origin, notes)
@@ -254,13 +335,13 @@ def _parse_segment(seg: Any, i: int, origin: str, notes: list[str]) -> tuple[Seg
         raise _fail(origin, where, f"is a {type(seg).__name__}, not a dict")
     for key in ("address", "total_size"):
         if not _is_int(seg.get(key)):
-            raise _fail(origin, where, f"has no integer '{key}' (found {seg.get(key)!r})")
+            raise _fail(origin, where, f"has no integer '{key}' (found {_show(seg.get(key))})")
     total = seg["total_size"]
     if total < 0:
         raise _fail(origin, where, f"has a negative total_size {total}")
     stream = seg.get("stream", 0)
     if not _is_int(stream):
-        raise _fail(origin, where, f"has a non-integer stream {stream!r}")
+        raise _fail(origin, where, f"has a non-integer stream {_show(stream)}")
     device = seg.get("device", 0)
     device = device if _is_int(device) else 0
     pool = seg.get("segment_pool_id")
@@ -277,10 +358,10 @@ def _parse_segment(seg: Any, i: int, origin: str, notes: list[str]) -> tuple[Seg
             raise _fail(origin, bwhere, f"is a {type(b).__name__}, not a dict")
         size = b.get("size")
         if not _is_int(size) or size < 0:
-            raise _fail(origin, bwhere, f"has no non-negative integer 'size' (found {size!r})")
+            raise _fail(origin, bwhere, f"has no non-negative integer 'size' (found {_show(size)})")
         state = b.get("state")
         if state not in BLOCK_STATES:
-            raise _fail(origin, bwhere, f"has an unknown state {state!r}")
+            raise _fail(origin, bwhere, f"has an unknown state {_show(state)}")
         frames = b.get("frames")
         requested = b.get("requested_size")
         if "history" in b and frames is None:
@@ -315,25 +396,25 @@ def _parse_trace(entries: Any, device: int, origin: str) -> Trace:
             raise _fail(origin, f"event {k} of device {device}", f"is a {type(e).__name__}, not a dict")
         a = e.get("action")
         if type(a) is not str:
-            raise _fail(origin, f"event {k} of device {device}", f"has no action string (found {a!r})")
+            raise _fail(origin, f"event {k} of device {device}", f"has no action string (found {_show(a)})")
         sz = e.get("size", 0)
-        if type(sz) is not int or sz < 0:
-            raise _fail(origin, f"event {k} of device {device} ({a})", f"has no non-negative integer size (found {sz!r})")
+        if type(sz) is not int or not 0 <= sz < _I64:
+            raise _fail(origin, f"event {k} of device {device} ({a[:40]})", f"has no non-negative integer size (found {_show(sz)})")
         if a == "oom":
             free = e.get("device_free", 0)
-            t.device_free[k] = free if type(free) is int else 0
+            t.device_free[k] = free if _is_int(free) else 0
             ad = 0
         else:
             ad = e.get("addr", 0)
-            if type(ad) is not int or (a in _NEEDS_ADDR and "addr" not in e):
-                raise _fail(origin, f"event {k} of device {device} ({a})", f"has no integer addr (found {e.get('addr')!r})")
+            if type(ad) is not int or not -_I64 <= ad < _I64 or (a in _NEEDS_ADDR and "addr" not in e):
+                raise _fail(origin, f"event {k} of device {device} ({a[:40]})", f"has no integer addr (found {_show(e.get('addr'))})")
         st = e.get("stream", 0)
         act(a)
         addr(ad)
         size(sz)
-        stream(st if type(st) is int else 0)
+        stream(st if _is_int(st) else 0)
         tu = e.get("time_us")
-        tus(tu if type(tu) is int else None)
+        tus(tu if _is_int(tu) else None)
         fr = e.get("frames")
         frames(fr if isinstance(fr, (list, tuple)) else None)
     return t

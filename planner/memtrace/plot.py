@@ -27,11 +27,11 @@ MAX_POINTS = 20000
 
 def plot_timeline(tl: Timeline, cl: Classification, report: dict, path: str | Path) -> Path:
     """Write the PNG; matplotlib is imported here so the CLI starts fast."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from planner.report.plots import _plt, save_figure
+
+    plt = _plt()
 
     path = Path(path)
     if path.suffix.lower() != ".png":
@@ -66,12 +66,7 @@ def plot_timeline(tl: Timeline, cl: Classification, report: dict, path: str | Pa
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise PlannerError(f"Could not write the plot to '{path}': {exc.strerror or exc}.") from None
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
     return path
 
 

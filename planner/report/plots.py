@@ -11,9 +11,24 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg")
+    # Names and paths in titles are text, never mathtext: a '$' in a model name must not make
+    # matplotlib parse (and fail on) a formula.
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig, path, what: str = "plot") -> Path:
+    """Write ``fig`` as a PNG through planner.files (atomic, never over an input), then close it."""
+    from planner.files import write_with
+
+    plt = _plt()
+    try:
+        write_with(path, what, lambda tmp: fig.savefig(tmp, format="png"), suffixes=(".png",))
+    finally:
+        plt.close(fig)
+    return Path(path)
 
 
 def plot_memory_timeline(setup, mem, path: Path) -> tuple[Path, float]:
@@ -55,9 +70,7 @@ def plot_memory_timeline(setup, mem, path: Path) -> tuple[Path, float]:
     ax.legend(loc="lower center", fontsize=8, framealpha=0.9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    path = save_figure(fig, path)
     return path, float(total[i] * GiB)
 
 
@@ -132,9 +145,7 @@ def plot_compare(out: dict, path: Path) -> Path:
     fig.suptitle(f"{out['model']['name']}: {j['gpus']:,} GPUs, global batch {j['global_batch']:,} x seq {j['seq_len']:,}",
                  fontsize=11)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    path = save_figure(fig, path)
     return path
 
 
@@ -183,7 +194,5 @@ def plot_sweep(out: dict, path: Path) -> Path:
     fig.suptitle(f"{out['model']['name']}: the best plan against scale (lines nudged apart where degrees coincide)",
                  fontsize=11)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    path = save_figure(fig, path)
     return path

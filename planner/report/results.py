@@ -260,9 +260,11 @@ class Generated:
 
 
 def generate(folder: Path, names: list[str], progress=None, plots: bool = True) -> Generated:
+    from planner.files import prepare_folder
+
     say = progress or (lambda msg: None)
     gen = Generated()
-    folder.mkdir(parents=True, exist_ok=True)
+    prepare_folder(folder, "reports")
     wanted = [r for r in REPORTS if r.name in names or README in names]
     for r in wanted:
         say(f"[{r.name}] searching")
@@ -282,8 +284,10 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
         gen.files[f"{SEED_CLAIMS}.md"] = markdown_claims(claims)
     if README in names:
         gen.files["README.md"] = render_readme(gen.outs)
+    from planner.files import write_text
+
     for name, text in gen.files.items():
-        (folder / name).write_text(text)
+        write_text(folder / name, text, "report")
     return gen
 
 
@@ -297,7 +301,9 @@ def check(committed: Path, names: list[str], progress=None) -> list[str]:
             if not path.exists():
                 problems.append(f"{path}: missing (the generator writes it)")
                 continue
-            old = path.read_text()
+            from planner.files import MAX_SAVED_BYTES, read_text
+
+            old = read_text(path, "committed report", MAX_SAVED_BYTES)
             if old != text:
                 diff = list(difflib.unified_diff(old.splitlines(), text.splitlines(), f"committed/{name}",
                                                  f"regenerated/{name}", lineterm="", n=1))

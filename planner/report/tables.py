@@ -16,21 +16,50 @@ def console():
     from rich.console import Console
 
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-    return Console(highlight=False, width=width)
+    return _SafeConsole(highlight=False, width=width)
+
+
+def esc(text) -> str:
+    """A user's text (a name, a path, a flag) for rich output: '[' starts no markup tag."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
+def _safe_console_class():
+    from rich.console import Console
+    from rich.errors import MarkupError
+
+    class SafeConsole(Console):
+        """A console whose markup never raises: should a user's text that reached a format string
+        unescaped look like a closing tag ('[/]'), the line is printed without markup instead."""
+
+        def render_str(self, text, *args, **kwargs):
+            try:
+                return super().render_str(text, *args, **kwargs)
+            except MarkupError:
+                kwargs["markup"] = False
+                return super().render_str(text, *args, **kwargs)
+
+    return SafeConsole
+
+
+def _SafeConsole(**kwargs):  # noqa: N802 - a class built on first use (rich is imported lazily)
+    return _safe_console_class()(**kwargs)
 
 
 def header_lines(setup) -> list[str]:
     m, h, j, d = setup.model, setup.hw, setup.job, setup.deg
     lines = [
-        f"[bold]{m.display_name or m.name}[/bold] on [bold]{h.name}[/bold] ({h.gpu.name}, NVLink domain of {h.domain_size}) · "
-        f"{j.gpus} GPUs · global batch {j.global_batch} x seq {j.seq_len} · {setup.precision}",
+        f"[bold]{esc(m.display_name or m.name)}[/bold] on [bold]{esc(h.name)}[/bold] ({esc(h.gpu.name)}, NVLink domain of "
+        f"{h.domain_size}) · {j.gpus} GPUs · global batch {j.global_batch} x seq {j.seq_len} · {setup.precision}",
         f"plan: [bold]{setup.plan.to_string()}[/bold]",
         f"degrees: tp {d.tp} · cp {d.cp} · pp {d.pp} (vpp {d.vpp}) · dp {d.dp}"
         + (f" · ep {d.ep} · etp {d.etp} · edp {d.edp}" if m.is_moe else "")
         + f" · {setup.micro_batches} micro-batches of {setup.plan.mbs} per step",
     ]
     if j.source:
-        lines.append(f"job: {j.source}")
+        lines.append(f"job: {esc(j.source)}")
     return lines
 
 
@@ -93,12 +122,12 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
     vs = result.get("versus_top_plan")
     if vs:
         word = "slower" if vs["slower_by"] > 0 else "faster"
-        c.print(f"versus the search's top plan {vs['top_plan']}: step {fmt_time(vs['step_time_s'])} vs "
+        c.print(f"versus the search's top plan {esc(vs['top_plan'])}: step {fmt_time(vs['step_time_s'])} vs "
                 f"{fmt_time(vs['top_step_time_s'])} ({abs(vs['slower_by']):.1%} {word})")
     if unknown_flags:
-        c.print("[yellow]Megatron flags planner does not model:[/yellow] " + " ".join(unknown_flags))
+        c.print("[yellow]Megatron flags planner does not model:[/yellow] " + esc(" ".join(unknown_flags)))
     if "plot" in result:
-        c.print(f"plot written to {result['plot']}")
+        c.print(f"plot written to {esc(result['plot'])}")
 
 
 def print_search(result, out: dict, saved=None) -> None:
@@ -107,11 +136,11 @@ def print_search(result, out: dict, saved=None) -> None:
     c = console()
     space = result.space
     m, h, j = space.model, space.hw, space.job
-    c.print(f"[bold]{m.display_name or m.name}[/bold] on [bold]{h.name}[/bold] ({h.gpu.name}, NVLink domain of "
+    c.print(f"[bold]{esc(m.display_name or m.name)}[/bold] on [bold]{esc(h.name)}[/bold] ({esc(h.gpu.name)}, NVLink domain of "
             f"{h.domain_size}) · {j.gpus} GPUs · global batch {j.global_batch} x seq {j.seq_len} · "
             f"precisions {', '.join(j.precisions)} · target {space.target}")
     if j.source:
-        c.print(f"job: {j.source}")
+        c.print(f"job: {esc(j.source)}")
     sv = out["solver"]
     c.print(f"solver: {sv['name']} [bold]{sv['status']}[/bold] · {sv['structural_keys']:,} layouts x "
             f"{sv['lever_combinations']} lever combinations · {sv['keys_in_model']} layouts in the model")
@@ -129,7 +158,7 @@ def print_search(result, out: dict, saved=None) -> None:
     if out.get("sensitivity"):
         print_sensitivity(out["sensitivity"])
     if saved:
-        c.print(f"saved to {saved} (use: planner explain/export --from {saved} --rank K)")
+        c.print(f"saved to {esc(saved)} (use: planner explain/export --from {esc(saved)} --rank K)")
 
 
 def print_sensitivity(sens: dict) -> None:

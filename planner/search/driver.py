@@ -19,6 +19,7 @@ from planner.errors import NothingFitsError, PlannerError
 from planner.search.rulecheck import rule_violations, struct_violations
 from planner.search.space import LEVERS, Limits, Space, build_space, make_plan
 from planner.search.tables import MiB, Tables, build_tables, lever_indices, lever_values
+from planner.search.tables import MAX_TABLE_US
 
 
 @dataclass
@@ -193,7 +194,8 @@ def _per_stage(space, tables, options, plans, best, order, valid, radix, assumpt
     gi, _ = group_index_vectors(tables)
     tried = 0
     for i in np.argsort(tables.time_lower_bound(), kind="stable"):
-        if tried >= options.per_stage_keys or tables.time_lower_bound()[i] / 1e6 >= kth:
+        lower = tables.time_lower_bound()[i]
+        if tried >= options.per_stage_keys or lower / 1e6 >= kth or lower >= MAX_TABLE_US:
             break
         if np.isfinite(best[i]) or space.structs[i].pp == 1 or not valid(int(i)):
             continue
@@ -243,6 +245,8 @@ def _fastest_ignoring_memory(space, tables, i, gi, assumptions):
         return None
     t = tables.TP[i][gi["TP"]] + tables.TD[i][gi["TD"]] + tables.TO[i][gi["TO"]]
     j = int(np.argmin(np.where(ok, t, np.iinfo(np.int64).max)))
+    if t[j] >= MAX_TABLE_US:
+        return None  # beyond what the tables encode: not a seed
     plan = make_plan(space.structs[i], lever_values(space, lever_indices(space, j)))
     return resolve_setup(space.model, space.hw, space.job, plan, assumptions)
 
@@ -299,9 +303,22 @@ def _gpus_that_fit(space: Space, options: Options, assumptions, max_factor: int 
     """The smallest power-of-two multiple of the job's GPU count (same batch per GPU) at which some
     plan's peak fits, searched with the same tables: replicated weights and gradients shrink only
     with TP, PP and EP, so a linear guess would promise too much."""
+    from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOKENS_PER_STEP
+
+    # Bounded work: no count beyond what planner accepts is tried, nor one at which even the
+    # weights alone, fully sharded at one byte per parameter, would not fit (a model far too large
+    # for any count would otherwise cost six full searches at up to 64x the GPUs).
+    params = space.model.params.total + space.model.params.mtp
+    usable = space.hw.gpu.hbm_usable_bytes.value
     f = 2
     while f <= max_factor:
-        job = space.job.model_copy(update={"gpus": space.job.gpus * f, "global_batch": space.job.global_batch * f})
+        gpus, batch = space.job.gpus * f, space.job.global_batch * f
+        if gpus > MAX_GPUS or batch > MAX_GLOBAL_BATCH or batch * space.job.seq_len > MAX_TOKENS_PER_STEP:
+            break
+        if params / gpus > usable:
+            f *= 2
+            continue
+        job = space.job.model_copy(update={"gpus": gpus, "global_batch": batch})
         sp = build_space(space.model, space.hw, job, target=space.target, limits=space.limits,
                          implementation=assumptions.implementation, moments=options.moments, check_rules=False)
         if sp.structs:
@@ -323,6 +340,8 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: 
     peak_mib, s, j, parts = best
     cap = tables.cap_mib
     if s is not None and peak_mib <= cap:
+        if _too_slow(tables, rows):
+            return _step_too_long(space, options)
         return _rules_bind(space, options)
     from planner.search.tables import lever_indices as _li, lever_values as _lv
 
@@ -383,6 +402,33 @@ def _constant_shards_with_gpus(space: Space, plan) -> list[str]:
             and ep * 2 <= space.model.moe.num_experts:
         out.append("expert parallelism")
     return out
+
+
+def _too_slow(tables: Tables, rows: list[int]) -> bool:
+    """Whether plans pass the rules and fit in memory, but every one of them has a step time at
+    the tables' cap (MAX_TABLE_US): the job is too large for the hardware, not the rules too strict."""
+    from planner.search.exhaustive import group_index_vectors, plan_costs
+
+    gi, _ = group_index_vectors(tables)
+    some_fit = False
+    for a in range(0, len(rows), 1024):
+        ok, t = plan_costs(tables, np.asarray(rows[a:a + 1024]), gi)
+        if (ok & (t < MAX_TABLE_US)).any():
+            return False
+        some_fit = some_fit or bool(ok.any())
+    return some_fit
+
+
+def _step_too_long(space, options) -> NothingFitsError:
+    hours = MAX_TABLE_US / 1e6 / 3600
+    return NothingFitsError(
+        f"Nothing fits: plans of {space.model.name} on {space.job.gpus} {space.hw.name} GPUs fit in memory and pass the "
+        f"{options.target} launcher's checks, but every one takes more than {hours:.1f} hours per step, beyond the step "
+        "times planner's search represents (its integer tables cap a step at 2^35 us): global batch "
+        f"{space.job.global_batch:,} x seq {space.job.seq_len:,} is far more work per step than these GPUs do in that time.",
+        hint="Use a smaller global batch or sequence length, more GPUs, or check the hardware's rates (FLOP/s, bandwidths).",
+        details={"max_step_time_us": MAX_TABLE_US},
+    )
 
 
 def _rules_bind(space, options) -> NothingFitsError:

@@ -8,6 +8,7 @@ import numpy as np
 
 from planner.search.space import LEVERS
 from planner.search.tables import GROUPS, RULE_GROUPS, Tables
+from planner.search.tables import MAX_TABLE_US
 
 CHUNK = 1024
 
@@ -56,6 +57,7 @@ def best_per_key(tables: Tables) -> np.ndarray:
     for a in range(0, len(tables.structs), CHUNK):
         rows = np.arange(a, min(a + CHUNK, len(tables.structs)))
         ok, t = plan_costs(tables, rows, gi)
+        ok &= t < MAX_TABLE_US  # a step time at the tables' cap is beyond what the search encodes
         out[rows] = np.where(ok, t, np.iinfo(np.int64).max).min(axis=1)
     out[out >= np.iinfo(np.int64).max] = np.inf
     return out
@@ -72,7 +74,7 @@ def solve_exhaustive(tables: Tables, top: int) -> list[tuple[int, int, int]]:
     for a in range(0, len(tables.structs), CHUNK):
         rows = np.arange(a, min(a + CHUNK, len(tables.structs)))
         ok, t = plan_costs(tables, rows, gi)
-        si, li = np.nonzero(ok)
+        si, li = np.nonzero(ok & (t < MAX_TABLE_US))
         if not len(si):
             continue
         keys = t[si, li] * radix + tables.ids[rows][si] * P + li

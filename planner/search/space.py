@@ -66,9 +66,9 @@ class Limits:
 
         m = parse_pairs(maxes, "--max")
         for k, v in m.items():
-            if not (v.isascii() and v.isdigit()):
+            if not (v.isascii() and v.isdigit() and len(v) <= 9 and int(v) >= 1):
                 raise PlannerError(f"--max {k}={v}: a bound must be a positive integer.")
-            if k not in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp"):
+            if k not in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp", "edp"):
                 raise PlannerError(f"--max applies to degrees and mbs, not '{k}'.", hint="Use --fix for other keys.")
         return cls(Plan.given(fix or "", "--fix"), {k: int(v) for k, v in m.items()})
 
@@ -196,6 +196,8 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
                 if N % (etp_ * ep * pp):
                     continue
                 edp = N // (etp_ * ep * pp)
+                if not limits.allows("edp", edp):
+                    continue  # --fix/--max edp, like dp above
                 for mbs in mbss:
                     if job.global_batch % (mbs * dp):
                         count("global-batch-divisible")

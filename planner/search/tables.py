@@ -118,14 +118,29 @@ class Tables:
         return self.space.lever_product_size
 
 
+MAX_TABLE_US = 2**35
+"""Time entries are capped at 2^35 us (9.5 hours per step), and a plan at the cap is no plan: the
+search's objective multiplies step time by up to 2^27 (layouts x lever combinations) and must stay
+inside int64 and CP-SAT's range. A step that long means the job or hardware is far outside what
+planner models (see planner.search.driver._too_slow for the message)."""
+
+MAX_TABLE_MIB = 2**31 - 1
+"""Memory entries (int32 MiB) are capped here (2 PiB, beyond any GPU): a term that overflows does
+not wrap around into a small or negative number that would look like it fits."""
+
+
 def _mib(x) -> np.ndarray:
-    """Bytes to MiB, rounded up (the memory constraints never round a peak down)."""
-    return np.ceil(np.asarray(x, dtype=float) / MiB - 1e-9).astype(np.int64)
+    """Bytes to MiB, rounded up (the memory constraints never round a peak down), capped."""
+    mib = np.ceil(np.asarray(x, dtype=float) / MiB - 1e-9)
+    return np.minimum(np.nan_to_num(mib, nan=MAX_TABLE_MIB, posinf=MAX_TABLE_MIB, neginf=0.0),
+                      MAX_TABLE_MIB).astype(np.int64)
 
 
 def _us(x) -> np.ndarray:
-    """Seconds to microseconds, rounded to nearest (half to even)."""
-    return np.rint(np.asarray(x, dtype=float) * 1e6).astype(np.int64)
+    """Seconds to microseconds, rounded to nearest (half to even), capped at MAX_TABLE_US."""
+    us = np.rint(np.asarray(x, dtype=float) * 1e6)
+    return np.minimum(np.nan_to_num(us, nan=MAX_TABLE_US, posinf=MAX_TABLE_US, neginf=0.0),
+                      MAX_TABLE_US).astype(np.int64)
 
 
 def lever_setting(values: dict):

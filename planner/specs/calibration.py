@@ -16,9 +16,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from typing import Annotated
 
-from planner.specs.common import Spec
+from pydantic import Field
+
+from planner.specs.common import Bandwidth, Latency, NotBool, PositiveInt, Spec
+
+Tflops = Annotated[float, NotBool, Field(gt=0, le=1e6)]
+"""TFLOP/s as measured: at most 10^6 (1 EFLOP/s)."""
 
 
 class GemmMeasurement(Spec):
@@ -29,16 +34,16 @@ class GemmMeasurement(Spec):
     m: PositiveInt
     n: PositiveInt
     k: PositiveInt
-    tflops: PositiveFloat
+    tflops: Tflops
     """Measured TFLOP/s (2*m*n*k per call)."""
 
 
 class AttentionMeasurement(Spec):
     """Fused attention kernel throughput at long sequences (asymptotic rate)."""
 
-    fwd_tflops: PositiveFloat
+    fwd_tflops: Tflops
     """Forward TFLOP/s (4*b*s*s_kv*heads*dim per call, causal halved)."""
-    bwd_tflops: PositiveFloat
+    bwd_tflops: Tflops
     """Backward TFLOP/s counted as 2.5x the forward FLOPs."""
     keys_per_query: PositiveInt = 8192
     """Average keys per query of the measurement (the kernel-efficiency curve is rescaled from it)."""
@@ -51,11 +56,11 @@ class CollectiveMeasurement(Spec):
     span: Literal["nvlink", "network"]
     """'nvlink': all ranks in one NVLink domain; 'network': one rank per domain (NIC-bound)."""
     ranks: PositiveInt
-    busbw: PositiveFloat
+    busbw: Bandwidth
     """Bus bandwidth in bytes/s at large messages (nccl-tests 'busbw')."""
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     """For all_to_all: which EP dispatcher was measured (NCCL when None)."""
-    latency_s: NonNegativeFloat | None = None
+    latency_s: Annotated[float, NotBool, Field(ge=0.0, le=1.0)] | None = None
     """Per-call time at vanishing size, from an alpha-beta fit over the measured sizes (time =
     latency_s + bytes x bus factor / busbw). It includes the framework's dispatch and NCCL's
     launch, which the profile's per-hop latency does not; see planner.cost.rates.build_rates."""
@@ -64,31 +69,35 @@ class CollectiveMeasurement(Spec):
 class Calibration(Spec):
     """Measured rates of one machine; each present field overrides the generation profile."""
 
-    hardware: str
+    hardware: str = Field(max_length=256)
     """Catalog name of the hardware spec the measurements belong to (checked against the plan's)."""
     source: str = Field(min_length=3)
     """How and when it was measured (planner version, host, driver, library versions)."""
     gemm: list[GemmMeasurement] = []
     """GEMM measurements; the best one per recipe becomes that recipe's ceiling anchor."""
-    hbm_bandwidth: PositiveFloat | None = None
+    hbm_bandwidth: Bandwidth | None = None
     """Achieved streaming bandwidth, bytes/s (replaces hbm_fraction x datasheet bandwidth)."""
     attention: AttentionMeasurement | None = None
     """Fused attention rates."""
     collectives: list[CollectiveMeasurement] = []
     """Collective bus bandwidths."""
-    kernel_overhead_s: PositiveFloat | None = None
+    kernel_overhead_s: Latency | None = None
     """Measured gap between back-to-back small kernels."""
 
 
-@lru_cache(maxsize=32)
 def load_calibration(path: str) -> Calibration:
-    """Read a calibration YAML or JSON file (cached by path)."""
+    """Read a calibration YAML or JSON file (cached by path; noted as this command's input)."""
+    from planner.files import check_input, note_input
+
+    check_input(path, "calibration", folder_hint="Give the file 'planner calibrate --out' wrote.")
+    note_input(path, "calibration")
+    return _load_calibration(str(path))
+
+
+@lru_cache(maxsize=32)
+def _load_calibration(path: str) -> Calibration:
     from planner.specs.catalog import read_json, read_yaml, validate_spec
 
     p = Path(path)
-    if not p.exists():
-        from planner.errors import PlannerError
-
-        raise PlannerError(f"Calibration file '{path}' does not exist.", hint="Create one with 'planner calibrate'.")
-    data = read_json(p) if p.suffix == ".json" else read_yaml(p)
+    data = read_json(p, "calibration") if p.suffix.lower() == ".json" else read_yaml(p, "calibration")
     return validate_spec(Calibration, data, "calibration", str(p))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import os
 import sys
 from functools import lru_cache
@@ -19,6 +20,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError, suggest
+from planner.files import MAX_SPEC_BYTES, check_input, note_input, read_text
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -58,15 +60,95 @@ def _yaml_loader():
     return Loader
 
 
-def read_yaml(path: Path) -> dict:
+MAX_NESTING = 32
+"""Deepest nesting of lists and mappings in a spec or saved-search file (specs nest 4 levels,
+saved searches 6)."""
+MAX_NODES = 1_000_000
+"""Most values a spec or saved-search file may hold once YAML aliases are expanded (a catalog
+model has about 200, a saved search of 100 plans about 100,000): a 'billion laughs' file is
+refused here instead of being expanded by the validation."""
+
+
+class _TooDeep(Exception):
+    pass
+
+
+@lru_cache(maxsize=1)
+def _bounded_yaml_loader():
+    """The YAML 1.2 float loader with nesting capped while the document is composed (PyYAML's
+    composer recurses once per level)."""
+    base = _yaml_loader()
+
+    class Loader(base):  # type: ignore[misc, valid-type]
+        _depth = 0
+
+        def construct_mapping(self, node, deep=False):
+            # YAML requires unique keys; PyYAML keeps the last silently ('gpus: 8' then 'gpus: 16').
+            import yaml
+
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    if key_node.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"the key '{key_node.value[:60]}' is given twice (first at line "
+                            f"{seen[key_node.value] + 1})", key_node.start_mark)
+                    seen[key_node.value] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+        def compose_node(self, parent, index):
+            self._depth += 1
+            try:
+                if self._depth > MAX_NESTING + 1:
+                    raise _TooDeep()
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    return Loader
+
+
+def check_shape(data, origin: str) -> None:
+    """Refuse data nested deeper than MAX_NESTING or holding more than MAX_NODES values once
+    shared references (YAML aliases) are counted as the copies validation would walk."""
+    sizes: dict[int, int] = {}
+
+    def size(node, depth: int) -> int:
+        if not isinstance(node, (dict, list, tuple)):
+            return 1
+        if depth > MAX_NESTING:
+            raise PlannerError(f"'{origin}' nests lists or mappings more than {MAX_NESTING} levels deep.",
+                               hint="A spec file nests a few levels; check that it is the file you meant.")
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        children = node.values() if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += size(child, depth + 1)
+            if total > MAX_NODES:
+                raise PlannerError(
+                    f"'{origin}' holds more than {MAX_NODES:,} values (YAML aliases, &name / *name, counted as the "
+                    "copies they stand for), far more than any spec or saved search.",
+                    hint="Check that it is the file you meant; planner does not expand alias bombs.",
+                )
+        sizes[key] = total
+        return total
+
+    size(data, 0)
+
+
+def read_yaml(path: Path, what: str = "YAML", limit: int = MAX_SPEC_BYTES) -> dict:
+    """A YAML mapping from a regular UTF-8 file of at most ``limit`` bytes (safe tags only, nesting
+    and alias expansion capped)."""
     import yaml
 
+    text = read_text(path, what, limit)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PlannerError(f"Cannot read '{path}': {exc.strerror}.") from None
-    try:
-        data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=_bounded_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
+    except _TooDeep:
+        raise PlannerError(f"'{path}' nests lists or mappings more than {MAX_NESTING} levels deep.",
+                           hint="A spec file nests a few levels; check that it is the file you meant.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -75,23 +157,46 @@ def read_yaml(path: Path) -> dict:
             f"'{path}' is not valid YAML{where}: {problem}.",
             hint="Check the indentation and quoting there.",
         ) from None
+    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
+        raise PlannerError(f"'{path}' holds a value planner cannot read: {str(exc)[:200]}.") from None
     if not isinstance(data, dict):
         raise PlannerError(f"'{path}' must hold a YAML mapping (key: value lines), not {type(data).__name__}.")
+    check_shape(data, str(path))
     return data
 
 
-def read_json(path: Path) -> dict:
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows (numbers must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} is too large for a floating-point number")
+    return value
+
+
+def parse_json_text(text: str, origin: str) -> dict:
+    """A JSON object; NaN, Infinity, overflowing numbers and deep nesting are errors."""
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise PlannerError(f"Cannot read '{path}': {exc.strerror}.") from None
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise PlannerError(
-            f"'{path}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+            f"'{origin}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
         ) from None
+    except RecursionError:
+        raise PlannerError(f"'{origin}' nests lists or objects more than {MAX_NESTING} levels deep.") from None
+    except ValueError as exc:  # NaN/Infinity, 1e400, an integer of more than 4,300 digits
+        raise PlannerError(f"'{origin}' is not valid JSON: {str(exc)[:200]}.") from None
     if not isinstance(data, dict):
-        raise PlannerError(f"'{path}' must hold a JSON object.")
+        raise PlannerError(f"'{origin}' must hold a JSON object.")
+    check_shape(data, origin)
     return data
+
+
+def read_json(path: Path, what: str = "JSON", limit: int = MAX_SPEC_BYTES) -> dict:
+    """A JSON object from a regular UTF-8 file of at most ``limit`` bytes."""
+    return parse_json_text(read_text(path, what, limit), str(path))
 
 
 def _field_path(loc: tuple, data, missing: bool = False) -> str:
@@ -185,22 +290,49 @@ def _load_catalog_file(kind: str, path: Path):
     from planner.specs.model import ModelSpec
 
     cls, what = (ModelSpec, "model") if kind == "models" else (HardwareSpec, "hardware")
-    return validate_spec(cls, read_yaml(path), what, str(path))
+    return validate_spec(cls, read_yaml(path, what), what, str(path))
+
+
+def _catalog_entry(kind: str, path: Path):
+    note_input(path, "model" if kind == "models" else "hardware")  # cached: noted on every use
+    return _load_catalog_file(kind, path)
+
+
+def _check_name(name, what: str, option: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise PlannerError(f"The {what} name is empty.",
+                           hint=f"Give {option} a catalog name (see 'planner {'models' if what == 'model' else 'hw'}') "
+                           f"or the path of a {what} file.")
+    if len(name) > 4096:
+        raise PlannerError(f"The {what} name given to {option} is {len(name):,} characters long; names and paths are "
+                           "at most 4,096.")
+    return name
 
 
 def load_model(name: str):
-    """A model by catalog name/alias, a model YAML path, or a HuggingFace config.json path."""
+    """A model by catalog name/alias, a model YAML path, a HuggingFace config.json path, or a
+    HuggingFace model folder (its config.json is read)."""
     from planner.specs.model import ModelSpec
 
+    name = _check_name(name, "model", "--model")
     path = Path(name)
-    if path.suffix in (".json", ".yaml", ".yml") or path.exists():
-        if not path.exists():
-            raise PlannerError(f"Model file '{name}' does not exist.")
-        if path.suffix == ".json":
+    if path.is_dir():
+        config = path / "config.json"
+        if config.is_file():
+            from planner.specs.hf_import import import_hf_config
+
+            return import_hf_config(config)
+        raise PlannerError(
+            f"'{name}' is a folder, not a model file, and holds no config.json.",
+            hint="Give a model YAML, a HuggingFace config.json, or the HuggingFace model folder that holds it.",
+        )
+    if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists() or os.sep in name:
+        check_input(path, "model", folder_hint="Give its config.json or a model YAML.")
+        if path.suffix.lower() == ".json":
             from planner.specs.hf_import import import_hf_config
 
             return import_hf_config(path)
-        return validate_spec(ModelSpec, read_yaml(path), "model", str(path))
+        return validate_spec(ModelSpec, read_yaml(path, "model"), "model", str(path))
     index = _catalog("models")
     key = name.lower()
     if key not in index:
@@ -209,18 +341,18 @@ def load_model(name: str):
             hint=_suggest_entry("models", key) + " 'planner models' lists the catalog; a path to a model YAML or a "
             "HuggingFace config.json also works.",
         )
-    return _load_catalog_file("models", index[key])
+    return _catalog_entry("models", index[key])
 
 
 def load_hardware(name: str):
     """Hardware by catalog name/alias or a hardware YAML path."""
     from planner.specs.hardware import HardwareSpec
 
+    name = _check_name(name, "hardware", "--hw")
     path = Path(name)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.exists():
-            raise PlannerError(f"Hardware file '{name}' does not exist.")
-        return validate_spec(HardwareSpec, read_yaml(path), "hardware", str(path))
+    if path.suffix.lower() in (".yaml", ".yml") or path.is_dir() or os.sep in name:
+        check_input(path, "hardware", folder_hint="Give a hardware YAML (see hw_specs/).")
+        return validate_spec(HardwareSpec, read_yaml(path, "hardware"), "hardware", str(path))
     index = _catalog("hw_specs")
     key = name.lower()
     if key not in index:
@@ -228,7 +360,7 @@ def load_hardware(name: str):
             f"Unknown hardware '{name}'.",
             hint=_suggest_entry("hw_specs", key) + " 'planner hw' lists the catalog; a path to a hardware YAML also works.",
         )
-    return _load_catalog_file("hw_specs", index[key])
+    return _catalog_entry("hw_specs", index[key])
 
 
 def all_models():

@@ -1,11 +1,76 @@
-"""Shared pieces of the specs: the strict base class and a value that carries its source."""
+"""Shared pieces of the specs: the strict base class, a value that carries its source, and the
+bounded number types every spec field uses.
+
+Every number is checked once, where it enters: floats are finite (``allow_inf_nan=False`` on the
+base class, so NaN and Infinity from YAML or JSON are errors), a boolean is never taken for a
+number (``gpus: true`` is an error, not 1), and each kind of quantity has a range that holds every
+real system with room to spare while keeping products of them inside int64 and the search's
+CP-SAT tables. The bounds, and why each is where it is:
+"""
 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Generic, TypeVar
+from typing import Annotated, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+MAX_GPUS = 2**20
+"""1,048,576 GPUs: the largest training clusters built hold about 10^5 GPUs; 2^20 is ten times
+that, and keeps GPU counts times bytes per GPU far inside int64."""
+MAX_INT = 2**31 - 1
+"""Any other count (widths, heads, experts, a calibration's GEMM dimensions)."""
+MAX_LAYERS = 256
+"""Decoder layers: twice the deepest published models (Megatron 1T: 128, Llama 3.1 405B: 126). The
+search's work grows with layers x pipeline stages x micro-batches: a 256-layer model searches about
+as long as the 128-layer 1T model on 4,096 GPUs (10-20 s on two cores), 512 layers took 35 s on
+1,024 GPUs and 4,096 layers minutes. It also bounds pipeline layouts."""
+MAX_SEQ_LEN = 2**24
+"""16,777,216 tokens per sequence: 16x the longest context models are trained at (1M)."""
+MAX_GLOBAL_BATCH = 2**24
+"""Sequences per optimizer step (published runs use up to 16,384)."""
+MAX_TOKENS_PER_STEP = 2**36
+"""Global batch x sequence length: 68.7 billion tokens, 4,000x the largest published step (16M)."""
+MAX_BYTES = float(2**50)
+"""1 PiB: bounds memory per GPU, host memory and margins (a GPU has at most a few hundred GiB)."""
+MIN_MEMORY_BYTES = float(2**30)
+"""1 GiB: a GPU or host with less memory is a typo (GiB given where bytes belong)."""
+MAX_FLOPS = 1e18
+"""FLOP/s per GPU: 1 EFLOP/s, 200x a B200's dense FP8 peak."""
+MIN_FLOPS = 1e9
+"""1 GFLOP/s: slower than any accelerator (a typo, e.g. TFLOP/s given as FLOP/s / 1e12)."""
+MAX_BANDWIDTH = 1e15
+"""bytes/s per GPU or link: 1 PB/s, over 100x HBM3e."""
+MIN_BANDWIDTH = 1e6
+"""1 MB/s: below any link a cluster uses."""
+MAX_LATENCY_S = 1.0
+"""A link or kernel latency of a second or more is not a latency."""
+
+
+def _not_bool(value):
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a boolean, not a number")
+    return value
+
+
+NotBool = BeforeValidator(_not_bool)
+"""A boolean where a number belongs is an error (pydantic would read true as 1)."""
+
+PositiveInt = Annotated[int, NotBool, Field(gt=0, le=MAX_INT)]
+NonNegInt = Annotated[int, NotBool, Field(ge=0, le=MAX_INT)]
+GpuCount = Annotated[int, NotBool, Field(gt=0, le=MAX_GPUS)]
+LayerCount = Annotated[int, NotBool, Field(gt=0, le=MAX_LAYERS)]
+Fraction = Annotated[float, NotBool, Field(ge=0.0, le=1.0)]
+Bytes = Annotated[float, NotBool, Field(ge=MIN_MEMORY_BYTES, le=MAX_BYTES)]
+"""A memory size in bytes (HBM, host memory)."""
+ByteMargin = Annotated[float, NotBool, Field(ge=0.0, le=MAX_BYTES)]
+"""Bytes kept free or added (margins, buffers): zero is allowed."""
+Flops = Annotated[float, NotBool, Field(ge=MIN_FLOPS, le=MAX_FLOPS)]
+Bandwidth = Annotated[float, NotBool, Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH)]
+Latency = Annotated[float, NotBool, Field(gt=0.0, le=MAX_LATENCY_S)]
+PositiveFloat = Annotated[float, NotBool, Field(gt=0.0, le=1e30)]
+"""Any other positive quantity (parameter and token counts, watts, TFLOP/s)."""
+NonNegativeFloat = Annotated[float, NotBool, Field(ge=0.0, le=1e30)]
 
 T = TypeVar("T")
 
@@ -14,7 +79,7 @@ class Spec(BaseModel):
     """Base of every spec: unknown keys are errors, specs are immutable, and each field's
     docstring (the string literal under it) becomes its description in ``--help`` and JSON schema."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
     # Specs key the cost model's caches, so they must hash even with list and dict fields.
     # Equality compares fields only (not cached properties), and the hash of the JSON form is

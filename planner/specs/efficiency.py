@@ -161,4 +161,4 @@ def load_efficiency(generation: str) -> EfficiencyProfile:
     path = catalog_root() / "hw_specs" / "efficiency" / f"{generation}.yaml"
     if not path.exists():
         raise PlannerError(f"No efficiency profile for GPU generation '{generation}' ({path}).")
-    return validate_spec(EfficiencyProfile, read_yaml(path), "efficiency profile", str(path))
+    return validate_spec(EfficiencyProfile, read_yaml(path, "efficiency profile"), "efficiency profile", str(path))

@@ -9,35 +9,38 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from planner.specs.common import Sourced, Spec
+from planner.specs.common import (
+    Bandwidth, Bytes, Flops, GpuCount, Latency, NotBool, PositiveFloat, Sourced, Spec,
+)
+from planner.specs.model import Name
 
 Generation = Literal["ampere", "hopper", "blackwell", "blackwell_ultra"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp4"]
-Positive = Annotated[float, Field(gt=0)]
-"""Every hardware quantity (FLOP/s, bytes, bytes/s, seconds, watts) is positive."""
+Watts = Annotated[float, NotBool, Field(gt=0, le=1e6)]
+"""Board power, W."""
 
 
 class GPU(Spec):
     """The accelerator itself."""
 
-    name: str
+    name: Name
     """Marketing name (e.g. 'H100 SXM5 80GB')."""
     generation: Generation
     """Architecture generation; selects the efficiency profile."""
     arch: str
     """Compute capability (sm90, sm100, ...)."""
-    peak_flops: dict[Dtype, Sourced[Positive]]
+    peak_flops: dict[Dtype, Sourced[Flops]]
     """Dense tensor-core peak per dtype, FLOP/s."""
-    hbm_capacity_bytes: Sourced[Positive]
+    hbm_capacity_bytes: Sourced[Bytes]
     """HBM as the vendor states it (bytes; 'GB' on datasheets are 1e9)."""
-    hbm_usable_bytes: Sourced[Positive]
+    hbm_usable_bytes: Sourced[Bytes]
     """Device memory a process can allocate, as the driver reports it (total memory before the
     CUDA context and allocator margin are taken off)."""
-    hbm_bandwidth: Sourced[Positive]
+    hbm_bandwidth: Sourced[Bandwidth]
     """Peak HBM bandwidth, bytes/s."""
-    tdp_watts: Sourced[Positive] | None = None
+    tdp_watts: Sourced[Watts] | None = None
     """Board power."""
 
     @model_validator(mode="after")
@@ -50,11 +53,11 @@ class GPU(Spec):
 class NVLinkDomain(Spec):
     """The scale-up domain: GPUs that reach each other over NVLink switches."""
 
-    generation: int
+    generation: Annotated[int, NotBool, Field(ge=1, le=100)]
     """NVLink generation (3: A100, 4: Hopper, 5: Blackwell)."""
-    domain_size: Sourced[PositiveInt]
+    domain_size: Sourced[GpuCount]
     """GPUs per NVLink domain: 8 on HGX boards, 72 on an NVL72 rack."""
-    bandwidth_per_direction: Sourced[Positive]
+    bandwidth_per_direction: Sourced[Bandwidth]
     """Per-GPU NVLink bandwidth in one direction, bytes/s (half the 'bidirectional' figure)."""
     in_switch_reduction: Sourced[bool]
     """NVLink SHARP (NVLS): the switch reduces, halving all-reduce traffic per GPU."""
@@ -65,9 +68,9 @@ class ScaleOut(Spec):
 
     nic: str
     """NIC model and speed."""
-    bandwidth_per_direction: Sourced[Positive]
+    bandwidth_per_direction: Sourced[Bandwidth]
     """Per-GPU NIC bandwidth in one direction, bytes/s (400 Gb/s = 50e9)."""
-    latency_s: Sourced[Positive]
+    latency_s: Sourced[Latency]
     """One-hop message latency across the fabric, seconds."""
 
 
@@ -76,22 +79,22 @@ class HostLink(Spec):
 
     kind: Literal["pcie", "nvlink-c2c"]
     """PCIe (x86 hosts) or NVLink-C2C (Grace superchips)."""
-    bandwidth_per_direction: Sourced[Positive]
+    bandwidth_per_direction: Sourced[Bandwidth]
     """Per-GPU host-link bandwidth in one direction, bytes/s."""
-    host_memory_bytes: Sourced[Positive]
+    host_memory_bytes: Sourced[Bytes]
     """Host memory available per GPU, bytes."""
-    host_memory_bandwidth: Sourced[Positive] | None = None
+    host_memory_bandwidth: Sourced[Bandwidth] | None = None
     """Host DRAM bandwidth per GPU, bytes/s (bounds a CPU optimizer step)."""
-    cpu_adam_params_per_s: Sourced[Positive] | None = None
+    cpu_adam_params_per_s: Sourced[PositiveFloat] | None = None
     """Throughput of a CPU Adam step per GPU's share of host cores, parameters/s."""
 
 
 class HardwareSpec(Spec):
     """A GPU in its system, as the planner sees it."""
 
-    name: str
+    name: Name
     """Catalog name (e.g. 'h100', 'gb200-nvl72')."""
-    aliases: list[str] = []
+    aliases: list[Name] = Field([], max_length=64)
     """Other names that resolve to this hardware."""
     description: str
     """The system: board or rack, GPUs per node, network."""

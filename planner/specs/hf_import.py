@@ -33,6 +33,14 @@ _ARCHITECTURES = {
 _MISSING = object()
 
 
+def _short(value: Any) -> str:
+    """repr of a config value for a message, cut short (a list may be long or nested deep)."""
+    if isinstance(value, (list, dict)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class _Config:
     """Typed access to a config's fields; every error names the file and the field."""
 
@@ -60,9 +68,9 @@ class _Config:
             return value
         # JSON has one number type: accept 4096.0, refuse True and 4096.5.
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-            raise self.error(field, f"must be a whole number, not {value!r}")
+            raise self.error(field, f"must be a whole number, not {_short(value)}")
         if value < minimum:
-            raise self.error(field, f"must be at least {minimum}, not {value!r}")
+            raise self.error(field, f"must be at least {minimum}, not {_short(value)}")
         return int(value)
 
     def optional_integer(self, field: str, minimum: int = 1) -> int | None:
@@ -71,19 +79,19 @@ class _Config:
     def boolean(self, field: str, default: Any = _MISSING) -> bool:
         value = self._get(field, default)
         if not isinstance(value, bool):
-            raise self.error(field, f"must be true or false, not {value!r}")
+            raise self.error(field, f"must be true or false, not {_short(value)}")
         return value
 
     def text(self, field: str, default: Any = _MISSING) -> str:
         value = self._get(field, default)
         if not isinstance(value, str):
-            raise self.error(field, f"must be a string, not {value!r}")
+            raise self.error(field, f"must be a string, not {_short(value)}")
         return value
 
     def index_list(self, field: str, default: Any = _MISSING) -> list[int]:
         value = self._get(field, default)
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise self.error(field, f"must be a list of layer indices, not {value!r}")
+            raise self.error(field, f"must be a list of layer indices, not {_short(value)}")
         return value
 
 
@@ -155,7 +163,8 @@ def _first_k_dense(c: _Config, field: str, num_layers: int) -> int:
     if layers != list(range(len(layers))) or (layers and layers[-1] >= num_layers):
         raise c.error(
             field,
-            f"lists {layers}: planner models dense layers only as the first k layers (0..k-1)",
+            f"lists {_short(layers) if len(layers) > 16 else layers}: planner models dense layers only as the first "
+            "k layers (0..k-1)",
             hint="Convert the model to a YAML spec by hand if its dense layers are interleaved.",
         )
     return len(layers)
@@ -261,8 +270,9 @@ def _sliding_every(c: _Config, num_layers: int) -> int | None:
     types = c._get("layer_types", None)
     if types is None:
         return 2  # GptOssConfig's default alternates, sliding first
-    if not isinstance(types, list) or len(types) != num_layers:
-        raise c.error("layer_types", f"must list one type per layer ({num_layers}), not {types!r}")
+    if not isinstance(types, list) or len(types) != num_layers or not all(isinstance(t, str) for t in types):
+        raise c.error("layer_types",
+                      f"must list one type per layer ({num_layers}, each a string), not {_short(types)}")
     unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
     if unknown:
         raise c.error("layer_types", f"has unknown layer type '{unknown[0]}'")
@@ -319,6 +329,7 @@ def _model_type(path: Path, data: dict) -> str:
     model_type = data.get("model_type")
     if model_type is None:
         archs = data.get("architectures") or []
+        archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
         model_type = next((_ARCHITECTURES[a] for a in archs if a in _ARCHITECTURES), None)
         if model_type is None:
             raise PlannerError(
@@ -327,7 +338,7 @@ def _model_type(path: Path, data: dict) -> str:
             )
     if not isinstance(model_type, str) or model_type not in _FAMILIES:
         raise PlannerError(
-            f"HuggingFace config '{path}': field 'model_type' is {model_type!r}, which planner does not read.",
+            f"HuggingFace config '{path}': field 'model_type' is {_short(model_type)}, which planner does not read.",
             hint="Supported model_types: " + ", ".join(SUPPORTED_MODEL_TYPES)
             + ". For another architecture write a model YAML (see models/ and the README).",
         )
@@ -335,9 +346,20 @@ def _model_type(path: Path, data: dict) -> str:
 
 
 def _name(path: Path) -> str:
-    """A catalog-style name: the folder of a config.json (as the hub lays models out), else the stem."""
-    stem = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return stem.lower() or "imported-model"
+    """A catalog-style name: the folder of a config.json (as the hub lays models out), else the
+    stem, lower-case, with anything but letters, digits and ._+- made a '-' (a folder name may
+    hold a newline or shell syntax, and the name is printed in tables and launch scripts)."""
+    import re
+
+    stem = path.resolve().parent.name if path.name == "config.json" else path.stem
+    name = re.sub(r"[^a-z0-9._+-]+", "-", stem.lower()).strip("-.")[:128]
+    return name or "imported-model"
+
+
+def _display_name(value, fallback: str) -> str:
+    """config.json's _name_or_path as one line of at most 256 printable characters."""
+    text = "".join(c for c in str(value) if c.isprintable())[:256].strip() if isinstance(value, str) else ""
+    return text or fallback
 
 
 def import_hf_config(path: str | Path):
@@ -346,14 +368,14 @@ def import_hf_config(path: str | Path):
     from planner.specs.model import ModelSpec
 
     path = Path(path)
-    data = read_json(path)
+    data = read_json(path, "HuggingFace config")
     model_type = _model_type(path, data)
     c = _Config(path, data, model_type)
     spec = _FAMILIES[model_type](c)
     name = _name(path)
     spec.update(
         name=name,
-        display_name=str(data.get("_name_or_path") or name),
+        display_name=_display_name(data.get("_name_or_path"), name),
         source=[f"{path} (HuggingFace config.json, model_type {model_type})"],
         notes="Imported from a HuggingFace config.json: no published counts or reference job; give the job "
         "with --gpus/--global-batch/--seq-len or --job.",

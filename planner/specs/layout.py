@@ -21,16 +21,100 @@ if TYPE_CHECKING:
 _SYMBOLS = set("Etm L".replace(" ", ""))
 
 
+MAX_LAYOUT_SYMBOLS = 2**16
+"""Most symbols a layout may expand to (65,536: far above any layout of a model planner accepts,
+at most 256 layers, MTP modules and stage separators included; expanding this many is instant)."""
+MAX_LAYOUT_NESTING = 8
+"""Deepest nesting of '(..)*n' groups (real layouts nest one level)."""
+_MAX_REPEAT_DIGITS = 6
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _layout_error(text: str, problem: str) -> PlannerError:
+    return PlannerError(
+        f"Pipeline layout '{_shown(text)}' {problem}.",
+        hint="Use E (embedding), t (decoder layer), m (MTP), L (loss), '|' between stages, "
+        "and (..)*n or t*n for repeats, as Megatron's --pipeline-model-parallel-layout does.",
+    )
+
+
 def expand_layout(text: str) -> str:
-    """Unroll repeats: '(tt|)*2t*3' -> 'tt|tt|ttt'."""
+    """Unroll repeats: '(tt|)*2t*3' -> 'tt|tt|ttt'. Nesting, repeat counts and the expanded
+    length are bounded (MAX_LAYOUT_NESTING, MAX_LAYOUT_SYMBOLS), each checked before anything is
+    repeated, so no layout string can make this slow; characters that are no layout symbol pass
+    through for :func:`parse_layout` to name."""
     s = text.replace(",", "").replace(" ", "")
-    for _ in range(32):  # nested groups unroll from the inside out
-        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-        if new == s:
+    if len(s) > MAX_LAYOUT_SYMBOLS:
+        raise _layout_error(text, f"is {len(s):,} characters long (at most {MAX_LAYOUT_SYMBOLS:,})")
+    out, i = _expand_seq(text, s, 0, 0)
+    if i < len(s):  # a ')' with no '(' before it
+        raise _layout_error(text, f"has a ')' at position {i + 1} that closes no '('")
+    return out
+
+
+def _repeat_count(text: str, s: str, i: int) -> tuple[int | None, int]:
+    """The n of a '*n' at position i (None when there is no '*')."""
+    if i >= len(s) or s[i] != "*":
+        return None, i
+    j = i + 1
+    while j < len(s) and s[j] in "0123456789":
+        j += 1
+    if j == i + 1:
+        raise _layout_error(text, f"has a '*' at position {i + 1} without a repeat count after it")
+    if j - i - 1 > _MAX_REPEAT_DIGITS:
+        raise _layout_error(text, f"repeats something {s[i + 1:j][:20]} times, beyond any layout")
+    return int(s[i + 1:j]), j
+
+
+_PLAIN = re.compile(r"[^()*]+")
+
+
+def _expand_seq(text: str, s: str, i: int, depth: int) -> tuple[str, int]:
+    parts: list[str] = []
+    total = 0
+
+    def add(piece: str) -> None:
+        nonlocal total
+        total += len(piece)
+        if total > MAX_LAYOUT_SYMBOLS:
+            raise _layout_error(text, f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+        parts.append(piece)
+
+    while i < len(s):
+        c = s[i]
+        if c == ")":
             break
-        s = new
-    s = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-    return s
+        if c == "(":
+            if depth >= MAX_LAYOUT_NESTING:
+                raise _layout_error(text, f"nests '(..)' groups more than {MAX_LAYOUT_NESTING} deep")
+            inner, j = _expand_seq(text, s, i + 1, depth + 1)
+            if j >= len(s):
+                raise _layout_error(text, f"has a '(' at position {i + 1} that is never closed")
+            n, nxt = _repeat_count(text, s, j + 1)
+            if n is None:
+                raise _layout_error(text, f"has a '(..)' group at position {i + 1} without '*n' after it")
+            i = nxt
+            if total + len(inner) * n > MAX_LAYOUT_SYMBOLS:  # checked before repeating
+                raise _layout_error(text, f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+            add(inner * n)
+        elif c == "*":  # a '*' after no repeatable symbol: left for parse_layout to name
+            add(c)
+            i += 1
+        else:  # a run of plain symbols; its last one may carry '*n'
+            end = _PLAIN.match(s, i).end()
+            if end < len(s) and s[end] == "*" and s[end - 1] in "EtmL":
+                n, nxt = _repeat_count(text, s, end)
+                if total + (end - 1 - i) + n > MAX_LAYOUT_SYMBOLS:
+                    raise _layout_error(text, f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
+                add(s[i:end - 1] + s[end - 1] * n)
+                i = nxt
+            else:
+                add(s[i:end])
+                i = end
+    return "".join(parts), i
 
 
 @lru_cache(maxsize=4096)
@@ -39,11 +123,8 @@ def parse_layout(text: str) -> tuple[str, ...]:
     flat = expand_layout(text)
     bad = sorted(set(flat) - _SYMBOLS - {"|"})
     if bad:
-        raise PlannerError(
-            f"Pipeline layout '{text}' has an unknown symbol '{bad[0]}'.",
-            hint="Use E (embedding), t (decoder layer), m (MTP), L (loss), '|' between stages, "
-            "and (..)*n or t*n for repeats, as Megatron's --pipeline-model-parallel-layout does.",
-        )
+        raise _layout_error(text, f"has an unknown symbol {bad[0]!r}" if not bad[0].isprintable()
+                            else f"has an unknown symbol '{bad[0]}'")
     return tuple(flat.split("|"))
 
 
@@ -193,6 +274,14 @@ def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None) -> Pip
     """Resolve the plan's layout (or the even default) into virtual stages, checking it against
     the model the way Megatron's PipelineParallelLayerLayout.validate_layer_layout does."""
     syms = parse_layout(layout) if layout else even_layout_symbols(model, pp, vpp)
+    empty = [i for i, st in enumerate(syms) if not st]
+    if empty:
+        raise _rule(
+            "layout-empty-stage",
+            f"Virtual stage {empty[0]} of the layout is empty ('|' twice in a row, or at the start or end): every "
+            "stage must hold at least one of E, t, m or L.",
+            hint="Remove the extra '|', or give the stage a layer.",
+        )
     if len(syms) % pp:
         raise _rule("layout-stages", f"Layout has {len(syms)} stages, not a multiple of pp={pp}.")
     if layout and len(syms) // pp != vpp:

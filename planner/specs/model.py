@@ -9,11 +9,28 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from planner.specs.common import Sourced, Spec
+from planner.specs.common import (
+    MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_SEQ_LEN, GpuCount, LayerCount, NonNegInt, NotBool, PositiveFloat, PositiveInt, Sourced, Spec,
+)
 
-NonNegInt = Annotated[int, Field(ge=0)]
+Width = Annotated[int, NotBool, Field(gt=0, le=2**20)]
+"""A width (hidden, FFN, head or low-rank dimension): at most 2^20, 40x the widest model built."""
+HeadCount = Annotated[int, NotBool, Field(gt=0, le=2**16)]
+"""Attention heads or experts: at most 65,536 (published models have up to 384 experts)."""
+
+
+def _printable(value: str) -> str:
+    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127 or c in "\u2028\u2029\x85"), None)
+    if bad is not None:
+        raise ValueError(f"contains the control character {bad!r}; names are one line of printable text")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable)]
+"""A catalog name, alias or display name: one line of printable text (it appears in tables and in
+the comments of exported launch scripts)."""
 
 
 class GQAAttention(Spec):
@@ -21,11 +38,11 @@ class GQAAttention(Spec):
 
     kind: Literal["gqa"] = "gqa"
     """Discriminator: grouped-query (or multi-head) attention."""
-    num_heads: PositiveInt
+    num_heads: HeadCount
     """Query heads (config.json num_attention_heads)."""
-    num_kv_heads: PositiveInt
+    num_kv_heads: HeadCount
     """Key/value heads (num_key_value_heads); equal to num_heads for MHA."""
-    head_dim: PositiveInt
+    head_dim: Width
     """Per-head width (head_dim, or hidden_size / num_heads where the config omits it)."""
     qk_norm: bool = False
     """RMSNorm on queries and keys per head (Qwen3); adds 2*head_dim replicated parameters."""
@@ -67,17 +84,17 @@ class MLAAttention(Spec):
 
     kind: Literal["mla"] = "mla"
     """Discriminator: multi-head latent attention."""
-    num_heads: PositiveInt
+    num_heads: HeadCount
     """Attention heads (num_attention_heads)."""
-    q_lora_rank: PositiveInt | None
+    q_lora_rank: Width | None
     """Rank of the query down-projection; None means a full-rank query projection (V2-Lite)."""
-    kv_lora_rank: PositiveInt
+    kv_lora_rank: Width
     """Rank of the compressed key/value latent."""
-    qk_nope_head_dim: PositiveInt
+    qk_nope_head_dim: Width
     """Per-head query/key width without rotary embedding."""
-    qk_rope_head_dim: PositiveInt
+    qk_rope_head_dim: Width
     """Per-head query/key width carrying rotary embedding (the key part is shared by all heads)."""
-    v_head_dim: PositiveInt
+    v_head_dim: Width
     """Per-head value width."""
 
     @property
@@ -98,7 +115,7 @@ class FFN(Spec):
 
     activation: Literal["swiglu", "gelu"]
     """swiglu: gate, up and down projections (3 matrices); gelu: up and down (2 matrices)."""
-    hidden_size: PositiveInt
+    hidden_size: Width
     """Intermediate width of the dense layers (intermediate_size / d_ff)."""
     bias: bool = False
     """Biases on the MLP projections (GPT-3)."""
@@ -107,19 +124,19 @@ class FFN(Spec):
 class MoE(Spec):
     """Mixture-of-experts layers: routed experts, optional shared experts, a router per layer."""
 
-    num_experts: PositiveInt
+    num_experts: HeadCount
     """Routed experts per MoE layer (n_routed_experts / num_experts / num_local_experts)."""
-    top_k: PositiveInt
+    top_k: HeadCount
     """Routed experts each token is sent to (num_experts_per_tok)."""
-    expert_hidden_size: PositiveInt
+    expert_hidden_size: Width
     """Intermediate width of one routed expert (moe_intermediate_size)."""
-    num_shared_experts: NonNegInt = 0
+    num_shared_experts: Annotated[int, NotBool, Field(ge=0, le=2**16)] = 0
     """Always-active shared experts (n_shared_experts)."""
-    shared_expert_hidden_size: PositiveInt | None = None
+    shared_expert_hidden_size: Width | None = None
     """Total intermediate width of the shared experts; defaults to num_shared * expert_hidden_size."""
-    first_k_dense: NonNegInt = 0
+    first_k_dense: Annotated[int, NotBool, Field(ge=0, le=MAX_LAYERS)] = 0
     """The first k decoder layers use the dense FFN (first_k_dense_replace)."""
-    layer_freq: PositiveInt = 1
+    layer_freq: LayerCount = 1
     """After the first k, layer i is MoE when i % layer_freq == 0 (DeepSeek moe_layer_freq)."""
     router_bias: bool = False
     """DeepSeek-V3's per-expert score-correction bias (aux-loss-free balancing, topk_method
@@ -130,9 +147,9 @@ class MoE(Spec):
     """Biases inside each expert MLP (gpt-oss)."""
     score_function: Literal["softmax", "sigmoid"] = "softmax"
     """Router scoring (DeepSeek-V3 and Kimi K2 use sigmoid)."""
-    num_groups: PositiveInt | None = None
+    num_groups: HeadCount | None = None
     """Node-limited routing groups (n_group), informational for the dispatcher."""
-    group_top_k: PositiveInt | None = None
+    group_top_k: HeadCount | None = None
     """Groups each token may use (topk_group)."""
 
     @model_validator(mode="after")
@@ -168,11 +185,11 @@ class Published(Spec):
 class ReferenceJob(Spec):
     """A published training setup used when the user names no job."""
 
-    gpus: PositiveInt
+    gpus: GpuCount
     """GPUs of the published run."""
-    global_batch: PositiveInt
+    global_batch: Annotated[int, NotBool, Field(gt=0, le=MAX_GLOBAL_BATCH)]
     """Global batch in sequences."""
-    seq_len: PositiveInt
+    seq_len: Annotated[int, NotBool, Field(gt=0, le=MAX_SEQ_LEN)]
     """Sequence length in tokens."""
     hardware: str | None = None
     """Catalog name of the hardware of that run, if it is in the catalog."""
@@ -183,19 +200,19 @@ class ReferenceJob(Spec):
 class ModelSpec(Spec):
     """A decoder-only transformer, dense or MoE."""
 
-    name: str
+    name: Name
     """Catalog name (lower-case, as typed on the command line)."""
-    aliases: list[str] = []
+    aliases: list[Name] = Field([], max_length=64)
     """Other names that resolve to this model."""
-    display_name: str | None = None
+    display_name: Name | None = None
     """Name as its publisher writes it."""
     source: list[str] = Field(min_length=1)
     """Where the architecture numbers come from (config.json, paper table)."""
-    hidden_size: PositiveInt
+    hidden_size: Width
     """Model width h (hidden_size / d_model)."""
-    num_layers: PositiveInt
+    num_layers: LayerCount
     """Decoder layers of the main model, MTP excluded (num_hidden_layers)."""
-    vocab_size: PositiveInt
+    vocab_size: Annotated[int, NotBool, Field(gt=0, le=2**24)]
     """Vocabulary size of the embedding and output head."""
     tie_embeddings: bool = False
     """Output head shares the input embedding's weights (tie_word_embeddings)."""
@@ -211,7 +228,7 @@ class ModelSpec(Spec):
     """Dense feed-forward block; its activation also shapes the experts."""
     moe: MoE | None = None
     """MoE layers; None for dense models."""
-    mtp_layers: NonNegInt = 0
+    mtp_layers: Annotated[int, NotBool, Field(ge=0, le=64)] = 0
     """Multi-token-prediction modules (num_nextn_predict_layers), each a full decoder layer of the
     last layer's kind plus two norms and a 2h x h projection; counted apart from the main model."""
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)

@@ -13,10 +13,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import PlainSerializer, PlainValidator, PositiveInt, ValidationError, WithJsonSchema, field_validator
+from pydantic import Field, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema, field_validator
 
 from planner.errors import PlannerError, PlanRuleError, suggest
-from planner.specs.common import Spec
+from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, GpuCount, NotBool, Spec
+
+MAX_PLAN_TEXT = 16384
+"""Longest plan string read (a layout of 128 stages written out is about 1,000 characters)."""
+
+Degree = GpuCount
+"""A parallel degree: at most the largest GPU count planner accepts (2^20)."""
 
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe", "shared_experts")
 """Megatron's --recompute-modules choices that planner models (megatron-core 0.19)."""
@@ -27,7 +33,7 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 
 # Order of keys in the canonical string form.
 KEY_ORDER = (
-    "tp", "cp", "pp", "vpp", "dp", "ep", "etp", "mbs", "sharding", "recompute", "offload",
+    "tp", "cp", "pp", "vpp", "dp", "ep", "etp", "edp", "mbs", "sharding", "recompute", "offload",
     "precision", "moments", "layout", "stage_recompute", "dispatcher", "ep_overlap",
 )
 
@@ -73,8 +79,8 @@ def parse_recompute(text: str) -> Recompute:
         if text == "full":
             return Recompute("full")
         n = text.split(":", 1)[1]
-        if not n.isdigit() or int(n) < 0:
-            raise ValueError(f"full:N needs a non-negative layer count, got '{text}'")
+        if not re.fullmatch(r"[0-9]{1,6}", n) or int(n) > MAX_LAYERS:
+            raise ValueError(f"full:N needs a layer count from 0 to {MAX_LAYERS}, got '{text}'")
         return Recompute("full", layers=int(n)) if int(n) else Recompute("none")
     mods = [m.strip() for m in text.split("+") if m.strip()]
     bad = [m for m in mods if m not in RECOMPUTE_MODULES]
@@ -103,8 +109,8 @@ class Sharding(_Named):
 def parse_sharding(text: str) -> Sharding:
     text = text.strip()
     if text.startswith("hsdp"):
-        m = re.fullmatch(r"hsdp:(\d+)", text)
-        if not m or int(m.group(1)) < 1:
+        m = re.fullmatch(r"hsdp:([0-9]{1,8})", text)
+        if not m or not 1 <= int(m.group(1)) <= MAX_GPUS:
             raise ValueError(f"hsdp needs a sharding-group size, e.g. 'hsdp:8'; got '{text}'")
         return Sharding("hsdp", int(m.group(1)))
     if text not in SHARDINGS:
@@ -153,8 +159,8 @@ def parse_on_off(value) -> bool:
 
 def parse_stage_recompute(text: str) -> tuple[int, ...]:
     parts = text.split("/")
-    if not all(p.isdigit() for p in parts):
-        raise ValueError(f"stage_recompute must be '/'-separated layer counts, got '{text}'")
+    if not all(re.fullmatch(r"[0-9]{1,6}", p) and int(p) <= MAX_LAYERS for p in parts):
+        raise ValueError(f"stage_recompute must be '/'-separated layer counts (0 to {MAX_LAYERS}), got '{text}'")
     return tuple(int(p) for p in parts)
 
 
@@ -167,6 +173,8 @@ def _typed(parse, kind: type, fmt=str, schema: dict | None = None):
             return value
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {value!r}")
+        if len(value) > MAX_PLAN_TEXT:
+            raise ValueError(f"{len(value):,} characters; at most {MAX_PLAN_TEXT:,}")
         return parse(value)
 
     return (PlainValidator(validate), PlainSerializer(fmt, return_type=str),
@@ -203,6 +211,10 @@ def parse_pairs(text: str | None, what: str = "plan") -> dict[str, str]:
     values: dict[str, str] = {}
     if not text:
         return values
+    if len(text) > MAX_PLAN_TEXT:
+        where = "The plan" if what == "plan" else what
+        raise PlannerError(f"{where} is {len(text):,} characters long; planner reads at most {MAX_PLAN_TEXT:,}.",
+                           hint="Example: --plan \"tp=2,pp=4,ep=8,mbs=1\".")
     for part in re.split(r",(?=\s*[A-Za-z_]+\s*=)", text):
         where = "Plan" if what == "plan" else what
         if "=" not in part:
@@ -223,21 +235,23 @@ def parse_pairs(text: str | None, what: str = "plan") -> dict[str, str]:
 class Plan(Spec):
     """A parallel layout and its memory levers. Omitted keys take their defaults."""
 
-    tp: PositiveInt = 1
+    tp: Degree = 1
     """Tensor parallelism (with sequence parallelism whenever tp > 1)."""
-    cp: PositiveInt = 1
+    cp: Degree = 1
     """Context parallelism (the sequence split across GPUs, ring attention)."""
-    pp: PositiveInt = 1
+    pp: Degree = 1
     """Pipeline-parallel stages."""
-    vpp: PositiveInt = 1
+    vpp: Degree = 1
     """Virtual stages per pipeline rank (interleaved 1F1B); 1 is plain 1F1B."""
-    dp: PositiveInt | None = None
+    dp: Degree | None = None
     """Data parallelism; derived as gpus / (tp*cp*pp) when omitted, checked when given."""
-    ep: PositiveInt = 1
+    ep: Degree = 1
     """Expert parallelism (MoE only)."""
-    etp: PositiveInt | None = None
+    etp: Degree | None = None
     """Expert tensor parallelism; defaults to tp, as in Megatron."""
-    mbs: PositiveInt = 1
+    edp: Degree | None = None
+    """Expert data parallelism; derived as gpus / (etp*ep*pp) when omitted, checked when given."""
+    mbs: Annotated[int, NotBool, Field(gt=0, le=MAX_GLOBAL_BATCH)] = 1
     """Micro-batch size in sequences."""
     sharding: ShardingValue = Sharding("dist_opt")
     """dist_opt (Megatron distributed optimizer), ddp, zero2, fsdp (full shard), hsdp:N."""
@@ -250,7 +264,7 @@ class Plan(Spec):
     None means the job's default."""
     moments: Literal["fp32", "bf16"] = "fp32"
     """Adam moment precision."""
-    layout: str | None = None
+    layout: str | None = Field(None, max_length=MAX_PLAN_TEXT)
     """A Megatron pipeline layout, e.g. 'Ettt|(tttt|)*14ttmL'; None spreads layers evenly."""
     stage_recompute: StageRecompute | None = None
     """Per-stage full-recompute layer counts, '/'-separated (e.g. '4/2/0/0'): advisory, no launcher
@@ -306,7 +320,33 @@ class Plan(Spec):
                 f"{gpus} GPUs are not divisible by etp*ep*pp = {self.expert_tp}*{self.ep}*{self.pp} = {expert}"
                 " (Megatron's expert grid, parallel_state.initialize_model_parallel).",
             )
-        return Degrees(self.tp, self.cp, self.pp, self.vpp, dp, self.ep, self.expert_tp, gpus // expert)
+        edp = gpus // expert
+        if self.edp is not None and self.edp != edp:
+            raise PlanRuleError(
+                "edp-mismatch",
+                f"The plan gives edp={self.edp}, but {gpus} GPUs / (etp*ep*pp = {self.expert_tp}*{self.ep}*{self.pp} = "
+                f"{expert}) = {edp}.",
+                hint="Leave edp out to have it derived.",
+            )
+        return Degrees(self.tp, self.cp, self.pp, self.vpp, dp, self.ep, self.expert_tp, edp)
+
+    def check_given_degrees(self, deg: Degrees, gpus: int) -> None:
+        """A dp or edp the user gave must equal the derived one (``deg``, from the canonical
+        plan, which drops both): the error names the given and the derived value."""
+        if self.dp is not None and self.dp != deg.dp:
+            raise PlanRuleError(
+                "dp-mismatch",
+                f"The plan gives dp={self.dp}, but {gpus} GPUs / (tp*cp*pp = {deg.tp}*{deg.cp}*{deg.pp} = "
+                f"{deg.tp * deg.cp * deg.pp}) = {deg.dp}.",
+                hint="Leave dp out to have it derived.",
+            )
+        if self.edp is not None and self.edp != deg.edp:
+            raise PlanRuleError(
+                "edp-mismatch",
+                f"The plan gives edp={self.edp}, but {gpus} GPUs / (etp*ep*pp = {deg.etp}*{deg.ep}*{deg.pp} = "
+                f"{deg.etp * deg.ep * deg.pp}) = {deg.edp}.",
+                hint="Leave edp out to have it derived.",
+            )
 
     # ---- string form -----------------------------------------------------------------------
     @classmethod
@@ -360,7 +400,7 @@ class Plan(Spec):
         keys on dense models, etp written out, dp dropped (derived), the dispatcher and precision
         made explicit, EP overlap off where there is no EP."""
         d = self.model_dump()
-        d["dp"] = None
+        d["dp"] = d["edp"] = None
         if d["pp"] == 1:
             d["vpp"] = 1
         if not is_moe:

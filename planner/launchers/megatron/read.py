@@ -23,8 +23,6 @@ Variables the script uses but does not set, and command substitutions it would r
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -306,6 +304,8 @@ class MegatronArgs:
     fp8: dict | None = None
     """{'format': ..., 'recipe': ...} when the flags train in FP8 (Megatron's default recipe: delayed)."""
     script_line: int | None = None
+    refused: list[str] = field(default_factory=list)
+    """Arguments Megatron's parser itself would refuse (a flag without its value...)."""
 
     def __iter__(self):
         return iter((self.job, self.plan, self.model_hints, self.unknown_flags))
@@ -512,7 +512,8 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     return MegatronArgs(job=job, plan=plan, model_hints=model_hints(v), unknown_flags=unknown,
                         ignored_flags=ignored, unresolved=list(cmd.unresolved), env=dict(cmd.env),
                         launcher=dict(cmd.launcher), notes=notes, values=dict(v), used_flags=used,
-                        not_run=list(cmd.not_run), fp8=fp8, script_line=cmd.line)
+                        not_run=list(cmd.not_run), fp8=fp8, script_line=cmd.line,
+                        refused=[p for p in parsed.problems if "argparse refuses it" in p])
 
 
 _FSDP_STRATEGIES = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}
@@ -530,9 +531,6 @@ def _fraction(value) -> float:
 # ---------------------------------------------------------------------------------------------
 # the one route from a script to a job
 # ---------------------------------------------------------------------------------------------
-
-MAX_SCRIPT_BYTES = 4 << 20
-
 
 @dataclass
 class ScriptJob:
@@ -557,29 +555,13 @@ class ScriptJob:
 
 
 def read_source(source: str | Path) -> tuple[str, str]:
-    """(text, label) of a launch script: a Path is read (a regular file up to 4 MiB of UTF-8),
-    a str is the script itself."""
+    """(text, label) of a launch script: a Path is read through planner.files (a regular file of
+    at most 4 MiB of UTF-8, remembered as an input of the command), a str is the script itself."""
     if not isinstance(source, Path):
         return source, "<script>"
-    try:
-        st = os.stat(source)
-    except OSError as exc:
-        raise PlannerError(f"Cannot read '{source}': {exc.strerror}.") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise PlannerError(f"'{source}' is not a regular file; --megatron-args reads a launch script or a file "
-                           "of arguments.")
-    if st.st_size > MAX_SCRIPT_BYTES:
-        raise PlannerError(f"'{source}' is {st.st_size:,} bytes; planner reads launch scripts up to "
-                           f"{MAX_SCRIPT_BYTES:,} bytes.")
-    try:
-        with open(source, "rb") as fh:
-            data = fh.read(MAX_SCRIPT_BYTES + 1)
-    except OSError as exc:
-        raise PlannerError(f"Cannot read '{source}': {exc.strerror}.") from None
-    try:
-        return data.decode("utf-8"), str(source)
-    except UnicodeDecodeError as exc:
-        raise PlannerError(f"'{source}' is not UTF-8 text (byte {exc.start}); is it a launch script?") from None
+    from planner.files import MAX_SCRIPT_BYTES, read_text
+
+    return read_text(source, "launch script", MAX_SCRIPT_BYTES), str(source)
 
 
 def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: dict | None = None):

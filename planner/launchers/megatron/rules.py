@@ -41,14 +41,33 @@ PLAN_RULES: dict[str, str] = {
 """Megatron's own plan rules by name, with the check each mirrors (the shared ones: planner.rules.SHARED_RULES)."""
 
 
-def _expand_like_megatron(layout: str) -> list[str]:
+def _expand_like_megatron(layout: str) -> list[str] | None:
     """Expand a layout the way megatron PipelineParallelLayerLayout.parse_str_to_list does: drop
-    commas, one pass of '(group)*n' with a group free of ')' characters, then 'x*n'."""
+    commas, one pass of '(group)*n' with a group free of ')' characters, then 'x*n'. None when
+    Megatron's reading would grow past planner's bound on layouts (it repeats whatever precedes
+    a '*n', so a string planner reads as small can unroll to gigabytes there)."""
     import re
 
+    from planner.specs.layout import MAX_LAYOUT_SYMBOLS
+
+    budget = [MAX_LAYOUT_SYMBOLS]
+
+    class _TooLong(Exception):
+        pass
+
+    def rep(m: re.Match) -> str:
+        n = int(m.group(2)) if len(m.group(2)) <= 7 else MAX_LAYOUT_SYMBOLS + 1
+        budget[0] -= len(m.group(1)) * n
+        if budget[0] < 0:
+            raise _TooLong()
+        return m.group(1) * n
+
     s = layout.replace(",", "")
-    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    try:
+        s = re.sub(r"\(([^)]+)\)\*(\d+)", rep, s)
+        s = re.sub(r"(.)\*(\d+)", rep, s)
+    except _TooLong:
+        return None
     return s.split("|")
 
 
@@ -262,6 +281,10 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
 
     def add(rule: str, msg: str, hint: str | None = None):
         out.append(Violation(rule, msg, hint))
+
+    for problem in args.refused:
+        add("argparse", f"Megatron's argument parser refuses {problem}.",
+            "Give the flag its value (a variable the script leaves empty?).")
 
     tp = _int(v, "tensor_model_parallel_size", 1)
     pp = _int(v, "pipeline_model_parallel_size", 1)

@@ -8,6 +8,7 @@ runs :func:`planner.rules.check_launcher_rules` first and raises the violated ru
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -289,11 +290,21 @@ def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaun
     return launch
 
 
+_SHELL_VAR = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _quote(token: str) -> str:
-    # "$VAR" stays expandable; everything else is single-quoted where the shell needs it.
-    if token.startswith("$") and token[1:].replace("_", "").isalnum():
+    # "$VAR" (an ASCII variable name, nothing else) stays expandable; everything else is
+    # single-quoted where the shell needs it, so no value can run a command or split a word.
+    if _SHELL_VAR.fullmatch(token):
         return f'"{token}"'
     return shlex.quote(token)
+
+
+def _env_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"not an environment variable name: {name!r}")
+    return name
 
 
 def _bash_array(name: str, args: list[str]) -> str:
@@ -309,23 +320,25 @@ def _bash_array(name: str, args: list[str]) -> str:
 
 
 def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: list[str], version: str) -> str:
+    from planner.launchers.common import comment_text as _c  # no value may end a comment line early
+
     job, hw, model = setup.job, setup.hw, setup.model
     out = [
         "#!/usr/bin/env bash",
-        f"# Megatron-LM launch script written by planner {version} (planner export --format megatron).",
-        f"# model: {model.name}   hardware: {hw.name}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
+        f"# Megatron-LM launch script written by planner {_c(version)} (planner export --format megatron).",
+        f"# model: {_c(model.name)}   hardware: {_c(hw.name)}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
         f"seq {job.seq_len}",
-        f"# plan: {plan_text}",
+        f"# plan: {_c(plan_text)}",
         f"# degrees: dp={setup.deg.dp} edp={setup.deg.edp}, {setup.micro_batches} micro-batches per step",
     ]
     if pred_lines:
-        out += [f"# predicted: {ln}" for ln in pred_lines]
+        out += [f"# predicted: {_c(ln)}" for ln in pred_lines]
     out += [
         "# Flags as in megatron-core 0.19.2. Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT",
         "# set by your scheduler, and MEGATRON_LM pointing at a Megatron-LM checkout. DATA_ARGS uses mock",
         "# data: put your --data-path and tokenizer there; TRAINING_ARGS holds placeholder hyperparameters.",
     ]
-    out += [f"# note: {n}" for n in launch.notes]
+    out += [f"# note: {_c(n)}" for n in launch.notes]
     out += [
         "set -euo pipefail",
         "",
@@ -337,8 +350,8 @@ def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: lis
         "",
     ]
     for k, v in launch.env.items():
-        out.append(f"# {launch.env_notes.get(k, '')}")
-        out.append(f"export {k}={shlex.quote(v)}")
+        out.append(f"# {_c(launch.env_notes.get(k, ''))}")
+        out.append(f"export {_env_name(k)}={shlex.quote(v)}")
     if launch.env:
         out.append("")
     if "CUDA_DEVICE_MAX_CONNECTIONS" not in launch.env and setup.plan.sharding.kind in ("fsdp", "zero2", "hsdp"):

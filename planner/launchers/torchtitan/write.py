@@ -110,18 +110,20 @@ def export_torchtitan(setup, *, predictions: dict | None = None, torchtitan_conf
     from planner import __version__
     from planner.launchers.common import prediction_lines
 
+    from planner.launchers.common import comment_text as _c  # no value may end a comment line early
+
     launch = torchtitan_launch(setup, torchtitan_config=torchtitan_config, nproc_per_node=nproc_per_node)
     job, hw, model = setup.job, setup.hw, setup.model
     lines = [
         "#!/usr/bin/env bash",
-        f"# torchtitan 0.3.0 launch written by planner {__version__} (planner export --format torchtitan).",
-        f"# model: {model.name}   hardware: {hw.name}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
+        f"# torchtitan 0.3.0 launch written by planner {_c(__version__)} (planner export --format torchtitan).",
+        f"# model: {_c(model.name)}   hardware: {_c(hw.name)}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
         f"seq {job.seq_len}",
-        f"# plan: {setup.plan.to_string()}",
-        f"# config_registry function: {launch.module}.{launch.config} (its model, optimizer and data settings "
+        f"# plan: {_c(setup.plan.to_string())}",
+        f"# config_registry function: {_c(launch.module)}.{_c(launch.config)} (its model, optimizer and data settings "
         "apply; the overrides below set the parallel layout and batch).",
     ]
-    lines += [f"# predicted: {ln}" for ln in prediction_lines(predictions or {})]
+    lines += [f"# predicted: {_c(ln)}" for ln in prediction_lines(predictions or {})]
     lines += [
         "set -euo pipefail",
         "",
