@@ -84,7 +84,7 @@ def report_job(model, gpus: int):
     """The model's reference job at ``gpus`` GPUs; the global batch follows compare's sweep rule
     (the reference batch unless the GPU count needs more tokens per step)."""
     from planner.options import resolve_job
-    from planner.report.compare import sweep_global_batch
+    from planner.search.compare import sweep_global_batch
 
     ref = resolve_job(model)
     gb = sweep_global_batch(ref.global_batch, ref.seq_len, gpus)
@@ -111,7 +111,7 @@ def sweep_command(r: Report) -> str:
 def build_report(r: Report, progress=None) -> dict:
     """The JSON of one report (no timings)."""
     from planner.cost.setup import Assumptions
-    from planner.report.compare import run_compare, run_sweep, strip_private
+    from planner.report.compare import compare_report as run_compare, strip_private, sweep_report as run_sweep
     from planner.specs.catalog import load_hardware, load_model
 
     model = load_model(r.model)
