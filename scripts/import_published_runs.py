@@ -968,9 +968,9 @@ def hand_runs(research: list[dict]) -> list[dict]:
         run["notes"] = r["notes"] + (" " + LLAMA3_NOTE if r["model"].startswith("llama3-") else "")
         out.append(run)
     # ---- Llama 3 paper -----------------------------------------------------------------------
-    llama = [("llama3-405b-8k-h100-8192gpu", 8192, 2048, 8192, "tp=8,cp=1,pp=16,precision=bf16,layout=Et*7|(t*8|)*14t*7L", 430, 0.43, "Table 4 row 1"),
-             ("llama3-405b-8k-h100-16384gpu", 16384, 2048, 8192, "tp=8,cp=1,pp=16,precision=bf16,layout=Et*7|(t*8|)*14t*7L", 400, 0.41, "Table 4 row 2"),
-             ("llama3-405b-128k-h100-16384gpu-cp16", 16384, 128, 131072, "tp=8,cp=16,pp=16,precision=bf16,layout=Et*7|(t*8|)*14t*7L", 380, 0.38,
+    llama = [("llama3-405b-8k-h100-8192gpu", 8192, 2048, 8192, "tp=8,cp=1,pp=16,vpp=2,mbs=1,precision=bf16,layout=Et*3|(t*4|)*30t*3L", 430, 0.43, "Table 4 row 1"),
+             ("llama3-405b-8k-h100-16384gpu", 16384, 2048, 8192, "tp=8,cp=1,pp=16,vpp=2,mbs=1,precision=bf16,layout=Et*3|(t*4|)*30t*3L", 400, 0.41, "Table 4 row 2"),
+             ("llama3-405b-128k-h100-16384gpu-cp16", 16384, 128, 131072, "tp=8,cp=16,pp=16,vpp=2,mbs=1,precision=bf16,layout=Et*3|(t*4|)*30t*3L", 380, 0.38,
               "Table 4 row 3")]
     for name, gpus, gbs, seq, plan, tfl, mfu, row in llama:
         out.append({
@@ -988,9 +988,10 @@ def hand_runs(research: list[dict]) -> list[dict]:
             "flops_convention": {"kind": "megatron",
                                  "note": "Meta's model TFLOPs/GPU; the convention is not spelled out (read as Megatron's, "
                                          "causal attention); at 128K the attention share makes this uncertain"},
-            "notes": "Plan keys beyond TP/CP/PP/DP are not stated: VPP 1 and mbs 1 are planner's defaults here. The "
-                     "layout follows the paper's 'one fewer layer on the first and the last stage' (its pipeline-parallelism section). "
-                     "RoCE 400 Gb/s per GPU.",
+            "notes": "Plan keys beyond TP/CP/PP/DP are not stated. The paper trains with an interleaved schedule and one "
+                     "layer fewer on the first and the last pipeline stage without giving the number of virtual stages: "
+                     "VPP 2 (126 layers as 32 virtual stages of four, three on the first and the last) and micro-batch "
+                     "size 1 are assumed. RoCE 400 Gb/s per GPU.",
         })
     # ---- DeepSeek-V3 report --------------------------------------------------------------------
     r = by["deepseek-v3-report-h800-2048gpu-pretrain-average"]
