@@ -106,6 +106,10 @@ def test_cli_outputs(tmp_path, capsys):
     assert main(["validate", str(path), "--only", "my-llama-8b"]) == 0
     text = capsys.readouterr().out
     assert "my-llama-8b" in text and "my-qwen3-30b" not in text
+    assert main(["validate", str(path), "--plot", str(tmp_path / "no-such-dir" / "v.png")]) == 2
+    assert "Cannot write the plot" in capsys.readouterr().err
+    assert main(["validate", str(path), "--only", "nobody"]) == 2
+    assert "No run named nobody" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("runs, words", [

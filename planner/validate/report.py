@@ -224,8 +224,15 @@ def plot(report: dict, path: Path) -> Path:
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        from planner.errors import PlannerError
+
+        raise PlannerError(f"Cannot write the plot to '{path}': {exc.strerror or exc}.",
+                           hint="Give a path in a folder that exists and is writable.") from None
+    finally:
+        plt.close(fig)
     return path
 
 
