@@ -508,7 +508,10 @@ def mb_run(r: dict, series: str | None) -> dict:
         run["series"] = series
     reasons = []
     if model is None:
-        reasons.append(f"model {r['model']} is not in planner's catalog (hybrid Mamba-MoE or a newer architecture)")
+        family = r["model"].split(" (")[0]
+        why = ("hybrid Mamba-Transformer MoE layers, which planner does not model" if family.startswith("nemotron")
+               else "an architecture newer than the catalog")
+        reasons.append(f"model {family} is not in planner's catalog ({why})")
     if prec == "nvfp4":
         reasons.append("NVFP4 training: planner's precisions are bf16 and fp8")
     if reasons:
@@ -919,7 +922,7 @@ def hand_runs(research: list[dict]) -> list[dict]:
         if not r["name"].startswith("tt"):
             continue
         g, lv = r["degrees"], r["levers"]
-        model = MODELS.get(r["model"])
+        model = MODELS.get(r["model"].split(" (")[0])
         prec = precision_of(r["precision"])
         ac = str(lv.get("activation_checkpointing", ""))
         parts = {"tp": g.get("tp", 1), "cp": g.get("cp", 1), "pp": g.get("pp", 1), "mbs": None,
@@ -931,7 +934,7 @@ def hand_runs(research: list[dict]) -> list[dict]:
             parts["mbs"] = r["micro_batch"]
         reasons = []
         if model is None:
-            reasons.append(f"model {r['model']} is not in planner's catalog")
+            reasons.append(f"model {r['model'].split(' (')[0]} is not in planner's catalog")
         if ac.startswith("selective"):
             reasons.append("torchtitan's per-op selective activation checkpointing (saves matmul and attention outputs "
                            "but recomputes every second matmul and all element-wise ops) has no planner recompute setting")

@@ -21,6 +21,11 @@ def _abs_pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell (a pipeline layout's '|' would end the cell)."""
+    return text.replace("|", "\\|")
+
+
 def _num(x: float | None, nd: int = 0) -> str:
     return "–" if x is None else f"{x:,.{nd}f}"
 
@@ -121,7 +126,7 @@ def markdown(report: dict, command: str) -> str:
                     continue
                 lines.append(f"| {r['name']} | {_num(r['measured']['tokens_per_s_per_gpu'])} | "
                              f"{_num(r['predicted']['tokens_per_s_per_gpu'])} | {_pct(r['errors']['throughput'])} | "
-                             f"`{r['plan']}` |")
+                             f"`{_cell(r['plan'])}` |")
             lines.append("")
     # memory
     memr = [r for r in runs if "peak_reserved" in r["errors"]]
