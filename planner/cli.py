@@ -33,7 +33,7 @@ def _register() -> None:
     # Importing a command module registers its commands on `app`.
     from planner.commands import catalog, explain  # noqa: F401
 
-    for optional in ("search", "compare", "export", "memtrace", "calibrate"):
+    for optional in ("search", "compare", "export", "memtrace", "calibrate", "validate"):
         try:
             __import__(f"planner.commands.{optional}")
         except ModuleNotFoundError as exc:  # a command whose module is not written yet

@@ -156,7 +156,7 @@ def results_cmd(
     check: Annotated[bool, typer.Option("--check", help="Regenerate into a temporary folder and compare the Markdown and JSON with --out byte for byte; exit 1 on any difference.")] = False,
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Only this report (repeatable), e.g. qwen3-235b-a22b-256 or seed-claims.")] = None,
 ) -> None:
-    """Regenerate the reports of results/ (Hopper vs Blackwell per model, seed claims), or --check them."""
+    """Regenerate the reports of results/ (Hopper vs Blackwell per model, seed claims, the published-runs validation), or --check them."""
     from planner.errors import PlannerError
     from planner.report.results import main as results_main
 
