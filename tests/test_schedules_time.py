@@ -105,12 +105,16 @@ def test_interleaved_bubble_is_divided_by_v(p, v, m):
     assert res.step == pytest.approx(pipeline_time([f + b] * p, m, v))
 
 
-def test_interleaved_with_a_partial_last_group_bubbles_more():
-    """With m not a multiple of p Megatron's last group is short and the closed form is optimistic:
-    p=4, v=2, m=6 walks 27.5 against m(F+B) + (p-1)(F+B)/v = 22.5."""
+def test_interleaved_needs_whole_groups_of_p_micro_batches():
+    """Megatron-Core refuses an interleaved step whose last group of micro-batches is shorter than
+    PP (forward_backward_pipelining_with_interleaving raises, the default group being PP). Walked,
+    such orders bubble more than the closed form (p=4, v=2, m=6: 27.5 against m(F+B) +
+    (p-1)(F+B)/v = 22.5) or deadlock outright (p=16, v=2, m=120)."""
     res = walk("interleaved", 4, 2, 6, uniform("interleaved", 4, 2, compute_chunk(0.5, 1.0)))
     assert res.step == pytest.approx(27.5)
     assert pipeline_time([3.0] * 4, 6, 2) == pytest.approx(22.5)
+    with pytest.raises(ValueError, match="deadlocks"):
+        walk("interleaved", 16, 2, 120, uniform("interleaved", 16, 2, compute_chunk(0.5, 1.0)))
 
 
 @pytest.mark.parametrize("p,m,f,i,w", [(4, 8, 1.0, 1.0, 1.0), (4, 8, 1.0, 1.5, 0.8), (8, 16, 1.0, 1.2, 0.5),
