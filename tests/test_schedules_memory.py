@@ -83,7 +83,7 @@ def test_profiles_give_peak_over_profiles_the_brute_force_peak(name):
         # Physical rises: a forward ends holding its chunk (rise >= kept), an input-gradient pass
         # ends holding what its weight gradient needs (rise >= kept_W - kept).
         fwd = kept[:n] + rng.uniform(0, 4, (n, 3))
-        bwd = np.maximum(0.0, kept[n:] - kept[:n]) + rng.uniform(0, 4, (n, 3)) if width > n else rng.uniform(0, 9, (n, 3))
+        bwd = rng.uniform(0, 4, (n, 3)) + (np.maximum(0.0, kept[n:] - kept[:n]) if width > n else 0.0)
         for r in range(p):
             got = peak_over_profiles(kept, fwd, bwd, p, v, m, r, False, schedule=name)
             want = np.zeros(3)

@@ -87,7 +87,8 @@ def test_schedule_preconditions(name, p, v, m):
 
 
 # ---- the time walk against the closed forms (uniform stages) --------------------------------------
-@pytest.mark.parametrize("p,m,f,b", [(4, 8, 1.0, 2.0), (8, 16, 1.0, 2.0), (4, 4, 0.7, 1.1), (2, 3, 1.0, 1.0), (5, 9, 0.3, 0.8)])
+@pytest.mark.parametrize("p,m,f,b", [(4, 8, 1.0, 2.0), (8, 16, 1.0, 2.0), (4, 4, 0.7, 1.1), (2, 3, 1.0, 1.0),
+                                     (5, 9, 0.3, 0.8)])
 def test_1f1b_bubble_is_p_minus_1_times_f_plus_b(p, m, f, b):
     """Narayanan et al. 2021 sec. 2.2: every rank idles (p-1)(F+B); the step is (m+p-1)(F+B)."""
     res = walk("1f1b", p, 1, m, uniform("1f1b", p, 1, compute_chunk(f, b)))

@@ -12,7 +12,8 @@ that split the backward (entries v..2v-1: chunks between I and W).
 Megatron's ``1f1b`` and ``interleaved`` it is :func:`planner.cost.schedule.inflight_profiles`
 itself. A weight-gradient pass adds no memory of its own (the gradient GEMMs accumulate into the
 persistent gradient buffer) and the moment before it is the end of the op before it, which that
-op's own rise covers; so W ops add no profile.
+op's own rise covers (so an input-gradient pass's rise must reach what it leaves for W: its end is
+one of its moments); W ops add no profile.
 """
 
 from __future__ import annotations
@@ -74,11 +75,6 @@ def _profiles(name: str, p: int, v: int, m: int, rank: int):
         elif op.kind in ("I", "B"):
             before_b[op.chunk].add(vec)
     return (tuple(tuple(sorted(s)) for s in before_f), tuple(tuple(sorted(s)) for s in before_b))
-
-
-def in_flight(vec: tuple[int, ...]) -> int:
-    """Chunks of micro-batches a held vector holds (activations, or what W still needs)."""
-    return sum(vec)
 
 
 def max_inflight(name: str, p: int, v: int, m: int, rank: int, with_w: bool = True) -> int:

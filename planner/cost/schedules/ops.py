@@ -19,6 +19,7 @@ holds stage r of route 0 and stage p-1-r of route 1: two copies of the parameter
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from planner.cost.schedule import Op
 
@@ -86,13 +87,9 @@ class Placement:
         """(rank, chunk) holding position ``pos`` of ``route``."""
         return self._where[(route, pos)]
 
-    @property
+    @cached_property
     def _where(self) -> dict[tuple[int, int], tuple[int, int]]:
-        found = self.__dict__.get("_where_cache")
-        if found is None:
-            found = {rp: (r, c) for r, chunks in enumerate(self.route_pos) for c, rp in enumerate(chunks)}
-            object.__setattr__(self, "_where_cache", found)
-        return found
+        return {rp: (r, c) for r, chunks in enumerate(self.route_pos) for c, rp in enumerate(chunks)}
 
     def stages_held(self, rank: int) -> tuple[tuple[int, int], ...]:
         """(route, position) of each chunk of ``rank``."""

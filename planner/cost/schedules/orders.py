@@ -45,7 +45,8 @@ def zb_h1(p: int, v: int, m: int, rank: int) -> tuple:
     divide m (ScheduleInterleavedZeroBubble raises otherwise)."""
     rounds = max(1, m // p)
     if m % rounds:
-        raise ValueError(f"zero bubble needs the micro-batches ({m}) a multiple of the rounds ({rounds}), as torch checks")
+        raise ValueError(f"zero bubble needs the micro-batches ({m}) a multiple of the rounds ({rounds}), "
+                         "as torch checks")
     per_round = m // rounds
     warm = min((v - 1) * per_round + (p - 1 - rank), m * v)
     total = m * v
@@ -84,12 +85,11 @@ def zbv(p: int, m: int, rank: int) -> tuple:
     cnt = {("F", 0): 0, ("F", 1): 0, ("I", 0): 0, ("I", 1): 0, ("W", 0): 0, ("W", 1): 0}
     items: list = []
 
-    def take(kind: str, c: int, mb: int | None = None) -> None:
-        k = (kind, c)
-        mb = cnt[k] if mb is None else mb
+    def take(kind: str, c: int) -> None:
+        mb = cnt[kind, c]
         if mb < m:
             items.append(Op(kind, c, mb))
-        cnt[k] = mb + 1
+        cnt[kind, c] = mb + 1
 
     for _ in range(2 * (p - rank) - 1):
         take("F", 0)
