@@ -172,8 +172,9 @@ def test_dualpipe_bubble_matches_the_readme(name, p, m, f, w):
 @pytest.mark.parametrize("name,p,m", [("dualpipe", 8, 32), ("dualpipev", 4, 16)])
 def test_dualpipe_bubble_with_hidden_all_to_all_is_near_the_readme(name, p, m):
     """With EP all-to-all hidden inside the overlapped pairs (F&B < F + B) and exposed in the lone
-    ops, the README's closed form is an approximation: every rank's walked bubble lies within 10 %
-    below it (the lone ops' all-to-all overlaps the next op's compute)."""
+    ops (each item issued after the one before it), the README's closed form (F, B, W the lone
+    items' times) holds on the middle ranks and lies within 10 % above the bubble of the outer
+    ones (their lone ops wait less on their neighbours)."""
     ch = moe_chunk(2, (0.5, 0.5, 0.25), (0.5, 0.5, 0.25), 0.1)
     chunks = (ch, ch)
     f_b = item_seconds(Pair(Op("F", 0, 0), Op("B", 1, 0)), chunks)
@@ -182,7 +183,8 @@ def test_dualpipe_bubble_with_hidden_all_to_all_is_near_the_readme(name, p, m):
     res = walk(name, p, 2, m, uniform(name, p, 2, ch))
     stages = p if name == "dualpipe" else 2 * p
     closed = _readme_bubble(stages, f_b, full, w)
-    assert all(0.9 * closed <= b <= closed for b in res.bubble)
+    assert all(0.9 * closed <= b <= closed * (1 + 1e-12) for b in res.bubble)
+    assert res.bubble[p // 2] == pytest.approx(closed)
 
 
 # ---- the closed form planner uses, with uneven stages ------------------------------------------------
@@ -237,11 +239,11 @@ def test_one_micro_batch_pays_every_send(overlap):
 
 def test_combined_1f1b_without_pipelining():
     """PP = 1 (combined_1f1b_schedule_for_no_pipelining): the first forward and the last backward
-    alone, every other step a forward+backward pair, F + (m-1) F&B + B. The pair hides all eight
-    all-to-alls of its two micro-batches (two MoE layers, dispatch and combine each way); the lone
-    forward exposes its four, the lone backward three: its first combine-gradient runs on the
-    communication stream under the last pair's attention backward (Megatron joins only the compute
-    stream to the step's events, wait_current_stream)."""
+    alone, every other step a forward+backward pair, exactly F + (m-1) F&B + B. The pair hides all
+    eight all-to-alls of its two micro-batches (two MoE layers, dispatch and combine each way); the
+    lone forward and the lone backward expose their four each: ModelChunkSchedulePlan.run records
+    the compute stream's event before the backward's first layer, and its first combine-gradient
+    (on the communication stream) waits on it, so it cannot start under the last pair."""
     a2a = 0.3
     ch = moe_chunk(2, (1.0, 1.0, 0.5), (1.0, 1.0, 0.5), a2a)
     chunks = (ch,)
@@ -250,10 +252,10 @@ def test_combined_1f1b_without_pipelining():
     assert f_b == pytest.approx(f + b - 8 * a2a)
     m = 6
     res = walk("combined-1f1b", 1, 1, m, StepTimes.uniform(1, 1, ch))
-    assert res.step == pytest.approx(f + (m - 1) * f_b + b - a2a)
+    assert res.step == pytest.approx(f + (m - 1) * f_b + b)
     r0 = res.ranks[0]
-    assert r0.exposed["a2a"] == pytest.approx(7 * a2a)
-    assert r0.hidden["a2a"] == pytest.approx((m - 1) * 8 * a2a + a2a)
+    assert r0.exposed["a2a"] == pytest.approx(8 * a2a)
+    assert r0.hidden["a2a"] == pytest.approx((m - 1) * 8 * a2a)
 
 
 def test_delay_wgrad_never_slows_a_pair_and_can_hide_the_dispatch():

@@ -12,6 +12,15 @@ does, and a task starts when its stream is free and every task it depends on has
   Megatron-Core's order (TransformerLayerSchedulePlan.run):
   ``comm: combine_b | dispatch_f -> dispatch_b | combine_f`` and
   ``comp: attn_f | mlp_b -> (mlp_w) -> mlp_f | attn_b -> (attn_w)``;
+- an item (an op or an overlapped pair) starts where the rank's compute stream has reached it and
+  once every input of its ops has arrived: each framework issues an item's kernels, on the
+  communication stream too, after what the rank issued before it (Megatron-Core's
+  ``ModelChunkSchedulePlan.run`` waits for both p2p receives, then records the compute stream's
+  event that every layer node, all-to-alls included, waits on; DualPipe issues a chunk after
+  ``_commit_and_wait_comm``; torch's eager runtime runs one action after another and a NCCL
+  collective waits for the current stream at launch), so an item's inner timing does not depend
+  on the pipeline around it (:func:`item_profile`; the coarse walk of
+  :mod:`~planner.cost.schedules.batch` relies on this);
 - a send between ranks either starts when its data exists (the orders of Megatron and torch:
   ideal asynchronous point-to-point, on the sender's stream to that peer, or holding the sender's
   compute stream when blocking), or, for schedules that post their own sends and receives
@@ -48,11 +57,22 @@ class Tasks:
         self.op: list = []
         """The op a task is part of (None for sends and commit points)."""
         self.outputs: dict[tuple, list[int]] = {}
+        self.last_compute: dict[int, int] = {}
+        """Each rank's latest task on its compute stream (where the next item is issued)."""
 
     def add(self, rank: int, stream: str, dur: float, deps, cause: str, op=None) -> int:
         self.rank.append(rank), self.stream.append(stream), self.dur.append(dur)
         self.deps.append(list(deps)), self.cause.append(cause), self.op.append(op)
-        return len(self.dur) - 1
+        t = len(self.dur) - 1
+        if stream == COMPUTE:
+            self.last_compute[rank] = t
+        return t
+
+    def issue_point(self, rank: int) -> list[int]:
+        """What an item issued now on ``rank`` waits for besides its inputs: the rank's compute
+        stream up to here (see the module docstring)."""
+        t = self.last_compute.get(rank)
+        return [] if t is None else [t]
 
     def resolved(self, t: int) -> list[int]:
         out: list[int] = []
@@ -219,7 +239,7 @@ class _Builder:
     def op(self, rank: int, op, join: bool = True) -> None:
         layers = self.layers(rank, op.chunk)
         segs = _forward_pieces(layers) if op.kind == "F" else _backward_pieces(layers, op.kind)
-        ch = Chain(self.tasks, rank, self.inputs(rank, op), op)
+        ch = Chain(self.tasks, rank, self.inputs(rank, op) + self.tasks.issue_point(rank), op)
         for stream, dur in _merged(segs):
             ch.run(stream, dur, op.kind if stream == COMPUTE else stream)
         self.produced(rank, op, ch.close())
@@ -233,8 +253,11 @@ class _Builder:
             self.op(rank, item.fwd), self.op(rank, item.bwd)
             return
         f_layers, b_layers = self.layers(rank, item.fwd.chunk), self.layers(rank, item.bwd.chunk)
-        f = Chain(self.tasks, rank, self.inputs(rank, item.fwd), item.fwd)
-        b = Chain(self.tasks, rank, self.inputs(rank, item.bwd), item.bwd)
+        # Both micro-batches' receives are waited for before the pair's first layer (Megatron's
+        # pre_forward / pre_backward in ModelChunkSchedulePlan.run; DualPipe's commit-and-wait).
+        start = self.inputs(rank, item.fwd) + self.inputs(rank, item.bwd) + self.tasks.issue_point(rank)
+        f = Chain(self.tasks, rank, start, item.fwd)
+        b = Chain(self.tasks, rank, start, item.bwd)
         full, delay = item.bwd.kind == "B", self.times.delay_wgrad
         rev = list(reversed(b_layers))
         for j in range(min(len(f_layers), len(rev))):
@@ -261,10 +284,11 @@ class _Builder:
         self.join(rank, f, b)
 
 
-def build(items_per_rank, place: Placement, times: StepTimes) -> Tasks:
-    """The task graph of one step: each rank's items in order."""
+def build(items_per_rank, place: Placement, times: StepTimes, builder: type | None = None) -> Tasks:
+    """The task graph of one step: each rank's items in order (``builder``: what an item becomes,
+    :class:`_Builder`'s tasks per layer piece by default)."""
     explicit = any(isinstance(i, (Post, Commit)) for items in items_per_rank for i in items)
-    bld = _Builder(Tasks(), place, times, explicit)
+    bld = (builder or _Builder)(Tasks(), place, times, explicit)
     for rank, items in enumerate(items_per_rank):
         for item in items:
             if isinstance(item, Pair):

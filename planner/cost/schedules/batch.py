@@ -1,0 +1,447 @@
+"""The time walk of many plans at once: the same task graph, durations as arrays.
+
+A walk's finish times are a max-plus function of its durations: a task starts when its stream is
+free and its dependencies are done (:func:`~planner.cost.schedules.walk.simulate`), so for a fixed
+graph every finish time is the longest path to it. Plans that share a schedule, ``(p, v, m)`` and
+which pieces are non-zero share one graph; their step times are one longest-path evaluation with a
+column per plan (:func:`longest_paths`), no event queue.
+
+Two levels keep the graphs small (the walk at p = 16, m = 120 with per-layer all-to-all has some
+60,000 tasks):
+
+- an *item* (an op, or an overlapped pair) starts once the rank's compute stream has reached it
+  and its inputs have arrived (walk.py's module docstring: every framework issues an item after
+  what came before it), and inside it nothing waits on the rest of the pipeline; so its duration
+  and the moments its outputs are ready, counted from its start, are those of the item alone
+  (:func:`item_graph`, the walk's own builder on an idle rank, durations kept symbolic);
+- the pipeline walk (:class:`Coarse`) is then the walk's builder again with one task per item
+  (its duration a variable per rank and item kind) and one per output (ready at an offset from
+  the item's start): what it computes equals the full walk exactly (tests compare them on random
+  durations for every schedule).
+
+Durations are :class:`Lin`, linear forms over named variables with a probe value (what the
+builder compares with zero to skip empty pieces); a graph is evaluated for a matrix of variable
+values, one row per plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from planner.cost.schedules.ops import Pair
+from planner.cost.schedules.timing import LayerTimes, StepTimes
+from planner.cost.schedules.walk import A2A, COMPUTE, Tasks, _Builder, build
+
+
+class Lin:
+    """A linear form ``sum coef * var`` (plus a constant) standing for a duration while a graph is
+    built; comparisons read ``probe``, its value at a representative plan."""
+
+    __slots__ = ("terms", "probe")
+
+    def __init__(self, terms: dict | None = None, probe: float = 0.0):
+        self.terms = terms or {}
+        self.probe = probe
+
+    @classmethod
+    def var(cls, name, probe: float) -> "Lin":
+        return cls({name: 1.0}, probe)
+
+    def _lift(self, other) -> "Lin":
+        if isinstance(other, Lin):
+            return other
+        return Lin({None: float(other)} if other else {}, float(other))
+
+    def __add__(self, other) -> "Lin":
+        o = self._lift(other)
+        terms = dict(self.terms)
+        for k, c in o.terms.items():
+            terms[k] = terms.get(k, 0.0) + c
+        return Lin(terms, self.probe + o.probe)
+
+    __radd__ = __add__
+
+    def __mul__(self, k) -> "Lin":
+        k = float(k)
+        return Lin({n: c * k for n, c in self.terms.items()} if k else {}, self.probe * k)
+
+    __rmul__ = __mul__
+
+    def __le__(self, x) -> bool:
+        return self.probe <= x
+
+    def __gt__(self, x) -> bool:
+        return self.probe > x
+
+    def __lt__(self, x) -> bool:
+        return self.probe < x
+
+    def __ge__(self, x) -> bool:
+        return self.probe >= x
+
+
+def symbolic_layers(prefix, probes: tuple[LayerTimes, ...]) -> tuple[LayerTimes, ...]:
+    """Layers whose every field is the variable ``(*prefix, layer, field)``, probed at ``probes``."""
+    return tuple(LayerTimes(**{f.name: Lin.var((*prefix, j, f.name), getattr(lt, f.name))
+                               for f in dataclasses.fields(LayerTimes)})
+                 for j, lt in enumerate(probes))
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A task graph in array form: durations as a (variables x tasks) coefficient matrix, each
+    task's predecessors (its dependencies and the task before it on its stream) padded with the
+    sentinel ``n``, and the tasks grouped by topological level."""
+
+    variables: tuple
+    coef: np.ndarray
+    const: np.ndarray
+    preds: np.ndarray
+    levels: tuple[np.ndarray, ...]
+    rank: np.ndarray
+    compute: np.ndarray
+    """Tasks of the compute stream (ops' work; not sends, posts or marks)."""
+    a2a: np.ndarray
+    """Tasks of the all-to-all stream."""
+    marks: dict
+    """Named tasks whose finish times a caller reads (an item's outputs)."""
+
+    @property
+    def n(self) -> int:
+        return len(self.rank)
+
+
+def graph_of(tasks: Tasks, marks: dict | None = None) -> Graph:
+    """The array form of a task graph whose durations are :class:`Lin` (or numbers)."""
+    n = len(tasks.dur)
+    preds: list[list[int]] = []
+    prev: dict[tuple, int] = {}
+    for t in range(n):
+        p = tasks.resolved(t)
+        key = (tasks.rank[t], tasks.stream[t])
+        if key in prev:
+            p.append(prev[key])
+        prev[key] = t
+        preds.append(p)
+    levels = _levels(preds)
+    names: dict = {}
+    rows, cols, vals, const = [], [], [], np.zeros(n)
+    for t, d in enumerate(tasks.dur):
+        for name, c in (d.terms.items() if isinstance(d, Lin) else [(None, float(d))]):
+            if name is None:
+                const[t] += c
+            else:
+                rows.append(names.setdefault(name, len(names)))
+                cols.append(t)
+                vals.append(c)
+    coef = np.zeros((len(names), n))
+    np.add.at(coef, (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)), vals)
+    width = max((len(p) for p in preds), default=0) or 1
+    pad = np.full((n, width), n, dtype=np.int64)
+    for t, p in enumerate(preds):
+        pad[t, :len(p)] = p
+    stream = np.array(tasks.stream, dtype=object)
+    on_compute = (stream == COMPUTE) & (np.array(tasks.cause, dtype=object) != "p2p")
+    return Graph(tuple(names), coef, const, pad, levels, np.array(tasks.rank), on_compute, stream == A2A, marks or {})
+
+
+def _levels(preds: list[list[int]]) -> tuple[np.ndarray, ...]:
+    """Tasks by topological level (Kahn); a cycle is the walk's deadlock."""
+    n = len(preds)
+    after: list[list[int]] = [[] for _ in range(n)]
+    waits = [len(p) for p in preds]
+    for t, p in enumerate(preds):
+        for d in p:
+            after[d].append(t)
+    level = [0] * n
+    ready = [t for t in range(n) if waits[t] == 0]
+    out: list[list[int]] = []
+    done = 0
+    while ready:
+        out.append(ready)
+        done += len(ready)
+        nxt = []
+        for t in ready:
+            for u in after[t]:
+                level[u] = max(level[u], level[t] + 1)
+                waits[u] -= 1
+                if waits[u] == 0:
+                    nxt.append(u)
+        ready = nxt
+    if done < n:
+        raise ValueError(f"the schedule deadlocks: {n - done} tasks never start")
+    return tuple(np.array(lv, dtype=np.int64) for lv in out)
+
+
+def durations(g: Graph, values: np.ndarray) -> np.ndarray:
+    """(plans, tasks) durations for each row of ``values`` (plans x ``g.variables``)."""
+    return np.atleast_2d(np.asarray(values, dtype=float)) @ g.coef + g.const
+
+
+MAX_CELLS = 2**24
+"""Finish times held at once (plans x tasks, 128 MiB of float64); more plans are walked in
+slices."""
+
+
+def longest_paths(g: Graph, values: np.ndarray) -> np.ndarray:
+    """Finish time of every task for each row of ``values`` (plans x ``g.variables``): (plans,
+    tasks + 1), the last column the sentinel 0."""
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    rows = max(1, MAX_CELLS // (g.n + 1))
+    if len(values) > rows:
+        return np.concatenate([longest_paths(g, values[i:i + rows]) for i in range(0, len(values), rows)])
+    dur = durations(g, values)
+    finish = np.zeros((len(values), g.n + 1))
+    for lv in g.levels:
+        finish[:, lv] = finish[:, g.preds[lv]].max(axis=2) + dur[:, lv]
+    return finish
+
+
+# ---------------------------------------------------------------------------------------------
+# Items: an op or a pair on an idle rank.
+# ---------------------------------------------------------------------------------------------
+class _Alone(_Builder):
+    """One item on an idle rank with its inputs ready; records which tasks make each op's output."""
+
+    def inputs(self, rank: int, op) -> list:
+        return []
+
+    def produced(self, rank: int, op, done: list[int]) -> None:
+        self.made[op] = list(done)
+
+
+def item_key(item) -> tuple:
+    """What an item's timing depends on besides its chunks' layers: op kinds and chunks."""
+    if isinstance(item, Pair):
+        return ("pair", item.fwd.chunk, item.bwd.kind, item.bwd.chunk)
+    return ("op", item.kind, item.chunk)
+
+
+def item_ops(key: tuple) -> tuple[str, ...]:
+    """The output names of an item kind: 'F' and the backward's kind for a pair, else its kind."""
+    return ("F", key[2]) if key[0] == "pair" else (key[1],)
+
+
+@lru_cache(maxsize=4096)
+def item_graph(key: tuple, probes: tuple[tuple[LayerTimes, ...], ...], delay_wgrad: bool, pair_overlap: bool) -> Graph:
+    """The graph of one item kind on an idle rank, every piece of chunk c, layer j, field f the
+    variable ``(c, j, f)``; ``probes`` are the chunks' layers at a representative plan (which
+    pieces are empty). Marks: 'end' (the item's last task), and each output name (see
+    :func:`item_ops`)."""
+    from planner.cost.schedule import Op
+
+    chunks = tuple(symbolic_layers((c,), layers) for c, layers in enumerate(probes))
+    times = StepTimes((chunks,), delay_wgrad=delay_wgrad, pair_overlap=pair_overlap)
+    bld = _Alone(Tasks(), None, times)
+    if key[0] == "pair":
+        fwd, bwd = Op("F", key[1], 0), Op(key[2], key[3], 0)
+        bld.pair(0, Pair(fwd, bwd))
+        outs = {"F": bld.made[fwd], key[2]: bld.made[bwd]}
+    else:
+        op = Op(key[1], key[2], 0)
+        bld.op(0, op)
+        outs = {key[1]: bld.made[op]}
+    return graph_of(bld.tasks, outs)
+
+
+@dataclass(frozen=True)
+class ItemTime:
+    """One item kind on one rank, per plan (arrays): its duration, when each output is ready
+    (from the item's start), its compute seconds and its all-to-all seconds. The compute stream
+    of an item alone either computes or waits for one of its all-to-alls, so ``dur - compute`` is
+    its exposed all-to-all and the rest of ``a2a`` is hidden."""
+
+    dur: np.ndarray
+    out: dict
+    compute: np.ndarray
+    a2a: np.ndarray
+
+    @property
+    def exposed(self) -> np.ndarray:
+        return self.dur - self.compute
+
+    @property
+    def hidden(self) -> np.ndarray:
+        return self.a2a - self.exposed
+
+
+def _probe(chunks) -> tuple[tuple[LayerTimes, ...], ...]:
+    """Which pieces are non-empty (1.0) in any plan: the graph's shape, shared by plans alike."""
+    return tuple(tuple(LayerTimes(**{f.name: float(np.any(np.asarray(getattr(lt, f.name)) > 0.0))
+                                     for f in dataclasses.fields(LayerTimes)}) for lt in layers)
+                 for layers in chunks)
+
+
+def item_time(key: tuple, chunks, delay_wgrad: bool = False, pair_overlap: bool = True) -> ItemTime:
+    """:class:`ItemTime` of item kind ``key`` on a rank whose chunks are ``chunks`` (each a tuple
+    of :class:`LayerTimes` whose fields are numbers or arrays over plans)."""
+    g = item_graph(key, _probe(chunks), delay_wgrad, pair_overlap)
+    cols = [np.asarray(getattr(chunks[c][j], f), dtype=float) for c, j, f in g.variables]
+    n = max((x.size for x in cols), default=1)
+    values = np.stack([np.broadcast_to(x, (n,)) for x in cols], axis=1) if cols else np.zeros((n, 0))
+    fin = longest_paths(g, values)
+    dur = durations(g, values)
+    out = {name: fin[:, tasks].max(axis=1) for name, tasks in g.marks.items()}
+    return ItemTime(fin[:, :-1].max(axis=1), out, dur[:, g.compute].sum(axis=1), dur[:, g.a2a].sum(axis=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline: one task per item.
+# ---------------------------------------------------------------------------------------------
+class Coarse(_Builder):
+    """The walk's builder with each item one task on the compute stream, its duration the
+    variable ``('d', rank, item kind)``, and each op's output a task of its own that ends the
+    variable ``('o', rank, item kind, output)`` after the item's start (what the item alone
+    says). Sends, receives, posts and commits are the walk's own."""
+
+    def op(self, rank: int, op, join: bool = True) -> None:
+        key = item_key(op)
+        deps = self.inputs(rank, op) + self.tasks.issue_point(rank)
+        body = self.tasks.add(rank, COMPUTE, Lin.var(("d", rank, key), 1.0), deps, op.kind, op)
+        self.produced(rank, op, [body])
+
+    def pair(self, rank: int, item: Pair) -> None:
+        if not self.times.pair_overlap:
+            self.op(rank, item.fwd), self.op(rank, item.bwd)
+            return
+        if not self.times.p2p_overlap:
+            raise ValueError("the coarse walk sends after a pair's last task; blocking sends start at its compute's end")
+        key = item_key(item)
+        deps = self.inputs(rank, item.fwd) + self.inputs(rank, item.bwd) + self.tasks.issue_point(rank)
+        start = self.tasks.add(rank, COMPUTE, 0.0, deps, "start")
+        outs = [(op, self.tasks.add(rank, f"out:{len(self.tasks.dur)}", Lin.var(("o", rank, key, name), 1.0),
+                                    [start], "out"))
+                for name, op in (("F", item.fwd), (item.bwd.kind, item.bwd))]
+        self.tasks.add(rank, COMPUTE, Lin.var(("d", rank, key), 1.0), [start], "F&B", item.bwd)
+        for op, t in outs:
+            self.produced(rank, op, [t])
+
+
+@lru_cache(maxsize=256)
+def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: bool, p2p_overlap: bool = True) -> Graph:
+    """The one-task-per-item graph of a step under schedule ``name`` (``p2p``: whether sends take
+    time, the variable ``('p2p',)``)."""
+    from planner.cost.schedules import rank_items, schedule
+
+    s = schedule(name)
+    items = [rank_items(name, p, v, m, r) for r in range(p)]
+    times = StepTimes((), p2p=Lin.var(("p2p",), 1.0) if p2p else 0.0, p2p_overlap=p2p_overlap,
+                      pair_overlap=pair_overlap)
+    return graph_of(build(items, s.placement(p, v, m), times, Coarse))
+
+
+@lru_cache(maxsize=1024)
+def item_counts(name: str, p: int, v: int, m: int, rank: int, pair_overlap: bool) -> dict:
+    """How many items of each kind rank ``rank`` runs in one step."""
+    from planner.cost.schedules import rank_items
+    from planner.cost.schedules.ops import ops_of
+
+    out: dict = {}
+    for item in rank_items(name, p, v, m, rank):
+        parts = [item] if isinstance(item, Pair) and pair_overlap else ops_of(item)
+        for x in parts:
+            k = item_key(x)
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The walked forward/backward phase of many plans (arrays over plans)."""
+
+    step: np.ndarray
+    busy: tuple[np.ndarray, ...]
+    """Per rank: the seconds its items take (compute, exposed all-to-all, interference)."""
+    compute: tuple[np.ndarray, ...]
+    a2a_exposed: tuple[np.ndarray, ...]
+    a2a_hidden: tuple[np.ndarray, ...]
+
+    @property
+    def bubble(self) -> tuple[np.ndarray, ...]:
+        """Per rank: the step less its items (waiting for other ranks, and for sends)."""
+        return tuple(self.step - b for b in self.busy)
+
+
+def _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) -> list[dict]:
+    """Per rank, the :class:`ItemTime` of every item kind it runs."""
+    return [{k: item_time(k, chunks[r], delay_wgrad, pair_overlap) for k in item_counts(name, p, v, m, r, pair_overlap)}
+            for r in range(p)]
+
+
+def _result(step, name, p, v, m, items, pair_overlap, interference, n) -> StepResult:
+    def tot(r, f):
+        return sum(c * np.broadcast_to(f(items[r][k]), (n,)) for k, c in item_counts(name, p, v, m, r, pair_overlap).items())
+
+    return StepResult(np.broadcast_to(step, (n,)), tuple(tot(r, lambda it: it.dur + interference * it.hidden) for r in range(p)),
+                      tuple(tot(r, lambda it: it.compute) for r in range(p)),
+                      tuple(tot(r, lambda it: it.exposed) for r in range(p)),
+                      tuple(tot(r, lambda it: it.hidden) for r in range(p)))
+
+
+def pipeline_step(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
+                  pair_overlap: bool = True, interference: float = 0.0) -> StepResult:
+    """Walk schedule ``name`` for every plan at once: ``chunks[r][c]`` the layers of rank r's chunk
+    c (LayerTimes with array fields), ``p2p`` one send's seconds (array or number). Each item's
+    hidden all-to-all slows it by ``interference`` of those seconds (communication kernels take
+    SMs and HBM bandwidth from the compute they hide behind)."""
+    p2p = np.asarray(p2p, dtype=float)
+    g = coarse_graph(name, p, v, m, pair_overlap, bool(np.any(p2p > 0.0)))
+    items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap)
+    n = max([np.size(p2p)] + [np.size(it.dur) for per in items for it in per.values()])
+    cols = []
+    for var in g.variables:
+        if var[0] == "p2p":
+            cols.append(np.broadcast_to(p2p, (n,)))
+            continue
+        it = items[var[1]][var[2]]
+        cols.append(np.broadcast_to(it.dur + interference * it.hidden if var[0] == "d" else it.out[var[3]], (n,)))
+    values = np.stack(cols, axis=1) if cols else np.zeros((n, 0))
+    step = longest_paths(g, values)[:, :-1].max(axis=1)
+    return _result(step, name, p, v, m, items, pair_overlap, interference, n)
+
+
+def pipeline_estimate(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
+                      pair_overlap: bool = True, interference: float = 0.0) -> StepResult:
+    """The step of :func:`pipeline_step` from closed forms over the same items, for the search's
+    tables (a walk per plan there would cost minutes): the busiest rank's items plus the bubble
+    of the schedule's paper on stages averaged over the ranks, the fill and drain passing each
+    boundary twice. Exact on uniform stages for combined 1F1B (its bubble, with the last rank's
+    lone warm-up forwards and cool-down backwards: max over q of rank q's items plus the first
+    forward and last backward of the ranks before it) and ZB-H1 ((p-1) max(F + I - W, F, I),
+    Qi et al. 2023; torch's interleaved order alike per chunk); for ZB-V and DualPipe(V) an
+    approximation (the ZB-H1 form, and the DualPipe README's (PP/2-1)(F&B + B - 3W)); tests bound
+    each against the walk."""
+    p2p = np.asarray(p2p, dtype=float)
+    items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap)
+    n = max([np.size(p2p)] + [np.size(it.dur) for per in items for it in per.values()])
+    res = _result(0.0, name, p, v, m, items, pair_overlap, interference, n)
+    busy = np.stack(res.busy)
+    d = lambda r, k: items[r][k].dur + interference * items[r][k].hidden  # noqa: E731
+    op = lambda kind, r: np.mean([d(r, k) for k in items[r] if k[:2] == ("op", kind)], axis=0)  # noqa: E731
+    mean = lambda kind: np.mean([op(kind, r) for r in range(p)], axis=0)  # noqa: E731
+    t = 2 * p2p
+    if name == "combined-1f1b":
+        fill = np.cumsum([np.zeros(n)] + [op("F", r) + op("B", r) + t for r in range(p - 1)], axis=0)
+        return dataclasses.replace(res, step=(busy + fill).max(axis=0))
+    bubble_of = {"zb-h1": _zb_bubble, "zbv": _zb_bubble, "dualpipe": _dual_bubble, "dualpipev": _dual_bubble}[name]
+    step = busy.max(axis=0) + bubble_of(name, p, mean, items, d, pair_overlap) + (p - 1) * t
+    return dataclasses.replace(res, step=step)
+
+
+def _zb_bubble(name, p, mean, items, d, pair_overlap):
+    f, i, w = mean("F"), mean("I"), mean("W")
+    return (p - 1) * np.maximum(np.maximum(f + i - w, f), i)
+
+
+def _dual_bubble(name, p, mean, items, d, pair_overlap):
+    stages = p if name == "dualpipe" else 2 * p
+    b, w = mean("B"), mean("W")
+    if pair_overlap:
+        fb = np.mean([np.mean([d(r, k) for k in items[r] if k[0] == "pair"], axis=0) for r in range(p)], axis=0)
+    else:
+        fb = mean("F") + b
+    return (stages / 2 - 1) * np.maximum(fb + b - 3 * w, 0.0)
