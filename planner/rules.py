@@ -47,6 +47,61 @@ def shape_violations(model: ModelSpec, plan: Plan) -> list[Violation]:
     return out
 
 
+SCHEDULE_VPP = {"1f1b": "vpp=1", "interleaved": "vpp > 1", "zbv": "vpp=2", "dualpipev": "vpp=2", "dualpipe": "vpp=1"}
+"""Virtual stages each schedule runs: Megatron's 1F1B one chunk and interleaved several
+(schedules.py); torch's ZBVZeroBubble and DualPipeV exactly two in a V (schedules.py 3247-3252,
+3434-3437); DualPipe one layout of pp stages, of which each rank holds two (its own and its
+mirror's)."""
+
+OVERLAP_SCHEDULES = ("1f1b", "interleaved", "dualpipe", "dualpipev")
+"""Schedules with overlapped forward-and-backward pairs: Megatron's combined 1F1B, DualPipe's
+F&B chunks. The zero-bubble schedules run one op at a time."""
+
+
+def _vpp_fits(schedule: str, vpp: int) -> bool:
+    return {"1f1b": vpp == 1, "interleaved": vpp > 1, "zbv": vpp == 2, "dualpipev": vpp == 2,
+            "dualpipe": vpp == 1}.get(schedule, True)
+
+
+def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Violation]:
+    """A plan's schedule against its degrees and micro-batch count (the schedules' own checks)."""
+    from planner.specs.plan import default_schedule
+
+    name = plan.schedule or default_schedule(plan.pp, plan.vpp)
+    out: list[Violation] = []
+    if name is not None and plan.pp == 1:
+        return [Violation("schedule-needs-pp", f"schedule={plan.schedule} with pp=1: a pipeline schedule needs "
+                          "pipeline stages.", hint="Set pp > 1, or leave schedule out.")]
+    if name is None:
+        return out
+    p, m = plan.pp, micro_batches
+    if not _vpp_fits(name, plan.vpp):
+        out.append(Violation("schedule-vpp", f"schedule={name} runs {SCHEDULE_VPP[name]}; the plan has vpp={plan.vpp}.",
+                             hint=f"Set {SCHEDULE_VPP[name]}."))
+    if name == "dualpipe" and (p % 2 or m % 2 or m < 2 * p):
+        out.append(Violation("dualpipe-shape", f"DualPipe needs an even pp, an even micro-batch count and at least "
+                             f"2 pp micro-batches (DualPipe.step asserts); the plan has pp={p} and {m} micro-batches."))
+    if name == "dualpipev" and m < 2 * p:
+        out.append(Violation("dualpipev-microbatches", f"DualPipeV needs at least 2 pp = {2 * p} micro-batches, one per "
+                             f"stage (DualPipeV.step; torch's ScheduleDualPipeV); the plan has {m}."))
+    if name == "zb-h1" and m % max(1, m // p):
+        out.append(Violation("zero-bubble-rounds", f"Zero bubble runs rounds of micro-batches: {m} micro-batches are not "
+                             f"a multiple of the {max(1, m // p)} rounds (torch's ScheduleInterleavedZeroBubble raises)."))
+    if plan.ep_overlap and name not in OVERLAP_SCHEDULES:
+        out.append(Violation("ep-overlap-schedule", f"ep_overlap={plan.ep_overlap} with schedule={name}: the zero-bubble "
+                             "schedules run one op at a time, with no forward-and-backward pair to hide an all-to-all in.",
+                             hint="Set ep_overlap=off, or use interleaved, dualpipe or dualpipev."))
+    if plan.ep_overlap and name == "interleaved" and m % p:
+        out.append(Violation("ep-overlap-groups", f"ep_overlap={plan.ep_overlap} runs Megatron's combined 1F1B, whose "
+                             f"interleaved order takes groups of pp={p} micro-batches; {m} is not a multiple of {p} "
+                             "(forward_backward_pipelining_with_interleaving refuses it; the order deadlocks).",
+                             hint=f"Choose a global batch, mbs or dp that gives a multiple of {p} micro-batches."))
+    if plan.ep_overlap == "wgrad" and name not in ("1f1b", "interleaved"):
+        out.append(Violation("ep-overlap-wgrad", f"ep_overlap=wgrad is Megatron's --delay-wgrad-compute; schedule={name} "
+                             "splits weight gradients off by itself.", hint="Use ep_overlap=on."))
+    return out
+
+
 def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
     """Rules every launcher shares: the model's shape and the job's batch."""
     out: list[Violation] = []
@@ -103,11 +158,15 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
             out.append(Violation("recompute-shared", f"{model.name} has no shared experts to recompute."))
     if plan.ep_overlap:
         if plan.ep == 1:
-            out.append(Violation("ep-overlap-needs-ep", "ep_overlap=on needs ep > 1 (Megatron validate_args)."))
-        if plan.pp > 1 and plan.vpp == 1:
-            out.append(Violation("ep-overlap-needs-vpp", "ep_overlap=on with pp > 1 needs vpp > 1 (Megatron validate_args)."))
+            out.append(Violation("ep-overlap-needs-ep", f"ep_overlap={plan.ep_overlap} needs ep > 1 (Megatron validate_args)."))
+        if plan.pp > 1 and plan.vpp == 1 and plan.schedule in (None, "1f1b"):
+            out.append(Violation("ep-overlap-needs-vpp", f"ep_overlap={plan.ep_overlap} with pp > 1 needs vpp > 1 "
+                                 "(Megatron validate_args)."))
         if rc.kind == "full":
-            out.append(Violation("ep-overlap-recompute", "ep_overlap=on is incompatible with full recompute (Megatron validate_args)."))
+            out.append(Violation("ep-overlap-recompute", f"ep_overlap={plan.ep_overlap} is incompatible with full "
+                                 "recompute (Megatron validate_args)."))
+    if job.global_batch % (plan.mbs * deg.dp) == 0:
+        out += schedule_violations(plan, deg, job.global_batch // (plan.mbs * deg.dp))
     return out
 
 
@@ -168,6 +227,14 @@ SHARED_RULES: dict[str, str] = {
     "ep-overlap-needs-ep": "--overlap-moe-expert-parallel-comm needs EP > 1 (TransformerConfig)",
     "ep-overlap-needs-vpp": "EP A2A overlap with PP > 1 needs VPP (TransformerConfig)",
     "ep-overlap-recompute": "EP A2A overlap forbids full recompute (TransformerConfig)",
+    "schedule-needs-pp": "a pipeline schedule needs pp > 1",
+    "schedule-vpp": "1f1b one chunk per rank, interleaved several, zbv/dualpipev two, dualpipe vpp=1",
+    "dualpipe-shape": "DualPipe: even pp, even micro-batches, m >= 2 pp (DualPipe.step asserts)",
+    "dualpipev-microbatches": "DualPipeV: m >= 2 pp (DualPipeV.step; torch ScheduleDualPipeV)",
+    "zero-bubble-rounds": "zb-h1: m a multiple of max(1, m // pp) rounds (torch ScheduleInterleavedZeroBubble)",
+    "ep-overlap-schedule": "EP overlap needs a schedule with forward-and-backward pairs (not zb-h1, zbv)",
+    "ep-overlap-groups": "EP overlap with interleaving: micro-batches a multiple of PP (Megatron's combined 1F1B)",
+    "ep-overlap-wgrad": "ep_overlap=wgrad (--delay-wgrad-compute) only with Megatron's schedules",
     "layers-divisible": "layers split evenly over pp*vpp without a layout (validate_args)",
     "layout-stages": "layout stages % pp == 0 (validate_args)",
     "layout-vpp": "layout stages / pp == vpp (TransformerConfig)",
@@ -222,7 +289,7 @@ def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job 
         return [Violation(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "), exc.hint)]
     out = model_violations(model, hw, job, plan, deg)
     try:
-        build_layout(model, plan.pp, plan.vpp, plan.layout)
+        build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule)
     except PlanRuleError as exc:
         out.append(Violation(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "), exc.hint))
     if target == "megatron":

@@ -61,6 +61,9 @@ def _hw_variant(name: str, **changes) -> HardwareSpec:
 
 
 # rule -> (model, hardware, (gpus, global batch[, seq]), plan, target)
+L8 = "Et*7|(t*8|)*6t*6mL"
+"""DeepSeek-V3's 61 layers over 8 stages (pp=4, vpp=2 or a V of two stages per rank)."""
+
 PLAN_CASES = {
     "world-divisibility": (V3, "gb200-nvl72", (256, 8192), "tp=3", "megatron"),
     "dp-mismatch": (V3, "gb200-nvl72", (256, 8192), "dp=7,ep=8", "megatron"),
@@ -92,6 +95,18 @@ PLAN_CASES = {
     "megatron-stage-recompute": (V3, "gb200-nvl72", (256, 8192), f"pp=4,ep=64,layout={L4},stage_recompute=2/1/0/0", "megatron"),
     "ep-overlap-recompute-moe": (V3, "gb200-nvl72", (256, 8192), "ep=64,ep_overlap=on,recompute=moe", "megatron"),
     "ep-overlap-mtp": (_variant(V3, mtp_layers=2), "gb200-nvl72", (256, 8192), "ep=64,ep_overlap=on", "megatron"),
+    "schedule-needs-pp": (V3, "gb200-nvl72", (256, 8192), "ep=64,schedule=zbv", "any"),
+    "schedule-vpp": (V3, "gb200-nvl72", (256, 8192), f"pp=4,ep=64,schedule=zbv,layout={L4}", "any"),
+    "dualpipe-shape": (V3, "gb200-nvl72", (256, 8128), f"pp=4,ep=64,schedule=dualpipe,layout={L4}", "any"),
+    "dualpipev-microbatches": (V3, "gb200-nvl72", (256, 256), f"pp=4,vpp=2,ep=64,schedule=dualpipev,layout={L8}", "any"),
+    "zero-bubble-rounds": (V3, "gb200-nvl72", (256, 576), f"pp=4,vpp=2,ep=64,schedule=zb-h1,layout={L8}", "any"),
+    "ep-overlap-schedule": (V3, "gb200-nvl72", (256, 8192), f"pp=4,vpp=2,ep=64,schedule=zbv,ep_overlap=on,layout={L8}", "any"),
+    "ep-overlap-wgrad": (V3, "gb200-nvl72", (256, 8192), f"pp=4,ep=64,schedule=dualpipe,ep_overlap=wgrad,layout={L4}", "any"),
+    "ep-overlap-groups": (V3, "gb200-nvl72", (256, 384), f"pp=4,vpp=2,ep=64,ep_overlap=on,layout={L8}", "any"),
+    "megatron-interleaved-groups": (V3, "gb200-nvl72", (256, 384), f"pp=4,vpp=2,ep=64,layout={L8}", "megatron"),
+    "megatron-schedule": (V3, "gb200-nvl72", (256, 8192), f"pp=4,vpp=2,ep=64,schedule=zbv,layout={L8}", "megatron"),
+    "torchtitan-schedule": (V3, "gb200-nvl72", (256, 8192), f"pp=4,ep=64,schedule=dualpipe,layout={L4}", "torchtitan"),
+    "torchtitan-stages-per-rank": (V3, "gb200-nvl72", (256, 8192), f"pp=4,ep=64,schedule=zb-h1,layout={L4}", "torchtitan"),
     "precision-aware-needs-dist-opt": (V3, "gb200-nvl72", (256, 8192), "ep=64,sharding=ddp,moments=bf16", "megatron"),
     "activation-offload-empty": (V3, "gb200-nvl72", (256, 8192), "ep=64,offload=activations,recompute=full", "megatron"),
     "fp8-delayed-recompute": (V3, _hw_variant("h100", fp8_recipe="delayed"), (256, 8192, 4096, ("fp8",)),

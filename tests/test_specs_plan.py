@@ -34,7 +34,8 @@ KEY_STRATEGIES = {
     "layout": st.sampled_from(LAYOUTS) | st.none(),
     "stage_recompute": st.lists(st.integers(0, 16), min_size=1, max_size=8).map(lambda xs: "/".join(map(str, xs))) | st.none(),
     "dispatcher": st.sampled_from(["alltoall", "deepep", "hybridep", None]),
-    "ep_overlap": st.sampled_from(["on", "off"]),
+    "ep_overlap": st.sampled_from(["on", "off", "wgrad"]),
+    "schedule": st.sampled_from(["1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev", None]),
 }
 
 
@@ -79,13 +80,13 @@ def test_canonical_form_is_stable(plan, is_moe, dispatcher, precision):
 def test_every_key_in_one_plan():
     text = ("tp=2,cp=2,pp=4,vpp=2,dp=8,ep=16,etp=1,edp=4,mbs=2,sharding=hsdp:16,recompute=moe_act+mla_up_proj,"
             "offload=optimizer+activations,precision=fp8,moments=bf16,layout=Et|(tt|)*30mL,"
-            "stage_recompute=4/2/0/0,dispatcher=deepep,ep_overlap=on")
+            "stage_recompute=4/2/0/0,dispatcher=deepep,ep_overlap=on,schedule=zb-h1")
     plan = Plan.parse(text)
     assert plan.to_json() == {
         "tp": 2, "cp": 2, "pp": 4, "vpp": 2, "dp": 8, "ep": 16, "etp": 1, "edp": 4, "mbs": 2, "sharding": "hsdp:16",
         "recompute": "mla_up_proj+moe_act", "offload": "optimizer+activations", "precision": "fp8",
         "moments": "bf16", "layout": "Et|(tt|)*30mL", "stage_recompute": "4/2/0/0", "dispatcher": "deepep",
-        "ep_overlap": "on",
+        "ep_overlap": "on", "schedule": "zb-h1",
     }
     assert set(plan.to_json()) == set(Plan.model_fields)
     assert Plan.parse(plan.to_string()) == plan
@@ -97,7 +98,8 @@ def test_omitted_keys_take_their_defaults():
     plan = Plan.parse("")
     assert (plan.tp, plan.cp, plan.pp, plan.vpp, plan.ep, plan.mbs) == (1, 1, 1, 1, 1, 1)
     assert (plan.sharding, plan.recompute, plan.offload, plan.moments, plan.ep_overlap) == (
-        "dist_opt", "none", "none", "fp32", False)
+        "dist_opt", "none", "none", "fp32", "off")
+    assert not plan.ep_overlap and plan.schedule is None
     assert plan.dp is None and plan.etp is None and plan.expert_tp == 1
     assert Plan.parse("tp=4").expert_tp == 4  # etp defaults to tp, as in Megatron
 

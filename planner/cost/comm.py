@@ -317,15 +317,22 @@ def cp_comm(bt: BlockTime, transfers: tuple[float, float, float], rates: Rates, 
     return CommCost("cp", total, exposed)
 
 
-def ep_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates, fp8_dispatch: bool) -> float:
-    """Seconds of one dispatch plus one combine for the heaviest receiver (routing imbalance).
-    FP8 dispatch sends 1 byte per element plus 1/128 scales."""
+def ep_dispatch_combine(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates,
+                        fp8_dispatch: bool) -> tuple[float, float]:
+    """(dispatch, combine) seconds for the heaviest receiver (routing imbalance). FP8 dispatch
+    sends 1 byte per element plus 1/128 scales; the combine is BF16."""
     h = ms.hidden
     disp_bytes = h * (1 + 4 / 128) if fp8_dispatch else h * BF16
     comb_bytes = h * BF16
     tokens = sh.sp_tokens * sh.imbalance
     disp = a2a_time(disp_bytes, tokens, ms.top_k, span, rates, sh.dispatcher, ms.group_top_k)
     comb = a2a_time(comb_bytes, tokens, ms.top_k, span, rates, sh.dispatcher, ms.group_top_k)
+    return disp, comb
+
+
+def ep_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates, fp8_dispatch: bool) -> float:
+    """Seconds of one dispatch plus one combine (:func:`ep_dispatch_combine`)."""
+    disp, comb = ep_dispatch_combine(ms, sh, span, rates, fp8_dispatch)
     return disp + comb
 
 

@@ -264,7 +264,7 @@ class CostContext:
         a = self.assumptions
         return CommFlags(
             tp_overlap=a.tp_comm_overlap if a.tp_comm_overlap is not None else a.implementation == "te",
-            ep_overlap=levers.ep_overlap, recompute=recompute,
+            ep_overlap=bool(levers.ep_overlap), recompute=recompute,
             fp8_dispatch=shard.fp8 and shard.dispatcher in ("deepep", "hybridep"))
 
     def block_cost(self, name: str, compute_rc, comm_rc, levers: Levers) -> BlockCost:
@@ -487,7 +487,7 @@ def layout_batches(ctx: CostContext, structs, base: Levers) -> list[PlanBatch]:
     for (pp, vpp, layout_str), idx in groups.items():
         rows = np.array(idx, dtype=np.int64)
         rows = rows[np.argsort(m[rows], kind="stable")]
-        layout = build_layout(ctx.model, pp, vpp, layout_str)
+        layout = build_layout(ctx.model, pp, vpp, layout_str, getattr(structs[idx[0]], "schedule", None))
         out.append(PlanBatch(ctx, rows, layout, (base,), (pp, vpp, layout_str)))
     return out
 
@@ -807,7 +807,7 @@ class Costs:
                           tp=c["tp"], sp=sp, etp=c["etp"], ep=c["ep"], routing_imbalance=a.routing_imbalance,
                           implementation=a.implementation,
                           memory_efficient_permutation=a.memory_efficient_permutation,
-                          ep_overlap=lv.ep_overlap & (c["ep"] > 1))  # the overlap needs expert parallelism
+                          ep_overlap=bool(lv.ep_overlap) & (c["ep"] > 1))  # the overlap needs expert parallelism
         return PieceMemory(ctx.model, sh, lv.recompute, lv.fp8, c["tp"])
 
     def chunks(self, r: int) -> tuple[ChunkMemory, ...]:

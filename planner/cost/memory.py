@@ -74,6 +74,24 @@ def _locate_moment(ops, chunks, held, peak: float, *, recomputes: bool) -> dict:
     return _optimizer_moment(len(chunks), 0.0)
 
 
+def _locate_schedule_moment(name: str, b, rank: int, chunks, kept: list, held, peak: float, *, recomputes: bool) -> dict:
+    """:func:`_locate_moment` under a schedule of planner.cost.schedules: its own op order and held
+    vectors (planner.cost.schedules.inflight.held_before; entries past the chunks are those held
+    between input and weight gradient), the weight-gradient passes adding nothing."""
+    from planner.cost.schedules.inflight import held_before
+
+    tol = 1e-9 * max(peak, 1.0)
+    for op, vec in held_before(name, b.pp, b.vpp, int(b.micro_batches[0]), rank):
+        ch, h = chunks[op.chunk], held(vec)
+        if op.kind == "F" and h + ch.fwd_rise >= peak - tol:
+            return _moment("forward", op, list(vec), ch.layers[ch.fwd_rise_at].name, h, ch.fwd_rise, "forward")
+        if op.kind in ("I", "B") and h + ch.bwd_rise >= peak - tol:
+            layer = ch.layers[ch.bwd_rise_at]
+            window = "recompute_window" if recomputes and layer.full > layer.kept + 1e-9 else "backward"
+            return _moment("backward", op, list(vec), layer.name, h, ch.bwd_rise, window)
+    return _optimizer_moment(len(kept), 0.0)
+
+
 def _moment(phase, op, counts, layer, held_bytes, rise, window) -> dict:
     return {"phase": phase, "chunk": op.chunk, "microbatch": op.microbatch, "inflight": list(counts), "layer": layer,
             "held": held_bytes, "rise": rise, "window": window}
@@ -93,19 +111,27 @@ def _one(x) -> float:
 
 def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     """One rank's memory from the composition (a batch of one plan)."""
+    from planner.cost.compose import memory_schedule, schedule_of
+
     b, lv = costs.batch, costs.lv
     pp, vpp, m = b.pp, b.vpp, int(b.micro_batches[0])
     chunks = tuple(c.at(0) for c in costs.chunks(rank))
     const = costs.constant(rank).at(0)
     comm = _one(costs.comm_buffers()) + const.fsdp_buffers
-    held = held_of([c.kept for c in chunks], lv.offload_activations)
+    name = memory_schedule(b.schedule, lv, vpp)
+    kept = [c.kept for c in chunks]
+    if name is not None and schedule_of(name).splits_backward:
+        kept += [float(x) for x in costs.wgrad_kept(rank)[:, 0]]
+    held = held_of(kept, lv.offload_activations)
     act_peak = _one(costs.activation_peak(rank))
     opt_t = _one(costs.optimizer_transient(rank))
+    recomputes = lv.recompute.kind != "none"
     if opt_t > act_peak:
-        moment = _optimizer_moment(len(chunks), opt_t)
+        moment = _optimizer_moment(len(kept), opt_t)
+    elif name is not None:
+        moment = _locate_schedule_moment(name, b, rank, chunks, kept, held, act_peak, recomputes=recomputes)
     else:
-        moment = _locate_moment(rank_ops(pp, vpp, m, rank), chunks, held, act_peak,
-                                recomputes=lv.recompute.kind != "none")
+        moment = _locate_moment(rank_ops(pp, vpp, m, rank), chunks, held, act_peak, recomputes=recomputes)
     peak = _one(costs.peak_bytes(rank))
     # Activations vs transient at the peak moment: what is stored (including the current chunk's
     # stored part) vs the current op's temporaries.
@@ -117,7 +143,12 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
         transient_at_peak -= stored_prefix
     components = {"weights": const.weights, "gradients": const.gradients, "optimizer": const.optimizer,
                   "activations": acts_at_peak, "transient": transient_at_peak, "comm_buffers": comm}
-    end_vec = inflight_end_of_warmup(pp, vpp, m, rank)
+    if name is None:
+        end_vec = inflight_end_of_warmup(pp, vpp, m, rank)
+    else:  # no warm-up to speak of in DualPipe: the moment the rank holds the most
+        from planner.cost.schedules.inflight import held_before
+
+        end_vec = max((vec for _, vec in held_before(name, pp, vpp, m, rank)), key=held)
     return StageMemory(rank, const, comm, chunks, end_vec, held(end_vec), peak, components, moment, opt_t,
                        _one(costs.host_bytes(rank)))
 

@@ -59,6 +59,12 @@ class BlockCost:
     count: int
     time: BlockTime
     comm: tuple[CommCost, ...]
+    layer: object = None
+    """The block's pieces as the schedule walk cuts them (planner.cost.phases.block_layer): a
+    LayerTimes whose fields are arrays over block keys like ``time``'s."""
+    wgrad_kept: object = 0.0
+    """Bytes one micro-batch holds between the block's input- and weight-gradient passes under a
+    schedule that splits them (planner.cost.phases.wgrad_bytes)."""
 
     @cached_property
     def compute(self) -> float:

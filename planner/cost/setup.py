@@ -124,6 +124,13 @@ class Setup:
         gives an explicit margin in bytes)."""
         return allocator_fraction(self.efficiency.memory, self.assumptions)
 
+    @property
+    def schedule(self) -> str | None:
+        """The pipeline schedule the plan runs (its ``schedule``, or Megatron's default)."""
+        from planner.specs.plan import default_schedule
+
+        return self.plan.schedule or default_schedule(self.deg.pp, self.deg.vpp)
+
     def key(self) -> tuple:
         return (self.model.name, self.hw.name, self.job, self.plan)
 
@@ -158,7 +165,7 @@ def resolve_setup(
     deg = canon.degrees(job.gpus)
     plan.check_given_degrees(deg, job.gpus)  # the canonical plan drops a given dp/edp: check it here
     check_model_rules(model, hw, job, canon, deg)
-    layout = build_layout(model, canon.pp, canon.vpp, canon.layout)
+    layout = build_layout(model, canon.pp, canon.vpp, canon.layout, canon.schedule)
     bad = stage_recompute_violations(canon, layout)
     if bad:
         raise bad[0].error()

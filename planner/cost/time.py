@@ -140,19 +140,27 @@ def time_report(setup, calibration=None, costs: Costs | None = None) -> TimeRepo
     costs = costs or evaluate_batch(batch_of_setup(setup, calibration))
     ctx, job, deg = costs.ctx, setup.job, setup.deg
     m = setup.micro_batches
+    passes = setup.layout.passes(m)
     ranks = [at(rc, 0) for rc in costs.ranks()]
-    times = [_one(t) for t in costs.step_rank_times()]
-    slowest = max(range(len(times)), key=lambda i: times[i])
     pipe, dp, opt = _one(costs.pipeline_s()), at(costs.data_parallel(), 0), at(costs.optimizer(), 0)
     act_off = costs.activation_offload()
     step = pipe + dp.exposed + opt.seconds
-    breakdown, hidden = _breakdown(ranks[slowest], m, deg.pp, pipe, dp, opt, act_off, setup.plan.offload.optimizer)
+    walked = costs.walked()
+    if walked:
+        res = at(walked[0].result, 0)
+        slowest = max(range(deg.pp), key=lambda i: float(res.busy[i]))
+        breakdown, hidden = _breakdown(ranks[slowest], passes, deg.pp, pipe, dp, opt, act_off,
+                                       setup.plan.offload.optimizer, res, slowest)
+    else:
+        times = [_one(t) for t in costs.step_rank_times()]
+        slowest = max(range(len(times)), key=lambda i: times[i])
+        breakdown, hidden = _breakdown(ranks[slowest], m, deg.pp, pipe, dp, opt, act_off, setup.plan.offload.optimizer)
 
     model_flops = megatron_model_flops(ctx.ms, job.global_batch, job.seq_len)
     hw_flops = 0.0
     for rc in ranks:
         per_mb = sum(b.count * (b.time.hw_flops_fwd + b.time.hw_flops_bwd + b.time.recompute_flops) for b in rc.blocks)
-        hw_flops += per_mb * m * deg.tp * deg.cp * deg.dp  # every GPU of this pipeline rank
+        hw_flops += per_mb * passes * deg.tp * deg.cp * deg.dp  # every GPU of this pipeline rank
     model_tflops = model_flops / job.gpus / step / 1e12
     hw_tflops = hw_flops / job.gpus / step / 1e12
     peak = ctx.rates.peak_bf16
@@ -167,16 +175,20 @@ def time_report(setup, calibration=None, costs: Costs | None = None) -> TimeRepo
         breakdown=breakdown,
         hidden=hidden,
         bottleneck=bottleneck_sentence(breakdown, step, spans),
-        pipeline=_pipeline_json(setup, ranks, pipe, slowest),
+        pipeline=_pipeline_json(setup, ranks, pipe, slowest, walked),
         topology=_topology_json(setup, spans, int(ctx.keys.fill[0])),
         offload=_offload_json(costs, opt, act_off),
         not_modeled=NOT_MODELED,
     )
 
 
-def _breakdown(slow, m: int, pp: int, pipe: float, dp, opt, act_off, offloads_optimizer: bool):
+def _breakdown(slow, m: int, pp: int, pipe: float, dp, opt, act_off, offloads_optimizer: bool, walk=None,
+               rank: int = 0):
     """Seconds of the step by cause on the slowest rank's critical path (they sum to the step),
-    and the communication seconds hidden behind compute."""
+    and the communication seconds hidden behind compute. ``m``: micro-batches each chunk of the
+    rank runs. With a walked schedule (``walk``, its result for this plan), the EP all-to-all
+    exposed and hidden are the walk's (interference included), pipeline sends are hidden or wait
+    in the bubble, and the bubble is the rest."""
     breakdown: dict[str, float] = {
         "gemm": m * slow.sum("gemm_fwd") + m * slow.sum("gemm_bwd"),
         "attention": m * (slow.sum("attn_fwd") + slow.sum("attn_bwd")),
@@ -190,7 +202,13 @@ def _breakdown(slow, m: int, pp: int, pipe: float, dp, opt, act_off, offloads_op
         if cause in total_comm:
             breakdown[cause] = m * exposed_comm[cause]
             hidden[cause] = m * (total_comm[cause] - exposed_comm[cause])
-    if pp > 1:
+    if walk is not None and "ep" in total_comm:
+        # The walk's busy seconds are its compute, exposed all-to-all and interference.
+        exposed = float(walk.busy[rank] - walk.compute[rank])
+        breakdown["ep"], hidden["ep"] = exposed, float(walk.a2a_hidden[rank])
+    if pp > 1 and walk is not None:
+        breakdown["pp_p2p"], hidden["pp_p2p"] = 0.0, m * slow.p2p_total
+    elif pp > 1:
         breakdown["pp_p2p"] = m * slow.p2p_exposed
         hidden["pp_p2p"] = m * (slow.p2p_total - slow.p2p_exposed)
     act_exposed = m * _one(act_off.extra_s) if act_off is not None else 0.0
@@ -208,11 +226,13 @@ def _breakdown(slow, m: int, pp: int, pipe: float, dp, opt, act_off, offloads_op
     return {k: float(v) for k, v in breakdown.items()}, {k: float(v) for k, v in hidden.items()}
 
 
-def _pipeline_json(setup, ranks, pipe: float, slowest: int) -> dict:
+def _pipeline_json(setup, ranks, pipe: float, slowest: int, walked=None) -> dict:
     deg, m = setup.deg, setup.micro_batches
     rows = [{"rank": r, "per_microbatch_s": float(rc.per_microbatch), "fwd_s": float(rc.fwd),
              "bwd_s": float(rc.bwd), "layers": sum(ch.num_layers for ch in setup.layout.rank_stages(r))}
             for r, rc in enumerate(ranks)]
+    if walked:
+        return _walked_json(setup, rows, pipe, slowest, walked[0])
     ideal = m * max(r["per_microbatch_s"] for r in rows)
     return {
         "schedule": "interleaved-1f1b" if deg.vpp > 1 else ("1f1b" if deg.pp > 1 else "none"),
@@ -220,6 +240,29 @@ def _pipeline_json(setup, ranks, pipe: float, slowest: int) -> dict:
         "pp": deg.pp,
         "vpp": deg.vpp,
         "bubble_fraction": (pipe - ideal) / ideal if ideal else 0.0,
+        "slowest_rank": slowest,
+        "ranks": rows,
+    }
+
+
+def _walked_json(setup, rows: list[dict], pipe: float, slowest: int, walked) -> dict:
+    """The walked schedule's pipeline section: each rank's busy seconds (its items: compute,
+    exposed all-to-all, interference), its bubble (waiting for other ranks and for sends), its
+    all-to-all exposed and hidden; the bubble fraction is the busiest rank's bubble over its busy
+    seconds (as the closed forms' (pipe - m max) / (m max))."""
+    res = at(walked.result, 0)
+    for r, row in enumerate(rows):
+        row.update(busy_s=float(res.busy[r]), bubble_s=float(pipe - res.busy[r]), compute_s=float(res.compute[r]),
+                   a2a_exposed_s=float(res.a2a_exposed[r]), a2a_hidden_s=float(res.a2a_hidden[r]))
+    busy = float(res.busy[slowest])
+    return {
+        "schedule": walked.name,
+        "walked": not walked.estimate,
+        "micro_batches": setup.micro_batches,
+        "pp": setup.deg.pp,
+        "vpp": setup.deg.vpp,
+        "bubble_fraction": (pipe - busy) / busy if busy else 0.0,
+        "bubble_share": (pipe - busy) / pipe if pipe else 0.0,
         "slowest_rank": slowest,
         "ranks": rows,
     }

@@ -3,14 +3,20 @@
 The string form is Megatron-Core's ``--pipeline-model-parallel-layout`` (megatron/core/transformer/
 pipeline_parallel_layer_layout.py): ``E`` embedding, ``t`` decoder layer, ``m`` MTP module, ``L``
 loss/output head, ``|`` separates virtual stages, ``(..)*n`` and ``x*n`` repeat, commas are
-cosmetic. Virtual stage i belongs to pipeline rank i % pp as its chunk i // pp.
+cosmetic. Which rank holds a stage is the schedule's placement (planner.cost.schedules.ops):
+
+- ``loop`` (Megatron, torch's looped schedules): virtual stage i on rank i % pp as its chunk i // pp;
+- ``v`` (ZB-V, DualPipeV; torchtitan's "v" style): 2 pp stages, stage i < pp on rank i as chunk 0,
+  stage i >= pp on rank 2 pp - 1 - i as chunk 1;
+- ``dual`` (DualPipe): pp stages, each on two ranks: rank r holds stage r as chunk 0 and stage
+  pp - 1 - r as chunk 1 (deepseek-ai/DualPipe keeps two copies of the parameters).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from planner.errors import PlannerError, PlanRuleError
@@ -148,15 +154,42 @@ class VirtualStage:
         return len(self.layers)
 
 
+PLACEMENTS = {"zbv": "v", "dualpipev": "v", "dualpipe": "dual"}
+"""Schedules whose stages do not loop over the ranks (the rest: 'loop')."""
+
+
+def placement_of(schedule: str | None) -> str:
+    return PLACEMENTS.get(schedule or "", "loop")
+
+
 @dataclass(frozen=True)
 class PipelineLayout:
     pp: int
     vpp: int
     stages: tuple[VirtualStage, ...]
+    placement: str = "loop"
+    """Which rank holds each stage (see the module docstring)."""
 
     def rank_stages(self, rank: int) -> tuple[VirtualStage, ...]:
-        """The chunks of pipeline rank ``rank`` in virtual-stage order."""
-        return tuple(s for s in self.stages if s.pp_rank == rank)
+        """The chunks of pipeline rank ``rank`` in chunk order (DualPipe: stage r, then stage
+        pp - 1 - r)."""
+        return self._by_rank[rank]
+
+    @cached_property
+    def _by_rank(self) -> tuple[tuple[VirtualStage, ...], ...]:
+        if self.placement == "dual":
+            return tuple((self.stages[r], self.stages[self.pp - 1 - r]) for r in range(self.pp))
+        return tuple(tuple(sorted((s for s in self.stages if s.pp_rank == r), key=lambda s: s.vpp_rank))
+                     for r in range(self.pp))
+
+    @property
+    def chunks_per_rank(self) -> int:
+        return 2 if self.placement == "dual" else self.vpp
+
+    def passes(self, micro_batches):
+        """Micro-batches each chunk of a rank runs per step: all of them, or with DualPipe's two
+        directions half (each rank's chunk r carries one direction's)."""
+        return micro_batches // 2 if self.placement == "dual" else micro_batches
 
     def to_string(self) -> str:
         return format_layout(self.symbols())
@@ -270,9 +303,21 @@ def uneven_layout_symbols(model: ModelSpec, pp: int, vpp: int, first: int | None
     return tuple(syms)
 
 
-def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None) -> PipelineLayout:
+def _rank_and_chunk(i: int, pp: int, placement: str) -> tuple[int, int]:
+    """(rank, chunk) of layout stage ``i``: see the module docstring (DualPipe's second holder,
+    rank pp - 1 - i, is PipelineLayout.rank_stages's)."""
+    if placement == "v":
+        return (i, 0) if i < pp else (2 * pp - 1 - i, 1)
+    if placement == "dual":
+        return i, 0
+    return i % pp, i // pp
+
+
+def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None, schedule: str | None = None) -> PipelineLayout:
     """Resolve the plan's layout (or the even default) into virtual stages, checking it against
-    the model the way Megatron's PipelineParallelLayerLayout.validate_layer_layout does."""
+    the model the way Megatron's PipelineParallelLayerLayout.validate_layer_layout does; the
+    schedule's placement says which rank holds each stage."""
+    placement = placement_of(schedule)
     syms = parse_layout(layout) if layout else even_layout_symbols(model, pp, vpp)
     empty = [i for i, st in enumerate(syms) if not st]
     if empty:
@@ -313,15 +358,16 @@ def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None) -> Pip
     next_layer = 0
     for i, s in enumerate(syms):
         n = s.count("t")
+        rank, chunk = _rank_and_chunk(i, pp, placement)
         stages.append(
             VirtualStage(
-                index=i, pp_rank=i % pp, vpp_rank=i // pp,
+                index=i, pp_rank=rank, vpp_rank=chunk,
                 layers=tuple(range(next_layer, next_layer + n)),
                 embedding="E" in s, loss="L" in s, mtp=s.count("m"),
             )
         )
         next_layer += n
     for st in stages:
-        if st.mtp and st.vpp_rank != vpp - 1:
+        if st.mtp and placement == "loop" and st.vpp_rank != vpp - 1:
             raise _rule("layout-mtp", "Megatron keeps MTP modules in the last virtual stage of a rank.")
-    return PipelineLayout(pp, vpp, tuple(stages))
+    return PipelineLayout(pp, vpp, tuple(stages), placement)

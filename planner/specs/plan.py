@@ -34,8 +34,19 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 # Order of keys in the canonical string form.
 KEY_ORDER = (
     "tp", "cp", "pp", "vpp", "dp", "ep", "etp", "edp", "mbs", "sharding", "recompute", "offload",
-    "precision", "moments", "layout", "stage_recompute", "dispatcher", "ep_overlap",
+    "precision", "moments", "layout", "stage_recompute", "dispatcher", "ep_overlap", "schedule",
 )
+
+SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev")
+"""Pipeline schedules a plan can name (planner.cost.schedules; docs/research/schedules.md)."""
+
+
+def default_schedule(pp: int, vpp: int) -> str | None:
+    """The schedule a plan without ``schedule`` runs: Megatron's interleaved 1F1B with virtual
+    stages, its 1F1B otherwise; none without pipeline parallelism."""
+    if pp <= 1:
+        return None
+    return "interleaved" if vpp > 1 else "1f1b"
 
 
 class _Named:
@@ -157,6 +168,35 @@ def parse_on_off(value) -> bool:
     raise ValueError(f"expected 'on' or 'off', got {value!r}")
 
 
+class EpOverlap(StrEnum):
+    """The ``ep_overlap`` key: the EP all-to-all of one micro-batch hidden under another's compute.
+
+    ``on``: Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) under Megatron's
+    schedules, DualPipe's overlapped forward-and-backward chunks under ``dualpipe``/``dualpipev``;
+    ``wgrad``: the Megatron overlap with --delay-wgrad-compute as well (the experts' weight
+    gradient after the backward dispatch is issued). One key with three values rather than a
+    second key: --delay-wgrad-compute is refused without the overlap (TransformerConfig), so the
+    combination a second key would allow cannot run. Truthy when the overlap is on."""
+
+    OFF = "off"
+    ON = "on"
+    WGRAD = "wgrad"
+
+    def __bool__(self) -> bool:
+        return self is not EpOverlap.OFF
+
+
+def parse_ep_overlap(value) -> EpOverlap:
+    """'on', 'off', 'wgrad' (the plan's string form) or a boolean."""
+    if isinstance(value, EpOverlap):
+        return value
+    if isinstance(value, bool):
+        return EpOverlap.ON if value else EpOverlap.OFF
+    if isinstance(value, str) and value.strip() in ("on", "off", "wgrad"):
+        return EpOverlap(value.strip())
+    raise ValueError(f"expected 'on', 'off' or 'wgrad', got {value!r}")
+
+
 def parse_stage_recompute(text: str) -> tuple[int, ...]:
     parts = text.split("/")
     if not all(re.fullmatch(r"[0-9]{1,6}", p) and int(p) <= MAX_LAYERS for p in parts):
@@ -186,6 +226,8 @@ ShardingValue = Annotated[Sharding, *_typed(parse_sharding, Sharding)]
 OffloadValue = Annotated[Offload, *_typed(parse_offload, Offload)]
 OnOff = Annotated[bool, PlainValidator(parse_on_off), PlainSerializer(lambda b: "on" if b else "off", return_type=str),
                   WithJsonSchema({"enum": ["on", "off"]})]
+EpOverlapValue = Annotated[EpOverlap, PlainValidator(parse_ep_overlap), PlainSerializer(str, return_type=str),
+                          WithJsonSchema({"enum": ["off", "on", "wgrad"]})]
 StageRecompute = Annotated[tuple[int, ...], *_typed(parse_stage_recompute, tuple, lambda t: "/".join(map(str, t)))]
 
 
@@ -271,8 +313,13 @@ class Plan(Spec):
     expresses it directly (search --target any)."""
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     """MoE token dispatcher; None means the hardware's default."""
-    ep_overlap: OnOff = False
-    """Overlap EP all-to-all with compute (Megatron --overlap-moe-expert-parallel-comm): on / off."""
+    ep_overlap: EpOverlapValue = EpOverlap.OFF
+    """Overlap EP all-to-all with compute: off, on (Megatron --overlap-moe-expert-parallel-comm;
+    DualPipe's overlapped chunks), wgrad (Megatron's overlap with --delay-wgrad-compute)."""
+    schedule: Literal["1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"] | None = None
+    """Pipeline schedule; None runs Megatron's default (interleaved with vpp > 1, else 1F1B).
+    zbv and dualpipev hold two stages per rank in a V (vpp=2), dualpipe the stages r and pp-1-r
+    of one layout of pp stages (vpp=1, two parameter copies per pipeline)."""
 
     @field_validator("layout")
     @classmethod
@@ -398,23 +445,25 @@ class Plan(Spec):
                   default_precision: str | None = None) -> "Plan":
         """Normalize so that plans which run identically compare equal: vpp=1 without PP, no expert
         keys on dense models, etp written out, dp dropped (derived), the dispatcher and precision
-        made explicit, EP overlap off where there is no EP."""
+        made explicit, EP overlap off where there is no EP, the default schedule left out."""
         d = self.model_dump()
         d["dp"] = d["edp"] = None
         if d["pp"] == 1:
             d["vpp"] = 1
         if not is_moe:
-            d.update(ep=1, etp=None, dispatcher=None, ep_overlap=False)
+            d.update(ep=1, etp=None, dispatcher=None, ep_overlap=EpOverlap.OFF)
         else:
             d["etp"] = self.expert_tp
             if d["ep"] == 1:
-                d["ep_overlap"] = False
+                d["ep_overlap"] = EpOverlap.OFF
             if d["dispatcher"] is None:
                 d["dispatcher"] = default_dispatcher
             if d["ep"] == 1:
                 d["dispatcher"] = None
         if d["precision"] is None:
             d["precision"] = default_precision
+        if d["schedule"] == default_schedule(d["pp"], d["vpp"]):
+            d["schedule"] = None  # the default is never written out (pp=1 keeps one: rule schedule-needs-pp)
         if d["etp"] == d["tp"] and not is_moe:
             d["etp"] = None
         return Plan.model_validate(d)

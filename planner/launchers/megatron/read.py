@@ -518,7 +518,8 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     plan_values = dict(
         tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
         offload=offload, precision=precision, moments=moments, layout=layout, dispatcher=dispatcher,
-        ep_overlap="on" if v.get("overlap_moe_expert_parallel_comm") else "off",
+        ep_overlap=("wgrad" if v.get("delay_wgrad_compute") else "on") if v.get("overlap_moe_expert_parallel_comm")
+        else "off",
     )
     plan = Plan.from_mapping({k: val for k, val in plan_values.items() if val is not None})
 

@@ -37,6 +37,8 @@ PLAN_RULES: dict[str, str] = {
     "seq-exceeds-max-position": "max_position_embeddings >= seq_length (validate_args)",
     "hsdp-expert-dp": "expert-DP % distributed-optimizer instances == 0 (initialize_model_parallel)",
     "sp-seq-divisible": "seq/cp divisible by tp under sequence parallelism (scatter to SP region)",
+    "megatron-schedule": "Megatron-Core 0.19.2 runs 1F1B and interleaved 1F1B only (pipeline_parallel/schedules.py)",
+    "megatron-interleaved-groups": "interleaved: micro-batches a multiple of PP (forward_backward_pipelining_with_interleaving)",
 }
 """Megatron's own plan rules by name, with the check each mirrors (the shared ones: planner.rules.SHARED_RULES)."""
 
@@ -102,6 +104,36 @@ def _layout_symbols(plan: Plan, model: ModelSpec):
     return list(even_layout_symbols(model, plan.pp, plan.vpp))
 
 
+def _schedule_violations(plan: Plan, job: Job, deg: Degrees) -> list[Violation]:
+    """Megatron-Core's schedules: 1F1B and interleaved only; interleaving in whole groups of PP
+    micro-batches (schedules.py 1133-1154: ValueError when PP exceeds the micro-batches,
+    RuntimeError when 0 < m % PP < PP, the group defaulting to PP, model_parallel_config.py
+    567-568). The combined 1F1B of --overlap-moe-expert-parallel-comm runs inside the same function."""
+    out: list[Violation] = []
+    if plan.schedule not in (None, "1f1b", "interleaved"):
+        runs = ("torchtitan (ZBVZeroBubble)" if plan.schedule == "zbv" else
+                "torchtitan (InterleavedZeroBubble)" if plan.schedule == "zb-h1" else
+                "torchtitan (DualPipeV) or deepseek-ai/DualPipe" if plan.schedule == "dualpipev" else
+                "deepseek-ai/DualPipe only (no launcher planner exports to)")
+        out.append(Violation(
+            "megatron-schedule",
+            f"schedule={plan.schedule}: Megatron-Core 0.19.2 runs 1F1B and interleaved 1F1B only (its combined 1F1B "
+            f"is ep_overlap=on); this schedule runs under {runs}.",
+            hint="Search with --target torchtitan or --target any, or drop schedule.",
+        ))
+    if plan.pp > 1 and plan.vpp > 1 and deg.dp and job.global_batch % (plan.mbs * deg.dp) == 0:
+        m = job.global_batch // (plan.mbs * deg.dp)
+        if m % plan.pp:
+            out.append(Violation(
+                "megatron-interleaved-groups",
+                f"{m} micro-batches with pp={plan.pp}, vpp={plan.vpp}: Megatron's interleaved schedule runs groups of PP "
+                "micro-batches through the virtual stages and refuses a last group shorter than PP "
+                "(forward_backward_pipelining_with_interleaving: 'The remainder of M ... should be 0').",
+                hint=f"Choose a global batch, mbs or dp that gives a multiple of {plan.pp} micro-batches.",
+            ))
+    return out
+
+
 def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
     """Megatron-LM 0.19.2 checks beyond the shared model-shape rules (plan must be canonical)."""
     out: list[Violation] = []
@@ -126,6 +158,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
                     f"The layout splits {model.name}'s {model.mtp_layers} MTP modules over several stages; "
                     "Megatron requires them in one virtual stage (validate_layer_layout).",
                 ))
+    out += _schedule_violations(plan, job, deg)
     if plan.stage_recompute:
         out.append(Violation(
             "megatron-stage-recompute",

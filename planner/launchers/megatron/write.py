@@ -187,7 +187,9 @@ def parallel_args(model, plan, deg) -> list[str]:
         args += ["--sequence-parallel"]  # planner pairs TP with SP; validate_args drops SP at TP=1
     args += layout_args(model, plan)[0]
     if plan.ep_overlap:
-        args += ["--overlap-moe-expert-parallel-comm"]
+        args += ["--overlap-moe-expert-parallel-comm"]  # Megatron's combined 1F1B (TransformerConfig)
+    if plan.ep_overlap == "wgrad":
+        args += ["--delay-wgrad-compute"]  # the experts' weight gradient after the backward dispatch
     return args
 
 

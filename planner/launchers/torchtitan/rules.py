@@ -33,6 +33,8 @@ PLAN_RULES: dict[str, str] = {
     "torchtitan-ep-overlap": "torchtitan has no EP all-to-all / compute overlap schedule",
     "torchtitan-seq-divisor": "seq % (tp * 2cp) == 0 (Trainer: sequence/context-parallel evenness)",
     "torchtitan-batch": "global % (local_batch * dp) == 0 and local_batch % pp microbatch == 0 (Trainer)",
+    "torchtitan-schedule": "torch.distributed.pipelining has no DualPipe (two directions, two parameter copies)",
+    "torchtitan-stages-per-rank": "1F1B one stage per rank; Interleaved1F1B/InterleavedZeroBubble at least two (pipeline_parallel.py)",
 }
 """torchtitan's own rules by name, with the check each mirrors."""
 
@@ -147,7 +149,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
         from planner.specs.layout import build_layout
 
         try:
-            most = max(s.num_layers for s in build_layout(model, plan.pp, plan.vpp, plan.layout).stages)
+            most = max(s.num_layers for s in build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule).stages)
         except Exception:
             most = 0
         if rc.layers < most:
@@ -191,6 +193,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "model_registry(moe_comm_backend=...) in a config_registry function, not on the command line.",
             hint="Use dispatcher=alltoall, or pass --torchtitan-config with such a function.",
         ))
+    out += _schedule_violations(plan)
     if plan.ep_overlap:
         out.append(Violation(
             "torchtitan-ep-overlap",
@@ -205,6 +208,29 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "sequence/context-parallel evenness).",
         ))
     return out
+
+
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-h1": "InterleavedZeroBubble",
+                        "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
+"""--parallelism.pipeline_parallel_schedule for planner's schedules (torch 2.13 get_schedule_class)."""
+
+
+def _schedule_violations(plan: Plan) -> list[Violation]:
+    """torchtitan's schedule checks (distributed/pipeline_parallel.py 227-258): single-stage
+    schedules (1F1B) need exactly one stage per rank, multi-stage ones at least two (ZBV and
+    DualPipeV exactly two: the shared schedule-vpp rule); DualPipe is not among the schedules."""
+    from planner.specs.plan import default_schedule
+
+    name = plan.schedule or default_schedule(plan.pp, plan.vpp)
+    if name == "dualpipe":
+        return [Violation("torchtitan-schedule", "schedule=dualpipe: torch.distributed.pipelining (and so torchtitan) "
+                          "ships DualPipeV only; DualPipe's two directions and parameter copies run under "
+                          "deepseek-ai/DualPipe.", hint="Use schedule=dualpipev (vpp=2), or --target any.")]
+    if name == "zb-h1" and plan.vpp < 2:
+        return [Violation("torchtitan-stages-per-rank", "schedule=zb-h1 with vpp=1: torchtitan's InterleavedZeroBubble is a "
+                          "multi-stage schedule and needs at least two stages per rank (the paper's one-stage ZB-H1 "
+                          "runs only as a --parallelism.pipeline_parallel_schedule_csv).", hint="Set vpp=2 or more.")]
+    return []
 
 
 def torchtitan_batch_violations(global_batch: int, local_batch: int, batch_degree: int,

@@ -1,0 +1,106 @@
+"""The forward/backward phase of the schedules the closed forms do not cover, from the event walk.
+
+Which plans walk (:func:`walk_name`): every plan of the zero-bubble and DualPipe schedules, and
+Megatron's 1F1B and interleaved with EP overlap (its combined 1F1B: the overlap happens inside the
+forward-and-backward pairs, so how much all-to-all hides depends on the pairs, the lone warm-up
+forwards and cool-down backwards, not on a block's own compute); Megatron's 1F1B and interleaved
+without overlap keep the closed forms of :mod:`planner.cost.pipeline`.
+
+For each plan the walk reads, per rank and chunk, its blocks' pieces in layer order
+(:func:`planner.cost.phases.block_layer`, the blocks of :meth:`Costs.ranks`), the pipeline send
+of :func:`planner.cost.comm.pp_p2p_time`, and the hardware's overlap interference (hidden
+all-to-all seconds slow the compute they hide behind by that fraction, as in the closed forms);
+:func:`planner.cost.schedules.batch.pipeline_step` walks all plans of a batch at once, or, for the
+search's tables, :func:`~planner.cost.schedules.batch.pipeline_estimate` reads the closed forms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.pipeline import rank_blocks
+from planner.cost.schedules.batch import StepResult, pipeline_estimate, pipeline_step
+from planner.cost.schedules.timing import LayerTimes
+
+
+def walk_name(schedule: str | None, levers, vpp: int = 1) -> str | None:
+    """The schedule walk a plan runs (planner.cost.schedules names), None for the closed forms
+    (also for EP overlap under 1F1B with PP > 1, which Megatron refuses: rule ep-overlap-needs-vpp)."""
+    if schedule in (None, "1f1b", "interleaved"):
+        return "combined-1f1b" if levers.ep_overlap and (schedule is None or vpp > 1) else None
+    return schedule
+
+
+@dataclass(frozen=True)
+class Walked:
+    """The walked plans of a batch: their columns, the walk's result for them (arrays over those
+    columns) and the schedule it walked."""
+
+    cols: np.ndarray
+    name: str
+    result: StepResult
+    estimate: bool
+    """Read from the closed forms (the search's tables) rather than walked."""
+
+
+def chunk_blocks_of(costs, r: int, variant) -> list[list[tuple[object, int]]]:
+    """Rank ``r``'s chunks as (stacked BlockCost, count) in layer order, for one variant (the
+    blocks of :meth:`Costs.ranks`, whose numbers are over the rank's stacked block keys)."""
+    ctx, b = costs.ctx, costs.batch
+    chunks = b.layout.rank_stages(r)
+    settings = [v.recompute_setting() for v in b.variants]
+    specs = tuple(tuple(rank_blocks(ctx.ms, chunks, s, v.full_layers(r, chunks))) for s, v in zip(settings, b.variants))
+    setting = variant.recompute_setting()
+    out = []
+    for chunk, n_full in zip(chunks, variant.full_layers(r, chunks)):
+        out.append([(costs._stacked_block(name, is_full, specs, settings), count)
+                    for name, count, _, is_full in rank_blocks(ctx.ms, (chunk,), setting, (n_full,))])
+    return out
+
+
+def _chunk_layers(costs, r: int, variant, cols: np.ndarray) -> tuple[tuple[LayerTimes, ...], ...]:
+    """Rank ``r``'s chunks as layer pieces for the plans ``cols`` of one variant."""
+    keys = costs.ranks()[r].keys[cols]
+
+    def at(x):
+        x = np.asarray(x, dtype=float)
+        return np.broadcast_to(x, (len(keys),)) if x.ndim == 0 else x[keys]
+
+    out = []
+    for blocks in chunk_blocks_of(costs, r, variant):
+        layers: list[LayerTimes] = []
+        for block, count in blocks:
+            lt = LayerTimes(**{f.name: at(getattr(block.layer, f.name)) for f in dataclasses.fields(LayerTimes)})
+            layers += [lt] * count
+        out.append(tuple(layers))
+    return tuple(out)
+
+
+def walk_plans(costs) -> list[Walked]:
+    """Walk (or, for the tables, estimate) every plan of the batch whose schedule needs it."""
+    b = costs.batch
+    nk = b.n_keys
+    m = b.micro_batches
+    p2p = costs.p2p_seconds()
+    out = []
+    interference = costs.ctx.rates.overlap_interference
+    ep = b.deg.ep
+    for j, v in enumerate(b.variants):
+        for has_ep in (False, True):
+            # EP overlap needs expert parallelism (the canonical plan drops it at ep = 1).
+            lv = v if has_ep else dataclasses.replace(v, ep_overlap=False)
+            name = walk_name(b.schedule, lv, b.vpp)
+            sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
+            if name is None or not len(sel):
+                continue
+            for mi in np.unique(m[sel]):
+                cols = sel[m[sel] == mi]
+                chunks = [_chunk_layers(costs, r, lv, cols) for r in range(b.pp)]
+                fn = pipeline_step if b.walk else pipeline_estimate
+                res = fn(name, b.pp, b.layout.chunks_per_rank, int(mi), chunks, p2p[cols], delay_wgrad=lv.delay_wgrad,
+                         pair_overlap=bool(lv.ep_overlap), interference=interference)
+                out.append(Walked(cols, name, res, not b.walk))
+    return out
