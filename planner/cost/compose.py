@@ -32,7 +32,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost import activations as act
-from planner.cost.comm import CommCost, CommFlags, block_comm, pp_p2p_time
+from planner.cost.comm import CommCost, CommFlags, block_comm, ep_dispatch_combine, pp_p2p_time
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
 from planner.cost.constant import ConstantMemory, constant_bytes, rank_params_of
 from planner.cost.flops import BF16, Shard, model_shape
@@ -44,8 +44,10 @@ from planner.cost.pipeline import (
     BlockCost, RankCost, data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard,
     optimizer_step_time, param_tensors, pipeline_time, rank_blocks, rank_p2p, sync_kind,
 )
+from planner.cost.phases import block_layer, wgrad_bytes
 from planner.cost.rates import Rates, rates_for
 from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
+from planner.cost.schedules.timing import LayerTimes
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
 from planner.specs.layout import PipelineLayout, build_layout
 from planner.specs.plan import Degrees, Plan, Recompute, Sharding
@@ -72,7 +74,9 @@ class Levers:
     offload_activations: bool
     dispatcher: str | None
     """MoE token dispatcher; None without expert parallelism."""
-    ep_overlap: bool
+    ep_overlap: object
+    """EP overlap: a :class:`~planner.specs.plan.EpOverlap` (or a bool in the search's lever
+    tables); truthy when on."""
     stage_recompute: tuple[int, ...] | None = None
     """Per-rank fully recomputed layer counts (advisory plans of ``--target any``)."""
 
@@ -85,6 +89,11 @@ class Levers:
     @property
     def fp8(self) -> bool:
         return self.precision == "fp8"
+
+    @property
+    def delay_wgrad(self) -> bool:
+        """Megatron's --delay-wgrad-compute (ep_overlap=wgrad)."""
+        return self.ep_overlap == "wgrad"
 
     def recompute_setting(self) -> str | tuple[str, ...] | None:
         """What every decoder layer's compute recomputes: 'full', the selective modules, or None
@@ -290,9 +299,17 @@ class CostContext:
             transfers = self.cached(("transfers", ep, sh.dispatcher, flags.fp8_dispatch), dict)
             spans = self.cached(("block_spans", ep), lambda subset=subset: keys.block_spans(subset))
             comm = block_comm(self.ms, sh, name, bt, spans, self.rates, flags, transfers)
-            parts.append((subset, bt, comm))
-        return BlockCost(name, 1, _scatter_time([(s, bt) for s, bt, _ in parts], len(keys.bk)),
-                         _scatter_comm([(s, cm) for s, _, cm in parts], len(keys.bk)))
+            ep_parts = (self.cached(("ep_parts", sh.dispatcher, flags.fp8_dispatch), lambda sh=sh, spans=spans, flags=flags:
+                                    ep_dispatch_combine(self.ms, sh, spans["ep"], self.rates, flags.fp8_dispatch))
+                        if ep else None)
+            layer = block_layer(kts, bt, comm, compute_rc, ep_parts)
+            parts.append((subset, bt, comm, layer, wgrad_bytes(kts, levers.fp8)))
+        n = len(keys.bk)
+        return BlockCost(name, 1, _scatter_time([(s, bt) for s, bt, *_ in parts], n),
+                         _scatter_comm([(s, cm) for s, _, cm, *_ in parts], n),
+                         LayerTimes(**{f.name: _scatter([(s, getattr(lt, f.name)) for s, _, _, lt, _ in parts], n)
+                                       for f in dataclasses.fields(LayerTimes)}),
+                         _scatter([(s, wk) for s, *_, wk in parts], n))
 
 
 _MISSING = object()
@@ -386,6 +403,12 @@ class PlanBatch:
     variants: tuple[Levers, ...]
     group: tuple
     """Identity of (key_rows, layout) in the context's memo."""
+    schedule: str | None = None
+    """The pipeline schedule the plans run (planner.specs.plan.SCHEDULES; None without pipeline
+    parallelism)."""
+    walk: bool = True
+    """Walk the schedules the closed forms do not cover (planner.cost.walked); False reads
+    their closed-form estimate instead (the search's tables)."""
 
     @property
     def levers(self) -> Levers:
@@ -438,9 +461,9 @@ def _setup_keys(setup) -> KeyTable:
     return KeyTable(setup.hw, setup.job, setup.assumptions, row)
 
 
-def batch_of_setup(setup, calibration=None, rates: Rates | None = None) -> PlanBatch:
+def batch_of_setup(setup, calibration=None, rates: Rates | None = None, walk: bool = True) -> PlanBatch:
     """A batch of one plan (a resolved :class:`~planner.cost.setup.Setup`); ``rates`` replace the
-    hardware's achievable rates (what-if checks). Plans with the same degrees share one context,
+    hardware's achievable rates (what-if checks); ``walk``: see :attr:`PlanBatch.walk`. Plans with the same degrees share one context,
     so evaluating a plan's neighbours (other levers, another layout) reuses its block costs."""
     rates = rates or rates_for(setup, calibration)
     d = setup.deg
@@ -451,17 +474,17 @@ def batch_of_setup(setup, calibration=None, rates: Rates | None = None) -> PlanB
     _CONTEXTS[key] = ctx
     while len(_CONTEXTS) > 32:
         _CONTEXTS.pop(next(iter(_CONTEXTS)))
-    group = ("setup", setup.layout.pp, setup.layout.vpp, setup.plan.layout)
-    return PlanBatch(ctx, np.array([0]), setup.layout, (Levers.of(setup.plan),), group)
+    group = ("setup", setup.layout.pp, setup.layout.vpp, setup.plan.layout, setup.schedule, walk)
+    return PlanBatch(ctx, np.array([0]), setup.layout, (Levers.of(setup.plan),), group, setup.schedule, walk)
 
 
 _CONTEXTS: dict[tuple, CostContext] = {}
 """Recently used one-plan contexts, least recent first."""
 
 
-def costs_of(setup, calibration=None, rates: Rates | None = None) -> "Costs":
+def costs_of(setup, calibration=None, rates: Rates | None = None, walk: bool = True) -> "Costs":
     """The composition of one plan (arrays of length one)."""
-    return evaluate_batch(batch_of_setup(setup, calibration, rates))
+    return evaluate_batch(batch_of_setup(setup, calibration, rates, walk))
 
 
 def plan_shard(setup) -> Shard:
@@ -476,19 +499,24 @@ def plan_spans(setup) -> tuple[dict[str, GroupSpan], int]:
     return keys.worst_spans(0), int(keys.fill[0])
 
 
-def layout_batches(ctx: CostContext, structs, base: Levers) -> list[PlanBatch]:
-    """One batch per pipeline layout ``(pp, vpp, layout)`` of the context's keys (``structs`` in
-    key-table order), rows sorted by micro-batch count (equal counts share schedule profiles)."""
+def layout_batches(ctx: CostContext, structs, base: Levers, walk: bool = False) -> list[PlanBatch]:
+    """One batch per pipeline layout ``(pp, vpp, layout, schedule)`` of the context's keys
+    (``structs`` in key-table order), rows sorted by micro-batch count (equal counts share
+    schedule profiles); the schedules the closed forms do not cover are estimated unless ``walk``."""
+    from planner.specs.plan import default_schedule
+
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(structs):
-        groups.setdefault((s.pp, s.vpp, s.layout), []).append(i)
+        name = getattr(s, "schedule", None) or default_schedule(s.pp, s.vpp)
+        groups.setdefault((s.pp, s.vpp, s.layout, name), []).append(i)
     m = ctx.keys.col["micro_batches"]
     out = []
-    for (pp, vpp, layout_str), idx in groups.items():
+    for (pp, vpp, layout_str, name), idx in groups.items():
         rows = np.array(idx, dtype=np.int64)
         rows = rows[np.argsort(m[rows], kind="stable")]
-        layout = build_layout(ctx.model, pp, vpp, layout_str, getattr(structs[idx[0]], "schedule", None))
-        out.append(PlanBatch(ctx, rows, layout, (base,), (pp, vpp, layout_str)))
+        layout = build_layout(ctx.model, pp, vpp, layout_str, name)
+        group = (pp, vpp, layout_str) if name == default_schedule(pp, vpp) else (pp, vpp, layout_str, name)
+        out.append(PlanBatch(ctx, rows, layout, (base,), group, name, walk))
     return out
 
 
@@ -638,7 +666,10 @@ class Costs:
             parts = [[cc for cc in c.comm if cc.cause == cause] for c in costs]
             comm.append(CommCost(cause, np.concatenate([_column(p[0].total if p else 0.0, nbk) for p in parts]),
                                  np.concatenate([_column(p[0].exposed if p else 0.0, nbk) for p in parts])))
-        return BlockCost(name, count, time, tuple(comm))
+        layer = LayerTimes(**{f.name: np.concatenate([_column(getattr(c.layer, f.name), nbk) for c in costs])
+                              for f in dataclasses.fields(LayerTimes)})
+        kept = np.concatenate([_column(c.wgrad_kept, nbk) for c in costs])
+        return BlockCost(name, count, time, tuple(comm), layer, kept)
 
     def block(self, name: str, compute_rc, comm_rc) -> BlockCost:
         """One block of ``name`` per micro-batch for the batch's keys under its levers: its compute
@@ -714,7 +745,67 @@ class Costs:
         pipe = pipeline_time(self.step_rank_times(), b.micro_batches, b.vpp)
         if p2p_overlaps(b.vpp, self.ctx.assumptions):
             pipe = pipe + 2 * (b.pp - 1) * self.ranks()[0].p2p_total / (2 * b.vpp)
-        return _column(pipe, self.n)
+        walked = self.walked()
+        if not walked:
+            return _column(pipe, self.n)
+        pipe = np.array(_column(pipe, self.n), dtype=float)
+        for w in walked:
+            pipe[w.cols] = w.result.step
+        return pipe
+
+    def schedule_columns(self) -> list[tuple[str, np.ndarray]]:
+        """(walked schedule, its plans) for the plans whose schedule the closed forms do not
+        cover (:func:`planner.cost.walked.walk_name`; EP overlap only counts with EP > 1)."""
+        def fn():
+            b = self.batch
+            nk = b.n_keys
+            ep = b.deg.ep
+            out: dict[str, list] = {}
+            for j, v in enumerate(b.variants):
+                for has_ep in (False, True):
+                    lv = v if has_ep else dataclasses.replace(v, ep_overlap=False)
+                    name = memory_schedule(b.schedule, lv, b.vpp)
+                    sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
+                    if name is not None and len(sel):
+                        out.setdefault(name, []).append(sel)
+            return [(name, np.concatenate(sels)) for name, sels in out.items()]
+
+        return self._memo("schedule_cols", self._row("ep_overlap"), fn=fn)
+
+    def walked(self) -> list:
+        """The plans whose forward/backward phase comes from the schedule walk, with its result
+        (:func:`planner.cost.walked.walk_plans`; empty when the closed forms cover every plan)."""
+        from planner.cost.walked import walk_plans
+
+        return self._memo("walked", self._compute_levers(), fn=lambda: walk_plans(self))
+
+    def p2p_seconds(self) -> np.ndarray:
+        """One activation (or gradient) send between pipeline neighbours, per plan."""
+        def fn():
+            ctx, b = self.ctx, self.batch
+            return _column(pp_p2p_time(ctx.ms, ctx.shard(self.lv, b.rows, True), self.spans()["pp"], ctx.rates), self.n)
+
+        return self._memo("p2p_s", len(self.batch.variants), fn=fn)
+
+    def wgrad_kept(self, r: int) -> np.ndarray:
+        """(chunks, plans): bytes one micro-batch of each chunk of rank ``r`` holds between its
+        input- and weight-gradient passes (planner.cost.phases.wgrad_bytes)."""
+        return self._memo("wgrad_kept", r, self._compute_levers(), fn=lambda: self._wgrad_kept(r))
+
+    def _wgrad_kept(self, r: int) -> np.ndarray:
+        from planner.cost.walked import chunk_blocks_of
+
+        b = self.batch
+        nk = b.n_keys
+        keys = self.ranks()[r].keys
+        out = np.zeros((b.layout.chunks_per_rank, self.n))
+        for j, v in enumerate(b.variants):
+            cols = np.arange(j * nk, (j + 1) * nk)
+            for c, blocks in enumerate(chunk_blocks_of(self, r, v)):
+                for block, count in blocks:
+                    kept = np.asarray(block.wgrad_kept, dtype=float)
+                    out[c, cols] += count * (kept[keys[cols]] if kept.ndim else kept)
+        return out
 
     # ---- time: data parallelism and the optimizer ----------------------------------------------
     def key_deg(self) -> Degrees:
@@ -772,7 +863,8 @@ class Costs:
         secs = shard = None
         for r in range(b.pp):
             dense, expert = self.rank_params(r)
-            sp = optimizer_shard(lv.sharding, dense, expert, d.dp, d.cp, d.edp)
+            copies = 2 if b.layout.placement == "dual" else 1  # DualPipe's two holders: _constant
+            sp = optimizer_shard(lv.sharding, dense, expert, copies * d.dp, d.cp, copies * d.edp)
             tensors = (param_tensors(ctx.model, b.layout.rank_stages(r), d.ep) if ctx.rates.torch_optimizer else 0.0)
             t = _column(optimizer_step_time(sp, dense + expert, lv.moments, lv.offload_optimizer, ctx.rates, override,
                                             tensors), n)
@@ -839,8 +931,13 @@ class Costs:
         b = self.batch
         d = self.key_deg()
         rp = self._memo("rank_params", r, fn=lambda: rank_params_of(self.ctx.model, b.layout, r, d.tp, d.etp, d.ep))
-        return constant_bytes(rp, dp=d.dp, cp=d.cp, edp=d.edp, sharding=self.lv.sharding, moments=self.lv.moments,
-                              offload_optimizer=self.lv.offload_optimizer)
+        # DualPipe: rank r holds stages r and pp-1-r, so every stage's parameters sit on two ranks
+        # of the pipeline (two copies, deepseek-ai/DualPipe example_dualpipe.py: full_modules[r] and
+        # full_modules[pp-1-r]); their gradients are summed across the two holders, so the
+        # sharded states are sharded over both holders' data-parallel groups (2 DP replicas).
+        copies = 2 if b.layout.placement == "dual" else 1
+        return constant_bytes(rp, dp=copies * d.dp, cp=d.cp, edp=copies * d.edp, sharding=self.lv.sharding,
+                              moments=self.lv.moments, offload_optimizer=self.lv.offload_optimizer)
 
     def comm_buffers(self) -> np.ndarray:
         """NCCL communicators, dispatcher staging, p2p buffers and workspaces (every rank alike),
@@ -872,6 +969,24 @@ class Costs:
         chunks = self.chunks(r)
         kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
         out = np.empty(n)
+        rest = np.ones(n, dtype=bool)
+        for name, sel in self.schedule_columns():
+            # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
+            # bytes held between input and weight gradient where it splits the backward.
+            held = np.concatenate([kept, self.wgrad_kept(r)]) if schedule_of(name).splits_backward else kept
+            rest[sel] = False
+            for mi, cols in self._buckets(b.micro_batches, "m"):
+                cols = np.intersect1d(cols, sel)
+                if len(cols):
+                    out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
+                                                   self.lv.offload_activations, schedule=name)
+        if not rest.all():
+            m = np.where(rest, b.micro_batches, -1)
+            for mi, cols in [(int(v), np.flatnonzero(m == v)) for v in np.unique(m[rest])]:
+                mi = int(profile_microbatches(b.pp, b.vpp, mi))
+                out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
+                                               self.lv.offload_activations)
+            return out
         # Plans whose schedules show the same in-flight vectors share one matrix product.
         m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
         for mi, cols in self._buckets(m, "profile_m"):
@@ -948,6 +1063,22 @@ def _gating(best: DataParallel, cur: DataParallel) -> DataParallel:
     pick = lambda take, f: np.where(take, getattr(cur, f), getattr(best, f))  # noqa: E731
     return DataParallel(pick(dp, "grad"), pick(dp, "grad_exposed"), pick(dp, "param"), pick(dp, "param_exposed"),
                         pick(fs, "fsdp"), pick(fs, "fsdp_exposed"))
+
+
+def memory_schedule(schedule: str | None, levers, vpp: int) -> str | None:
+    """The schedule whose in-flight vectors a plan's memory follows (planner.cost.schedules
+    names), None for Megatron's 1F1B and interleaved without EP overlap (planner.cost.schedule):
+    the schedule the time walk runs (:func:`planner.cost.walked.walk_name`)."""
+    from planner.cost.walked import walk_name
+
+    return walk_name(schedule, levers, vpp)
+
+
+def schedule_of(name: str):
+    """A walked schedule's description (planner.cost.schedules.Schedule)."""
+    from planner.cost.schedules import schedule
+
+    return schedule(name)
 
 
 def p2p_overlaps(vpp: int, assumptions) -> bool:

@@ -65,14 +65,15 @@ def block_layer(kts: tuple[KernelTime, ...], bt: BlockTime, comm, recompute, ep_
 
 def wgrad_bytes(kts: tuple[KernelTime, ...], fp8: bool) -> float:
     """Bytes a weight-gradient pass needs of one micro-batch once its input gradient is done: each
-    GEMM's input and the gradient of its output (Qi et al. 2023, Table 1), the input in FP8 where
-    the GEMM runs in FP8 (Transformer Engine saves the FP8 copy), the gradient in BF16."""
+    weight GEMM's input and the gradient of its output (Qi et al. 2023, Table 1), the input in FP8
+    where the GEMM runs in FP8 (Transformer Engine saves the FP8 copy), the gradient in BF16. GEMMs
+    without a weight (attention's batched products) leave nothing for W."""
     from planner.cost.flops import BF16, FP8, Gemm
 
     total = 0.0
     for kt in kts:
         g = kt.kernel
-        if isinstance(g, Gemm):
+        if isinstance(g, Gemm) and kt.wgrad is not None:
             total = total + g.count * g.m * (g.k * (FP8 if fp8 and g.fp8 else BF16) + g.n * BF16)
     return total
 

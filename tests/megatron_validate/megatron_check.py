@@ -6,6 +6,7 @@ with the two GPU probes stubbed. Reads one JSON object on stdin:
     {"argv": [...pretrain_gpt.py flags...], "world_size": N, "arch": 9 | 10}
 and prints one JSON object: {"ok": true, ...derived values...} or {"ok": false, "stage", "error"}.
 A JSON list of such objects gives a list of results (one interpreter start for many plans).
+"te_version" stands in for the Transformer Engine version validate_args asks about.
 "env" in a request sets CUDA_DEVICE_MAX_CONNECTIONS / NVTE_CPU_OFFLOAD_V1 for it (unset when
 absent): the test passes the exported script's own variables, so validate_args's environment
 checks run on them too.
@@ -56,6 +57,15 @@ def check(req: dict) -> dict:
     import megatron.training.arguments as margs
 
     margs.get_device_arch_version = lambda: arch  # TP/CP>1 CUDA_DEVICE_MAX_CONNECTIONS probe
+    if req.get("te_version"):
+        # The Transformer Engine version validate_args checks against (absent on the CPU): the
+        # version of the container the script targets, e.g. --delay-wgrad-compute with
+        # --overlap-grad-reduce needs TE >= 2.8 (arguments.py 1822-1852).
+        from packaging.version import Version
+
+        te_version = Version(req["te_version"])
+        margs.is_te_min_version = lambda v, check_equality=True: te_version >= Version(v) if check_equality \
+            else te_version > Version(v)
     from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
     from megatron.training.arguments import core_transformer_config_from_args, parse_args, validate_args
 

@@ -184,3 +184,86 @@ def test_torchtitan_rejects_what_planner_rejects():
     ]
     results = _run("torchtitan_check.py", [{"argv": a, "world_size": 512} for a in bad])
     assert [r["ok"] for r in results] == [False] * len(bad), results
+
+
+# Pipeline schedules (issue 21): torchtitan's zero-bubble and DualPipeV schedules, Megatron's
+# combined 1F1B with and without --delay-wgrad-compute.
+V3_TT = "tt_configs:deepseek_v3_671b_mtp"
+V3_TT_PLAN = "tp=8,pp=8,vpp=2,ep=32,etp=1,mbs=2,sharding=fsdp,recompute=full,dispatcher=alltoall,layout=Ettt|(tttt|)*14ttmL"
+SCHEDULE_TT_PLANS = [
+    ("deepseek-v3", "h100", (1024, 1024), V3_TT_PLAN + ",schedule=zb-h1", V3_TT, "InterleavedZeroBubble"),
+    ("deepseek-v3", "h100", (1024, 1024), V3_TT_PLAN + ",schedule=zbv", V3_TT, "ZBVZeroBubble"),
+    ("deepseek-v3", "h100", (1024, 1024), V3_TT_PLAN + ",schedule=dualpipev", V3_TT, "DualPipeV"),
+    ("llama3.1-405b", "h100", (1024, 1024), "tp=8,pp=8,vpp=2,cp=2,mbs=1,sharding=fsdp,recompute=full,"
+     "layout=Et*7|(t*8|)*14t*7L,schedule=zbv", L405, "ZBVZeroBubble"),
+]
+
+
+def test_torchtitan_accepts_exported_schedules():
+    """Zero-bubble and DualPipeV exports pass ConfigManager, torch's schedule lookup and
+    torchtitan's stage checks, and torchtitan places every stage on the rank planner's layout does
+    (a V for ZBVZeroBubble and DualPipeV)."""
+    launches, reqs = [], []
+    for name, hw_name, (g, b), text, cfg, _ in SCHEDULE_TT_PLANS:
+        *_, setup = resolve(name, hw_name, g, b, text)
+        launch = torchtitan_launch(setup, torchtitan_config=cfg)
+        launches.append(setup)
+        reqs.append({"argv": launch.argv(), "world_size": g})
+    for setup, case, r in zip(launches, SCHEDULE_TT_PLANS, _run("torchtitan_check.py", reqs)):
+        assert r["ok"], (setup.plan.to_string(), r)
+        assert r["schedule"] == case[5]
+        planner_stages = [[st.index for st in setup.layout.rank_stages(q)] for q in range(setup.deg.pp)]
+        assert r["stage_indices"] == planner_stages, (case[5], r["stage_indices"], planner_stages)
+
+
+def test_torchtitan_rejects_schedules_planner_rejects():
+    """What planner's schedule rules refuse, torch or torchtitan refuse too: ZBV with three stages
+    per rank (schedule-vpp), 1F1B with two (torchtitan-stages-per-rank), DualPipeV with fewer
+    micro-batches than stages (dualpipev-microbatches)."""
+    *_, setup = resolve("deepseek-v3", "h100", 1024, 1024, V3_TT_PLAN + ",schedule=zbv")
+    base = torchtitan_launch(setup, torchtitan_config=V3_TT).argv()
+
+    def swap(argv, flag, value):
+        i = argv.index(flag)
+        return argv[:i + 1] + [value] + argv[i + 2:]
+
+    fqns = base.index("--parallelism.module_fqns_per_model_part")
+    parts = base[fqns + 1:fqns + 17]
+    bad = [
+        swap(base, "--parallelism.pipeline_parallel_schedule", "1F1B"),
+        base[:fqns + 1] + [",".join(parts[0:2]), *parts[2:16]] + base[fqns + 17:],  # 15 stages: not 2 per rank
+        swap(swap(base, "--parallelism.pipeline_parallel_schedule", "DualPipeV"), "--training.local_batch_size", "16"),
+    ]
+    results = _run("torchtitan_check.py", [{"argv": a, "world_size": 1024} for a in bad])
+    assert [r["ok"] for r in results] == [False] * len(bad), results
+
+
+SCHEDULE_MEGATRON_PLANS = [
+    ("deepseek-v3", "h100", (512, 4096), "tp=1,pp=8,vpp=2,ep=32,mbs=1,precision=fp8,recompute=mla_up_proj+layernorm,"
+     "layout=Ettt|(tttt|)*14ttmL,ep_overlap=on"),
+    ("deepseek-v3", "h100", (512, 4096), "tp=1,pp=8,vpp=2,ep=32,mbs=1,precision=fp8,recompute=mla_up_proj+layernorm,"
+     "layout=Ettt|(tttt|)*14ttmL,ep_overlap=wgrad"),
+    ("qwen3-235b-a22b", "h100", (256, 2048), "tp=2,ep=32,etp=1,mbs=1,recompute=moe_act,ep_overlap=wgrad,sharding=dist_opt"),
+]
+
+
+def test_megatron_accepts_exported_moe_overlap():
+    """Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm, with --delay-wgrad-compute
+    for ep_overlap=wgrad) passes validate_args and the TransformerConfig build."""
+    setups, reqs = [], []
+    for name, hw_name, (g, b), text in SCHEDULE_MEGATRON_PLANS:
+        _, h, _, _, setup = resolve(name, hw_name, g, b, text)
+        launch = megatron_launch(setup)
+        argv = launch.argv()
+        assert "--overlap-moe-expert-parallel-comm" in argv
+        assert ("--delay-wgrad-compute" in argv) == (setup.plan.ep_overlap == "wgrad")
+        setups.append(setup)
+        # --delay-wgrad-compute with --overlap-grad-reduce needs TE >= 2.8 (validate_args): the
+        # version of a current NGC PyTorch container, which the CPU venv lacks.
+        reqs.append({"argv": argv, "world_size": g, "arch": _arch(h), "env": launch.env, "te_version": "2.8.0"})
+    for setup, r in zip(setups, _run("megatron_check.py", reqs)):
+        assert r["ok"], (setup.plan.to_string(), r)
+        assert r["num_microbatches"] == setup.micro_batches
+    # The version stub is what validate_args reads: an older Transformer Engine is refused.
+    old = [dict(q, te_version="2.7.0") for q, s in zip(reqs, setups) if s.plan.ep_overlap == "wgrad"]
+    assert not any(r["ok"] for r in _run("megatron_check.py", old))

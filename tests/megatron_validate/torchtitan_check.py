@@ -48,6 +48,8 @@ def check(req: dict) -> dict:
             assert t.seq_len % div == 0, f"seq_len {t.seq_len} % {div} != 0"
             efsdp = dims.dp_shard * dims.cp * dims.tp
             assert dims.ep == 1 or efsdp % dims.ep == 0, f"dp_shard*cp*tp {efsdp} % ep {dims.ep} != 0"
+            stage = "pipeline schedule"
+            stages = _pipeline_stages(cfg, dims) if dims.pp > 1 else None
     except SystemExit as exc:  # tyro reports bad options as SystemExit(2)
         return {"ok": False, "stage": stage, "error": f"SystemExit {exc.code}: {log.getvalue()[-800:]}"}
     except BaseException as exc:  # noqa: BLE001
@@ -66,7 +68,36 @@ def check(req: dict) -> dict:
         "activation_checkpoint": type(cfg.activation_checkpoint).__qualname__,
         "optimizer_implementation": getattr(cfg.optimizer, "implementation", None),
         "fsdp_reshard_after_forward": p.fsdp_reshard_after_forward,
+        "stage_indices": stages,
     }
+
+
+def _pipeline_stages(cfg, dims) -> list:
+    """The schedule's own checks before any module is built: torch's get_schedule_class (the name),
+    torchtitan's stages-per-rank rule for single- and multi-stage schedules
+    (_get_pipeline_metadata), ZBV's and DualPipeV's two stages per rank and DualPipeV's micro-batch
+    count (torch's schedule constructors), and the stages each rank holds
+    (_get_pp_rank_to_stage_indices_mapping: "loop", or "v" for ZBVZeroBubble and DualPipeV)."""
+    from torch.distributed.pipelining.schedules import (
+        PipelineScheduleSingle, ScheduleDualPipeV, ScheduleZBVZeroBubble, get_schedule_class,
+    )
+    from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
+
+    p, t = cfg.parallelism, cfg.training
+    cls = get_schedule_class(p.pipeline_parallel_schedule)
+    n_stages = len(p.module_fqns_per_model_part)
+    per_rank = n_stages // dims.pp
+    if issubclass(cls, PipelineScheduleSingle):
+        assert per_rank == 1, f"single stage schedule needs 1 stage per rank, got {per_rank}"
+    else:
+        assert per_rank >= 2, f"multi-stage schedule needs at least 2 stages per rank, got {per_rank}"
+    if cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV):
+        assert per_rank == 2, f"ZBV requires exactly 2 stages per rank, got {per_rank}"
+    n_micro = t.local_batch_size // p.pipeline_parallel_microbatch_size
+    if cls is ScheduleDualPipeV:
+        assert n_micro >= n_stages, f"DualPipeV requires at least as many microbatches ({n_micro}) as stages ({n_stages})"
+    return [list(_get_pp_rank_to_stage_indices_mapping(r, dims.pp, p.pipeline_parallel_schedule, n_stages))
+            for r in range(dims.pp)]
 
 
 if __name__ == "__main__":

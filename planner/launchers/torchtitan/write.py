@@ -11,8 +11,10 @@ Mapping (planner -> torchtitan):
   fsdp_reshard_after_forward never (parameters stay gathered between forward and backward, ZeRO-2);
   ddp -> data_parallel_replicate_degree = dp; hsdp:N -> dp_shard = N/cp, dp_replicate = dp/dp_shard
   (torchtitan's FSDP group is dp_shard*cp).
-- the pipeline layout -> module_fqns_per_model_part (tok_embeddings, layers.i, norm, lm_head), with
-  schedule 1F1B (vpp=1) or Interleaved1F1B (vpp>1);
+- the pipeline layout -> module_fqns_per_model_part (tok_embeddings, layers.i, norm, lm_head) in
+  stage order, with the plan's schedule (rules.TORCHTITAN_SCHEDULES: 1F1B, Interleaved1F1B,
+  InterleavedZeroBubble, ZBVZeroBubble, DualPipeV; torchtitan places the stages of the last two
+  in a V itself);
 - mbs and the micro-batch count -> with PP, local_batch_size = global/dp (one optimizer step per
   local batch) split into pipeline micro-batches of pipeline_parallel_microbatch_size = mbs;
   without PP, local_batch_size = mbs and the rest is gradient accumulation;
@@ -25,7 +27,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from planner.launchers.torchtitan.rules import torchtitan_batch_violations, torchtitan_config_for, torchtitan_dims
+from planner.launchers.torchtitan.rules import (
+    TORCHTITAN_SCHEDULES, torchtitan_batch_violations, torchtitan_config_for, torchtitan_dims,
+)
 from planner.rules import check_launcher_rules, violations_error
 
 
@@ -86,7 +90,7 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
     if plan.sharding.kind == "zero2":
         ov += ["--parallelism.fsdp_reshard_after_forward", "never"]
     if plan.pp > 1:
-        ov += ["--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if plan.vpp > 1 else "1F1B",
+        ov += ["--parallelism.pipeline_parallel_schedule", TORCHTITAN_SCHEDULES[setup.schedule],
                "--parallelism.pipeline_parallel_microbatch_size", str(pp_micro),
                "--parallelism.module_fqns_per_model_part", *_fqns(setup)]
     ov += [
