@@ -58,7 +58,8 @@ OVERLAP_SCHEDULES = ("1f1b", "interleaved", "dualpipe", "dualpipev")
 F&B chunks. The zero-bubble schedules run one op at a time."""
 
 
-def _vpp_fits(schedule: str, vpp: int) -> bool:
+def schedule_fits_vpp(schedule: str, vpp: int) -> bool:
+    """Whether ``schedule`` runs ``vpp`` chunks per rank (:data:`SCHEDULE_VPP`)."""
     return {"1f1b": vpp == 1, "interleaved": vpp > 1, "zbv": vpp == 2, "dualpipev": vpp == 2,
             "dualpipe": vpp == 1}.get(schedule, True)
 
@@ -75,7 +76,7 @@ def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Vi
     if name is None:
         return out
     p, m = plan.pp, micro_batches
-    if not _vpp_fits(name, plan.vpp):
+    if not schedule_fits_vpp(name, plan.vpp):
         out.append(Violation("schedule-vpp", f"schedule={name} runs {SCHEDULE_VPP[name]}; the plan has vpp={plan.vpp}.",
                              hint=f"Set {SCHEDULE_VPP[name]}."))
     if name == "dualpipe" and (p % 2 or m % 2 or m < 2 * p):

@@ -1021,14 +1021,18 @@ class Costs:
     def host_activation_bytes(self, r: int) -> np.ndarray:
         """With activation offload, the activations of the chunks in flight at the end of the
         warm-up wait in host memory."""
-        counts = self._memo("end_of_warmup", r, len(self.batch.variants), fn=lambda: self._end_of_warmup(r))
+        counts = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))
         return sum(counts[:, c] * _column(ch.kept, self.n) for c, ch in enumerate(self.chunks(r)))
 
     def _end_of_warmup(self, r: int) -> np.ndarray:
         b = self.batch
-        out = np.zeros((self.n, b.vpp))
+        out = np.zeros((self.n, b.layout.chunks_per_rank))
         for m, cols in self._buckets(b.micro_batches, "m"):
-            out[cols] = inflight_end_of_warmup(b.pp, b.vpp, m, r)
+            if b.layout.chunks_per_rank == b.vpp:
+                out[cols] = inflight_end_of_warmup(b.pp, b.vpp, m, r)
+            for name, sel in self.schedule_columns():
+                # No warm-up to speak of in the walked schedules: the most chunks the rank holds.
+                out[np.intersect1d(cols, sel)] = most_held(name, b.pp, b.vpp, m, r)
         return out
 
 
@@ -1072,6 +1076,17 @@ def memory_schedule(schedule: str | None, levers, vpp: int) -> str | None:
     from planner.cost.walked import walk_name
 
     return walk_name(schedule, levers, vpp)
+
+
+def most_held(name: str, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...]:
+    """The in-flight chunks per chunk of a walked schedule where the rank holds the most of them
+    (activations only, not what waits for W; the first such moment)."""
+    from planner.cost.schedules.inflight import held_before
+
+    n = schedule_of(name).chunks(vpp)
+    if name == "combined-1f1b":
+        m = int(profile_microbatches(pp, vpp, m))  # the same vectors (inflight.profiles)
+    return max((vec[:n] for _, vec in held_before(name, pp, vpp, m, rank)), key=sum)
 
 
 def schedule_of(name: str):

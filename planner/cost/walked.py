@@ -11,7 +11,11 @@ For each plan the walk reads, per rank and chunk, its blocks' pieces in layer or
 of :func:`planner.cost.comm.pp_p2p_time`, and the hardware's overlap interference (hidden
 all-to-all seconds slow the compute they hide behind by that fraction, as in the closed forms);
 :func:`planner.cost.schedules.batch.pipeline_step` walks all plans of a batch at once, or, for the
-search's tables, :func:`~planner.cost.schedules.batch.pipeline_estimate` reads the closed forms.
+search's tables, :func:`~planner.cost.schedules.batch.pipeline_estimate` reads the closed forms
+over the same items. The tables keep Megatron's combined 1F1B in the closed forms of
+:mod:`planner.cost.pipeline` (the block's all-to-all overlapped with its own compute): its item
+graphs for every lever combination of every layout would cost the search some 40 times its
+table time, and the search's ranked plans are evaluated again with the walk.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.pipeline import rank_blocks
-from planner.cost.schedules.batch import StepResult, pipeline_estimate, pipeline_step
+from planner.cost.schedules.batch import (
+    StepResult, item_counts, item_times, pipeline_estimate, pipeline_step, slice_items,
+)
 from planner.cost.schedules.timing import LayerTimes
 
 
@@ -61,8 +67,9 @@ def chunk_blocks_of(costs, r: int, variant) -> list[list[tuple[object, int]]]:
     return out
 
 
-def _chunk_layers(costs, r: int, variant, cols: np.ndarray) -> tuple[tuple[LayerTimes, ...], ...]:
-    """Rank ``r``'s chunks as layer pieces for the plans ``cols`` of one variant."""
+def chunk_layers(costs, r: int, variant, cols: np.ndarray, blocks_of=None) -> tuple[tuple[LayerTimes, ...], ...]:
+    """Rank ``r``'s chunks as layer pieces for the plans ``cols`` of one variant (``blocks_of``:
+    its :func:`chunk_blocks_of`, when the caller has it)."""
     keys = costs.ranks()[r].keys[cols]
 
     def at(x):
@@ -70,7 +77,7 @@ def _chunk_layers(costs, r: int, variant, cols: np.ndarray) -> tuple[tuple[Layer
         return np.broadcast_to(x, (len(keys),)) if x.ndim == 0 else x[keys]
 
     out = []
-    for blocks in chunk_blocks_of(costs, r, variant):
+    for blocks in (chunk_blocks_of(costs, r, variant) if blocks_of is None else blocks_of):
         layers: list[LayerTimes] = []
         for block, count in blocks:
             lt = LayerTimes(**{f.name: at(getattr(block.layer, f.name)) for f in dataclasses.fields(LayerTimes)})
@@ -94,13 +101,23 @@ def walk_plans(costs) -> list[Walked]:
             lv = v if has_ep else dataclasses.replace(v, ep_overlap=False)
             name = walk_name(b.schedule, lv, b.vpp)
             sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
-            if name is None or not len(sel):
-                continue
-            for mi in np.unique(m[sel]):
-                cols = sel[m[sel] == mi]
-                chunks = [_chunk_layers(costs, r, lv, cols) for r in range(b.pp)]
+            if name is None or not len(sel) or (name == "combined-1f1b" and not b.walk):
+                continue  # the tables read Megatron's overlap from the closed forms (module docstring)
+            # Item times do not depend on the micro-batch count: once for all of them, ranks with
+            # the same blocks sharing theirs.
+            blocks = [chunk_blocks_of(costs, r, lv) for r in range(b.pp)]
+            rank_keys = [tuple(tuple((id(blk), n) for blk, n in ch) for ch in bl) for bl in blocks]
+            chunks = [chunk_layers(costs, r, lv, sel, blocks[r]) for r in range(b.pp)]
+            ms = tuple(int(x) for x in np.unique(m[sel]))
+            v_, pair = b.layout.chunks_per_rank, bool(lv.ep_overlap)
+            items = item_times(name, b.pp, v_, ms, chunks, lv.delay_wgrad, pair, rank_keys)
+            for mi in ms:
+                idx = np.flatnonzero(m[sel] == mi)
+                cols = sel[idx]
                 fn = pipeline_step if b.walk else pipeline_estimate
-                res = fn(name, b.pp, b.layout.chunks_per_rank, int(mi), chunks, p2p[cols], delay_wgrad=lv.delay_wgrad,
-                         pair_overlap=bool(lv.ep_overlap), interference=interference)
+                own = [{k: per[k] for k in item_counts(name, b.pp, v_, mi, r, pair)}
+                       for r, per in enumerate(slice_items(items, idx))]
+                res = fn(name, b.pp, v_, mi, None, p2p[cols], delay_wgrad=lv.delay_wgrad, pair_overlap=pair,
+                         interference=interference, items=own)
                 out.append(Walked(cols, name, res, not b.walk))
     return out

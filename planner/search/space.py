@@ -16,7 +16,7 @@ from functools import cached_property
 
 from planner.errors import PlannerError
 from planner.specs.layout import even_layout_symbols, format_layout, suggest_layout
-from planner.specs.plan import Plan
+from planner.specs.plan import Plan, default_schedule
 
 LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap")
 
@@ -51,16 +51,23 @@ class Struct:
     """Expert data parallelism, derived: gpus / (etp * ep * pp)."""
     micro_batches: int
     """Micro-batches per pipeline per step: global batch / (mbs * dp)."""
+    schedule: str | None = None
+    """The pipeline schedule (planner.specs.plan.SCHEDULES); None: Megatron's default for the
+    degrees (1F1B, or interleaved with vpp > 1). It sets where the layout's stages sit."""
 
     def plan_fields(self) -> dict:
         d = dict(tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, ep=self.ep, etp=self.etp, mbs=self.mbs)
         if self.layout:
             d["layout"] = self.layout
+        if self.schedule:
+            d["schedule"] = self.schedule
         return d
 
     def signature(self) -> tuple:
-        """The structural properties lever rules depend on (ep>1, pp>1, vpp>1, tp>1, cp>1, etp>1)."""
-        return (self.ep > 1, self.pp > 1, self.vpp > 1, self.tp > 1, self.cp > 1, self.etp > 1, self.dp * self.cp > 1)
+        """The structural properties lever rules depend on (ep>1, pp>1, vpp>1, tp>1, cp>1, etp>1,
+        the schedule)."""
+        return (self.ep > 1, self.pp > 1, self.vpp > 1, self.tp > 1, self.cp > 1, self.etp > 1, self.dp * self.cp > 1,
+                self.schedule)
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,27 @@ def recompute_options(model, implementation: str = "te") -> list[str]:
 
 def _degree_options(n: int, cap: int) -> list[int]:
     return [d for d in divisors(n) if d <= cap]
+
+
+SCHEDULE_OPTIONS = {
+    "megatron": (),
+    "torchtitan": ("zb-h1", "zbv", "dualpipev"),
+    "any": ("zb-h1", "zbv", "dualpipev", "dualpipe"),
+}
+"""Schedules the search tries beyond Megatron's default for the degrees (1F1B, interleaved), per
+--target: Megatron-Core 0.19.2 runs only those two (and its combined 1F1B, the ep_overlap lever);
+torch.distributed.pipelining, through torchtitan, also InterleavedZeroBubble, ZBVZeroBubble and
+DualPipeV; deepseek-ai/DualPipe's DualPipe runs under neither (--target any)."""
+
+
+def schedule_options(target: str, pp: int, vpp: int) -> list[str | None]:
+    """The schedules of a structural key: the default (None), then those of :data:`SCHEDULE_OPTIONS`
+    whose chunk count fits ``vpp`` (planner.rules.SCHEDULE_VPP; the launcher rules check the rest)."""
+    from planner.rules import schedule_fits_vpp
+
+    if pp == 1:
+        return [None]
+    return [None] + [s for s in SCHEDULE_OPTIONS.get(target, ()) if schedule_fits_vpp(s, vpp)]
 
 
 def layouts_for(model, pp: int, vpp: int) -> str | None:
@@ -214,15 +242,18 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
                         count("global-batch-divisible")
                         continue
                     m = job.global_batch // (mbs * dp)
-                    s = Struct(tp, cp, pp, vpp, ep, etp_, mbs, layout, dp, edp, m)
-                    if check_rules:
-                        bad = struct_violations(model, hw, job, s, target)
-                        if bad:
-                            count(bad[0])
+                    for schedule in schedule_options(target, pp, vpp):
+                        if not limits.allows("schedule", schedule or default_schedule(pp, vpp)):
                             continue
-                    if "layout" in limits.fix and s.layout != limits.fix["layout"]:
-                        continue
-                    structs.append(s)
+                        s = Struct(tp, cp, pp, vpp, ep, etp_, mbs, layout, dp, edp, m, schedule)
+                        if check_rules:
+                            bad = struct_violations(model, hw, job, s, target)
+                            if bad:
+                                count(bad[0])
+                                continue
+                        if "layout" in limits.fix and s.layout != limits.fix["layout"]:
+                            continue
+                        structs.append(s)
     levers = lever_options(model, hw, job, target, limits, implementation, moments)
     return Space(model, hw, job, target, limits, structs, levers, pruned)
 

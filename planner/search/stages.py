@@ -123,6 +123,10 @@ def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -
     pat = _kinds_prefix(model)
     if deg.pp == 1 or pat is None:
         return StageRefinement(setup, False, "single stage or interleaved layer kinds: nothing to place")
+    if setup.layout.placement != "loop":
+        # The rank constraints below read Megatron's placement and in-flight vectors.
+        return StageRefinement(setup, False, f"schedule {setup.schedule} places stages in a V or in pairs: "
+                               "the per-stage model covers looped placements only")
     if model.num_layers < deg.pp * deg.vpp:
         return StageRefinement(setup, False, "fewer layers than virtual stages")
     if stage_recompute and setup.recompute.kind not in ("none", "full"):

@@ -276,10 +276,11 @@ def _probe(chunks) -> tuple[tuple[LayerTimes, ...], ...]:
                  for layers in chunks)
 
 
-def item_time(key: tuple, chunks, delay_wgrad: bool = False, pair_overlap: bool = True) -> ItemTime:
+def item_time(key: tuple, chunks, delay_wgrad: bool = False, pair_overlap: bool = True, probe=None) -> ItemTime:
     """:class:`ItemTime` of item kind ``key`` on a rank whose chunks are ``chunks`` (each a tuple
-    of :class:`LayerTimes` whose fields are numbers or arrays over plans)."""
-    g = item_graph(key, _probe(chunks), delay_wgrad, pair_overlap)
+    of :class:`LayerTimes` whose fields are numbers or arrays over plans); ``probe``: their
+    :func:`_probe`, when the caller has it."""
+    g = item_graph(key, probe if probe is not None else _probe(chunks), delay_wgrad, pair_overlap)
     cols = [np.asarray(getattr(chunks[c][j], f), dtype=float) for c, j, f in g.variables]
     n = max((x.size for x in cols), default=1)
     values = np.stack([np.broadcast_to(x, (n,)) for x in cols], axis=1) if cols else np.zeros((n, 0))
@@ -368,8 +369,46 @@ class StepResult:
 
 def _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) -> list[dict]:
     """Per rank, the :class:`ItemTime` of every item kind it runs."""
-    return [{k: item_time(k, chunks[r], delay_wgrad, pair_overlap) for k in item_counts(name, p, v, m, r, pair_overlap)}
-            for r in range(p)]
+    return item_times(name, p, v, (m,), chunks, delay_wgrad, pair_overlap)
+
+
+def item_times(name, p, v, ms, chunks, delay_wgrad, pair_overlap, rank_keys=None) -> list[dict]:
+    """Per rank, the :class:`ItemTime` of every item kind it runs with any of the micro-batch
+    counts ``ms`` (an item's timing does not depend on m); ranks with equal ``rank_keys`` have
+    equal chunks and share their items."""
+    rank_keys = list(range(p)) if rank_keys is None else rank_keys
+    seen: dict = {}
+    out = []
+    for r in range(p):
+        kinds = dict.fromkeys(k for m in ms for k in item_counts(name, p, v, m, r, pair_overlap))
+        probe = None
+        per = {}
+        for k in kinds:
+            key = (rank_keys[r], k)
+            if key not in seen:
+                probe = _probe(chunks[r]) if probe is None else probe
+                seen[key] = item_time(k, chunks[r], delay_wgrad, pair_overlap, probe)
+            per[k] = seen[key]
+        out.append(per)
+    return out
+
+
+def slice_items(items: list[dict], idx) -> list[dict]:
+    """The items of some plans (an index array) of :func:`item_times`'s result."""
+    def cut(x):
+        x = np.asarray(x)
+        return x[idx] if x.ndim and x.size > 1 else x
+
+    memo: dict = {}
+    out = []
+    for per in items:
+        row = {}
+        for k, it in per.items():
+            if id(it) not in memo:
+                memo[id(it)] = ItemTime(cut(it.dur), {n: cut(o) for n, o in it.out.items()}, cut(it.compute), cut(it.a2a))
+            row[k] = memo[id(it)]
+        out.append(row)
+    return out
 
 
 def _result(step, name, p, v, m, items, pair_overlap, interference, n) -> StepResult:
@@ -383,14 +422,14 @@ def _result(step, name, p, v, m, items, pair_overlap, interference, n) -> StepRe
 
 
 def pipeline_step(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
-                  pair_overlap: bool = True, interference: float = 0.0) -> StepResult:
+                  pair_overlap: bool = True, interference: float = 0.0, items=None) -> StepResult:
     """Walk schedule ``name`` for every plan at once: ``chunks[r][c]`` the layers of rank r's chunk
     c (LayerTimes with array fields), ``p2p`` one send's seconds (array or number). Each item's
     hidden all-to-all slows it by ``interference`` of those seconds (communication kernels take
     SMs and HBM bandwidth from the compute they hide behind)."""
     p2p = np.asarray(p2p, dtype=float)
     g = coarse_graph(name, p, v, m, pair_overlap, bool(np.any(p2p > 0.0)))
-    items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap)
+    items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) if items is None else items
     n = max([np.size(p2p)] + [np.size(it.dur) for per in items for it in per.values()])
     cols = []
     for var in g.variables:
@@ -405,7 +444,7 @@ def pipeline_step(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad
 
 
 def pipeline_estimate(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
-                      pair_overlap: bool = True, interference: float = 0.0) -> StepResult:
+                      pair_overlap: bool = True, interference: float = 0.0, items=None) -> StepResult:
     """The step of :func:`pipeline_step` from closed forms over the same items, for the search's
     tables (a walk per plan there would cost minutes): the busiest rank's items plus the bubble
     of the schedule's paper on stages averaged over the ranks, the fill and drain passing each
@@ -416,7 +455,7 @@ def pipeline_estimate(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_w
     approximation (the ZB-H1 form, and the DualPipe README's (PP/2-1)(F&B + B - 3W)); tests bound
     each against the walk."""
     p2p = np.asarray(p2p, dtype=float)
-    items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap)
+    items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) if items is None else items
     n = max([np.size(p2p)] + [np.size(it.dur) for per in items for it in per.values()])
     res = _result(0.0, name, p, v, m, items, pair_overlap, interference, n)
     busy = np.stack(res.busy)
