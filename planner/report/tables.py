@@ -117,6 +117,12 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
             c.print(f"  breakdown: {parts}")
         if tj.get("bottleneck"):
             c.print(f"  bottleneck: {tj['bottleneck']}")
+        pj = tj.get("pipeline", {})
+        if pj.get("walked"):
+            slow = pj["ranks"][pj["slowest_rank"]]
+            c.print(f"  pipeline: {pj['schedule']} walked over {pj['pp']} ranks · bubble {pj['bubble_share']:.1%} of the step "
+                    f"(busiest rank {pj['slowest_rank']}: all-to-all {fmt_time(slow['a2a_hidden_s'])} hidden, "
+                    f"{fmt_time(slow['a2a_exposed_s'])} exposed)")
     else:
         c.print(f"time: {tj.get('note', 'not modeled')}")
     vs = result.get("versus_top_plan")
