@@ -306,19 +306,32 @@ class PlanSource:
     """The saved search's entry (planner.launchers.common.SavedPlan) with --from."""
     script: Any = None
     """What the launch script said (planner.launchers.megatron.read.ScriptJob) with --megatron-args."""
+    bridge: Any = None
+    """What the Megatron-Bridge launch said (planner.launchers.bridge.read.BridgeJob) with --bridge."""
 
 
 def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 1, megatron_args: Path | None = None,
                 script_env=None, script_args=None, model: str | None, hw: str | None, args: JobArgs,
-                command: str) -> PlanSource:
+                command: str, bridge: Path | None = None) -> PlanSource:
     """Read exactly one plan source and resolve it against its model, hardware and job."""
-    given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--megatron-args", megatron_args))
-             if v is not None]
-    allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (", or --megatron-args FILE"
+    given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--megatron-args", megatron_args),
+                                  ("--bridge", bridge)) if v is not None]
+    allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (", --megatron-args FILE or --bridge FILE"
                                                                      if command in ("explain", "check") else "")
     if len(given) != 1:
         raise PlannerError(f"{command} needs exactly one plan source" + (f", got {' and '.join(given)}" if given else "")
                            + ".", hint=f"Give {allowed}.")
+    if bridge is not None:
+        from planner.launchers.bridge.read import job_from_bridge
+        from planner.launchers.megatron.read import script_inputs
+
+        environ, argv = script_inputs(script_env, script_args)
+        bj = job_from_bridge(Path(bridge), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
+                             seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
+                             domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
+                             script_args=argv)
+        check_margin(bj.job, bj.hardware)
+        return PlanSource(bj.model, bj.hardware, bj.job, bj.plan, bridge=bj)
     if megatron_args is not None:
         from planner.launchers.megatron.read import job_from_script, script_inputs
 
