@@ -308,19 +308,33 @@ class PlanSource:
     """What the launch script said (planner.launchers.megatron.read.ScriptJob) with --megatron-args."""
     bridge: Any = None
     """What the Megatron-Bridge launch said (planner.launchers.bridge.read.BridgeJob) with --bridge."""
+    torchtitan: Any = None
+    """What the torchtitan job said (planner.launchers.torchtitan.read.TorchtitanJob) with --torchtitan."""
 
 
 def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 1, megatron_args: Path | None = None,
                 script_env=None, script_args=None, model: str | None, hw: str | None, args: JobArgs,
-                command: str, bridge: Path | None = None) -> PlanSource:
+                command: str, bridge: Path | None = None, torchtitan: Path | None = None) -> PlanSource:
     """Read exactly one plan source and resolve it against its model, hardware and job."""
     given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--megatron-args", megatron_args),
-                                  ("--bridge", bridge)) if v is not None]
-    allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (", --megatron-args FILE or --bridge FILE"
+                                  ("--bridge", bridge), ("--torchtitan", torchtitan)) if v is not None]
+    allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (
+        ", --megatron-args FILE, --bridge FILE or --torchtitan FILE"
                                                                      if command in ("explain", "check") else "")
     if len(given) != 1:
         raise PlannerError(f"{command} needs exactly one plan source" + (f", got {' and '.join(given)}" if given else "")
                            + ".", hint=f"Give {allowed}.")
+    if torchtitan is not None:
+        from planner.launchers.megatron.read import script_inputs
+        from planner.launchers.torchtitan.read import job_from_torchtitan
+
+        environ, argv = script_inputs(script_env, script_args)
+        tj = job_from_torchtitan(Path(torchtitan), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
+                                 seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
+                                 domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
+                                 script_args=argv)
+        check_margin(tj.job, tj.hardware)
+        return PlanSource(tj.model, tj.hardware, tj.job, tj.plan, torchtitan=tj)
     if bridge is not None:
         from planner.launchers.bridge.read import job_from_bridge
         from planner.launchers.megatron.read import script_inputs

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from planner.cli import app
-from planner.commands.export import BridgeFileOpt, FromOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
+from planner.commands.export import BridgeFileOpt, FromOpt, TorchtitanFileOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
 from planner.options import (
     CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MemoryMarginOpt,
     PrecisionOpt, RoutingOpt, SeqLenOpt, build_assumptions, plan_source, print_json, rule_failures_exit,
@@ -36,6 +36,7 @@ def explain_cmd(
     calibration: CalibrationOpt = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
     bridge: BridgeFileOpt = None,
+    torchtitan: TorchtitanFileOpt = None,
     script_env: ScriptEnvOpt = None,
     script_args: ScriptArgsOpt = None,
     against: Annotated[Optional[Path], typer.Option("--against", help="A 'planner search --save' file: compare this plan with its top plan.")] = None,
@@ -48,7 +49,7 @@ def explain_cmd(
 
     with rule_failures_exit(1):
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
-                          script_args=script_args, model=model, hw=hw, command="explain", bridge=bridge,
+                          script_args=script_args, model=model, hw=hw, command="explain", bridge=bridge, torchtitan=torchtitan,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin))
         assumptions = build_assumptions(routing_imbalance, implementation, calibration)
         top = _top_of(against) if against is not None else None

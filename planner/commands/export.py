@@ -29,6 +29,9 @@ BridgeRecipeOpt = Annotated[Optional[str], typer.Option(
 BridgeFileOpt = Annotated[Optional[Path], typer.Option(
     "--bridge", help="A Megatron-Bridge launch to read back: a run_recipe.py script, a file of KEY=VALUE overrides, "
     "or a ConfigContainer YAML.")]
+TorchtitanFileOpt = Annotated[Optional[Path], typer.Option(
+    "--torchtitan", help="A torchtitan job to read back: a TOML job file (torchtitan <= 0.2.2), or a 0.3.0 launch script "
+    "or argument list (--module M --config F with overrides).")]
 ScriptEnvOpt = Annotated[Optional[list[str]], typer.Option(
     "--script-env", help="NAME=VALUE the --megatron-args script finds in its environment (repeatable).")]
 ScriptArgsOpt = Annotated[Optional[str], typer.Option(
@@ -85,7 +88,7 @@ def _saved_predictions_differ(saved, pred: dict) -> str | None:
     return None
 
 
-FORMATS = ("megatron", "bridge", "torchtitan", "json")
+FORMATS = ("megatron", "bridge", "torchtitan", "torchtitan-toml", "json")
 
 
 @app.command("export")
@@ -190,11 +193,14 @@ def check_cmd(
     megatron_args: Annotated[Optional[Path], typer.Option(
         "--megatron-args", help="An existing Megatron-LM launch script or argument list to read back and check.")] = None,
     bridge: BridgeFileOpt = None,
+    torchtitan: TorchtitanFileOpt = None,
     script_env: ScriptEnvOpt = None,
     script_args: ScriptArgsOpt = None,
     model: ModelOptional = None,
     hw: HwOptional = None,
-    target: CheckTargetOpt = "megatron",
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any (default: torchtitan with "
+        "--torchtitan, else megatron).")] = None,
     torchtitan_config: TTConfigOpt = None,
     gpus: GpusOpt = None,
     global_batch: GlobalBatchOpt = None,
@@ -209,9 +215,12 @@ def check_cmd(
     with rule_failures_exit(1):
         _check_torchtitan_config(torchtitan_config)
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
-                          script_args=script_args, model=model, hw=hw, command="check", bridge=bridge,
+                          script_args=script_args, model=model, hw=hw, command="check", bridge=bridge, torchtitan=torchtitan,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
-        report = _check_report(src, str(target.value if hasattr(target, "value") else target), torchtitan_config)
+        if target is not None and target not in ("megatron", "torchtitan", "any"):
+            raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
+        chosen = target or ("torchtitan" if torchtitan is not None else "megatron")
+        report = _check_report(src, chosen, torchtitan_config)
     if json:
         print_json(report)
     else:
@@ -225,8 +234,16 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
     from planner.launchers.common import export_canonical, predictions
     from planner.rules import launcher_violations
 
-    canon = src.plan if (src.script or src.bridge) is not None else export_canonical(src.plan, src.model, src.hw, src.job)
+    read = (src.script or src.bridge or src.torchtitan) is not None
+    canon = src.plan if read else export_canonical(src.plan, src.model, src.hw, src.job)
+    if src.torchtitan is not None and torchtitan_config is None:
+        torchtitan_config = _torchtitan_config_of(src)
     found = launcher_violations(canon, src.model, src.job, target, hw=src.hw, torchtitan_config=torchtitan_config)
+    if src.torchtitan is not None and src.torchtitan.args.kind == "toml" and target == "torchtitan":
+        from planner.cost.setup import resolve_setup
+        from planner.launchers.torchtitan.toml import toml_violations
+
+        found = toml_violations(resolve_setup(src.model, src.hw, src.job, canon))
     report = {"model": src.model.name, "hardware": src.hw.name, "job": src.job.model_dump(mode="json", exclude_none=True),
               "plan": canon.to_string(), "target": target}
     if src.script is not None:
@@ -254,12 +271,30 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
 
             found.append(Violation("bridge-recipe", "the launch names no recipe (--recipe or --model): run_recipe.py "
                                    "refuses it.", "Add --recipe RECIPE_FUNCTION."))
+    if src.torchtitan is not None:
+        tj = src.torchtitan
+        a = tj.args
+        report.update({
+            "source": str(tj.source), "model_source": tj.model_source,
+            "launcher": "torchtitan <= 0.2.2 (TOML)" if a.kind == "toml" else "torchtitan 0.3.0",
+            "unknown_flags": a.unknown, "ignored_flags": a.ignored, "unresolved_variables": a.unresolved,
+            "not_run": [], "notes": tj.notes, "defaults_used": tj.defaults_used})
     report["violations"] = [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]
-    if (src.script or src.bridge) is not None and not found:
+    if read and not found:
         from planner.cost.setup import resolve_setup
 
         report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon)))
     return report
+
+
+def _torchtitan_config_of(src) -> str | None:
+    """The registry function a 0.3.0 launch names, as --torchtitan-config (None: planner's own table's)."""
+    from planner.launchers.torchtitan.rules import torchtitan_config_for
+
+    a = src.torchtitan.args
+    if a.kind != "cli" or not a.module or not a.config:
+        return None
+    return None if torchtitan_config_for(src.model) == (a.module, a.config) else f"{a.module}:{a.config}"
 
 
 def _print_report(r: dict) -> None:
