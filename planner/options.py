@@ -55,6 +55,7 @@ MemoryMarginOpt = Annotated[
 ]
 PlanOpt = Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,vpp=2,ep=8,mbs=1,recompute=full\".")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (stable: same input, same bytes).")]
+MarkdownOpt = Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown (for a pull request or a design doc).")]
 # The search space's bounds, shared by search and compare (compare applies them on every hardware).
 MomentsOpt = Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")]
 class Target(str, Enum):

@@ -11,7 +11,7 @@ import typer
 from planner.cli import app
 from planner.commands.export import BridgeFileOpt, FromOpt, TorchtitanFileOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
 from planner.options import (
-    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MemoryMarginOpt,
+    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
     PrecisionOpt, RoutingOpt, SeqLenOpt, build_assumptions, plan_source, print_json, rule_failures_exit,
 )
 from planner.units import GiB
@@ -42,6 +42,7 @@ def explain_cmd(
     against: Annotated[Optional[Path], typer.Option("--against", help="A 'planner search --save' file: compare this plan with its top plan.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the worst stage's memory over one step as a PNG.")] = None,
     json: JsonOpt = False,
+    markdown: MarkdownOpt = False,
 ) -> None:
     """Explain one plan: per-stage memory by class, the peak moment, headroom; time and bottleneck.
     Exit status 1 when the plan breaks a rule or does not fit in memory."""
@@ -63,6 +64,11 @@ def explain_cmd(
         from planner.cost.evaluate import context_json
 
         print_json({**context_json(src.model, src.hw, src.job, assumptions), **result})
+    elif markdown:
+        from planner.cost.evaluate import context_json
+        from planner.report.markdown import explain_markdown
+
+        typer.echo(explain_markdown(context_json(src.model, src.hw, src.job, assumptions), result))
     else:
         from planner.report.tables import print_explain
 
