@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
+from planner.errors import PlannerError
 from planner.launchers.bridge.read import hydra_parse, job_from_bridge, read_bridge_text
 from planner.launchers.bridge.write import bridge_launch, bridge_settings, export_bridge, hydra_value
 from tests._export_specs import resolve
@@ -73,7 +74,7 @@ def test_hydra_values():
     assert hydra_parse("'Et*7|(t*8|)*14t*7L'") == "Et*7|(t*8|)*14t*7L"
     assert hydra_parse("1e-4") == 1e-4 and hydra_parse("-3") == -3
     for bad in ('"unclosed', "[a,b", "[a] b"):
-        with pytest.raises(Exception):
+        with pytest.raises(PlannerError):
             hydra_parse(bad)
 
 

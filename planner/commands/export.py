@@ -12,7 +12,7 @@ import typer
 from planner.cli import app
 from planner.errors import PlannerError
 from planner.options import (
-    CheckTargetOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
+    DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
     plan_source, print_json, rule_failures_exit,
 )
 

@@ -78,7 +78,7 @@ def test_bridge_reads_the_plan_planner_wrote(results):
     size it derives, layout, recompute, offload, precision, dispatcher, overlap, sharding, batch."""
     from planner.specs.layout import parse_layout
 
-    for (case, setup, launch), r in results:
+    for (case, setup, _launch), r in results:
         v, p, d = r["values"], setup.plan, setup.deg
         assert v["data_parallel_size"] == d.dp, case
         assert (v["model.tensor_model_parallel_size"], v["model.pipeline_model_parallel_size"],
@@ -114,7 +114,7 @@ def test_recipe_defaults_are_what_bridge_builds():
     """planner.launchers.bridge.recipes.RECIPE_DEFAULTS (what check --bridge takes for settings a file
     leaves out) against the recipes themselves."""
     reqs, names = [], []
-    for recipe, defaults in RECIPE_DEFAULTS.items():
+    for recipe in RECIPE_DEFAULTS:
         names.append(recipe)
         reqs.append({"recipe": recipe, "overrides": [], "world_size": 8, "hf": HF, "validate": False})
     for recipe, r in zip(names, _run(reqs)):
