@@ -298,6 +298,12 @@ class CostContext:
 _MISSING = object()
 
 
+def margin_bytes(hw, job) -> float:
+    """The memory the user keeps free on every GPU: the job's margin in bytes plus its fraction of
+    the usable HBM (the command line's default margin)."""
+    return job.memory_margin_bytes + job.memory_margin_fraction * hw.gpu.hbm_usable_bytes.value
+
+
 def memory_limits(hw, job, assumptions) -> tuple[float, float]:
     """(capacity, allocator fraction): usable HBM less the CUDA context, the user's margin and an
     explicit allocator margin; and the reserved-over-allocated fraction of the allocator settings
@@ -306,7 +312,7 @@ def memory_limits(hw, job, assumptions) -> tuple[float, float]:
     from planner.specs.efficiency import load_efficiency
 
     mem = load_efficiency(hw.generation).memory
-    cap = hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - job.memory_margin_bytes
+    cap = hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - margin_bytes(hw, job)
     if assumptions.allocator_margin_bytes is not None:
         cap -= assumptions.allocator_margin_bytes
     return cap, allocator_fraction(mem, assumptions)

@@ -171,7 +171,16 @@ class MemoryReport:
 
     @property
     def headroom_bytes(self) -> float:
+        """Capacity less the peak: what stays free beyond the user's margin (negative: short)."""
         return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def margin_bytes(self) -> float:
+        """The user's memory margin (bytes plus its part of the usable HBM), already taken out of
+        the capacity: at the peak, headroom + margin bytes are free on the GPU."""
+        from planner.cost.compose import margin_bytes
+
+        return margin_bytes(self.setup.hw, self.setup.job)
 
     def stage_json(self, s: StageMemory) -> dict:
         comps = dict(s.peak_components)
@@ -197,6 +206,7 @@ class MemoryReport:
             "capacity_bytes": round(self.capacity_bytes),
             "fits": self.fits,
             "headroom_bytes": round(self.headroom_bytes),
+            "margin_bytes": round(self.margin_bytes),
             "worst_stage": w.rank,
             "peak_moment": worst["peak_moment"],
             "components": worst["components"],
