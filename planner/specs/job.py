@@ -23,7 +23,7 @@ class Job(Spec):
     """Global batch per optimizer step, in sequences (at most 2^24)."""
     seq_len: Annotated[int, NotBool, Field(gt=0, le=MAX_SEQ_LEN)]
     """Tokens per sequence (at most 2^24)."""
-    precisions: list[Precision] = Field(default_factory=lambda: ["bf16"], min_length=1)
+    precisions: list[Precision] = Field(default_factory=lambda: list[Precision](["bf16"]), min_length=1)
     """Compute precisions the job allows; the first is the default of a plan that names none."""
     domain_fill: GpuCount | None = None
     """Use only this many GPUs of each NVLink domain (e.g. 64 of an NVL72 rack's 72); None lets
