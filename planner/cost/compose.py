@@ -32,16 +32,17 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost import activations as act
+from planner.cost.arrays import Num
 from planner.cost.comm import CommCost, CommFlags, block_comm, ep_dispatch_combine, pp_p2p_time
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
-from planner.cost.constant import ConstantMemory, constant_bytes, rank_params_of
+from planner.cost.constant import ConstantMemory, RankParams, block_params, constant_bytes, rank_params_of
 from planner.cost.flops import BF16, Shard, model_shape
 from planner.cost.pieces import (
     ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
     peak_over_profiles, span_crossings,
 )
 from planner.cost.pipeline import (
-    BlockCost, RankCost, data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard,
+    BlockCost, RankCost, data_parallel, dp_exposure, offloaded_optimizer_time, optimizer_shard,
     optimizer_step_time, param_tensors, pipeline_time, rank_blocks, rank_p2p, sync_kind,
 )
 from planner.cost.phases import block_layer, wgrad_bytes
@@ -197,7 +198,7 @@ class KeyTable:
 
     def spans(self, rows: np.ndarray, dims=SPAN_DIMS) -> dict[str, GroupSpan]:
         """Group spans of some keys, as GroupSpans with array fields."""
-        return {d: GroupSpan(d, *(x[rows] for x in self.span_cols[d]), 0, 0) for d in dims}
+        return {d: GroupSpan(d, *(x[rows] for x in self.span_cols[d]), 0, 0) for d in dims}  # type: ignore[call-arg]
 
     def worst_spans(self, row: int) -> dict[str, GroupSpan]:
         """The full spans (worst group members, group counts) of one key, for reports."""
@@ -276,7 +277,7 @@ class CostContext:
             ep_overlap=bool(levers.ep_overlap), recompute=recompute,
             fp8_dispatch=shard.fp8 and shard.dispatcher in ("deepep", "hybridep"))
 
-    def block_cost(self, name: str, compute_rc, comm_rc, levers: Levers) -> BlockCost:
+    def block_cost(self, name: str, compute_rc, comm_rc, levers: Levers | _LeverView) -> BlockCost:
         """One block's time and communication per micro-batch over every block key (arrays):
         ``compute_rc`` is what its compute recomputes, ``comm_rc`` what its communication sees."""
         key = ("block", name, compute_rc, comm_rc, levers.precision, levers.dispatcher, levers.ep_overlap)
@@ -315,6 +316,12 @@ class CostContext:
 _MISSING = object()
 
 
+def margin_bytes(hw, job) -> float:
+    """The memory the user keeps free on every GPU: the job's margin in bytes plus its fraction of
+    the usable HBM (the command line's default margin)."""
+    return job.memory_margin_bytes + job.memory_margin_fraction * hw.gpu.hbm_usable_bytes.value
+
+
 def memory_limits(hw, job, assumptions) -> tuple[float, float]:
     """(capacity, allocator fraction): usable HBM less the CUDA context, the user's margin and an
     explicit allocator margin; and the reserved-over-allocated fraction of the allocator settings
@@ -323,7 +330,7 @@ def memory_limits(hw, job, assumptions) -> tuple[float, float]:
     from planner.specs.efficiency import load_efficiency
 
     mem = load_efficiency(hw.generation).memory
-    cap = hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - job.memory_margin_bytes
+    cap = hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - margin_bytes(hw, job)
     if assumptions.allocator_margin_bytes is not None:
         cap -= assumptions.allocator_margin_bytes
     return cap, allocator_fraction(mem, assumptions)
@@ -339,7 +346,7 @@ class _Probe:
         self.efficiency = load_efficiency(hw.generation)
 
 
-def _scatter(parts: list[tuple[np.ndarray, object]], n: int) -> np.ndarray:
+def _scatter(parts: list[tuple[np.ndarray, Num]], n: int) -> np.ndarray:
     out = np.zeros(n)
     for rows, values in parts:
         out[rows] = values
@@ -677,25 +684,21 @@ class Costs:
         bk = self.ctx.keys.bk_of[self.batch.key_rows]
         return at(self.ctx.block_cost(name, compute_rc, comm_rc, self.lv), bk)
 
-    def block_constant(self, name: str) -> np.ndarray:
+    def block_constant(self, name: str) -> Num:
         """Bytes of weights, gradients and optimizer state of one block of ``name`` (a decoder
         layer kind, 'embedding', 'head', 'mtp') on one GPU under the plan's sharding levers."""
-        from planner.cost.pipeline import block_params
-
         d = self.batch.deg
         dense, expert = block_params(self.ctx.model, name, d.tp, d.ep, d.etp)
         return self.dense_constant(dense, expert)
 
-    def dense_constant(self, dense, expert=0.0) -> np.ndarray:
+    def dense_constant(self, dense, expert=0.0) -> Num:
         """Constant bytes of ``dense`` and ``expert`` parameters per GPU under the plan's levers."""
-        from planner.cost.constant import RankParams
-
         d, lv = self.batch.deg, self.lv
         cm = constant_bytes(RankParams(dense, expert, 0.0), dp=d.dp, cp=d.cp, edp=d.edp, sharding=lv.sharding,
                             moments=lv.moments, offload_optimizer=lv.offload_optimizer)
         return cm.total
 
-    def rank_times(self) -> list[np.ndarray]:
+    def rank_times(self) -> list[Num]:
         """Seconds per micro-batch of each rank: compute, exposed communication and p2p."""
         return [rc.per_microbatch for rc in self.ranks()]
 
@@ -725,7 +728,7 @@ class Costs:
         extra = np.maximum(0.0, nbytes / host - fwd) + np.maximum(0.0, nbytes / host - bwd)
         return ActOffload(worst, nbytes, extra, fwd)
 
-    def step_rank_times(self) -> list[np.ndarray]:
+    def step_rank_times(self) -> list[Num]:
         """Rank times with the activation offload's extra seconds on the rank that streams."""
         times = self.rank_times()
         off = self.activation_offload()
@@ -812,12 +815,16 @@ class Costs:
         """The degrees of the batch's keys (what no lever changes is computed once per key)."""
         return self._memo("key_deg", fn=lambda: self.ctx.keys.degrees(self.batch.key_rows))
 
-    def rank_params(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+    def _rank_params(self, r: int) -> RankParams:
+        """Rank ``r``'s parameters per GPU, per key: one count for its memory, its data-parallel
+        volume and its optimizer step (planner.cost.constant.rank_params_of)."""
+        b, d = self.batch, self.key_deg()
+        return self._memo("rank_params", r, fn=lambda: rank_params_of(self.ctx.model, b.layout, r, d.tp, d.etp, d.ep))
+
+    def rank_params(self, r: int) -> tuple[Num, Num]:
         """(dense, expert) parameters one GPU of rank ``r`` holds, per key."""
-        b = self.batch
-        d = self.key_deg()
-        return self._memo("params", r, fn=lambda: local_params(
-            self.ctx.model, b.layout.rank_stages(r), d.tp, d.ep, d.etp, b.pp))
+        rp = self._rank_params(r)
+        return rp.dense, rp.expert
 
     def data_parallel(self) -> DataParallel:
         """The exposed data-parallel gradient sync and parameter gather (or FSDP traffic) of the
@@ -839,6 +846,7 @@ class Costs:
             cur = DataParallel(*(_column(x, n) for x in dp_exposure(
                 grad, param, fsdp, b.micro_batches, rc.fwd, rc.bwd, ctx.rates, ctx.assumptions.dp_overlap)))
             best = cur if best is None else _gating(best, cur)
+        assert best is not None  # pp >= 1 ranks
         return best
 
     def _param_signature(self, r: int) -> tuple:
@@ -860,7 +868,7 @@ class Costs:
         n = b.n_keys
         d = self.key_deg()
         override = optimizer_override(ctx.efficiency)
-        secs = shard = None
+        steps = []
         for r in range(b.pp):
             dense, expert = self.rank_params(r)
             copies = 2 if b.layout.placement == "dual" else 1  # DualPipe's two holders: _constant
@@ -868,11 +876,11 @@ class Costs:
             tensors = (param_tensors(ctx.model, b.layout.rank_stages(r), d.ep) if ctx.rates.torch_optimizer else 0.0)
             t = _column(optimizer_step_time(sp, dense + expert, lv.moments, lv.offload_optimizer, ctx.rates, override,
                                             tensors), n)
-            if secs is None:
-                secs, shard = t, _column(sp, n)
-            else:
-                later = t > secs
-                secs, shard = np.where(later, t, secs), np.where(later, sp, shard)
+            steps.append((t, _column(sp, n)))
+        secs, shard = steps[0]
+        for t, sp in steps[1:]:  # the slowest rank's step, and its shard
+            later = t > secs
+            secs, shard = np.where(later, t, secs), np.where(later, sp, shard)
         return OptimizerStep(secs, shard)
 
     def step_s(self) -> np.ndarray:
@@ -928,14 +936,13 @@ class Costs:
                                                       for f in dataclasses.fields(ConstantMemory))))
 
     def _constant(self, r: int) -> ConstantMemory:
-        b = self.batch
         d = self.key_deg()
-        rp = self._memo("rank_params", r, fn=lambda: rank_params_of(self.ctx.model, b.layout, r, d.tp, d.etp, d.ep))
+        rp = self._rank_params(r)
         # DualPipe: rank r holds stages r and pp-1-r, so every stage's parameters sit on two ranks
         # of the pipeline (two copies, deepseek-ai/DualPipe example_dualpipe.py: full_modules[r] and
         # full_modules[pp-1-r]); their gradients are summed across the two holders, so the
         # sharded states are sharded over both holders' data-parallel groups (2 DP replicas).
-        copies = 2 if b.layout.placement == "dual" else 1
+        copies = 2 if self.batch.layout.placement == "dual" else 1
         return constant_bytes(rp, dp=copies * d.dp, cp=d.cp, edp=copies * d.edp, sharding=self.lv.sharding,
                               moments=self.lv.moments, offload_optimizer=self.lv.offload_optimizer)
 
@@ -1001,7 +1008,7 @@ class Costs:
         opt = self.constant(r).optimizer
         return self._memo("opt_transient", *key, fn=lambda: self._per_variant(
             lambda v: optimizer_transient_of(self.ctx.hw, self.ctx.assumptions, v.moments, v.precision,
-                                             opt[: self.batch.n_keys] if np.ndim(opt) else opt)))
+                                             np.asarray(opt)[: self.batch.n_keys] if np.ndim(opt) else opt)))
 
     def peak_bytes(self, r: int) -> np.ndarray:
         """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation
