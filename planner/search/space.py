@@ -181,6 +181,7 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
     and the lever options. Degrees that can never be useful are bounded here with the reason stated:
     TP within one NVLink domain (TP all-reduces every layer), CP keeping at least 512 tokens per
     GPU, PP at most one layer per stage, VPP at most 8 chunks per rank."""
+    from planner.launchers.megatron.rules import interleaved_groups_fit
     from planner.search.rulecheck import struct_violations
 
     limits = limits or Limits()
@@ -242,6 +243,11 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
                         count("global-batch-divisible")
                         continue
                     m = job.global_batch // (mbs * dp)
+                    if target == "megatron" and not interleaved_groups_fit(pp, vpp, m):
+                        # Refused by Megatron whatever the levers: dropped here, before the tables
+                        # rank it (the lazy rule check would drop it only after it took a place).
+                        count("megatron-interleaved-groups")
+                        continue
                     for schedule in schedule_options(target, pp, vpp):
                         if not limits.allows("schedule", schedule or default_schedule(pp, vpp)):
                             continue

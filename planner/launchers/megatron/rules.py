@@ -104,6 +104,12 @@ def _layout_symbols(plan: Plan, model: ModelSpec):
     return list(even_layout_symbols(model, plan.pp, plan.vpp))
 
 
+def interleaved_groups_fit(pp: int, vpp: int, micro_batches: int) -> bool:
+    """Whether Megatron's interleaved schedule takes ``micro_batches``: whole groups of PP
+    (rule megatron-interleaved-groups; always with one chunk per rank)."""
+    return vpp == 1 or pp == 1 or micro_batches % pp == 0
+
+
 def _schedule_violations(plan: Plan, job: Job, deg: Degrees) -> list[Violation]:
     """Megatron-Core's schedules: 1F1B and interleaved only; interleaving in whole groups of PP
     micro-batches (schedules.py 1133-1154: ValueError when PP exceeds the micro-batches,
@@ -123,7 +129,7 @@ def _schedule_violations(plan: Plan, job: Job, deg: Degrees) -> list[Violation]:
         ))
     if plan.pp > 1 and plan.vpp > 1 and deg.dp and job.global_batch % (plan.mbs * deg.dp) == 0:
         m = job.global_batch // (plan.mbs * deg.dp)
-        if m % plan.pp:
+        if not interleaved_groups_fit(plan.pp, plan.vpp, m):
             out.append(Violation(
                 "megatron-interleaved-groups",
                 f"{m} micro-batches with pp={plan.pp}, vpp={plan.vpp}: Megatron's interleaved schedule runs groups of PP "
