@@ -52,7 +52,10 @@ def test_export_from_saved_file_and_check_it(capsys, tmp_path):
     assert f"# predicted: peak memory {peak / 2**30:.1f} GiB" in text and "step 20.00 s" not in text
     assert "differs from planner's recomputation" in err
     code, out, _ = _run(capsys, "check", "--megatron-args", str(script), "--hw", "gb200-nvl72")
-    assert code == 0 and "OK: passes Megatron-LM's start-up checks" in out and "catalog match" in out
+    # The script passes Megatron's start-up checks, but this layout's rank 1 holds about 206 GiB (the
+    # DeepSeek-V3 Table 3 layout without recompute): check says FAIL and exits 1 on the predicted OOM.
+    assert code == 1 and "catalog match" in out and "[out-of-memory]" in out and "FAIL" in out
+    assert "[argparse]" not in out and "rule(s) broken" not in out
     code, out, _ = _run(capsys, "export", "--from", str(path), "--rank", "2", "--format", "json")
     data = json.loads(out)
     assert data["plan"]["tp"] == 2 and data["plan"]["dp"] == 32 and data["plan"]["edp"] == 2
@@ -85,7 +88,19 @@ def test_check_lists_violations_and_exits_1(capsys):
     assert code == 1 and "[megatron-stage-recompute]" in out
     code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,ep=64,stage_recompute=1/0/0/0,layout=Et*15|t*15|t*15|t*16mL",
                         "--target", "any", "--json")
-    assert code == 0 and json.loads(out)["violations"] == []
+    # No launcher rule breaks, but the cost model cannot run per-stage counts without full recompute.
+    data = json.loads(out)
+    assert code == 1 and data["violations"] == [] and data["status"] == "FAIL"
+    assert [f["rule"] for f in data["failures"]] == ["stage-recompute-needs-full"]
+    code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,vpp=4,ep=64,layout=Et*3|(tttt|)*14ttmL", "--target", "any",
+                        "--json")
+    data = json.loads(out)  # this plan keeps every activation of V3 on 64 GPUs: it does not fit
+    assert code == 1 and data["violations"] == [] and data["status"] == "FAIL"
+    assert [f["rule"] for f in data["failures"]] == ["out-of-memory"] and not data["memory"]["fits"]
+    code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,vpp=4,ep=64,recompute=full,layout=Et*3|(tttt|)*14ttmL",
+                        "--json")
+    data = json.loads(out)
+    assert code == 0 and data["status"] == "OK" and data["failures"] == [] and data["memory"]["fits"]
 
 
 def test_check_megatron_args_reports_unknown_and_env(capsys, tmp_path):

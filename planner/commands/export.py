@@ -172,8 +172,9 @@ def check_cmd(
     domain_fill: DomainFillOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Check a plan (or a Megatron launch script) against the launchers' start-up checks; list every
-    rule it breaks. Exit status 1 when a rule is broken."""
+    """Check a plan (or a Megatron launch script) against the launchers' start-up checks and planner's
+    memory prediction; list every rule it breaks and every argument the launcher would refuse. FAIL and
+    exit status 1 when a rule is broken or the plan does not fit in memory."""
     with rule_failures_exit(1):
         _check_torchtitan_config(torchtitan_config)
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
@@ -184,7 +185,7 @@ def check_cmd(
         print_json(report)
     else:
         _print_report(report)
-    if report["violations"]:
+    if report["status"] == "FAIL":
         raise typer.Exit(1)  # planner.cli.main returns it as the exit status
 
 
@@ -210,11 +211,36 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
             "notes": sj.notes + [v.message for v in flag_rules if v.rule == "sequence-parallel-needs-tp"],
             "model_mismatches": sj.mismatches})
     report["violations"] = [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]
-    if src.script is not None and not found:
+    failures = list(report["violations"])
+    if not found:
         from planner.cost.setup import resolve_setup
+        from planner.errors import PlanRuleError
 
-        report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon)))
+        try:
+            report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon)))
+        except PlanRuleError as exc:  # a rule of the cost model itself (not a launcher's)
+            failures.append({"rule": exc.rule, "message": exc.message.removeprefix(f"[{exc.rule}] "),
+                             "hint": getattr(exc, "hint", None)})
+        else:
+            oom = _memory_failure(report["memory"])
+            if oom:
+                failures.append(oom)
+    report["failures"] = failures
+    report["status"] = "FAIL" if failures else "OK"
     return report
+
+
+def _memory_failure(mem: dict) -> dict | None:
+    """The failure entry of a plan whose predicted peak does not fit, or None."""
+    if mem.get("fits", True):
+        return None
+    peak, cap = mem["peak_bytes"] / 2**30, mem["capacity_bytes"] / 2**30
+    return {"rule": "out-of-memory",
+            "message": f"Predicted peak memory {peak:.1f} GiB on pipeline stage {mem.get('worst_stage', 0)} exceeds the "
+                       f"{cap:.1f} GiB available (usable HBM less the CUDA context and any --memory-margin): the run "
+                       "would run out of memory.",
+            "hint": "'planner explain' with the same arguments shows what fills it; 'planner search' finds plans "
+                    "that fit."}
 
 
 def _print_report(r: dict) -> None:
@@ -240,9 +266,12 @@ def _print_report(r: dict) -> None:
     for ln in prediction_lines(r):
         echo(f"predicted: {ln}")
     target = {"megatron": "Megatron-LM", "torchtitan": "torchtitan", "any": "the shared rules"}[r["target"]]
-    if r["violations"]:
-        echo(f"{len(r['violations'])} rule(s) broken for {target}:")
-        for v in r["violations"]:
+    if r["status"] == "FAIL":
+        n = len(r["failures"])
+        what = (f"{len(r['violations'])} rule(s) broken for {target}" if r["violations"] else
+                "the plan does not fit in memory")
+        echo(f"FAIL: {what} ({n} problem{'s' if n > 1 else ''}):")
+        for v in r["failures"]:
             echo(f"  [{v['rule']}] {v['message']}" + (f" {v['hint']}" if v.get("hint") else ""))
     else:
-        echo(f"OK: passes {target}'s start-up checks.")
+        echo(f"OK: passes {target}'s start-up checks and fits in memory.")

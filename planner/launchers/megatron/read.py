@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
-from planner.launchers.megatron.flags import FLAGS
+from planner.launchers.megatron.flags import CHOICES, FLAGS, NUMERIC
 from planner.launchers.megatron.model import flag_int as _int
 from planner.launchers.megatron.model import model_hints
 
@@ -153,13 +153,40 @@ def _is_value(tok: str) -> bool:
     return body.replace(".", "", 1).isdigit() or (body[:1] == "." and body[1:].isdigit())
 
 
+def _value_problem(opt: str, value: str) -> str | None:
+    """Why Megatron's argparse would refuse ``value`` for ``opt`` (a choice it does not list, a
+    number int() or float() cannot read), or None."""
+    allowed = CHOICES.get(opt)
+    if allowed is not None and value not in allowed:
+        return (f"{opt} {value} (invalid choice: megatron-core 0.19.2 accepts {', '.join(allowed)}; argparse "
+                "refuses it)")
+    kind = NUMERIC.get(opt)
+    if kind is not None:
+        try:
+            int(value) if kind == "int" else float(value)
+        except ValueError:
+            return f"{opt} {value} (not {'an integer' if kind == 'int' else 'a number'}: argparse refuses it)"
+    return None
+
+
 def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozenset()) -> ParsedArgs:
     """``unknown``: indices of words holding an unresolved value (a '$VAR' standing alone is not
-    mistaken for an option and is reported by its name)."""
+    mistaken for an option and is reported by its name). Values are checked against the parser's
+    choices and numeric types (:data:`~planner.launchers.megatron.flags.CHOICES`, ``NUMERIC``);
+    a value the script leaves to its environment is not."""
     values: dict[str, Any] = {}
     given: dict[str, str] = {}
     bad: list[str] = []
     problems: list[str] = []
+
+    def check(opt: str, vals: list[str], first: int) -> None:
+        for k, val in enumerate(vals):
+            if first + k in unknown or "$" in val or "`" in val:
+                continue
+            why = _value_problem(opt, val)
+            if why:
+                problems.append(why)
+
     i = 0
     while i < len(argv):
         tok = argv[i]
@@ -185,6 +212,7 @@ def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozens
             given[dest] = opt
             continue
         vals = [inline] if eq else []
+        first = i - 1 if eq else i  # argv index of the first value (an inline one is the flag's word)
         if isinstance(arity, int):
             while len(vals) < arity and i < len(argv) and _is_value(argv[i]):
                 vals.append(argv[i])
@@ -203,6 +231,7 @@ def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozens
                 problems.append(f"{opt} (expects at least one value: argparse refuses it)")
                 continue
             values[dest] = vals if arity in ("+", "*") else (vals[0] if vals else True)
+        check(opt, vals, first)
         given[dest] = opt
     return ParsedArgs(values, given, bad, problems)
 
@@ -532,7 +561,13 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
                         ignored_flags=ignored, unresolved=list(cmd.unresolved), env=dict(cmd.env),
                         launcher=dict(cmd.launcher), notes=notes, values=dict(v), used_flags=used,
                         not_run=list(cmd.not_run), fp8=fp8, script_line=cmd.line,
-                        refused=[p for p in parsed.problems if "argparse refuses it" in p])
+                        refused=[_unrecognized(f) for f in parsed.not_megatron]
+                        + [p for p in parsed.problems if "argparse refuses it" in p])
+
+
+def _unrecognized(word: str) -> str:
+    what = "not a megatron-core 0.19.2 flag" if word.startswith("-") else "a word that is no flag's value"
+    return f"{word} ({what}: argparse exits with 'unrecognized arguments')"
 
 
 _FSDP_STRATEGIES = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}

@@ -283,8 +283,15 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
         out.append(Violation(rule, msg, hint))
 
     for problem in args.refused:
-        add("argparse", f"Megatron's argument parser refuses {problem}.",
-            "Give the flag its value (a variable the script leaves empty?).")
+        hint = ("Remove the flag or use its megatron-core 0.19.2 name (planner check lists the parser's flags in "
+                "planner/launchers/megatron/flags.py)." if "unrecognized arguments" in problem else
+                "Give one of the values listed." if "invalid choice" in problem else
+                "Give the flag its value (a variable the script leaves empty?).")
+        add("argparse", f"Megatron's argument parser refuses {problem}.", hint)
+    if v.get("cross_entropy_loss_fusion") and v.get("cross_entropy_fusion_impl") == "te":
+        add("cross-entropy-te-fusion", "--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: "
+            "validate_args rejects Transformer Engine's cross-entropy fusion ('disabled due to stability issues', "
+            "arguments.py).", "Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion.")
 
     tp = _int(v, "tensor_model_parallel_size", 1)
     pp = _int(v, "pipeline_model_parallel_size", 1)
