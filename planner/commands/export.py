@@ -13,7 +13,7 @@ from planner.cli import app
 from planner.errors import PlannerError
 from planner.options import (
     CheckTargetOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
-    plan_source, print_json, rule_failures_exit,
+    SetOpt, plan_source, print_json, rule_failures_exit,
 )
 
 FromOpt = Annotated[Optional[Path], typer.Option("--from", help="A 'planner search --save' file (JSON with a 'plans' list).")]
@@ -89,6 +89,7 @@ def export_cmd(
     precision: PrecisionOpt = None,
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
+    model_set: SetOpt = None,
 ) -> None:
     """Write what a launcher runs for a plan. A plan the launcher would reject is not exported: the
     error names the rule (see 'planner check'). Predictions in the output are always recomputed."""
@@ -101,7 +102,7 @@ def export_cmd(
     _check_nproc(nproc_per_node)
     _check_torchtitan_config(torchtitan_config)
     src = plan_source(plan=plan, from_file=from_file, rank=rank, model=model, hw=hw, command="export",
-                      args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
+                      args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill), model_set=model_set)
     m, h, j, p, saved = src.model, src.hw, src.job, src.plan, src.saved
     if out is not None:
         from planner.files import check_output
@@ -170,6 +171,7 @@ def check_cmd(
     precision: PrecisionOpt = None,
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
+    model_set: SetOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Check a plan (or a Megatron launch script) against the launchers' start-up checks and planner's
@@ -179,7 +181,7 @@ def check_cmd(
         _check_torchtitan_config(torchtitan_config)
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
                           script_args=script_args, model=model, hw=hw, command="check",
-                          args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
+                          args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill), model_set=model_set)
         report = _check_report(src, str(target.value if hasattr(target, "value") else target), torchtitan_config)
     if json:
         print_json(report)

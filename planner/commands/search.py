@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, HwOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt,
     MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
-    build_assumptions, parse_moments, print_json, resolve_specs,
+    SetOpt, build_assumptions, parse_moments, print_json, resolve_specs,
 )
 
 
@@ -27,6 +27,7 @@ def search_cmd(
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
     memory_margin: MemoryMarginOpt = None,
+    model_set: SetOpt = None,
     moments: MomentsOpt = "fp32",
     target: SearchTargetOpt = "megatron",
     fix: FixOpt = None,
@@ -51,7 +52,8 @@ def search_cmd(
     finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
     if solver not in ("cpsat", "exhaustive"):
         raise PlannerError(f"Unknown --solver '{solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
-    m, h, j = resolve_specs(model, hw, JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin))
+    m, h, j = resolve_specs(model, hw, JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
+                            model_set)
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     if save is not None:
         from planner.files import check_output

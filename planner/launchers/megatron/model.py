@@ -438,9 +438,12 @@ def model_from_hints(hints: dict, name: str = "megatron-args", *, tokenizer: str
     from planner.specs.catalog import validate_spec
     from planner.specs.model import ModelSpec
 
+    from planner.specs.overrides import describe, merge
+
     data = {k: v for k, v in hints.items() if k not in ("attention", "ffn", "moe")}
     data.update(name=name, source=["Megatron-LM command-line flags"])
-    data.update(overrides or {})
+    top = {k: v for k, v in (overrides or {}).items() if k not in ("attention", "ffn", "moe")}
+    data = merge(data, top)
     if "vocab_size" not in data:
         found = vocab_from_tokenizer(tokenizer) if tokenizer else None
         if found is None:
@@ -460,12 +463,9 @@ def model_from_hints(hints: dict, name: str = "megatron-args", *, tokenizer: str
     if "hidden_size" not in data["ffn"] and hints.get("hidden_size"):
         data["ffn"]["hidden_size"] = 4 * hints["hidden_size"]
     if hints.get("moe"):
-        moe = dict(hints["moe"])
-        if moe.pop("layer_pattern", None) is not None:
-            raise PlannerError(
-                "--moe-layer-freq mixes dense and MoE layers after the first MoE layer; planner models "
-                "first_k_dense dense layers followed by every layer_freq-th layer MoE.",
-                hint="Pass --model with a catalog model or a model YAML instead.",
-            )
-        data["moe"] = moe
+        data["moe"] = dict(hints["moe"])
+    nested = {k: v for k, v in (overrides or {}).items() if k in ("attention", "ffn", "moe")}
+    data = merge(data, nested)
+    if overrides:
+        data["source"] = [*data["source"], "model overrides: " + ", ".join(describe(overrides))]
     return validate_spec(ModelSpec, data, "model", "the Megatron flags")

@@ -620,9 +620,11 @@ def read_source(source: str | Path) -> tuple[str, str]:
 
 def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: dict | None = None):
     """(model, how it was chosen, note): --model when given, else the catalog model the flags
-    match, else a model built from the flags (asking for the vocabulary when they lack it)."""
+    match, else a model built from the flags (asking for the vocabulary when they lack it); the
+    ``overrides`` (nested model fields, planner.specs.overrides) applied to whichever it is."""
     from planner.launchers.megatron.model import match_catalog_model, model_from_hints
-    from planner.specs.catalog import load_model, validate_spec
+    from planner.specs.catalog import load_model
+    from planner.specs.overrides import apply_overrides
 
     note = None
     if model_name:
@@ -635,9 +637,7 @@ def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: 
             tokenizer = args.values.get("tokenizer_model") or args.values.get("vocab_file")
             model = model_from_hints(args.model_hints, tokenizer=tokenizer, overrides=overrides)
             return model, "built from the flags", None
-    if overrides:
-        model = validate_spec(type(model), {**model.model_dump(), **overrides}, "model", "the model overrides")
-    return model, source, note
+    return apply_overrides(model, overrides), source, note
 
 
 def script_inputs(env: list[str] | None, args_text: str | None) -> tuple[dict[str, str], list[str]]:
