@@ -62,7 +62,7 @@ def search_cmd(
     opts = Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
                    limits=Limits.parse(fix, max_), moments=parse_moments(moments))
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
-    _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json)
+    _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, given=model)
 
 
 def _run(m, h, j, opts, assumptions, sensitivity: bool):
@@ -83,11 +83,15 @@ def _run(m, h, j, opts, assumptions, sensitivity: bool):
     return result, sens
 
 
-def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool) -> None:
+def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool, given=None) -> None:
     from planner.cost.evaluate import context_json
+    from planner.launchers.common import model_record
 
     out = {**context_json(m, h, j, assumptions), "target": opts.target, "solver": result.solver,
            "plans": [{"rank": r.rank, **r.evaluation} for r in result.plans]}
+    # The model the plans were ranked for (spec, and the file it came from with its hash): what
+    # 'export --from' exports, whatever the catalog or that file holds later.
+    out["model"] = {**out["model"], **model_record(m, given if given is not None else m)}
     if sens is not None:
         out["sensitivity"] = sens
     if timings:
