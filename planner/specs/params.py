@@ -91,7 +91,7 @@ def attention_components(model: ModelSpec) -> list[Component]:
 def mlp_params(model: ModelSpec, width: int, bias: bool) -> tuple[int, int]:
     """(sharded, replicated) parameters of one MLP of intermediate ``width``."""
     h = model.hidden_size
-    n_in = 2 if model.ffn.activation == "swiglu" else 1
+    n_in = 2 if model.ffn.gated else 1
     sharded = (n_in + 1) * h * width + (n_in * width if bias else 0)
     return sharded, (h if bias else 0)
 
@@ -100,7 +100,8 @@ def layer_block(model: ModelSpec, kind: str) -> Block:
     """One decoder layer: attention, two norms, and a dense MLP or an MoE block."""
     h = model.hidden_size
     comps = attention_components(model)
-    comps.append(Component("norms", 2 * _norm(model, h), "replicated"))
+    # Pre-attention and pre-MLP norms; Gemma's post-attention and post-MLP norms too.
+    comps.append(Component("norms", (4 if model.post_norms else 2) * _norm(model, h), "replicated"))
     if kind == "dense":
         sh, rep = mlp_params(model, model.ffn.hidden_size, model.ffn.bias)
         comps.append(Component("mlp", sh, "tp"))

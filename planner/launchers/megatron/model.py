@@ -294,10 +294,11 @@ def model_hints(v: dict) -> dict:
         freq = parse_moe_layer_freq(str(v.get("moe_layer_freq", "1")), h.get("num_layers"))
         if isinstance(freq, list):
             first_dense = next((i for i, x in enumerate(freq) if x), len(freq))
-            moe["first_k_dense"] = first_dense
             rest = freq[first_dense:]
             if rest and not all(rest):
-                moe["layer_pattern"] = freq  # not expressible as first_k_dense + layer_freq: kept raw
+                moe["layer_pattern"] = freq  # not first_k_dense + all MoE: every layer's kind (Llama 4 Maverick)
+            else:
+                moe["first_k_dense"] = first_dense
         elif freq > 1:
             moe["layer_freq"] = freq
         if v.get("moe_router_score_function"):
@@ -340,6 +341,9 @@ def hint_mismatches(model, hints: dict) -> list[str]:
     if bool(m) != model.is_moe:
         out.append(f"moe: flags say {'MoE' if m else 'dense'}, {model.name} is {'MoE' if model.is_moe else 'dense'}")
     elif m:
+        if "layer_pattern" in m and [int(k == "moe") for k in model.layer_kinds] != list(m["layer_pattern"]):
+            out.append(f"moe layers: flags say {m['layer_pattern']}, {model.name} has "
+                       f"{[int(k == 'moe') for k in model.layer_kinds]}")
         for key in ("num_experts", "top_k", "expert_hidden_size", "first_k_dense", "shared_expert_hidden_size",
                     "expert_bias"):
             have = model.moe.shared_hidden if key == "shared_expert_hidden_size" else getattr(model.moe, key)

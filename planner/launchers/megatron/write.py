@@ -87,7 +87,7 @@ def architecture_args(model, job) -> list[str]:
             args += ["--qk-layernorm"]
         if a.qkv_bias:
             args += ["--add-qkv-bias"]
-    if model.ffn.activation == "swiglu":
+    if model.ffn.gated:
         args += ["--swiglu"]
     args += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
     args += ["--position-embedding-type", "rope" if model.position_embedding == "rope" else "learned_absolute"]
