@@ -278,6 +278,7 @@ def model_hints(v: dict) -> dict:
         h["attention"] = {k: val for k, val in dict(
             kind="gqa", num_heads=heads, num_kv_heads=kv, head_dim=hd, qk_norm=bool(v.get("qk_layernorm")),
             qkv_bias=bias or bool(v.get("add_qkv_bias")), output_bias=bias).items() if val is not None}
+        h["attention"].update(_local_attention_hints(v, h.get("num_layers")))
     ffn = int_value("--ffn-hidden-size", v.get("ffn_hidden_size"))
     h["ffn"] = {"activation": "swiglu" if v.get("swiglu") else "gelu", "bias": bias}
     if ffn:
@@ -309,8 +310,54 @@ def model_hints(v: dict) -> dict:
             moe["num_groups"] = int_value("--moe-router-num-groups", v["moe_router_num_groups"])
         if v.get("moe_router_group_topk"):
             moe["group_top_k"] = int_value("--moe-router-group-topk", v["moe_router_group_topk"])
+        if v.get("moe_router_topk_scaling_factor") is not None:
+            try:
+                f = float(v["moe_router_topk_scaling_factor"])
+            except ValueError:
+                raise PlannerError(f"--moe-router-topk-scaling-factor {v['moe_router_topk_scaling_factor']}: Megatron "
+                                   "expects a number there.") from None
+            if f > 0 and f != 1.0:
+                moe["routed_scaling_factor"] = f
         h["moe"] = moe
     return h
+
+
+def _local_attention_hints(v: dict, num_layers: int | None) -> dict:
+    """Sliding windows, no-RoPE layers, L2 QK norm and learned sinks as the flags give them:
+    --window-size 'L,R' (a query attends L earlier keys: config.json's window W = L + 1), which
+    layers slide (--window-attn-skip-freq N: SWA iff layer_number % N != 0; a list: 1 = SWA),
+    --no-rope-freq N (RoPE skipped on every N-th layer), --qk-l2-norm, --softmax-type learnable."""
+    out: dict[str, Any] = {}
+    if v.get("qk_l2_norm"):
+        out["qk_l2_norm"] = True
+    if v.get("softmax_type") == "learnable":
+        out["sinks"] = True
+    size = v.get("window_size")
+    if size:
+        parts = str(size).strip("()").split(",")
+        left = int_value("--window-size", parts[0].strip())
+        if left is not None and left >= 0:
+            out["sliding_window"] = left + 1
+            freq = v.get("window_attn_skip_freq")
+            if freq is not None:
+                flags = parse_moe_layer_freq(str(freq), num_layers)
+                if isinstance(flags, int):
+                    if flags == 2:
+                        out["sliding_window_every"] = 2
+                    elif flags > 1:
+                        out["global_every"] = flags
+                elif num_layers:
+                    n = flags.index(0) + 1 if 0 in flags else None
+                    if n and flags == [1 if (i + 1) % n else 0 for i in range(num_layers)]:
+                        out["global_every"] = n
+                    elif flags == [1 if i % 2 == 0 else 0 for i in range(num_layers)]:
+                        out["sliding_window_every"] = 2
+    nope = v.get("no_rope_freq")
+    if nope is not None and "[" not in str(nope):
+        n = int_value("--no-rope-freq", nope)
+        if n and n > 1:
+            out["no_rope_every"] = n
+    return out
 
 
 _COMPARED = ("num_layers", "hidden_size", "vocab_size", "mtp_layers", "tie_embeddings", "norm", "position_embedding")

@@ -271,6 +271,9 @@ _IGNORED_DESTS = {
     "moe_router_topk_scaling_factor", "moe_router_pre_softmax", "moe_router_dtype",
     "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
     "moe_router_group_topk", "micro_batch_size", "global_batch_size",
+    # rotary details: no effect on memory or time (the exporter writes them from the model's rope)
+    "use_rope_scaling", "rope_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast",
+    "yarn_beta_slow", "yarn_correction_range_round_to_int", "rotary_seq_len_interpolation_factor",
 }
 
 # Flags read into the plan, job or model hints. Flags that args_violations checks but planner does
@@ -291,7 +294,8 @@ _USED_DESTS = {
     "seq_length", "max_position_embeddings", "num_layers", "hidden_size", "ffn_hidden_size",
     "num_attention_heads", "group_query_attention", "num_query_groups", "kv_channels", "swiglu", "normalization",
     "position_embedding_type", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
-    "qk_layernorm", "attention_dropout", "hidden_dropout", "vocab_size", "multi_latent_attention",
+    "qk_layernorm", "qk_l2_norm", "softmax_type", "window_size", "window_attn_skip_freq", "no_rope_freq",
+    "attention_dropout", "hidden_dropout", "vocab_size", "multi_latent_attention",
     "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers",
     "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_layer_freq",
     "moe_shared_expert_intermediate_size", "moe_grouped_gemm", "moe_token_dispatcher_type",
