@@ -248,8 +248,10 @@ def validate_spec(cls: type[S], data: dict, what: str, origin: str) -> S:
 
 
 def spec_hash(spec: BaseModel) -> str:
-    """Short stable hash of a spec's content (reported in JSON output)."""
-    blob = json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()
+    """Short stable hash of a spec's content (reported in JSON output). Fields at their defaults
+    are left out, so a field added to a spec class later (with its default) leaves the hashes of
+    existing specs as they were."""
+    blob = json.dumps(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 

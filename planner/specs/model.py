@@ -67,7 +67,9 @@ class GQAAttention(Spec):
     attend only within their chunk of this many tokens; the no-RoPE layers attend globally."""
     no_rope_every: PositiveInt | None = None
     """Every N-th layer, counting from 1, applies no rotary embedding (Llama 4's iRoPE:
-    no_rope_layer_interval 4; Megatron --no-rope-freq N)."""
+    no_rope_layer_interval 4; Megatron --no-rope-freq N). No parameters; with attention_chunk it
+    decides which layers attend globally. The RoPE element-wise kernel those layers skip is still
+    costed (time is slightly over-estimated there)."""
     qk_l2_norm: bool = False
     """Parameter-free L2 normalization of queries and keys (Llama 4's use_qk_norm; Megatron
     --qk-l2-norm); no parameters, unlike qk_norm."""

@@ -123,8 +123,8 @@ def rope_args(model, notes: list[str]) -> list[str]:
     elif mla:
         args += ["--rope-type", "rope"]
     if r.local_theta is not None:
-        notes.append(f"the sliding-window layers' RoPE base {r.local_theta:g} has no Megatron-LM flag (one base for "
-                     "every layer)")
+        notes.append(f"the sliding-window layers' RoPE base {r.local_theta:g}" + (" (without the scaling)" if
+                     r.scaling != "none" else "") + " has no Megatron-LM flag: one base and one scaling for every layer")
     return args
 
 
