@@ -71,6 +71,39 @@ def test_llama3_8b_h100_fp8():
     assert any("if [ ! -f \"$PRETRAIN_SCRIPT_PATH\" ]" in n for n in a.notes)  # a file test is not guessed
 
 
+def test_llama3_8b_fp8_prediction_has_bf16_gradients_and_fp8_gathers(capsys, tmp_path):
+    """--grad-reduce-in-bf16 halves the main-gradient buffer and the gradient reduce-scatter;
+    --fp8-param-gather gathers the Transformer Engine weights in FP8 (the embedding and output
+    layer stay bf16). The same script without the two flags predicts fp32 gradients and bf16
+    gathers."""
+    from planner.specs.params import count_params, embedding_block, head_block
+
+    script = FIXTURES / "llama3_8b_h100_fp8.sh"
+    sj = _read(script.name, hw="h100")
+    assert (sj.plan.grad_reduce, sj.plan.param_gather) == ("bf16", "fp8")
+    assert not [f for f in sj.args.unknown_flags if "grad-reduce" in f or "fp8-param-gather" in f]
+    plain = tmp_path / "plain.sh"
+    plain.write_text(script.read_text().replace(" --grad-reduce-in-bf16", "").replace('"--fp8-param-gather"', ""))
+    p0 = job_from_script(plain, hw="h100").plan
+    assert (p0.grad_reduce, p0.param_gather) == ("fp32", "bf16")
+    flags = _cli_json(capsys, "check", "--megatron-args", str(script), "--hw", "h100", "--json")
+    without = _cli_json(capsys, "check", "--megatron-args", str(plain), "--hw", "h100", "--json")
+    m = sj.model
+    params = count_params(m).total  # TP=PP=1: every GPU holds the whole model
+    emb_head = embedding_block(m).total + head_block(m).total
+    assert flags["memory"]["components"]["gradients"] == 2 * params
+    assert without["memory"]["components"]["gradients"] == 4 * params
+    assert flags["memory"]["peak_bytes"] < without["memory"]["peak_bytes"] - 15 * 2**30
+    t, t0 = flags["time"]["breakdown"], without["time"]["breakdown"]
+    grad = t["dp_grad"] + flags["time"]["hidden_communication"]["dp_grad"]
+    grad0 = t0["dp_grad"] + without["time"]["hidden_communication"]["dp_grad"]
+    assert grad == pytest.approx(grad0 / 2, rel=1e-3)
+    gather = t["dp_param"] + flags["time"]["hidden_communication"]["dp_param"]
+    gather0 = t0["dp_param"] + without["time"]["hidden_communication"]["dp_param"]
+    assert gather == pytest.approx(gather0 * ((params - emb_head) * 1 + emb_head * 2) / (2 * params), rel=1e-3)
+    assert "precision=fp8,grad_reduce=bf16,param_gather=fp8" in flags["plan"]
+
+
 def test_gpt3_175b_distributed():
     sj = _read("gpt3_175b_distributed.sh", hw="a100-80gb")
     a = sj.args

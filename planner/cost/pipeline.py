@@ -27,7 +27,7 @@ import numpy as np
 from planner.cost.arrays import hashable, maximum, minimum
 from planner.cost.comm import CommCost, dp_time, overlapped
 from planner.cost.compute import BlockTime
-from planner.cost.flops import FP32, ModelShape
+from planner.cost.flops import BF16, FP32, ModelShape
 from planner.cost.rates import Rates
 from planner.cost.topology import GroupSpan
 
@@ -328,14 +328,33 @@ def optimizer_shard(sharding, dense: float, expert: float, dp: int, cp: int, edp
 
 
 def data_parallel(dense: float, expert: float, spans: dict[str, GroupSpan], sharding: str, rates: Rates,
-                  param_bytes: float) -> tuple[float, float]:
+                  param_bytes: float, grad_bytes: float = FP32, bf16_dense: float = 0.0) -> tuple[float, float]:
     """(gradient, parameter-gather) seconds of one rank's data-parallel sync per step: dense
-    parameters over DP x CP, experts over expert-DP; fp32 gradients (Megatron reduces the fp32
-    main-grad buffer), parameters gathered in their training dtype."""
+    parameters over DP x CP, experts over expert-DP. Megatron reduces the main-grad buffer in its
+    dtype (``grad_bytes``: fp32, or bf16 with --grad-reduce-in-bf16) and gathers parameters in
+    ``param_bytes`` (bf16, or 1 B with --fp8-param-gather); ``bf16_dense`` of the dense parameters
+    (the embedding and output layer, which Transformer Engine does not cast) are gathered in bf16
+    whatever ``param_bytes`` is. Norm weights and biases count at ``param_bytes``."""
     sharded = sharding != "ddp"
-    g1, p1 = dp_time(dense * FP32, dense * param_bytes, spans["dpcp"], sharded, rates)
-    g2, p2 = dp_time(expert * FP32, expert * param_bytes, spans["edp"], sharded, rates)
+    dense_param = (dense - bf16_dense) * param_bytes + bf16_dense * BF16
+    g1, p1 = dp_time(dense * grad_bytes, dense_param, spans["dpcp"], sharded, rates)
+    g2, p2 = dp_time(expert * grad_bytes, expert * param_bytes, spans["edp"], sharded, rates)
     return g1 + g2, p1 + p2
+
+
+def embedding_head_params(model, chunks, tp, pp: int) -> float:
+    """Dense parameters of the embedding and output-layer blocks one GPU of a pipeline rank holds,
+    counted as :func:`local_params` counts them (a tied head's copy on the last stage when pp > 1).
+    tp may be an array."""
+    out = 0.0
+    for ch in chunks:
+        if ch.embedding:
+            out = out + block_params(model, "embedding", tp, 1, 1)[0]
+        if ch.loss:
+            out = out + block_params(model, "head", tp, 1, 1)[0]
+            if model.tie_embeddings and pp > 1:
+                out = out + model.vocab_size * model.hidden_size / tp
+    return out
 
 
 def dp_exposure(grad: float, param: float, fsdp: bool, micro_batches: int, fwd: float, bwd: float, rates: Rates,

@@ -28,7 +28,7 @@ warnings.filterwarnings("ignore")
 # Settings whose TransformerConfig checks import Transformer Engine (absent on the CPU): validated by
 # parse_args/validate_args with the rest, then switched off before the config is built (launchers.md
 # §2), and reported back as "te_flags".
-TE_ONLY = ("fp8", "moe_permute_fusion")
+TE_ONLY = ("fp8", "fp8_param_gather", "moe_permute_fusion")
 
 # What the CPU check passes itself, after the exported arguments, and reports as "cpu_flags": RoPE
 # fusion is Megatron's default (on unless --no-rope-fusion) and TransformerConfig needs Transformer
@@ -112,6 +112,7 @@ def check(req: dict) -> dict:
         "num_layers_in_last_pipeline_stage": cfg.num_layers_in_last_pipeline_stage,
         "layout": None if layout is None else str(layout),
         "mtp_standalone": getattr(cfg, "mtp_standalone", None),
+        "accumulate_allreduce_grads_in_fp32": args.accumulate_allreduce_grads_in_fp32,
         "te_flags": {k: (v if isinstance(v, (bool, str, type(None))) else str(v)) for k, v in te.items()},
         "cpu_flags": CPU_FLAGS,
         "arch": {k: _plain(getattr(args, k, None)) for k in ARCH},

@@ -76,6 +76,10 @@ def test_top_plans_pass_megatron_validators(megatron_results):
         assert r["expert_tensor_parallel_size"] == setup.deg.etp, case
         assert r["sequence_parallel"] == (setup.plan.tp > 1), case
         assert r["config_class"] == ("MLATransformerConfig" if setup.model.attention.kind == "mla" else "TransformerConfig")
+        # grad_reduce and param_gather reach Megatron's gradient buffer and FP8 parameter settings.
+        assert r["accumulate_allreduce_grads_in_fp32"] == (setup.plan.grad_reduce == "fp32"), case
+        assert r["te_flags"]["fp8_param_gather"] == (setup.plan.param_gather == "fp8"), case
+    assert {(s.plan.grad_reduce, s.plan.param_gather) for (_, s), _ in megatron_results} >= {("bf16", "fp8"), ("bf16", "bf16")}
 
 
 def _with(argv: list[str], **changes) -> list[str]:

@@ -277,7 +277,7 @@ _IGNORED_DESTS = {
 }
 
 # Flags read into the plan, job or model hints. Flags that args_violations checks but planner does
-# not model (--moe-shared-expert-overlap, --tp-comm-overlap, --cp-comm-type, --fp8-param-gather...)
+# not model (--moe-shared-expert-overlap, --tp-comm-overlap, --cp-comm-type, --fp8-output-proj...)
 # are not here: they are listed as "not modeled by planner" and still checked.
 _USED_DESTS = {
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -289,7 +289,7 @@ _USED_DESTS = {
     "recompute_modules", "recompute_activations", "moe_layer_recompute", "optimizer_cpu_offload",
     "optimizer_offload_fraction", "use_precision_aware_optimizer", "fine_grained_activation_offloading",
     "offload_modules", "cpu_offloading_num_layers", "bf16", "fp16", "fp8", "fp8_recipe", "exp_avg_dtype",
-    "exp_avg_sq_dtype", "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
+    "exp_avg_sq_dtype", "grad_reduce_in_bf16", "fp8_param_gather", "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
     "num_distributed_optimizer_instances", "overlap_grad_reduce", "overlap_param_gather",
     "seq_length", "max_position_embeddings", "num_layers", "hidden_size", "ffn_hidden_size",
     "num_attention_heads", "group_query_attention", "num_query_groups", "kv_channels", "swiglu", "normalization",
@@ -533,6 +533,13 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     else:
         sharding = "ddp"
 
+    grad_reduce = "bf16" if v.get("grad_reduce_in_bf16") else "fp32"
+    # --fp8-param-gather without FP8 or without a sharded optimizer has no FP8 gather to model
+    # (validate_args refuses the second: args_violations names it).
+    param_gather = "fp8" if v.get("fp8_param_gather") and fp8 and sharding != "ddp" else "bf16"
+    if v.get("fp8_param_gather") and not fp8:
+        notes.append("--fp8-param-gather without --fp8-format: no FP8 weights to gather, modeled as bf16 gathers")
+
     # ---- MoE dispatcher ----------------------------------------------------------------------
     dispatcher = None
     if v.get("num_experts") or v.get("moe_token_dispatcher_type"):
@@ -550,7 +557,8 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
 
     plan_values = dict(
         tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
-        offload=offload, precision=precision, moments=moments, layout=layout, dispatcher=dispatcher,
+        offload=offload, precision=precision, moments=moments, grad_reduce=grad_reduce, param_gather=param_gather,
+        layout=layout, dispatcher=dispatcher,
         ep_overlap="on" if v.get("overlap_moe_expert_parallel_comm") else "off",
     )
     plan = Plan.from_mapping({k: val for k, val in plan_values.items() if val is not None})

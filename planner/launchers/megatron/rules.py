@@ -28,6 +28,7 @@ PLAN_RULES: dict[str, str] = {
     "ep-overlap-recompute-moe": "EP A2A overlap forbids 'moe' in --recompute-modules (TransformerConfig)",
     "ep-overlap-mtp": "EP A2A overlap supports at most one MTP layer (TransformerConfig)",
     "precision-aware-needs-dist-opt": "--use-precision-aware-optimizer needs the distributed optimizer (OptimizerConfig)",
+    "offload-fp8-param-gather": "optimizer CPU offload with --fp8-param-gather needs --fp8-recipe delayed (validate_args)",
     "activation-offload-empty": "fine-grained offload needs at least one module left to offload (TransformerConfig)",
     "fp8-delayed-recompute": "delayed-scaling FP8 forbids moe_act/layernorm recompute (TransformerConfig)",
     "expert-bias-score-function": "router expert bias needs sigmoid/sqrtsoftplus scores (TransformerConfig)",
@@ -155,6 +156,13 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             f"{what} needs --use-precision-aware-optimizer, which Megatron's OptimizerConfig allows only "
             "with the distributed optimizer; sharding=ddp has none.",
             hint="Use sharding=dist_opt (or fsdp/zero2/hsdp).",
+        ))
+    if plan.param_gather == "fp8" and plan.offload.optimizer and hw is not None and hw.fp8_recipe != "delayed":
+        out.append(Violation(
+            "offload-fp8-param-gather",
+            f"param_gather=fp8 with offload=optimizer: Megatron's optimizer CPU offload takes --fp8-param-gather "
+            f"only with --fp8-recipe delayed, and {hw.name}'s FP8 recipe is {hw.fp8_recipe} (validate_args).",
+            hint="Set param_gather=bf16 or drop the optimizer offload.",
         ))
     if plan.offload.activations and not megatron_offload_modules(model, plan):
         out.append(Violation(

@@ -17,7 +17,7 @@ from planner.rules import check_launcher_rules
 
 # Flags that need Transformer Engine at config time (TransformerConfig imports TE for them); the
 # CPU validation harness drops these and re-adds them, as launchers.md §2 recommends.
-TE_ONLY_FLAGS = {"--fp8-format": 1, "--fp8-recipe": 1, "--moe-permute-fusion": 0}
+TE_ONLY_FLAGS = {"--fp8-format": 1, "--fp8-recipe": 1, "--fp8-param-gather": 0, "--moe-permute-fusion": 0}
 
 
 @dataclass
@@ -348,6 +348,10 @@ def precision_args(hw, plan, job) -> list[str]:
     args = ["--bf16"]
     if plan.precision == "fp8":  # the setup's plan is canonical
         args += ["--fp8-format", "e4m3", "--fp8-recipe", hw.fp8_recipe]
+    if plan.param_gather == "fp8":
+        args += ["--fp8-param-gather"]
+    if plan.grad_reduce == "bf16":
+        args += ["--grad-reduce-in-bf16"]
     if plan.moments == "bf16":
         if not plan.offload.optimizer:
             args += ["--use-precision-aware-optimizer"]
