@@ -83,6 +83,23 @@ def test_export_refusal_names_the_rule(capsys):
     assert code == 2 and "[torchtitan-mtp]" in err and "[torchtitan-sharding]" in err
 
 
+def test_gradient_and_gather_dtypes_reach_megatron_not_bridge(capsys):
+    code, out, err = _run(capsys, "export", *V3, "--plan", PLAN + ",grad_reduce=bf16")
+    assert code == 0, err
+    assert "--grad-reduce-in-bf16" in out and "--fp8-param-gather" not in out
+    code, out, err = _run(capsys, "export", *V3, "--plan", PLAN + ",grad_reduce=bf16", "--format", "bridge")
+    assert code == 2 and out == "" and "[bridge-grad-dtypes]" in err and "--format megatron" in err
+    code, out, err = _run(capsys, "explain", *V3, "--plan", PLAN + ",param_gather=fp8", "--json")
+    assert code == 1 and "[param-gather-fp8]" in err  # no FP8 weights to gather in a bf16 plan
+
+
+def test_set_is_refused_with_a_launch_it_cannot_edit(capsys, tmp_path):
+    launch = tmp_path / "run.sh"
+    launch.write_text("python run_recipe.py --recipe deepseek_v3_pretrain_config\n")
+    code, out, err = _run(capsys, "check", "--bridge", str(launch), "--hw", "gb200-nvl72", "--set", "mtp_layers=0")
+    assert code == 2 and "--set does not apply to --bridge" in err and "Traceback" not in err
+
+
 def test_check_lists_violations_and_exits_1(capsys):
     code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,ep=64,stage_recompute=1/0/0/0,layout=Et*15|t*15|t*15|t*16mL")
     assert code == 1 and "[megatron-stage-recompute]" in out
