@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.arrays import Num, maximum, minimum
+from planner.cost.arrays import Num, hashable, maximum, minimum
 from planner.specs.params import Block, embedding_block, head_block, layer_block, mtp_block
 
 
@@ -42,7 +42,11 @@ class RankParams:
     """Parameters of the largest decoder layer on this GPU (FSDP gathers one layer at a time)."""
 
 
-def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[Num, Num]:
+def _per_gpu(block: Block, tp, nkv: int, etp, ep) -> tuple[Num, Num]:
+    """(dense, expert) parameters of ``block`` on one GPU, by Megatron's sharding of each
+    component (planner.specs.params): TP-split linears and vocabulary-parallel tables / tp, K/V /
+    min(tp, kv heads), replicated norms, routers and MLA down-projections whole, routed experts /
+    (ep * etp). Degrees may be arrays."""
     dense: Num = 0.0
     expert: Num = 0.0
     for c in block.components:
@@ -55,6 +59,23 @@ def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[Num, N
         else:
             dense += c.params
     return dense, expert
+
+
+_BLOCKS: dict[tuple, tuple[object, tuple[Num, Num]]] = {}
+
+
+def block_params(model, block: str, tp, ep, etp) -> tuple[Num, Num]:
+    """:func:`_per_gpu` of one block by name ('dense'/'moe' layer, 'embedding', 'head', 'mtp'),
+    cached per model object for scalar degrees (array degrees give arrays)."""
+    key = (id(model), block, tp, ep, etp) if hashable(tp, ep, etp) else None
+    hit = _BLOCKS.get(key) if key is not None else None
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    named = {"embedding": embedding_block, "head": head_block, "mtp": mtp_block}.get(block)
+    out = _per_gpu(named(model) if named else layer_block(model, block), tp, model.attention.num_kv_heads, etp, ep)
+    if key is not None:
+        _BLOCKS[key] = (model, out)
+    return out
 
 
 def rank_params_of(model, layout, rank: int, tp, etp, ep) -> RankParams:
@@ -95,6 +116,26 @@ def rank_params_of(model, layout, rank: int, tp, etp, ep) -> RankParams:
     if needs_embedding_copy and not has_embedding:
         dense += model.vocab_size * model.hidden_size / tp
     return RankParams(dense, expert, largest)
+
+
+def embedding_head_params(model, layout, rank: int, tp) -> Num:
+    """Dense parameters of the embedding and output-layer blocks one GPU of pipeline rank ``rank``
+    holds, with the word-embedding copy :func:`rank_params_of` counts on a rank without the
+    embedding (tied head, MTP): the parameters Transformer Engine does not cast to FP8."""
+    out: Num = 0.0
+    has_embedding = needs_copy = False
+    for st in layout.rank_stages(rank):
+        if st.embedding:
+            out = out + block_params(model, "embedding", tp, 1, 1)[0]
+            has_embedding = True
+        if st.loss:
+            out = out + block_params(model, "head", tp, 1, 1)[0]
+            needs_copy = needs_copy or model.tie_embeddings
+        if st.mtp:
+            needs_copy = True
+    if needs_copy and not has_embedding:
+        out = out + model.vocab_size * model.hidden_size / tp
+    return out
 
 
 @dataclass(frozen=True)
