@@ -146,3 +146,13 @@ def test_combined_1f1b_profiles_repeat_like_the_interleaved_ones():
                 assert _profiles("combined-1f1b", p, v, m, r) == _profiles("combined-1f1b", p, v, cap, r), (p, v, m, r)
                 checked += 1
     assert checked > 100
+
+
+def test_the_memory_timeline_walks_the_schedule_to_its_peak():
+    """explain --plot's event walk follows DualPipe's own order and reaches each rank's peak."""
+    from planner.cost.memory import memory_report
+    from planner.cost.timeline import stage_timeline
+
+    s = v3_h800("schedule=dualpipe,ep_overlap=on")
+    for st in memory_report(s).stages[::5]:
+        assert max(e.total for e in stage_timeline(s, st.rank)) == pytest.approx(st.peak_bytes, rel=1e-9)

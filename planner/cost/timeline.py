@@ -35,19 +35,35 @@ class Event:
 
 def stage_timeline(setup, rank: int) -> list[Event]:
     """Every layer's forward and backward of ``rank`` in schedule order, then the optimizer step."""
+    from planner.cost.compose import costs_of, schedule_of
+
     stage = stage_memory(setup, rank)
     chunks = stage.chunks
     const, comm = stage.constant.total, stage.comm_buffers
-    held = held_of([c.kept for c in chunks], setup.plan.offload.activations)
+    kept = [c.kept for c in chunks]
+    costs = costs_of(setup)
+    walked = costs.schedule_columns()
+    name = walked[0][0] if walked else None
+    if name is None:
+        ops = [(op, None) for op in rank_ops(setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)]
+    else:  # the walked schedule's own order and held vectors (planner.cost.schedules.inflight)
+        from planner.cost.schedules.inflight import held_before
+
+        ops = held_before(name, setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)
+        if schedule_of(name).splits_backward:
+            kept += [float(x) for x in costs.wgrad_kept(rank)[:, 0]]
+    held = held_of(kept, setup.plan.offload.activations)
     counts = [0] * len(chunks)
     events: list[Event] = []
 
     def add(phase, chunk, mb, layer, acts, trans):
         events.append(Event(len(events), phase, chunk, mb, layer, const, comm, acts, trans))
 
-    for op in rank_ops(setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank):
+    for op, vec in ops:
+        if op.kind == "W":
+            continue  # a weight-gradient pass adds nothing (inflight.py); its release is in the next vector
         ch = chunks[op.chunk]
-        base = held(counts)
+        base = held(counts if vec is None else list(vec))
         if op.kind == "F":
             run: Num = 0.0
             for layer in ch.layers:
