@@ -187,6 +187,11 @@ class Stream:
     host_sync: bool = False
     """The host waits for the GPU after issuing this kernel in the forward (it reads a
     data-dependent size back): work issued after it cannot overlap the GPU work before it."""
+    module_calls: int = 0
+    """Python bodies of Megatron modules other than linear layers that this entry stands for in
+    each pass (the local spec's MoE layer: TopKRouter, the token dispatcher and SequentialMLP's
+    bookkeeping around its experts), each costing the profile's ``moe_layer_host_*_s`` on the
+    host (:mod:`planner.cost.compute`); 0 where not modeled."""
 
     @property
     def launches_bwd(self) -> int:
@@ -591,7 +596,7 @@ def _local_moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     # token order (the routing probabilities are applied inside the expert activation).
     unperm = R * h * 2 * BF16 + perm + copies * h * BF16
     ks.append(Stream("unpermute", unperm, unperm, "moe", kernels=LOCAL_UNPERMUTE_KERNELS[0] + 2,
-                     kernels_bwd=LOCAL_UNPERMUTE_KERNELS[1] + 1))
+                     kernels_bwd=LOCAL_UNPERMUTE_KERNELS[1] + 1, module_calls=1))
     if ms.shared_ffn:
         ks += mlp_block(ms, sh, ms.shared_ffn, "shared_experts", "shared")
     return ks

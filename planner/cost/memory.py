@@ -35,6 +35,9 @@ class StageMemory:
     """Where the peak happens (see :func:`_locate_moment`)."""
     optimizer_transient: float
     host_bytes: float
+    reserved_bytes: float = 0.0
+    """Estimated reserved peak (allocated peak plus what the caching allocator keeps above it:
+    planner.cost.compose.Costs.reserved_bytes)."""
     """Host memory one GPU of this stage needs (offloaded optimizer state and activations)."""
 
     @property
@@ -119,7 +122,7 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
                   "activations": acts_at_peak, "transient": transient_at_peak, "comm_buffers": comm}
     end_vec = inflight_end_of_warmup(pp, vpp, m, rank)
     return StageMemory(rank, const, comm, chunks, end_vec, held(end_vec), peak, components, moment, opt_t,
-                       _one(costs.host_bytes(rank)))
+                       _one(costs.host_bytes(rank)), _one(costs.reserved_bytes(rank)))
 
 
 def stage_memory(setup, rank: int) -> StageMemory:
@@ -146,7 +149,7 @@ class MemoryReport:
         return max(self.stages, key=lambda s: (self.reserved(s), -s.rank))
 
     def reserved(self, stage: StageMemory) -> float:
-        return stage.peak_bytes * (1 + self.allocator_fraction)
+        return stage.reserved_bytes
 
     @property
     def peak_bytes(self) -> float:
@@ -175,7 +178,7 @@ class MemoryReport:
 
     def stage_json(self, s: StageMemory) -> dict:
         comps = dict(s.peak_components)
-        comps["allocator"] = s.peak_bytes * self.allocator_fraction
+        comps["allocator"] = self.reserved(s) - s.peak_bytes
         return {
             "rank": s.rank,
             "peak_bytes": round(self.reserved(s)),

@@ -69,6 +69,10 @@ class Rates:
     """Host seconds per Megatron local linear-layer call in the forward and in the backward
     (ComputeEfficiency.linear_host_fwd_s / linear_host_bwd_s); 0 unless the implementation is
     'megatron-local'."""
+    moe_layer_host_s: tuple[float, float] = (0.0, 0.0)
+    """Host seconds per local-spec MoE layer in the forward and in the backward beyond its linear
+    calls and launches (ComputeEfficiency.moe_layer_host_fwd_s / _bwd_s); 0 unless the
+    implementation is 'megatron-local'."""
     nvlink_op_busbw: tuple[tuple[str, float], ...] = ()
     """Bus bandwidth inside a domain by collective where a calibration file measured it (on two
     H200s NCCL's all-reduce ran at 1.2x the bus bandwidth of all-gather and reduce-scatter);
@@ -249,6 +253,9 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         linear_host_s=((c.linear_host_fwd_s.value if c.linear_host_fwd_s else 0.0,
                         c.linear_host_bwd_s.value if c.linear_host_bwd_s else 0.0)
                        if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
+        moe_layer_host_s=((c.moe_layer_host_fwd_s.value if c.moe_layer_host_fwd_s else 0.0,
+                           c.moe_layer_host_bwd_s.value if c.moe_layer_host_bwd_s else 0.0)
+                          if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
         torch_optimizer=assumptions.implementation == "megatron-local",
         nvlink_op_busbw=tuple(sorted((k, v * s_net) for k, v in op_busbw.items())),
         call_s=tuple(sorted(call_s.items())),

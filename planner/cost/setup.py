@@ -128,6 +128,18 @@ class Setup:
         return (self.model.name, self.hw.name, self.job, self.plan)
 
 
+def allocator_workload(mem, assumptions: Assumptions):
+    """The workload model of the reserved-over-allocated gap (MemoryOverheads.allocator_workload)
+    where it applies: the default caching allocator (expandable segments off), no margin given in
+    bytes, and a profile that has it; else None (the allocated peak times one plus the fraction)."""
+    if assumptions.allocator_margin_bytes is not None or mem.allocator_workload is None:
+        return None
+    expandable = assumptions.expandable_segments
+    if expandable is None:
+        expandable = assumptions.implementation == "te"
+    return None if expandable else mem.allocator_workload
+
+
 def allocator_fraction(mem, assumptions: Assumptions) -> float:
     if assumptions.allocator_margin_bytes is not None:
         return 0.0
