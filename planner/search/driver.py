@@ -347,8 +347,7 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options: Options, rows: 
 
     plan = make_plan(space.structs[s], _lv(space, _li(space, j))) if s is not None else None
     if plan is not None:
-        plan = plan.canonical(is_moe=space.model.is_moe, default_dispatcher=space.hw.default_dispatcher,
-                              default_precision=space.job.default_precision)
+        plan = plan.canonical_for(space.model, space.hw, space.job)
     dominant = max(parts, key=parts.get) if parts else "memory"
     gib = MiB / 2**30
     msg = (f"Nothing fits: every plan of {space.model.name} on {space.job.gpus} {space.hw.name} GPUs "

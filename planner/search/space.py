@@ -30,16 +30,27 @@ class Struct:
     """A structural key: degrees, layout and micro-batch size (everything but the levers)."""
 
     tp: int
+    """Tensor parallelism (with sequence parallelism)."""
     cp: int
+    """Context parallelism."""
     pp: int
+    """Pipeline stages."""
     vpp: int
+    """Virtual stages (model chunks) per pipeline rank."""
     ep: int
+    """Expert parallelism (1 for dense models)."""
     etp: int
+    """Expert tensor parallelism (Megatron's default: tp)."""
     mbs: int
+    """Micro-batch size in sequences."""
     layout: str | None
+    """The Megatron pipeline layout string; None when the layers divide evenly."""
     dp: int
+    """Data parallelism, derived: gpus / (tp * cp * pp)."""
     edp: int
+    """Expert data parallelism, derived: gpus / (etp * ep * pp)."""
     micro_batches: int
+    """Micro-batches per pipeline per step: global batch / (mbs * dp)."""
 
     def plan_fields(self) -> dict:
         d = dict(tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, ep=self.ep, etp=self.etp, mbs=self.mbs)
