@@ -74,11 +74,12 @@ def test_holdouts_predicted_before_they_were_measured_stay_close(rows):
 def test_reserved_peak_from_the_workload(rows):
     """Issue 20's reserved-memory acceptance: the workload model of the caching allocator's gap
     (hopper.yaml allocator_workload: phase peaks, stranded expert blocks, recompute) predicts every
-    H200 run at or above its measured reserved peak and at most 10 % above it (10.2 % at the
-    worst, moe-s2k-b4-none), dense and MoE with 8 to 128 experts."""
+    H200 run at or above its measured reserved peak and at most 10 % above it (+9.9 % at the
+    worst, gqa-s8k-b1-coreattn), dense and MoE with 8 to 128 experts. The constants were fit on
+    these runs (a minimax linear program), so the bound is met with almost no slack."""
     excess = {r["config"]: r["predicted_reserved"] / r["measured_reserved"] - 1 for r in rows}
     assert all(r["reserved_within_margin"] for r in rows), [k for k, e in excess.items() if e < 0]
-    assert max(excess.values()) <= 0.102, max(excess, key=excess.get)
+    assert max(excess.values()) <= 0.10, max(excess, key=excess.get)
     assert len(rows) == 28 and {by_name(r["config"]).model.experts or 0 for r in rows} == {0, 8, 16, 64, 128}
 
 
