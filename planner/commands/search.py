@@ -83,9 +83,11 @@ def _run(m, h, j, opts, assumptions, sensitivity: bool):
 
 def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool) -> None:
     from planner.cost.evaluate import context_json
+    from planner.validate.bands import attach_band
 
     out = {**context_json(m, h, j, assumptions), "target": opts.target, "solver": result.solver,
-           "plans": [{"rank": r.rank, **r.evaluation} for r in result.plans]}
+           "plans": [attach_band({"rank": r.rank, **r.evaluation, "time": dict(r.evaluation["time"])}, r.setup)
+                     for r in result.plans]}
     if sens is not None:
         out["sensitivity"] = sens
     if timings:

@@ -223,7 +223,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         generation=hw.generation,
         peak_bf16=peak_bf16,
         peak_fp8=peak_fp8,
-        fp8_recipe=hw.fp8_recipe,
+        fp8_recipe=(assumptions.fp8_recipe or hw.fp8_recipe) if hw.fp8_recipe else None,
         gemm_ceiling=tuple(sorted(ceilings.items())),
         gemm_scale=assumptions.gemm_efficiency_scale,
         gemm_half_dim=gemm_half,

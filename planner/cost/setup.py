@@ -63,6 +63,10 @@ class Assumptions(Spec):
     dp_overlap: bool = True
     """Overlap the data-parallel gradient reduce-scatter with the backward and the parameter
     all-gather with the forward (Megatron --overlap-grad-reduce --overlap-param-gather)."""
+    fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] | None = None
+    """The FP8 recipe of fp8 plans (Megatron --fp8-recipe; read from a run's launch arguments by
+    planner validate): its GEMM ceiling in the generation profile. None: the hardware's recipe
+    (hardware catalog ``fp8_recipe``: blockwise on Hopper, MXFP8 on Blackwell)."""
     rank_order: str = Field("tp-cp-ep-dp-pp", pattern=r"^(tp|cp|ep|dp|pp)(-(tp|cp|ep|dp|pp)){4}$")
     """Order in which ranks are laid out over GPUs, fastest-varying first (Megatron --order);
     GPUs of one NVLink domain get consecutive ranks."""

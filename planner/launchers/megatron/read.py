@@ -670,3 +670,16 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
         plan = plan.replace(vpp=vpp, layout=layout)
     canon = export_canonical(plan, m, h, j)
     return ScriptJob(label, args, m, model_source, h, hardware_source, j, canon, mismatches, notes)
+
+
+def assumptions_from_flags(values: dict) -> dict:
+    """The planner Assumptions fields a Megatron launch sets (lever specs in
+    docs/research/levers-2026.md): ``fp8_recipe`` from ``--fp8-recipe`` when FP8 is on (Megatron's
+    default recipe is delayed scaling). Only what the flags state; the caller's own settings win."""
+    out: dict = {}
+    if values.get("fp8"):
+        recipe = values.get("fp8_recipe") or "delayed"
+        if recipe in ("tensorwise", "delayed", "blockwise", "mxfp8"):
+            out["fp8_recipe"] = recipe
+    return out
+
