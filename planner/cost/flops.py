@@ -546,7 +546,10 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     # after it; DeepEP/HybridEP fuse the global permutation into their dispatch kernel.
     global_perm = sh.dispatcher in (None, "alltoall")
     perm_bytes = (copies * h * 2 * BF16 if global_perm else 0) + R * h * 2 * BF16
-    ks.append(Stream("permute", perm_bytes, perm_bytes, "moe", kernels=2 if global_perm else 1))
+    # The dispatcher reads the per-expert token counts back on the host (dropless): a host sync,
+    # after which the layer's eager Python runs (ComputeEfficiency.te_moe_layer_host_s).
+    ks.append(Stream("permute", perm_bytes, perm_bytes, "moe", kernels=2 if global_perm else 1, host_sync=True,
+                     module_calls=1))
     local = E // sh.ep
     m_e = maximum(1, round_int(R / local))
     w = ms.expert_ffn / sh.etp

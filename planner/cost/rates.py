@@ -215,6 +215,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
 
     s_net = assumptions.network_bandwidth_scale
     host = hw.host
+    te_moe = te_moe_host_s(c, assumptions)
     cpu_rate = (
         host.cpu_adam_params_per_s.value if host.cpu_adam_params_per_s is not None
         else (host.host_memory_bandwidth.value if host.host_memory_bandwidth else 50e9) / CPU_ADAM_BYTES_PER_PARAM
@@ -231,7 +232,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         flash_fwd=flash_fwd, flash_bwd=flash_bwd, flash_half_keys=half,
         hbm_bw=hbm_bw,
         kernel_overhead_s=kernel_overhead,
-        host_launch_s=c.host_launch_s.value,
+        host_launch_s=0.0 if assumptions.cuda_graphs == "full_iteration" else c.host_launch_s.value,
         sustained=c.sustained_fraction.value if gpus > 1 else 1.0,
         nvlink_bw=nv * s_net,
         nvlink_busbw=nvlink_busbw * s_net,
@@ -255,7 +256,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
                        if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
         moe_layer_host_s=((c.moe_layer_host_fwd_s.value if c.moe_layer_host_fwd_s else 0.0,
                            c.moe_layer_host_bwd_s.value if c.moe_layer_host_bwd_s else 0.0)
-                          if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
+                          if assumptions.implementation == "megatron-local" else (te_moe,) * 2),
         torch_optimizer=assumptions.implementation == "megatron-local",
         nvlink_op_busbw=tuple(sorted((k, v * s_net) for k, v in op_busbw.items())),
         call_s=tuple(sorted(call_s.items())),
@@ -277,6 +278,20 @@ def _latency_hops(op: str, n: int, hop_s: float, a2a_peer_s: float) -> float:
 
 
 _RATES: dict[tuple, tuple[object, object, Rates]] = {}
+
+
+def te_moe_host_s(c, assumptions) -> float:
+    """Host seconds per Transformer Engine MoE layer and pass (ComputeEfficiency.te_moe_layer_host_s)
+    under the run's CUDA graphs: all of it eager; the scoped value where the router and the
+    dispatcher preprocessing are captured; none with full-iteration graphs or a captured layer."""
+    g, mods = assumptions.cuda_graphs, set(assumptions.cuda_graph_modules)
+    if g == "full_iteration" or (g == "scoped" and (not mods or mods & {"moe", "layer"})):
+        return 0.0
+    if g == "scoped" and "moe_router" in mods:
+        v = c.te_moe_layer_host_scoped_s
+        return v.value if v else 0.0
+    v = c.te_moe_layer_host_s
+    return v.value if v else 0.0
 
 
 def rates_for(setup, calibration=None) -> Rates:

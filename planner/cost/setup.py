@@ -67,6 +67,14 @@ class Assumptions(Spec):
     """The FP8 recipe of fp8 plans (Megatron --fp8-recipe; read from a run's launch arguments by
     planner validate): its GEMM ceiling in the generation profile. None: the hardware's recipe
     (hardware catalog ``fp8_recipe``: blockwise on Hopper, MXFP8 on Blackwell)."""
+    cuda_graphs: Literal["none", "scoped", "full_iteration"] = "none"
+    """CUDA graphs of the run (Megatron --cuda-graph-impl; read from a run's launch arguments):
+    none (eager, Megatron's default), scoped (per-layer graphs of the modules in
+    ``cuda_graph_modules``: --cuda-graph-impl local or transformer_engine) or full_iteration
+    (the whole forward-backward captured: no host work per kernel)."""
+    cuda_graph_modules: tuple[Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "layer"], ...] = ()
+    """The captured modules of scoped graphs (--cuda-graph-modules / --cuda-graph-scope; empty:
+    the whole layer)."""
     rank_order: str = Field("tp-cp-ep-dp-pp", pattern=r"^(tp|cp|ep|dp|pp)(-(tp|cp|ep|dp|pp)){4}$")
     """Order in which ranks are laid out over GPUs, fastest-varying first (Megatron --order);
     GPUs of one NVLink domain get consecutive ranks."""

@@ -142,6 +142,13 @@ class ComputeEfficiency(Spec):
     per layer, whatever the expert count. None: 0."""
     moe_layer_host_bwd_s: Sourced[float] | None = None
     """The same in the backward (the autograd nodes of those modules). None: 0."""
+    te_moe_layer_host_s: Sourced[float] | None = None
+    """Host seconds per MoE layer and pass with Transformer Engine when nothing of the layer is
+    captured in a CUDA graph (eager router, dispatcher preprocessing and bookkeeping, permutation,
+    grouped-GEMM splits, unpermutation), after the dispatcher's host sync."""
+    te_moe_layer_host_scoped_s: Sourced[float] | None = None
+    """The same with the router and the dispatcher preprocessing captured (CUDA graph scopes
+    moe_router and moe_preprocess): the dispatch, experts and unpermutation stay eager."""
     optimizer_bytes_per_param: Sourced[float] | None = None
     """Override of the optimizer-step HBM traffic per locally updated parameter (otherwise derived
     from the precision of master weights, gradients and moments)."""

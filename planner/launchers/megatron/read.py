@@ -681,5 +681,24 @@ def assumptions_from_flags(values: dict) -> dict:
         recipe = values.get("fp8_recipe") or "delayed"
         if recipe in ("tensorwise", "delayed", "blockwise", "mxfp8"):
             out["fp8_recipe"] = recipe
+    impl = values.get("cuda_graph_impl")
+    if impl is None and values.get("enable_cuda_graph"):
+        impl = "local"
+    if impl is None and values.get("external_cuda_graph"):
+        impl = "transformer_engine"
+    if impl == "full_iteration":
+        out["cuda_graphs"] = "full_iteration"
+    elif impl in ("local", "transformer_engine"):
+        mods = values.get("cuda_graph_modules") or values.get("cuda_graph_scope_deprecated") or []
+        mods = [mods] if isinstance(mods, str) else list(mods)
+        mods = ["layer" if m == "full" else m for m in mods]  # the older scope name of the whole layer
+        if "full_iteration" in mods:
+            out["cuda_graphs"] = "full_iteration"
+        else:
+            out["cuda_graphs"] = "scoped"
+            out["cuda_graph_modules"] = tuple(m for m in mods if m in ("attn", "mlp", "moe", "moe_router",
+                                                                       "moe_preprocess", "mamba", "layer"))
+    else:
+        out["cuda_graphs"] = "none"
     return out
 
