@@ -55,6 +55,10 @@ def explain_cmd(
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
                           model_set=model_set)
         assumptions = build_assumptions(routing_imbalance, implementation, calibration)
+        if src.script is not None:  # what the launch sets (the FP8 recipe): planner.launchers.megatron.read
+            from planner.launchers.megatron.read import assumptions_from_flags
+
+            assumptions = assumptions.model_copy(update=assumptions_from_flags(src.script.args.values))
         top = _top_of(against) if against is not None else None
         if plot is not None:
             from planner.files import check_output
@@ -88,6 +92,9 @@ def _evaluate(setup, src, top, plot) -> tuple[dict, object]:
     costs = costs_of(setup)
     mem = memory_report(setup, costs)
     result = plan_evaluation(setup, costs=costs, memory=mem)
+    from planner.validate.bands import attach_band
+
+    attach_band(result, setup)
     if src.script is not None and src.script.args.unknown_flags:
         result["unknown_megatron_flags"] = list(src.script.args.unknown_flags)
     if top is not None:

@@ -89,9 +89,11 @@ def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, js
             given=None) -> None:
     from planner.cost.evaluate import context_json
     from planner.launchers.common import model_record
+    from planner.validate.bands import attach_band
 
     out = {**context_json(m, h, j, assumptions), "target": opts.target, "solver": result.solver,
-           "plans": [{"rank": r.rank, **r.evaluation} for r in result.plans]}
+           "plans": [attach_band({"rank": r.rank, **r.evaluation, "time": dict(r.evaluation["time"])}, r.setup)
+                     for r in result.plans]}
     # The model the plans were ranked for (spec, and the file it came from with its hash): what
     # 'export --from' exports, whatever the catalog or that file holds later.
     out["model"] = {**out["model"], **model_record(m, given if given is not None else m)}

@@ -39,7 +39,7 @@ from planner.cost.constant import ConstantMemory, RankParams, block_params, cons
 from planner.cost.flops import BF16, Shard, model_shape
 from planner.cost.pieces import (
     ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
-    peak_over_profiles, span_crossings,
+    peak_over_profiles, span_crossings, stranded_expert_bytes, workload_reserved,
 )
 from planner.cost.pipeline import (
     BlockCost, RankCost, data_parallel, dp_exposure, offloaded_optimizer_time, optimizer_shard,
@@ -238,6 +238,13 @@ class CostContext:
         """Reserved-over-allocated fraction for these allocator settings (0 with an explicit
         margin in bytes)."""
         return memory_limits(self.hw, self.job, self.assumptions)[1]
+
+    @cached_property
+    def allocator_workload(self):
+        """The workload model of the reserved gap, or None (planner.cost.setup.allocator_workload)."""
+        from planner.cost.setup import allocator_workload
+
+        return allocator_workload(self.efficiency.memory, self.assumptions)
 
     @property
     def cuda_context_bytes(self) -> float:
@@ -931,6 +938,38 @@ class Costs:
         const = self.constant(r)
         return (const.total + self.comm_buffers() + const.fsdp_buffers
                 + np.maximum(self.activation_peak(r), self.optimizer_transient(r)))
+
+    def reserved_bytes(self, r: int) -> np.ndarray:
+        """Reserved peak of rank ``r``: with the default caching allocator where the profile
+        measured it, the workload model (planner.cost.pieces.workload_reserved: phase peaks,
+        stranded expert blocks, recompute); otherwise the allocated peak times one plus the
+        allocator fraction."""
+        ctx = self.ctx
+        wl = ctx.allocator_workload
+        if wl is None:
+            return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
+        const = self.constant(r)
+        base = const.total + self.comm_buffers() + const.fsdp_buffers
+        act_peak = self.activation_peak(r)
+        stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
+            lambda v: self._stranded(r, v)))
+        recomputes = np.array([v.recompute.kind != "none" for v in self.batch.variants]).repeat(self.batch.n_keys)
+        return workload_reserved(wl, base + act_peak, base + self.optimizer_transient(r), act_peak, stranded,
+                                 recomputes=recomputes, pipelined=self.batch.pp > 1)
+
+    def _stranded(self, r: int, lv: Levers):
+        """Stranded expert blocks of rank ``r`` (pieces.stranded_expert_bytes): on the local spec the
+        torch AdamW temporary (when its foreach step runs: fp32 moments, no FP8) and the unfused
+        weight gradient; none with Transformer Engine (fused Adam in place, fused accumulation)."""
+        ctx, b = self.ctx, self.batch
+        if ctx.assumptions.implementation != "megatron-local":
+            return 0.0
+        temps = (4.0, 2.0) if lv.moments != "bf16" and not lv.fp8 else (2.0,)
+        d = self.key_deg()
+        layers = sum(1 for st in b.layout.rank_stages(r) for i in st.layers if ctx.model.layer_kinds[i] == "moe")
+        sp = self.ctx.keys.col["mbs"][b.key_rows] * ctx.job.seq_len // d.cp / d.tp
+        return stranded_expert_bytes(ctx.model, layers, d.ep, d.etp, sp, ctx.efficiency.memory.allocator_workload
+                                     .stranding_ratio.value, temps)
 
     def host_bytes(self, r: int) -> np.ndarray:
         """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, and with activation

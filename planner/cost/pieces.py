@@ -509,6 +509,41 @@ def optimizer_transient_of(hw, assumptions, moments: str, precision: str, optimi
     return optimizer_transient_bytes(hw, moments, precision)
 
 
+def stranded_expert_bytes(model, moe_layers, ep, etp, sp_tokens, ratio: float, temporaries: tuple[float, ...]):
+    """Freed blocks the caching allocator cannot reuse for the activation peak (default allocator
+    settings; MemoryOverheads.allocator_workload): each local expert's weight-sized temporaries,
+    ``temporaries`` bytes per parameter each (the local spec's torch AdamW foreach sqrt(v), 4 B, and
+    its weight gradient written before the main-gradient add, 2 B), whose blocks are small against the step's
+    activation blocks (sp_tokens x hidden, bf16) once experts are fine-grained. A block of size b
+    strands 1 / (1 + (b / (ratio x activation block))^2) of itself."""
+    moe = model.moe
+    if moe is None or not temporaries:
+        return 0.0
+    h = model.hidden_size
+    width = moe.expert_hidden_size / etp
+    block = maximum(1.0, sp_tokens * h * BF16)
+    total = 0.0
+    for numel in ((2 if model.ffn.activation == "swiglu" else 1) * width * h, width * h):
+        for b in temporaries:
+            size = b * numel
+            total = total + size / (1.0 + (size / (ratio * block)) ** 2)
+    return moe_layers * (moe.num_experts // ep) * total
+
+
+def workload_reserved(workload, fwd_bwd_peak, optimizer_peak, activation_peak, stranded, *, recomputes, pipelined):
+    """Reserved peak of the default caching allocator from what drives the gap
+    (MemoryOverheads.allocator_workload): the larger phase peak, the forward-backward one with the
+    stranded blocks on top, its segments' partial use, the fixed small-pool and rounding bytes, and
+    shares of the activation peak where layers recompute (the re-created forward allocates while
+    the backward's gradient blocks are cached) and where a pipeline schedule interleaves
+    micro-batches (one micro-batch's backward frees blocks between the later ones' activations).
+    ``recomputes`` and ``pipelined`` are booleans or per-plan boolean arrays."""
+    base = maximum(fwd_bwd_peak + stranded, optimizer_peak)
+    share = (workload.recompute_fraction.value * np.asarray(recomputes, dtype=float)
+             + workload.pipeline_fraction.value * np.asarray(pipelined, dtype=float))
+    return base * (1.0 + workload.peak_fraction.value) + workload.base_bytes.value + share * activation_peak
+
+
 def optimizer_transient_bytes(hw, moments: str, precision: str) -> Num:
     """Optimizer-step temporaries: the fused multi-tensor Adam works in place on chunks, but the
     precision-aware paths (bf16 moments, FP8 primary weights) upcast one parameter bucket to fp32
