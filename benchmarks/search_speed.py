@@ -13,7 +13,11 @@ tables; "agree" means the same ranked plans in the same order. The default comma
 
 from __future__ import annotations
 
-import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the planner program runs (planner.cli.entry)
+
+import argparse  # noqa: E402
 import subprocess
 import sys
 import time

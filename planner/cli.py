@@ -33,7 +33,7 @@ def _register() -> None:
     # Importing a command module registers its commands on `app`.
     from planner.commands import catalog, explain  # noqa: F401
 
-    for optional in ("search", "compare", "export", "memtrace", "calibrate"):
+    for optional in ("search", "compare", "export", "memtrace", "calibrate", "validate"):
         try:
             __import__(f"planner.commands.{optional}")
         except ModuleNotFoundError as exc:  # a command whose module is not written yet
@@ -210,4 +210,11 @@ def _quiet_stdout() -> None:
 
 
 def entry() -> None:
+    """The `planner` program. The cost tables multiply many small matrices: multithreaded BLAS only
+    adds contention on small machines (measured ~100x slower on 2 busy cores), so the program runs
+    single-threaded BLAS unless the user says otherwise (set before numpy is first imported)."""
+    import os
+
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     sys.exit(main())

@@ -6,9 +6,13 @@ file, or the model's reference job) to a :class:`~planner.specs.job.Job`.
 
 from __future__ import annotations
 
+import dataclasses
 import json as _json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -43,7 +47,34 @@ PlanOpt = Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pa
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (stable: same input, same bytes).")]
 # The search space's bounds, shared by search and compare (compare applies them on every hardware).
 MomentsOpt = Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")]
-SearchTargetOpt = Annotated[str, typer.Option("--target", help="Only plans this launcher can run: megatron, torchtitan or any.")]
+class Target(str, Enum):
+    """The launcher a plan must run on (its start-up rules apply)."""
+
+    megatron = "megatron"
+    torchtitan = "torchtitan"
+    any = "any"
+
+
+class Implementation(str, Enum):
+    """How the layers are built (planner.cost.setup.Assumptions.implementation)."""
+
+    te = "te"
+    megatron_local = "megatron-local"
+    megatron_local_fused_softmax = "megatron-local-fused-softmax"
+
+
+SearchTargetOpt = Annotated[Target, typer.Option("--target", help="Only plans this launcher can run.")]
+CheckTargetOpt = Annotated[Target, typer.Option("--target", help="Launcher whose start-up checks apply.")]
+RoutingOpt = Annotated[
+    Optional[float],
+    typer.Option("--routing-imbalance", help="Tokens on the busiest EP rank over the mean (1.0 = balanced)."),
+]
+ImplOpt = Annotated[
+    Implementation,
+    typer.Option("--implementation", help="te: Transformer Engine + flash attention (production); megatron-local: "
+                 "the local spec, unfused attention with an fp32 softmax; megatron-local-fused-softmax: unfused "
+                 "attention with Megatron's fused softmax (the 2021-22 GPT setups)."),
+]
 FixOpt = Annotated[Optional[str], typer.Option("--fix", help="Pin plan keys (on every hardware), e.g. \"tp=2,recompute=full\".")]
 MaxOpt = Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees and mbs, e.g. \"pp=8,tp=4\".")]
 CalibrationOpt = Annotated[
@@ -187,3 +218,138 @@ def _json_default(o):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The resolve step: names and options to specs, once.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobArgs:
+    """The job options of a command line, before they meet a model (see :func:`resolve_job`)."""
+
+    gpus: int | None = None
+    global_batch: int | None = None
+    seq_len: int | None = None
+    precision: str | None = None
+    job_file: Path | None = None
+    domain_fill: int | None = None
+    memory_margin: float | None = None
+    """GiB kept free on every GPU."""
+
+
+def parse_moments(text: str) -> tuple[str, ...]:
+    """--moments: the Adam moment precisions the search may use."""
+    mom = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not mom or any(x not in ("fp32", "bf16") for x in mom):
+        raise PlannerError(f"--moments '{text}' must list fp32 and/or bf16.")
+    return mom
+
+
+def build_assumptions(routing_imbalance: float | None = None, implementation: str = "te", calibration: Path | None = None):
+    """The modeling assumptions a command line sets, validated once."""
+    from planner.cost.setup import Assumptions
+    from planner.specs.calibration import load_calibration
+    from planner.specs.catalog import validate_spec
+
+    data: dict = {"implementation": str(getattr(implementation, "value", implementation))}
+    if routing_imbalance is not None:
+        finite_option("--routing-imbalance", routing_imbalance, low=1.0, high=1000.0,
+                      negative="it is the busiest EP rank's tokens over the mean, 1.0 or more")
+        data["routing_imbalance"] = routing_imbalance
+    a = validate_spec(Assumptions, data, "assumptions", "the command line")
+    if calibration is not None:
+        load_calibration(str(calibration))  # a bad file fails here, as one paragraph
+        a = a.model_copy(update={"calibration": str(calibration)})
+    return a
+
+
+def resolve_specs(model, hw, args: JobArgs):
+    """(model, hardware, job) from names or files: the hardware defaults to the model's reference
+    job's; the job to the reference job, a job file and the options, in increasing priority."""
+    from planner.specs.catalog import load_hardware, load_model
+
+    m = model if not isinstance(model, str) else load_model(model)
+    if hw is None:
+        hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
+        if hw is None:
+            raise PlannerError("No hardware given.", hint="Pass --hw (see 'planner hw').")
+    h = hw if not isinstance(hw, str) else load_hardware(hw)
+    j = resolve_job(m, gpus=args.gpus, global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
+                    job_file=args.job_file, domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin)
+    check_margin(j, h)
+    return m, h, j
+
+
+@dataclass(frozen=True)
+class PlanSource:
+    """A plan and what it runs on, from --plan, --from (a saved search) or --megatron-args."""
+
+    model: Any
+    hw: Any
+    job: Any
+    plan: Any
+    saved: Any = None
+    """The saved search's entry (planner.launchers.common.SavedPlan) with --from."""
+    script: Any = None
+    """What the launch script said (planner.launchers.megatron.read.ScriptJob) with --megatron-args."""
+
+
+def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 1, megatron_args: Path | None = None,
+                script_env=None, script_args=None, model: str | None, hw: str | None, args: JobArgs,
+                command: str) -> PlanSource:
+    """Read exactly one plan source and resolve it against its model, hardware and job."""
+    given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--megatron-args", megatron_args))
+             if v is not None]
+    allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (", or --megatron-args FILE"
+                                                                     if command in ("explain", "check") else "")
+    if len(given) != 1:
+        raise PlannerError(f"{command} needs exactly one plan source" + (f", got {' and '.join(given)}" if given else "")
+                           + ".", hint=f"Give {allowed}.")
+    if megatron_args is not None:
+        from planner.launchers.megatron.read import job_from_script, script_inputs
+
+        environ, argv = script_inputs(script_env, script_args)
+        sj = job_from_script(Path(megatron_args), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
+                             seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
+                             domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
+                             script_args=argv)
+        check_margin(sj.job, sj.hardware)
+        return PlanSource(sj.model, sj.hardware, sj.job, sj.plan, script=sj)
+    saved = None
+    if from_file is not None:
+        from planner.launchers.common import resolve_saved
+
+        saved, (model, hw, gpus, global_batch, seq_len, precision, domain_fill) = resolve_saved(
+            from_file, rank, model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch, seq_len=args.seq_len,
+            precision=args.precision, domain_fill=args.domain_fill)
+        args = dataclasses.replace(args, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision,
+                                   domain_fill=domain_fill)
+        p = saved.plan
+    else:
+        from planner.specs.plan import Plan
+
+        p = Plan.parse(plan)
+    if model is None:
+        raise PlannerError(f"{command} needs --model.", hint="Name a catalog model, a model YAML or a config.json.")
+    m, h, j = resolve_specs(model, hw, args)
+    if p.precision and p.precision not in j.precisions and args.precision is None:
+        j = j.model_copy(update={"precisions": [p.precision, *[x for x in j.precisions if x != p.precision]]})
+    if p.dp is not None or p.edp is not None:
+        # A given dp/edp (or a saved file's) must be what this job's GPU count gives.
+        from planner.launchers.common import export_canonical
+
+        p.check_given_degrees(export_canonical(p, m, h, j).degrees(j.gpus), j.gpus)
+    return PlanSource(m, h, j, p, saved=saved)
+
+
+@contextmanager
+def rule_failures_exit(code: int = 1):
+    """A plan that breaks a rule is the command's 'does not work' answer (exit ``code``), not bad
+    input (2)."""
+    from planner.errors import PlanRuleError
+
+    try:
+        yield
+    except PlanRuleError as exc:
+        exc.exit_code = code
+        raise

@@ -82,7 +82,7 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
                              "(load-balanced causal CP, Megatron validate_args)."))
     if plan.vpp > 1 and plan.pp == 1:
         out.append(Violation("vpp-needs-pp", f"vpp={plan.vpp} needs pp > 1 (Megatron validate_args)."))
-    precision = plan.precision or job.default_precision
+    precision = plan.precision  # the plan is canonical: its precision is explicit
     if precision not in job.precisions:
         out.append(Violation("precision-allowed",
                              f"Plan precision {precision} is not among the job's allowed precisions {job.precisions}.",
@@ -182,11 +182,7 @@ planner.launchers.torchtitan.rules.PLAN_RULES."""
 
 
 def _canonical(plan: Plan, model: ModelSpec, hw: HardwareSpec | None, job: Job) -> Plan:
-    return plan.canonical(
-        is_moe=model.is_moe,
-        default_dispatcher=hw.default_dispatcher if hw is not None else "alltoall",
-        default_precision=job.default_precision,
-    )
+    return plan.canonical_for(model, hw, job)
 
 
 def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job | None = None,

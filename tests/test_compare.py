@@ -9,6 +9,7 @@ import pytest
 
 from planner.cli import main
 from planner.report import compare as cmp
+from planner.search import compare as search_cmp
 
 # The acceptance command runs unrestricted (a few seconds with the vectorized tables); add limits
 # here ("--fix", "tp=1") if the search ever gets slow again.
@@ -179,9 +180,9 @@ def test_same_plan_says_the_hardware_alone_differs():
     (3840, 4096, 32768, 8192),
 ])
 def test_sweep_batch_rule(ref, seq, gpus, expected):
-    gb = cmp.sweep_global_batch(ref, seq, gpus)
+    gb = search_cmp.sweep_global_batch(ref, seq, gpus)
     assert gb == expected
-    assert gb * seq >= min(ref * seq, gpus * cmp.MIN_TOKENS_PER_GPU)
+    assert gb * seq >= min(ref * seq, gpus * search_cmp.MIN_TOKENS_PER_GPU)
 
 
 def test_sweep_runs_plots_and_states_the_rule(capsys, tmp_path):
@@ -229,7 +230,7 @@ def test_errors_are_one_paragraph(capsys, args, words):
 def test_token_budget_defaults():
     from planner.specs.catalog import load_model
 
-    assert cmp.token_budget(load_model("llama3.1-405b"), None)["tokens"] == 15.6e12
-    assert cmp.token_budget(load_model("llama3.1-405b"), 1e12) == {"tokens": 1e12, "source": "--tokens"}
-    none = cmp.token_budget(load_model("mixtral-8x7b"), None)
+    assert search_cmp.token_budget(load_model("llama3.1-405b"), None)["tokens"] == 15.6e12
+    assert search_cmp.token_budget(load_model("llama3.1-405b"), 1e12) == {"tokens": 1e12, "source": "--tokens"}
+    none = search_cmp.token_budget(load_model("mixtral-8x7b"), None)
     assert none["tokens"] == 1e12 and "no published token budget" in none["source"]

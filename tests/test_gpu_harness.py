@@ -129,6 +129,7 @@ def _harness(args: list[str], python: str) -> subprocess.CompletedProcess:
                                "TORCHDYNAMO_DISABLE": "1"})
 
 
+@pytest.mark.slow  # Megatron-Core on the CPU for several steps: tens of seconds
 def test_harness_runs_megatron_on_the_cpu(tmp_path):
     """The harness end to end (model, DDP, optimizer, steps, inventory) with tiny shapes. It patches
     torch.cuda for the CPU, so it runs in a subprocess."""
@@ -145,6 +146,7 @@ def test_harness_runs_megatron_on_the_cpu(tmp_path):
         assert r["warmup_steps"] == 1 and len(r["step_times_s"]) == c.steps - 1
 
 
+@pytest.mark.slow  # Megatron-Core on the CPU for several steps: tens of seconds
 def test_harness_diagnostics_on_the_cpu(tmp_path):
     """The step-time diagnostics used on the H200 (longer runs with a warm-up left out, Megatron's
     manual GC, a fresh batch per step, per-expert load from the router) on a tiny MoE."""
@@ -180,6 +182,7 @@ def test_parallel_configurations_match_their_planner_plans():
         assert kw.get("virtual_pipeline_model_parallel_size", 1) == c.vpp
 
 
+@pytest.mark.slow  # Megatron-Core on the CPU for several steps: tens of seconds
 def test_harness_runs_megatron_in_parallel_on_the_cpu(tmp_path):
     """PP with interleaving, EP, and TP+SP with EP and full recompute: two processes under
     torchrun (gloo), every rank's result gathered into one file."""

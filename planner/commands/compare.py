@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from planner.cli import app
-from planner.commands.explain import ImplOpt, RoutingOpt, build_assumptions
 from planner.options import (
-    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobFileOpt, JsonOpt, MemoryMarginOpt, ModelOpt,
-    FixOpt, MaxOpt, MomentsOpt, PrecisionOpt, SearchTargetOpt, SeqLenOpt, print_json, resolve_job,
+    CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MaxOpt,
+    MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt, build_assumptions,
+    parse_moments, print_json, resolve_specs,
 )
 
 DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
@@ -53,63 +53,69 @@ def compare_cmd(
     json: JsonOpt = False,
 ) -> None:
     """Compare the best plan of one job across hardware (Hopper vs Blackwell): speed, memory, cost to train, and why the plans differ."""
-    from rich.console import Console
-
-    from planner.errors import PlannerError
-    from planner.report.compare import run_compare, run_sweep, strip_private, timings_of
+    from planner.options import finite_option
     from planner.search.driver import Options
     from planner.search.space import Limits
-    from planner.specs.catalog import load_hardware, load_model
-
-    from planner.options import finite_option
 
     finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
     if tokens is not None:
         finite_option("--tokens", tokens, low=1.0, high=1e18, unit="tokens",
                       negative="it must be positive (a token budget counts the tokens to train on)")
-    m = load_model(model)
-    names = list(hw) if hw else list(DEFAULT_HW)
-    if len(names) > 32:
-        raise PlannerError(f"--hw is given {len(names)} times; compare takes at most 32 systems (each is a search).")
-    hws = [load_hardware(n) for n in names]
-    seen = set()
-    for h in hws:
-        if h.name in seen:
-            raise PlannerError(f"--hw names {h.name} twice.", hint="Give each hardware once.")
-        seen.add(h.name)
-    j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
-                    domain_fill=domain_fill, memory_margin_gib=memory_margin)
-    from planner.options import check_margin
-
-    for h in hws:
-        check_margin(j, h)
-    if target not in ("megatron", "torchtitan", "any"):
-        raise PlannerError(f"Unknown --target '{target}'.", hint="Use megatron, torchtitan or any.")
-    mom = tuple(x.strip() for x in moments.split(",") if x.strip())
-    if not mom or any(x not in ("fp32", "bf16") for x in mom):
-        raise PlannerError(f"--moments '{moments}' must list fp32 and/or bf16.")
-    if tokens is not None and tokens <= 0:
-        raise PlannerError(f"--tokens {tokens:g} must be positive.", hint="Give a token count, e.g. --tokens 15e12.")
+    args = JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin)
+    m, hws, j = _systems(model, hw, args)
     counts = parse_gpu_list(sweep_gpus) if sweep_gpus else None
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     if plot is not None:
         from planner.files import check_output
 
         check_output(plot, "plot", suffixes=(".png",))  # before the searches run
-    opts = Options(target=target, top=top, time_limit_s=time_limit, limits=Limits.parse(fix, max_), moments=mom,
-                   per_stage=per_stage)
+    opts = Options(target=target.value, top=top, time_limit_s=time_limit, limits=Limits.parse(fix, max_),
+                   moments=parse_moments(moments), per_stage=per_stage)
+    out = _run(m, hws, j, opts, assumptions, counts, tokens, global_batch, plot)
+    _output(out, counts, plot, timings, json)
+
+
+def _systems(model: str, hw: list[str] | None, args: JobArgs):
+    """(model, hardware list, job): each --hw once, the job checked against every system."""
+    from planner.errors import PlannerError
+    from planner.specs.catalog import load_hardware
+
+    names = list(hw) if hw else list(DEFAULT_HW)
+    if len(names) > 32:
+        raise PlannerError(f"--hw is given {len(names)} times; compare takes at most 32 systems (each is a search).")
+    hws = [load_hardware(n) for n in names]
+    if len({h.name for h in hws}) < len(hws):
+        twice = next(h.name for i, h in enumerate(hws) if h.name in {x.name for x in hws[:i]})
+        raise PlannerError(f"--hw names {twice} twice.", hint="Give each hardware once.")
+    m = j = None
+    for h in hws:
+        m, _, j = resolve_specs(m or model, h, args)
+    return m, hws, j
+
+
+def _run(m, hws, j, opts, assumptions, counts, tokens, global_batch, plot) -> dict:
+    from rich.console import Console
+
+    from planner.report.compare import compare_report, sweep_report
+
     err = Console(stderr=True, highlight=False)
     with err.status("comparing", spinner="dots") as status:
         if counts:
-            out = run_sweep(m, hws, j, counts, opts, assumptions, user_batch=global_batch, tokens=tokens,
-                            progress=lambda msg: status.update(msg))
+            out = sweep_report(m, hws, j, counts, opts, assumptions, user_batch=global_batch, tokens=tokens,
+                               progress=lambda msg: status.update(msg))
         else:
-            out = run_compare(m, hws, j, opts, assumptions, tokens=tokens, progress=lambda msg: status.update(msg))
+            out = compare_report(m, hws, j, opts, assumptions, tokens=tokens, progress=lambda msg: status.update(msg))
         if plot is not None:
             status.update("plotting")
             from planner.report.plots import plot_compare, plot_sweep
 
             (plot_sweep if counts else plot_compare)(out, plot)
+    return out
+
+
+def _output(out: dict, counts, plot, timings: bool, json: bool) -> None:
+    from planner.report.compare import print_compare, print_sweep, strip_private, timings_of
+
     clean = strip_private(out)
     if timings and not counts:
         clean["timings"] = timings_of(out)
@@ -118,8 +124,6 @@ def compare_cmd(
     if json:
         print_json(clean)
         return
-    from planner.report.compare import print_compare, print_sweep
-
     (print_sweep if counts else print_compare)(clean, plot=plot)
 
 
@@ -152,7 +156,7 @@ def results_cmd(
     check: Annotated[bool, typer.Option("--check", help="Regenerate into a temporary folder and compare the Markdown and JSON with --out byte for byte; exit 1 on any difference.")] = False,
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Only this report (repeatable), e.g. qwen3-235b-a22b-256 or seed-claims.")] = None,
 ) -> None:
-    """Regenerate the reports of results/ (Hopper vs Blackwell per model, seed claims), or --check them."""
+    """Regenerate the reports of results/ (Hopper vs Blackwell per model, seed claims, the published-runs validation), or --check them."""
     from planner.errors import PlannerError
     from planner.report.results import main as results_main
 

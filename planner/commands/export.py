@@ -12,68 +12,22 @@ import typer
 from planner.cli import app
 from planner.errors import PlannerError
 from planner.options import (
-    DomainFillOpt,
-    GlobalBatchOpt,
-    GpusOpt,
-    JobFileOpt,
-    JsonOpt,
-    PrecisionOpt,
-    SeqLenOpt,
-    print_json,
+    CheckTargetOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
+    plan_source, print_json, rule_failures_exit,
 )
 
 FromOpt = Annotated[Optional[Path], typer.Option("--from", help="A 'planner search --save' file (JSON with a 'plans' list).")]
 RankOpt = Annotated[int, typer.Option("--rank", "-k", help="Which plan of --from, 1-based (file order).")]
 PlanOptional = Annotated[Optional[str], typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,ep=8,mbs=1\".")]
-ModelOptional = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json (default: the --from file's).")]
-HwOptional = Annotated[Optional[str], typer.Option("--hw", help="Hardware catalog name or YAML (default: the --from file's).")]
+ModelOptional = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json (default: the --from file's, or read from --megatron-args).")]
+HwOptional = Annotated[Optional[str], typer.Option("--hw", help="Hardware catalog name or YAML (default: the --from file's, else the model's reference job's).")]
 NprocOpt = Annotated[Optional[int], typer.Option("--nproc-per-node", help="GPUs per node for torchrun (default: from the hardware).")]
 TTConfigOpt = Annotated[Optional[str], typer.Option(
     "--torchtitan-config", help="torchtitan config_registry function as MODULE:FUNCTION (default: planner's table for the model).")]
-TargetOpt = Annotated[str, typer.Option("--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any.")]
 ScriptEnvOpt = Annotated[Optional[list[str]], typer.Option(
     "--script-env", help="NAME=VALUE the --megatron-args script finds in its environment (repeatable).")]
 ScriptArgsOpt = Annotated[Optional[str], typer.Option(
     "--script-args", help="The --megatron-args script's own arguments ($1 $2 ...), quoted as in a shell.")]
-
-
-def _resolve(plan_text, from_file, rank, model_name, hw_name, gpus, global_batch, seq_len, precision, job_file, domain_fill):
-    """model, hw, job, plan and the saved entry (or None) from the shared options."""
-    from planner.launchers.common import resolve_saved
-    from planner.options import resolve_job
-    from planner.specs.catalog import load_hardware, load_model
-    from planner.specs.plan import Plan
-
-    saved = None
-    if from_file is not None:
-        if plan_text:
-            raise PlannerError("Give either --plan or --from, not both.")
-        saved, (model_name, hw_name, gpus, global_batch, seq_len, precision, domain_fill) = resolve_saved(
-            from_file, rank, model=model_name, hw=hw_name, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
-            precision=precision, domain_fill=domain_fill)
-        plan = saved.plan
-    elif plan_text is not None:
-        plan = Plan.parse(plan_text)
-    else:
-        raise PlannerError("No plan given.", hint="Pass --plan \"tp=...,pp=...\" or --from plans.json --rank K.")
-    if model_name is None:
-        raise PlannerError("No model given.", hint="Pass --model (or a --from file that names its model).")
-    model = load_model(model_name)
-    if not hw_name:
-        hw_name = model.reference_job.hardware if model.reference_job and model.reference_job.hardware else None
-    if not hw_name:
-        raise PlannerError("No hardware given.", hint="Pass --hw (see 'planner hw').")
-    hw = load_hardware(hw_name)
-    job = resolve_job(model, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision,
-                      job_file=job_file, domain_fill=domain_fill)
-    if plan.precision and plan.precision not in job.precisions and precision is None:
-        job = job.model_copy(update={"precisions": [plan.precision, *[p for p in job.precisions if p != plan.precision]]})
-    if plan.dp is not None or plan.edp is not None:
-        # A given dp/edp (or a saved file's) must be what this job's GPU count gives.
-        from planner.launchers.common import export_canonical
-
-        plan.check_given_degrees(export_canonical(plan, model, hw, job).degrees(job.gpus), job.gpus)
-    return model, hw, job, plan, saved
 
 
 def _check_nproc(nproc_per_node: int | None) -> None:
@@ -146,7 +100,9 @@ def export_cmd(
         raise PlannerError(f"Unknown --format '{fmt}'.", hint="Choose megatron, torchtitan or json.")
     _check_nproc(nproc_per_node)
     _check_torchtitan_config(torchtitan_config)
-    m, h, j, p, saved = _resolve(plan, from_file, rank, model, hw, gpus, global_batch, seq_len, precision, job, domain_fill)
+    src = plan_source(plan=plan, from_file=from_file, rank=rank, model=model, hw=hw, command="export",
+                      args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
+    m, h, j, p, saved = src.model, src.hw, src.job, src.plan, src.saved
     if out is not None:
         from planner.files import check_output
 
@@ -206,7 +162,7 @@ def check_cmd(
     script_args: ScriptArgsOpt = None,
     model: ModelOptional = None,
     hw: HwOptional = None,
-    target: TargetOpt = "megatron",
+    target: CheckTargetOpt = "megatron",
     torchtitan_config: TTConfigOpt = None,
     gpus: GpusOpt = None,
     global_batch: GlobalBatchOpt = None,
@@ -218,35 +174,12 @@ def check_cmd(
 ) -> None:
     """Check a plan (or a Megatron launch script) against the launchers' start-up checks; list every
     rule it breaks. Exit status 1 when a rule is broken."""
-    from planner.errors import PlanRuleError
-
-    try:
-        _check(plan, from_file, rank, megatron_args, model, hw, target, torchtitan_config, gpus, global_batch, seq_len,
-               precision, job, domain_fill, json, script_env, script_args)
-    except PlanRuleError as exc:
-        exc.exit_code = 1  # the plan breaks a rule: check's "does not work" status
-        raise
-
-
-def _check(plan, from_file, rank, megatron_args, model, hw, target, torchtitan_config, gpus, global_batch, seq_len,
-           precision, job, domain_fill, json, script_env=None, script_args=None) -> None:
-    from planner.rules import launcher_violations
-
-    if target not in ("megatron", "torchtitan", "any"):
-        raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
-    _check_torchtitan_config(torchtitan_config)
-    if megatron_args is not None:
-        report = _check_megatron_args(megatron_args, model, hw, target, torchtitan_config, gpus, global_batch,
-                                      seq_len, precision, job, domain_fill, script_env, script_args)
-    else:
-        from planner.launchers.common import export_canonical
-
-        m, h, j, p, _ = _resolve(plan, from_file, rank, model, hw, gpus, global_batch, seq_len, precision, job, domain_fill)
-        canon = export_canonical(p, m, h, j)
-        found = launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config)
-        report = {"model": m.name, "hardware": h.name, "job": j.model_dump(mode="json", exclude_none=True),
-                  "plan": canon.to_string(), "target": target,
-                  "violations": [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]}
+    with rule_failures_exit(1):
+        _check_torchtitan_config(torchtitan_config)
+        src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
+                          script_args=script_args, model=model, hw=hw, command="check",
+                          args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
+        report = _check_report(src, str(target.value if hasattr(target, "value") else target), torchtitan_config)
     if json:
         print_json(report)
     else:
@@ -255,33 +188,32 @@ def _check(plan, from_file, rank, megatron_args, model, hw, target, torchtitan_c
         raise typer.Exit(1)  # planner.cli.main returns it as the exit status
 
 
-def _check_megatron_args(path, model_name, hw_name, target, torchtitan_config, gpus, global_batch, seq_len,
-                         precision, job_file, domain_fill, script_env=None, script_args=None) -> dict:
-    from planner.launchers.common import predictions
-    from planner.launchers.megatron.read import job_from_script, script_inputs
-    from planner.launchers.megatron.rules import args_violations
+def _check_report(src, target: str, torchtitan_config) -> dict:
+    """Every rule the plan (and a launch script's own flags) breaks, with the predictions when none."""
+    from planner.launchers.common import export_canonical, predictions
     from planner.rules import launcher_violations
 
-    environ, argv = script_inputs(script_env, script_args)
-    sj = job_from_script(Path(path), model=model_name, hw=hw_name, gpus=gpus, global_batch=global_batch,
-                         seq_len=seq_len, precision=precision, job_file=job_file, domain_fill=domain_fill,
-                         environ=environ, script_args=argv)
-    found = launcher_violations(sj.plan, sj.model, sj.job, target, hw=sj.hardware, torchtitan_config=torchtitan_config)
-    flag_rules = args_violations(sj.args, sj.hardware)
-    found += [v for v in flag_rules if v.rule != "sequence-parallel-needs-tp"]
-    warnings = [v.message for v in flag_rules if v.rule == "sequence-parallel-needs-tp"]
-    report = {
-        "source": str(path), "model": sj.model.name, "model_source": sj.model_source, "hardware": sj.hardware.name,
-        "job": sj.job.model_dump(mode="json", exclude_none=True), "plan": sj.plan.to_string(), "target": target,
-        "unknown_flags": sj.args.unknown_flags, "ignored_flags": sj.args.ignored_flags,
-        "unresolved_variables": sj.args.unresolved, "not_run": sj.args.not_run, "notes": sj.notes + warnings,
-        "model_mismatches": sj.mismatches,
-        "violations": [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found],
-    }
-    if not found:
+    canon = src.plan if src.script is not None else export_canonical(src.plan, src.model, src.hw, src.job)
+    found = launcher_violations(canon, src.model, src.job, target, hw=src.hw, torchtitan_config=torchtitan_config)
+    report = {"model": src.model.name, "hardware": src.hw.name, "job": src.job.model_dump(mode="json", exclude_none=True),
+              "plan": canon.to_string(), "target": target}
+    if src.script is not None:
+        from planner.launchers.megatron.rules import args_violations
+
+        sj = src.script
+        flag_rules = args_violations(sj.args, sj.hardware)
+        found += [v for v in flag_rules if v.rule != "sequence-parallel-needs-tp"]
+        report.update({
+            "source": str(sj.source), "model_source": sj.model_source,
+            "unknown_flags": sj.args.unknown_flags, "ignored_flags": sj.args.ignored_flags,
+            "unresolved_variables": sj.args.unresolved, "not_run": sj.args.not_run,
+            "notes": sj.notes + [v.message for v in flag_rules if v.rule == "sequence-parallel-needs-tp"],
+            "model_mismatches": sj.mismatches})
+    report["violations"] = [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]
+    if src.script is not None and not found:
         from planner.cost.setup import resolve_setup
 
-        report.update(predictions(resolve_setup(sj.model, sj.hardware, sj.job, sj.plan)))
+        report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon)))
     return report
 
 

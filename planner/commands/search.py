@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from planner.cli import app
-from planner.commands.explain import ImplOpt, RoutingOpt, build_assumptions
 from planner.options import (
-    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, HwOpt, JobFileOpt, JsonOpt, MemoryMarginOpt,
-    FixOpt, MaxOpt, ModelOpt, MomentsOpt, PrecisionOpt, SearchTargetOpt, SeqLenOpt, print_json, resolve_job,
+    CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, HwOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt,
+    MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
+    build_assumptions, parse_moments, print_json, resolve_specs,
 )
 
 
@@ -44,37 +44,31 @@ def search_cmd(
     json: JsonOpt = False,
 ) -> None:
     """Rank feasible plans: parallel degrees, layout, recompute, offload, precision, sharding."""
-    from planner.cost.evaluate import context_json
     from planner.errors import PlannerError
-    from planner.search.driver import Options, run_search
-    from planner.search.space import Limits
-    from planner.specs.catalog import load_hardware, load_model
-
     from planner.options import finite_option
+    from planner.search.driver import Options
+    from planner.search.space import Limits
 
     finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
     if solver not in ("cpsat", "exhaustive"):
         raise PlannerError(f"Unknown --solver '{solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
-    m = load_model(model)
-    h = load_hardware(hw)
-    j = resolve_job(m, gpus=gpus, global_batch=global_batch, seq_len=seq_len, precision=precision, job_file=job,
-                    domain_fill=domain_fill, memory_margin_gib=memory_margin)
-    from planner.options import check_margin
-
-    check_margin(j, h)
-    if target not in ("megatron", "torchtitan", "any"):
-        raise PlannerError(f"Unknown --target '{target}'.", hint="Use megatron, torchtitan or any.")
-    mom = tuple(x.strip() for x in moments.split(",") if x.strip())
-    if not mom or any(x not in ("fp32", "bf16") for x in mom):
-        raise PlannerError(f"--moments '{moments}' must list fp32 and/or bf16.")
+    m, h, j = resolve_specs(model, hw, JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin))
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     if save is not None:
         from planner.files import check_output
 
         check_output(save, "saved search")  # before the search runs, and never over a file it read
-    opts = Options(target=target, top=top, solver=solver, time_limit_s=time_limit,
-                   limits=Limits.parse(fix, max_), moments=mom, per_stage=per_stage)
+    opts = Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
+                   limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage)
+    result, sens = _run(m, h, j, opts, assumptions, sensitivity)
+    _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json)
+
+
+def _run(m, h, j, opts, assumptions, sensitivity: bool):
+    """The search (and, when asked, its sensitivity report), with a progress line on stderr."""
     from rich.console import Console
+
+    from planner.search.driver import run_search
 
     err = Console(stderr=True, highlight=False)
     with err.status("searching", spinner="dots") as status:
@@ -85,7 +79,13 @@ def search_cmd(
 
             status.update("sensitivity: re-ranking the top plans under perturbed assumptions")
             sens = sensitivity_report(result, assumptions)
-    out = {**context_json(m, h, j, assumptions), "target": target, "solver": result.solver,
+    return result, sens
+
+
+def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool) -> None:
+    from planner.cost.evaluate import context_json
+
+    out = {**context_json(m, h, j, assumptions), "target": opts.target, "solver": result.solver,
            "plans": [{"rank": r.rank, **r.evaluation} for r in result.plans]}
     if sens is not None:
         out["sensitivity"] = sens

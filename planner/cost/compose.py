@@ -359,6 +359,26 @@ class CostContext:
 _MISSING = object()
 
 
+def least_constant_bytes(model, layout: PipelineLayout, cols: dict, options) -> np.ndarray:
+    """(pp, keys) bytes: per pipeline rank of ``layout`` and key (``cols``: integer columns tp, cp,
+    ep, etp, dp, edp), the least weights, gradients and optimizer states of one GPU over
+    ``options``, (sharding, moments, offload) triples (the search's memory bound)."""
+    from planner.cost.constant import RankParams
+
+    n, pp = len(cols["tp"]), layout.pp
+    per = [rank_params_of(model, layout, r, cols["tp"], cols["etp"], cols["ep"]) for r in range(pp)]
+    # every rank's parameters side by side: one composition per lever option
+    rp = RankParams(*(np.concatenate([np.broadcast_to(np.asarray(getattr(x, f), dtype=float), (n,)) for x in per])
+                      for f in ("dense", "expert", "largest_layer")))
+    deg = {k: np.tile(cols[k], pp) for k in ("dp", "cp", "edp")}
+    floor = None
+    for sharding, moments, offload in options:
+        total = constant_bytes(rp, dp=deg["dp"], cp=deg["cp"], edp=deg["edp"], sharding=sharding, moments=moments,
+                               offload_optimizer=offload.optimizer).total
+        floor = total if floor is None else np.minimum(floor, total)
+    return np.broadcast_to(floor, (pp * n,)).reshape(pp, n)
+
+
 def memory_limits(hw, job, assumptions) -> tuple[float, float]:
     """(capacity, allocator fraction): usable HBM less the CUDA context, the user's margin and an
     explicit allocator margin; and the reserved-over-allocated fraction of the allocator settings
@@ -1014,6 +1034,6 @@ def optimizer_override(efficiency) -> float | None:
     return c.optimizer_bytes_per_param.value if c is not None and c.optimizer_bytes_per_param else None
 
 
-__all__ = ["Levers", "KeyTable", "CostContext", "PlanBatch", "Costs", "evaluate_batch", "batch_of_setup", "costs_of",
+__all__ = ["least_constant_bytes", "Levers", "KeyTable", "CostContext", "PlanBatch", "Costs", "evaluate_batch", "batch_of_setup", "costs_of",
            "plan_spans", "plan_shard",
            "layout_batches", "at", "memory_limits", "DataParallel", "ActOffload", "OptimizerStep"]

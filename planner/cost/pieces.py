@@ -29,6 +29,7 @@ import numpy as np
 from planner.cost import activations as act
 from planner.cost.arrays import hashable, maximum, minimum, where
 from planner.cost.schedule import inflight_profiles
+from planner.cost.schedules import inflight as schedule_inflight
 
 BF16 = 2
 
@@ -515,13 +516,16 @@ def optimizer_transient_bytes(hw, moments: str, precision: str) -> float:
     return 0.0
 
 
-def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank: int, offload: bool):
+def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank: int, offload: bool,
+                       schedule: str | None = None):
     """max over the rank's in-flight vectors n before each op of (n . kept + rise of the op's
     chunk), as matrix products; ``kept``, ``fwd_rise``, ``bwd_rise`` are (chunks, X) arrays and
-    the result has shape (X,)."""
+    the result has shape (X,). ``schedule`` names one of planner.cost.schedules (None: Megatron's
+    1F1B or interleaved by ``vpp``, as always); for a schedule that splits the backward ``kept``
+    has a second row per chunk, the bytes held between its input- and weight-gradient passes."""
     best = None
-    for N, chunk, rise in ((*profile_matrix(pp, vpp, m, rank, 0, offload), fwd_rise),
-                           (*profile_matrix(pp, vpp, m, rank, 1, offload), bwd_rise)):
+    for N, chunk, rise in ((*profile_matrix(pp, vpp, m, rank, 0, offload, schedule), fwd_rise),
+                           (*profile_matrix(pp, vpp, m, rank, 1, offload, schedule), bwd_rise)):
         if N is None:
             continue
         N = N.astype(kept.dtype, copy=False)  # float32 tables in the search, exact float64 in explain
@@ -537,13 +541,17 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
 
 
 @lru_cache(maxsize=16384)
-def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool):
+def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool, schedule: str | None = None):
     """The in-flight vectors seen before the rank's forwards (kind 0) or backwards (kind 1), as a
-    matrix, with the chunk of the op each precedes."""
-    profiles = inflight_profiles(pp, vpp, m, rank)[kind]
+    matrix, with the chunk of the op each precedes (``schedule``: see :func:`peak_over_profiles`)."""
+    if schedule is None:
+        profiles, width = inflight_profiles(pp, vpp, m, rank)[kind], vpp
+    else:
+        profiles = schedule_inflight.profiles(schedule, pp, vpp, m, rank)[kind]
+        width = schedule_inflight.width(schedule, vpp)
     rows, chunk = [], []
-    for c in range(vpp):
-        vecs = np.array(profiles[c], dtype=float).reshape(-1, vpp)
+    for c in range(len(profiles)):
+        vecs = np.array(profiles[c], dtype=float).reshape(-1, width)
         if not offload and len(vecs) > 1:
             # Without offload, a vector no larger than another (entry by entry) before the same
             # op can never be the peak, since held bytes grow with every count: keep maximal ones.

@@ -92,7 +92,7 @@ class Setup:
 
     @property
     def precision(self) -> str:
-        return self.plan.precision or self.job.default_precision
+        return self.plan.precision  # canonical: explicit
 
     @property
     def recompute(self) -> Recompute:
@@ -147,9 +147,7 @@ def resolve_setup(
     """Canonicalize ``plan`` for this model/hardware/job and check the model-shape rules."""
     from planner.rules import check_model_rules, shape_violations, stage_recompute_violations
 
-    canon = plan.canonical(
-        is_moe=model.is_moe, default_dispatcher=hw.default_dispatcher, default_precision=job.default_precision
-    )
+    canon = plan.canonical_for(model, hw, job)
     # Rules about the model's shape come first: "256 experts cannot split 512 ways" says more than
     # the GPU-count arithmetic that also fails.
     early = shape_violations(model, plan)

@@ -179,8 +179,7 @@ def export_canonical(plan: Plan, model, hw, job) -> Plan:
     split; hsdp:N with N = dp*cp written as fsdp (one sharding group is full sharding)."""
     from planner.specs.layout import even_layout_symbols, format_layout, parse_layout
 
-    canon = plan.canonical(is_moe=model.is_moe, default_dispatcher=hw.default_dispatcher,
-                           default_precision=job.default_precision)
+    canon = plan.canonical_for(model, hw, job)
     changes: dict[str, Any] = {}
     if canon.layout is not None:
         syms = parse_layout(canon.layout)

@@ -1,7 +1,7 @@
-"""`planner compare`: one job on several systems (Hopper against Blackwell, or any list).
-
-For each hardware the search's best plan and its top K, then sentences generated from the numbers
-that say what changed and why. The "why" comes from three checks, none of them specific to a
+"""`planner compare`'s prose and rendering: one job on several systems (Hopper against Blackwell, or
+any list). The searches (each hardware's best plan and top K, the swap test, sweeps) are
+:mod:`planner.search.compare`; here, sentences generated from their numbers say what changed and
+why. The "why" comes from three checks, none of them specific to a
 model:
 
 - the swap test: each system's best plan is evaluated on the other system (same job). A plan that
@@ -22,14 +22,9 @@ rendered from those dicts, so the CLI, the JSON and results/ say the same thing.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
+from planner.search.compare import DEGREES, LEVERS, SWEEP_BATCH_RULE, r6  # noqa: F401 (the report's vocabulary)
 from planner.units import GiB
 
-DEGREES = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "mbs")
-"""Plan keys counted among the top K and compared between best plans (edp, ep, etp: MoE only)."""
-LEVERS = ("recompute", "sharding", "offload", "precision", "moments", "dispatcher", "ep_overlap")
 CHANGE_DEGREES = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
 """Degrees named in "what changed" (dp and edp follow from them and the GPU count)."""
 USAGE_DIMS = ("pp", "tp", "cp", "ep", "recompute", "offload")
@@ -44,223 +39,6 @@ CAUSE_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "etp": "etp", "pp_p2p": "pp",
                "dp_param": "dpcp", "fsdp": "dpcp"}
 COMM_LABELS = {"tp": "TP", "cp": "CP", "ep": "EP", "etp": "expert-TP", "pp": "PP", "dpcp": "data-parallel",
                "edp": "expert data-parallel"}
-
-# Sweep: without --global-batch the batch is the reference job's, raised where needed so every GPU
-# gets at least this many tokens per step (Llama 3's 16,384-GPU run: 2,048 sequences of 8,192
-# tokens, 1,024 tokens per GPU; arXiv 2407.21783 Table 4).
-MIN_TOKENS_PER_GPU = 1024
-SWEEP_BATCH_RULE = (
-    "the reference job's global batch, raised to the next power of two of at least "
-    f"{MIN_TOKENS_PER_GPU:,} tokens per GPU where the GPU count needs more (Llama 3's 16,384-GPU run "
-    "trained on 1,024 tokens per GPU per step)"
-)
-
-
-def r6(x: float) -> float:
-    """Stable, compact numbers for JSON (six significant digits, as the time JSON)."""
-    return float(f"{x:.6g}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Job and token budget.
-# ---------------------------------------------------------------------------------------------
-def token_budget(model, tokens: float | None) -> dict:
-    """Tokens to train: --tokens, else the model's published budget, else 1T (said so)."""
-    if tokens is not None:
-        return {"tokens": float(tokens), "source": "--tokens"}
-    if model.training_tokens is not None:
-        return {"tokens": float(model.training_tokens.value), "source": model.training_tokens.source}
-    return {"tokens": 1e12, "source": f"{model.name} has no published token budget: 1T tokens assumed"}
-
-
-def sweep_global_batch(reference_batch: int, seq_len: int, gpus: int) -> int:
-    """The sweep's global batch at ``gpus`` GPUs (see SWEEP_BATCH_RULE)."""
-    need = math.ceil(gpus * MIN_TOKENS_PER_GPU / seq_len)
-    if need <= reference_batch:
-        return reference_batch
-    return 1 << (need - 1).bit_length()
-
-
-# ---------------------------------------------------------------------------------------------
-# One hardware.
-# ---------------------------------------------------------------------------------------------
-def hardware_json(hw) -> dict:
-    from planner.specs.catalog import spec_hash
-
-    return {
-        "name": hw.name,
-        "spec_hash": spec_hash(hw),
-        "gpu": hw.gpu.name,
-        "generation": hw.generation,
-        "domain_size": hw.domain_size,
-        "hbm_usable_bytes": hw.gpu.hbm_usable_bytes.value,
-        "peak_bf16_flops": hw.peak("bf16"),
-        "nvlink_bytes_per_s": hw.nvlink.bandwidth_per_direction.value,
-        "network_bytes_per_s": hw.scale_out.bandwidth_per_direction.value,
-        "host_link": hw.host.kind,
-        "host_link_bytes_per_s": hw.host.bandwidth_per_direction.value,
-    }
-
-
-def plan_summary(ev: dict, gpus: int, tokens: float) -> dict:
-    """The numbers a comparison shows for one evaluated plan (an `evaluation` dict)."""
-    t, m = ev["time"], ev["memory"]
-    tps = t["tokens_per_s_per_gpu"]
-    topo = t["topology"]
-    idle = topo["idle_gpus"]
-    seconds = tokens / (tps * gpus)
-    plan = ev["plan"]
-    return {
-        "plan_string": ev["plan_string"],
-        "degrees": {k: plan[k] for k in DEGREES if k in plan},
-        "levers": {k: plan[k] for k in LEVERS if k in plan},
-        "micro_batches": ev["micro_batches"],
-        "tokens_per_s_per_gpu": t["tokens_per_s_per_gpu"],
-        "model_tflops_per_gpu": t["model_tflops_per_gpu"],
-        "peak_tflops": r6(t["model_tflops_per_gpu"] / t["mfu"]) if t["mfu"] else None,
-        "mfu": t["mfu"],
-        "step_time_s": t["step_time_s"],
-        "peak_bytes": m["peak_bytes"],
-        "capacity_bytes": m["capacity_bytes"],
-        "peak_fraction": r6(m["peak_bytes"] / m["capacity_bytes"]),
-        "constant_bytes": sum(m["components"][k] for k in ("weights", "gradients", "optimizer")),
-        "worst_stage": m["worst_stage"],
-        "peak_moment": m["peak_moment"]["window"],
-        "fits": m["fits"],
-        "bottleneck": t["bottleneck"],
-        "breakdown": t["breakdown"],
-        "groups": {name: {"size": g["size"], "domains": g["domains"], "links": g["links"]}
-                   for name, g in topo["groups"].items()},
-        "domain_fill": topo["domain_fill"],
-        "idle_gpus": idle,
-        "days": r6(seconds / 86400),
-        "gpu_hours": r6(seconds * gpus / 3600),
-        "gpu_hours_with_idle": r6(seconds * (gpus + idle) / 3600),
-    }
-
-
-def top_k_usage(plans: list[dict]) -> dict:
-    """How the ranked plans use each dimension: {dim: {value: count}} over the top K."""
-    usage: dict[str, dict[str, int]] = {}
-    for p in plans:
-        plan = p["plan"]
-        for k in DEGREES + LEVERS:
-            if k in plan:
-                v = str(plan[k])
-                usage.setdefault(k, {})
-                usage[k][v] = usage[k].get(v, 0) + 1
-    return {"plans": len(plans), "dims": usage}
-
-
-SOLVER_KEYS = ("name", "status", "objective_us", "kth_bound_us", "structural_keys", "lever_combinations", "keys_in_model")
-
-
-def search_one(model, hw, job, options, assumptions, tokens: float, progress=None) -> dict:
-    """Search one hardware; a hardware where nothing fits (or the job is invalid) gets a status
-    and the one-paragraph reason instead of failing the whole comparison."""
-    from planner.errors import NothingFitsError, PlannerError
-    from planner.search.driver import run_search
-
-    entry: dict = {"hardware": hardware_json(hw)}
-    try:
-        res = run_search(model, hw, job, options, assumptions=assumptions, progress=progress)
-    except NothingFitsError as exc:
-        entry.update(status="nothing_fits", reason=exc.paragraph())
-        return entry
-    except PlannerError as exc:
-        entry.update(status="error", reason=exc.paragraph())
-        return entry
-    plans = [{"rank": r.rank, **r.evaluation} for r in res.plans]
-    entry.update(
-        status="ok",
-        best=plans[0],
-        summary=plan_summary(plans[0], job.gpus, tokens),
-        top=[{"rank": p["rank"], "plan_string": p["plan_string"],
-              "tokens_per_s_per_gpu": p["time"]["tokens_per_s_per_gpu"], "mfu": p["time"]["mfu"],
-              "peak_bytes": p["memory"]["peak_bytes"]} for p in plans],
-        top_k=top_k_usage(plans),
-        # The search's status and size; `planner search --json` has the whole solver object.
-        solver={k: res.solver[k] for k in SOLVER_KEYS if k in res.solver},
-        _timings=res.timings,
-    )
-    return entry
-
-
-def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: str, tokens: float) -> dict:
-    """One system's best plan evaluated on another (the swap test)."""
-    from planner.cost.evaluate import plan_evaluation
-    from planner.cost.setup import resolve_setup
-    from planner.errors import PlannerError
-    from planner.search.rulecheck import rule_violations
-    from planner.specs.plan import Plan
-
-    out: dict = {"plan_string": plan_string, "hardware": hw.name}
-    try:
-        plan = Plan.parse(plan_string)
-        bad = rule_violations(model, hw, job, plan, target)
-        if bad:
-            out.update(status="rule", rule=bad[0].rule, reason=bad[0].message)
-            return out
-        setup = resolve_setup(model, hw, job, plan, assumptions)
-        ev = plan_evaluation(setup)
-    except PlannerError as exc:
-        out.update(status="rule", rule=getattr(exc, "rule", "error"), reason=exc.paragraph())
-        return out
-    s = plan_summary(ev, job.gpus, tokens)
-    out.update(status="fits" if ev["memory"]["fits"] else "does_not_fit", summary=s)
-    if not ev["memory"]["fits"]:
-        from planner.cost.memory import memory_report
-
-        out["reason"] = memory_report(setup).reason()
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# The comparison.
-# ---------------------------------------------------------------------------------------------
-def run_compare(model, hws: list, job, options, assumptions, *, tokens: float | None = None,
-                progress=None) -> dict:
-    """Search every hardware for the same job, swap-test the best plans against the first
-    hardware (the baseline), and generate the sentences."""
-    from planner.cost.evaluate import context_json
-
-    budget = token_budget(model, tokens)
-    say = progress or (lambda msg: None)
-    entries = []
-    for i, hw in enumerate(hws):
-        tag = f"{hw.name} ({i + 1}/{len(hws)})"
-        say(f"searching {tag}")
-        entries.append(search_one(model, hw, job, options, assumptions, budget["tokens"],
-                                  progress=lambda msg, tag=tag: say(f"{tag}: {msg}")))
-    ctx = context_json(model, hws[0], job, assumptions)
-    ctx.pop("hardware")
-    out = {**ctx, "target": options.target, "top": options.top, "token_budget": budget,
-           "hardware": entries, "changes": []}
-    base = entries[0]
-    for other in entries[1:]:
-        say(f"swap test: {base['hardware']['name']} and {other['hardware']['name']}")
-        out["changes"].append(compare_pair(base, other, model, {h.name: h for h in hws}, job, assumptions,
-                                           options.target, budget["tokens"]))
-    out["summary"] = overall_sentences(entries, job)
-    return out
-
-
-def compare_pair(base: dict, other: dict, model, hw_by_name: dict, job, assumptions, target: str,
-                 tokens: float) -> dict:
-    b, o = base["hardware"]["name"], other["hardware"]["name"]
-    out: dict = {"baseline": b, "hardware": o}
-    if base["status"] != "ok" or other["status"] != "ok":
-        out["sentences"] = [_infeasible_sentence(e) for e in (base, other) if e["status"] != "ok"]
-        return out
-    swaps = {}
-    if base["summary"]["plan_string"] != other["summary"]["plan_string"]:
-        swaps["other_plan_on_baseline"] = evaluate_elsewhere(other["summary"]["plan_string"], model, hw_by_name[b],
-                                                             job, assumptions, target, tokens)
-        swaps["baseline_plan_on_other"] = evaluate_elsewhere(base["summary"]["plan_string"], model, hw_by_name[o],
-                                                             job, assumptions, target, tokens)
-    out["swap"] = swaps
-    out["sentences"] = explain_pair(base, other, swaps, job)
-    return out
 
 
 def _infeasible_sentence(e: dict) -> str:
@@ -489,59 +267,35 @@ def overall_sentences(entries: list[dict], job) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The sweep over GPU counts.
+
+
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SweepJob:
-    gpus: int
-    global_batch: int
-    rule: str
+# The reports: the searches (planner.search.compare) with their sentences.
+# ---------------------------------------------------------------------------------------------
+def compare_report(model, hws: list, job, options, assumptions, *, tokens: float | None = None,
+                   progress=None) -> dict:
+    """Search every hardware, swap-test the best plans against the baseline, and say why they differ."""
+    from planner.search.compare import run_compare
 
-
-def sweep_jobs(base_job, gpus_list: list[int], user_batch: int | None) -> list[SweepJob]:
-    """One job per GPU count: the user's global batch if given, else SWEEP_BATCH_RULE."""
-    out = []
-    for n in gpus_list:
-        if user_batch is not None:
-            out.append(SweepJob(n, user_batch, f"--global-batch {user_batch:,} sequences at every scale"))
+    out = run_compare(model, hws, job, options, assumptions, tokens=tokens, progress=progress)
+    entries = {e["hardware"]["name"]: e for e in out["hardware"]}
+    for change in out["changes"]:
+        base, other = entries[change["baseline"]], entries[change["hardware"]]
+        if base["status"] != "ok" or other["status"] != "ok":
+            change["sentences"] = [_infeasible_sentence(e) for e in (base, other) if e["status"] != "ok"]
         else:
-            out.append(SweepJob(n, sweep_global_batch(base_job.global_batch, base_job.seq_len, n), SWEEP_BATCH_RULE))
+            change["sentences"] = explain_pair(base, other, change["swap"], job)
+    out["summary"] = overall_sentences(out["hardware"], job)
     return out
 
 
-def run_sweep(model, hws: list, base_job, gpus_list: list[int], options, assumptions, *,
-              user_batch: int | None = None, tokens: float | None = None, progress=None) -> dict:
-    from planner.cost.evaluate import context_json
+def sweep_report(model, hws: list, base_job, gpus_list: list[int], options, assumptions, *,
+                 user_batch: int | None = None, tokens: float | None = None, progress=None) -> dict:
+    """The best plan per hardware at each GPU count, and what changes with scale."""
+    from planner.search.compare import run_sweep
 
-    say = progress or (lambda msg: None)
-    budget = token_budget(model, tokens)
-    jobs = sweep_jobs(base_job, gpus_list, user_batch)
-    rows = []
-    total = len(jobs) * len(hws)
-    k = 0
-    for sj in jobs:
-        job = base_job.model_copy(update={"gpus": sj.gpus, "global_batch": sj.global_batch, "source": None})
-        for hw in hws:
-            k += 1
-            tag = f"{hw.name} at {sj.gpus} GPUs ({k}/{total})"
-            say(f"searching {tag}")
-            e = search_one(model, hw, job, options, assumptions, budget["tokens"],
-                           progress=lambda msg, tag=tag: say(f"{tag}: {msg}"))
-            row = {"hardware": hw.name, "gpus": sj.gpus, "global_batch": sj.global_batch, "status": e["status"]}
-            if e["status"] == "ok":
-                row["summary"] = e["summary"]
-                row["top_k"] = e["top_k"]
-            else:
-                row["reason"] = e["reason"]
-            rows.append(row)
-    ctx = context_json(model, hws[0], base_job, assumptions)
-    ctx.pop("hardware")
-    ctx["job"].pop("gpus")
-    ctx["job"].pop("global_batch")
-    ctx["job"].pop("source", None)
-    out = {**ctx, "target": options.target, "top": options.top, "token_budget": budget,
-           "gpus": list(gpus_list), "global_batch_rule": jobs[0].rule if jobs else SWEEP_BATCH_RULE,
-           "hardware": [hardware_json(h) for h in hws], "rows": rows}
+    out = run_sweep(model, hws, base_job, gpus_list, options, assumptions, user_batch=user_batch, tokens=tokens,
+                    progress=progress)
     out["sentences"] = sweep_sentences(out)
     return out
 

@@ -64,11 +64,13 @@ REPORTS: tuple[Report, ...] = (
 )
 SEED_CLAIMS = "seed-claims"
 README = "README"
+PUBLISHED_RUNS = "published-runs"
+"""planner validate on the bundled published runs: validation/published-runs.{md,json,png}."""
 COMMAND = "PYTHONPATH=. python -m planner.report.results"
 
 
 def report_names() -> list[str]:
-    return [r.name for r in REPORTS] + [SEED_CLAIMS, README]
+    return [r.name for r in REPORTS] + [SEED_CLAIMS, PUBLISHED_RUNS, README]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,7 +86,7 @@ def report_job(model, gpus: int):
     """The model's reference job at ``gpus`` GPUs; the global batch follows compare's sweep rule
     (the reference batch unless the GPU count needs more tokens per step)."""
     from planner.options import resolve_job
-    from planner.report.compare import sweep_global_batch
+    from planner.search.compare import sweep_global_batch
 
     ref = resolve_job(model)
     gb = sweep_global_batch(ref.global_batch, ref.seq_len, gpus)
@@ -111,7 +113,7 @@ def sweep_command(r: Report) -> str:
 def build_report(r: Report, progress=None) -> dict:
     """The JSON of one report (no timings)."""
     from planner.cost.setup import Assumptions
-    from planner.report.compare import run_compare, run_sweep, strip_private
+    from planner.report.compare import compare_report as run_compare, strip_private, sweep_report as run_sweep
     from planner.specs.catalog import load_hardware, load_model
 
     model = load_model(r.model)
@@ -174,8 +176,8 @@ def render_readme(outs: dict[str, dict]) -> str:
         "",
         "Planner's answers to the questions the seed article raises: how the best parallel plan and its speed change",
         "from Hopper (H100, H800, H200) to Blackwell (B200, GB200 NVL72, GB300 NVL72), and whether the article's",
-        "quantitative claims hold. Everything here except `validation/` and `calibration/` (owned by the",
-        "measurement work) is written by one command and committed exactly as it writes it:",
+        "quantitative claims hold. Everything here except `calibration/` and the GPU measurements under `validation/`",
+        "(owned by the measurement work) is written by one command and committed exactly as it writes it:",
         "",
         "```",
         f"{COMMAND}            # regenerate (a few minutes; also: planner results)",
@@ -205,6 +207,8 @@ def render_readme(outs: dict[str, dict]) -> str:
             what += f" ({r.note})"
         lines.append(f"| [{r.name}]({r.name}.md) | {what} |")
     lines.append(f"| [{SEED_CLAIMS}]({SEED_CLAIMS}.md) | every quantitative claim of the seed article, checked |")
+    lines.append(f"| [validation/{PUBLISHED_RUNS}](validation/{PUBLISHED_RUNS}.md) | planner's predictions against "
+                 "published training runs (`planner validate`), per class, calibration and validation subsets apart |")
     lines += ["", "## Headline: tokens/s per GPU of the best plan (speed-up over h100)", ""]
     hw_all: list[str] = []
     for r in REPORTS:
@@ -282,6 +286,18 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
         claims = build_claims(progress=lambda msg: say(f"[seed-claims] {msg}"), compares=gen.outs)
         gen.files[f"{SEED_CLAIMS}.json"] = dump_json(claims)
         gen.files[f"{SEED_CLAIMS}.md"] = markdown_claims(claims)
+    if PUBLISHED_RUNS in names:
+        from planner.commands.validate import COMMAND as VALIDATE_COMMAND
+        from planner.validate import PUBLISHED_RUNS as RUNS_FILE, validate_file
+        from planner.validate.report import markdown, plot
+
+        say("[published-runs] evaluating")
+        report = validate_file(RUNS_FILE)
+        (folder / "validation").mkdir(parents=True, exist_ok=True)
+        gen.files[f"validation/{PUBLISHED_RUNS}.json"] = dump_json(report)
+        gen.files[f"validation/{PUBLISHED_RUNS}.md"] = markdown(report, VALIDATE_COMMAND)
+        if plots:
+            plot(report, folder / "validation" / f"{PUBLISHED_RUNS}.png")
     if README in names:
         gen.files["README.md"] = render_readme(gen.outs)
     from planner.files import write_text

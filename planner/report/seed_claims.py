@@ -917,7 +917,7 @@ def _v3_without_ep_overlap(default: dict | None) -> dict:
     answer rests on hiding the cross-node all-to-all behind compute."""
     from planner.cost.setup import Assumptions
     from planner.options import resolve_job
-    from planner.report.compare import run_compare
+    from planner.report.compare import compare_report as run_compare
     from planner.report.results import _options
     from planner.search.space import Limits
     from planner.specs.catalog import load_hardware, load_model

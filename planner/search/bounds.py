@@ -149,24 +149,12 @@ def constant_floors(space, layout, keys: np.ndarray) -> np.ndarray:
     """Per pipeline rank of ``layout`` and key (rows of ``keys``, the space's columns), the least
     bytes of one GPU's weights, gradients and optimizer states over the space's sharding, moments
     and offload options: (pp, keys)."""
-    from planner.cost.constant import constant_bytes, rank_params_of
+    from planner.cost.compose import least_constant_bytes
     from planner.search.space import COL
 
-    from planner.cost.constant import RankParams
-
-    c = {k: keys[:, COL[k]] for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
-    n, pp = len(keys), layout.pp
-    per = [rank_params_of(space.model, layout, r, c["tp"], c["etp"], c["ep"]) for r in range(pp)]
-    # every rank's parameters side by side: one composition per lever option
-    rp = RankParams(*(np.concatenate([np.broadcast_to(np.asarray(getattr(x, f), dtype=float), (n,)) for x in per])
-                      for f in ("dense", "expert", "largest_layer")))
-    deg = {k: np.tile(c[k], pp) for k in ("dp", "cp", "edp")}
-    floor = None
-    for sharding, moments, offload in itertools.product(*(space.levers[k] for k in ("sharding", "moments", "offload"))):
-        total = constant_bytes(rp, dp=deg["dp"], cp=deg["cp"], edp=deg["edp"], sharding=sharding, moments=moments,
-                               offload_optimizer=offload.optimizer).total
-        floor = total if floor is None else np.minimum(floor, total)
-    return np.broadcast_to(floor, (pp * n,)).reshape(pp, n)
+    cols = {k: keys[:, COL[k]] for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
+    options = itertools.product(*(space.levers[k] for k in ("sharding", "moments", "offload")))
+    return least_constant_bytes(space.model, layout, cols, options)
 
 
 def memory_floors(ctx, kept: dict, model, layout, rows: np.ndarray, constant: np.ndarray) -> np.ndarray:

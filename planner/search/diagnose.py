@@ -100,8 +100,7 @@ def diagnose_nothing_fits(space: Space, tables: Tables, options, rows, assumptio
         return rules_bind(space, options)
     plan = make_plan(tables.structs[s], lever_values(space, lever_indices(space, j))) if s is not None else None
     if plan is not None:
-        plan = plan.canonical(is_moe=space.model.is_moe, default_dispatcher=space.hw.default_dispatcher,
-                              default_precision=space.job.default_precision)
+        plan = plan.canonical_for(space.model, space.hw, space.job)
     dominant = max(parts, key=parts.get) if parts else "memory"
     gib = MiB / 2**30
     if peak_mib is math.inf:

@@ -118,7 +118,9 @@ class _Run:
         self.say("evaluating the ranked plans")
         plans = [self._ranked(k + 1, t, gid, flat) for k, (t, gid, flat) in enumerate(found)]
         uniform = [p.plan.to_string() for p in plans]
-        if o.per_stage and self.model.num_layers > 1:
+        if "layout" in o.limits.fix:  # what the user pins wins: the layout is used as given
+            self.info.update(enabled=False, why="the layout is fixed")
+        elif o.per_stage and self.model.num_layers > 1:
             self.say("per-stage layouts (CP-SAT)")
             plans = self._per_stage(costed, plans, want)
             self.lap("per_stage_s")

@@ -13,7 +13,8 @@ search bounds them without costing most, see planner.search.bounds):
 
 - TP and expert TP up to the NVLink domain (their collectives run every layer), CP keeping at
   least 512 tokens per CP rank: the declared scope, lifted by ``--max``/``--fix``;
-- PP up to the layer count, VPP up to the layers per pipeline rank (one-layer virtual chunks),
+- PP up to the layer count, VPP up to (layers + 2) / PP (one-layer virtual chunks, the embedding
+  and the loss in chunks of their own at the limit),
   every EP that divides the experts and the GPUs, every micro-batch size that divides the batch
   per data-parallel rank (the memory bound of planner.search.bounds leaves out the sizes at which
   nothing can fit, and every larger one);
@@ -57,16 +58,27 @@ class Struct:
     """A structural key: degrees, layout and micro-batch size (everything but the levers)."""
 
     tp: int
+    """Tensor parallelism (with sequence parallelism)."""
     cp: int
+    """Context parallelism."""
     pp: int
+    """Pipeline stages."""
     vpp: int
+    """Virtual stages (model chunks) per pipeline rank."""
     ep: int
+    """Expert parallelism (1 for dense models)."""
     etp: int
+    """Expert tensor parallelism (Megatron's default: tp)."""
     mbs: int
+    """Micro-batch size in sequences."""
     layout: str | None
+    """The Megatron pipeline layout string; None when the layers divide evenly."""
     dp: int
+    """Data parallelism, derived: gpus / (tp * cp * pp)."""
     edp: int
+    """Expert data parallelism, derived: gpus / (etp * ep * pp)."""
     micro_batches: int
+    """Micro-batches per pipeline per step: global batch / (mbs * dp)."""
 
     def plan_fields(self) -> dict:
         d = dict(tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, ep=self.ep, etp=self.etp, mbs=self.mbs)
@@ -342,7 +354,9 @@ def _layout_options(model, limits: Limits, pps: list[int], pruned: dict) -> tupl
                 index[p, v] = 1
         return vpps, index, layouts
     for p in pps:
-        vpps[p] = [v for v in (range(1, L // p + 1) if p > 1 else [1]) if limits.allows("vpp", v)]
+        # At most L + 2 chunks: one decoder layer each, the embedding and the loss on their own
+        # (Megatron refuses an empty virtual stage, planner.specs.layout.build_layout).
+        vpps[p] = [v for v in (range(1, (L + 2) // p + 1) if p > 1 else [1]) if limits.allows("vpp", v)]
         for v in vpps[p]:
             text = layouts_for(model, p, v)
             if text not in layouts:
@@ -413,7 +427,8 @@ def describe_space(space: Space, opts: dict, vpps: dict) -> dict:
         layouts = f"the fixed layout {lim.fix['layout']}"
     else:
         layouts = ("per (pp, vpp): Megatron's even split where pp*vpp divides the layers, else the balanced "
-                   "uneven layout (every virtual stage holds a decoder layer)")
+                   "uneven layout (one-layer chunks and, past the layer count, the embedding and the loss in chunks "
+                   "of their own)")
     levers = {k: [str(v) if v is not None else "-" for v in vals] for k, vals in space.levers.items()}
     if "sharding" not in lim.fix:
         declared.append("sharding without ddp and hsdp (--fix sharding=... searches them)")

@@ -49,7 +49,8 @@ def status_line(sv: dict) -> str:
     degrees = ", ".join(f"{k} {_values(v)}" for k, v in space.get("degrees", {}).items())
     dom = sv.get("dominated", {})
     per = sv.get("per_stage", {})
-    refine = ("per-stage refinement off" if not per.get("enabled", True) else
+    refine = (f"per-stage refinement off{' (' + per['why'] + ')' if per.get('why') else ''}"
+              if not per.get("enabled", True) else
               f"per-stage refinement: {per.get('improved', 0)} of {per.get('tried', 0)} seeds improved"
               f" ({per.get('skipped_by_bound', 0)} skipped by its bound)")
     return (f"{sv['name']} {sv['status']} over {sv['structural_keys']:,} layouts x {sv['lever_combinations']} "

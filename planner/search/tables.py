@@ -66,24 +66,39 @@ def combo_index(space: Space, group: tuple[str, ...], lever_idx: dict[str, int])
 
 @dataclass
 class Tables:
-    """The integer tables of some structural keys (rows), in the space's lever order."""
+    """The integer cost tables of a set of structural keys (see the module docstring): S keys,
+    R pipeline ranks (the deepest key's), one column per value combination of each term's lever
+    group (GROUPS, mixed radix, first lever most significant)."""
 
     space: Space
     structs: list[Struct]
-    W: np.ndarray  # (S, R, |W|) MiB
-    C: np.ndarray  # (S, R, |C|) MiB
-    A: np.ndarray  # (S, R, |A|) MiB
-    HW: np.ndarray  # (S, R, |W|) MiB of host memory
-    HA: np.ndarray  # (S, R, |A|) MiB of host memory
-    OT: np.ndarray  # (S, R, |OT|) MiB
-    TP: np.ndarray  # (S, |TP|) microseconds
-    TD: np.ndarray  # (S, |TD|)
-    TO: np.ndarray  # (S, |TO|)
-    R1: np.ndarray  # (S, |R1|) bool: launcher accepts
-    R2: np.ndarray  # (S, |R2|) bool
+    """The structural keys, one row each."""
+    W: np.ndarray
+    """(S, R, |W|) MiB: weights, gradients and optimizer states of each rank."""
+    C: np.ndarray
+    """(S, R, |C|) MiB: communication and FSDP buffers."""
+    A: np.ndarray
+    """(S, R, |A|) MiB: the activation-and-transient peak over the rank's schedule."""
+    HW: np.ndarray
+    """(S, R, |W|) MiB of host memory: offloaded optimizer state."""
+    HA: np.ndarray
+    """(S, R, |A|) MiB of host memory: offloaded activations in flight at the end of the warm-up."""
+    OT: np.ndarray
+    """(S, R, |OT|) MiB: the optimizer step's temporaries."""
+    TP: np.ndarray
+    """(S, |TP|) microseconds: the pipeline phase (compute, exposed TP/CP/EP/PP communication, bubble)."""
+    TD: np.ndarray
+    """(S, |TD|) microseconds: exposed data-parallel and FSDP communication."""
+    TO: np.ndarray
+    """(S, |TO|) microseconds: the optimizer step (or the offloaded one)."""
+    R1: np.ndarray
+    """(S, |R1|) bool: the launcher accepts this combination of its rule group's levers."""
+    R2: np.ndarray
+    """(S, |R2|) bool: the same for the second rule group."""
     cap_mib: int
     """Allocated-memory limit: (usable HBM - CUDA context - user margin) / (1 + allocator fraction)."""
     host_cap_mib: int
+    """Host memory per GPU."""
     stages_kept: list[list[int]] = field(default_factory=list)
     """For each structural key, the pipeline ranks whose constraints are not dominated."""
     ids: np.ndarray | None = None

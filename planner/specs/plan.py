@@ -394,6 +394,13 @@ class Plan(Spec):
     def replace(self, **changes) -> "Plan":
         return Plan.model_validate({**self.model_dump(), **changes})
 
+    def canonical_for(self, model, hw, job) -> "Plan":
+        """The canonical plan on this model, hardware (its default dispatcher; alltoall without
+        hardware) and job (its default precision)."""
+        return self.canonical(is_moe=model.is_moe,
+                              default_dispatcher=hw.default_dispatcher if hw is not None else "alltoall",
+                              default_precision=job.default_precision)
+
     def canonical(self, *, is_moe: bool, default_dispatcher: str | None = None,
                   default_precision: str | None = None) -> "Plan":
         """Normalize so that plans which run identically compare equal: vpp=1 without PP, no expert

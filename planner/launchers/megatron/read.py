@@ -356,6 +356,36 @@ def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | No
     return None
 
 
+def _pipeline_from_flags(v: dict, pp: int, notes: list[str]) -> tuple[int, str | None]:
+    """(vpp, layout) the pipeline flags give, as Megatron's validate_args derives them:
+    --num-layers-per-virtual-pipeline-stage divides the layers per stage counting the embedding and
+    the loss when --account-for-embedding/loss-in-pipeline-split count them."""
+    from planner.specs.layout import parse_layout
+
+    L = _int(v, "num_layers")
+    vpp = 1
+    if v.get("pipeline_model_parallel_layout"):
+        vpp = max(len(parse_layout(str(v["pipeline_model_parallel_layout"]))) // pp, 1)
+    elif v.get("num_virtual_stages_per_pipeline_rank"):
+        vpp = _int(v, "num_virtual_stages_per_pipeline_rank")
+    elif v.get("num_layers_per_virtual_pipeline_stage") and L:
+        k = _int(v, "num_layers_per_virtual_pipeline_stage")
+        total = L + bool(v.get("account_for_embedding_in_pipeline_split")) + bool(v.get("account_for_loss_in_pipeline_split"))
+        if total % pp == 0 and (total // pp) % k == 0:
+            vpp = (total // pp) // k
+    layout = _layout_from_flags(v, pp, vpp, notes) if pp > 1 or v.get("pipeline_model_parallel_layout") else None
+    return vpp, layout
+
+
+def _needs_layer_count(v: dict, pp: int) -> bool:
+    """Whether the pipeline flags need --num-layers, which the flags lack (a launch whose model
+    comes from elsewhere, e.g. a Megatron-Bridge recipe's model provider)."""
+    return (_int(v, "num_layers") is None and pp > 1 and not v.get("pipeline_model_parallel_layout") and any(
+        v.get(k) for k in ("num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers",
+                           "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
+                           "account_for_loss_in_pipeline_split")))
+
+
 def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None = None,
                             environ: dict[str, str] | None = None, args: list[str] | tuple = ()) -> MegatronArgs:
     """Read a Megatron launch script (text) or argument list into planner terms.
@@ -400,18 +430,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     L = _int(v, "num_layers")
 
     # ---- virtual pipeline --------------------------------------------------------------------
-    from planner.specs.layout import parse_layout
-
-    vpp = 1
-    if v.get("pipeline_model_parallel_layout"):
-        vpp = max(len(parse_layout(str(v["pipeline_model_parallel_layout"]))) // pp, 1)
-    elif v.get("num_virtual_stages_per_pipeline_rank"):
-        vpp = _int(v, "num_virtual_stages_per_pipeline_rank")
-    elif v.get("num_layers_per_virtual_pipeline_stage") and L:
-        k = _int(v, "num_layers_per_virtual_pipeline_stage")
-        if L % pp == 0 and (L // pp) % k == 0:
-            vpp = (L // pp) // k
-    layout = _layout_from_flags(v, pp, vpp, notes) if pp > 1 or v.get("pipeline_model_parallel_layout") else None
+    vpp, layout = _pipeline_from_flags(v, pp, notes)
 
     # ---- recompute ---------------------------------------------------------------------------
     gran = v.get("recompute_granularity")
@@ -483,7 +502,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
 
     # ---- MoE dispatcher ----------------------------------------------------------------------
     dispatcher = None
-    if v.get("num_experts"):
+    if v.get("num_experts") or v.get("moe_token_dispatcher_type"):
         kind = v.get("moe_token_dispatcher_type") or "allgather"
         if kind == "flex":
             dispatcher = "deepep" if v.get("moe_enable_deepep") else (v.get("moe_flex_dispatcher_backend") or "deepep")
@@ -643,5 +662,11 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
     j = resolve_job(m, gpus=gpus or pj["gpus"], global_batch=global_batch or pj["global_batch"],
                     seq_len=seq_len or pj["seq_len"], precision=precision or ",".join(pj["precisions"]),
                     job_file=job_file, domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)
-    canon = export_canonical(args.plan, m, h, j)
+    plan = args.plan
+    if _needs_layer_count(args.values, plan.pp):
+        # The pipeline flags count layers the flags do not give: count the model's.
+        v = {**args.values, "num_layers": str(m.num_layers), "mtp_num_layers": str(m.mtp_layers)}
+        vpp, layout = _pipeline_from_flags(v, plan.pp, notes)
+        plan = plan.replace(vpp=vpp, layout=layout)
+    canon = export_canonical(plan, m, h, j)
     return ScriptJob(label, args, m, model_source, h, hardware_source, j, canon, mismatches, notes)

@@ -164,7 +164,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "--offload-modules (TransformerConfig).",
             hint="Drop the activation offload or recompute fewer modules.",
         ))
-    precision = plan.precision or job.default_precision
+    precision = plan.precision  # the plan is canonical: its precision is explicit
     if (precision == "fp8" and hw is not None and hw.fp8_recipe == "delayed" and rc.kind == "selective"
             and {"moe_act", "layernorm"} & set(rc.modules)):
         out.append(Violation(

@@ -216,7 +216,7 @@ def memory_args(model, plan) -> list[str]:
 
 def precision_args(hw, plan, job) -> list[str]:
     args = ["--bf16"]
-    if (plan.precision or job.default_precision) == "fp8":
+    if plan.precision == "fp8":  # the setup's plan is canonical
         args += ["--fp8-format", "e4m3", "--fp8-recipe", hw.fp8_recipe]
     if plan.moments == "bf16":
         if not plan.offload.optimizer:

@@ -168,7 +168,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             f"offload={plan.offload}: torchtitan's training.enable_cpu_offload moves parameters, gradients "
             "and optimizer state together (FSDP CPU offload), and it has no activation offload.",
         ))
-    precision = plan.precision or job.default_precision
+    precision = plan.precision  # the plan is canonical: its precision is explicit
     if precision == "fp8" and not custom:
         out.append(Violation(
             "torchtitan-fp8",

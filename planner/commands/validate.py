@@ -1,0 +1,60 @@
+"""`planner validate RUNS.yaml`: planner's predictions against measured runs (yours or the bundled
+published ones), signed error per run and per class, calibration and validation subsets apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from planner.cli import app
+from planner.options import CalibrationOpt, JsonOpt, print_json
+
+COMMAND = "planner validate tests/data/published_runs.yaml --markdown"
+"""What the bundled report says generated it (`planner results` writes the same Markdown)."""
+
+
+@app.command("validate")
+def validate_cmd(
+    runs: Annotated[Path, typer.Argument(help="A runs file (YAML, top key 'runs'; the schema of tests/data/published_runs.yaml).")],
+    only: Annotated[Optional[list[str]], typer.Option("--only", help="Only this run (repeatable).")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write predicted against measured tokens/s per GPU as a PNG.")] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown.")] = False,
+    calibration: CalibrationOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Predict every run of a runs file and compare with what was measured: tokens/s and model TFLOP/s
+    per GPU, step time and peak memory where published; signed error per run (predicted / measured - 1)
+    and median, median |error| and worst per class (MoE/dense x Hopper/Blackwell x precision), the
+    calibration and validation subsets apart. Runs planner cannot express get a line saying why."""
+    from planner.errors import PlannerError
+    from planner.validate import _label
+    from planner.validate.evaluate import evaluate_runs
+    from planner.validate.report import build, markdown as render_markdown, plot as render_plot, text_table
+    from planner.validate.runs import load_runs
+
+    cal = None
+    if calibration is not None:
+        from planner.specs.calibration import load_calibration
+
+        cal = load_calibration(str(calibration))
+    specs = load_runs(runs)
+    if only:
+        unknown = sorted(set(only) - {r.name for r in specs})
+        if unknown:
+            raise PlannerError(f"No run named {', '.join(unknown)} in '{runs}'.",
+                               hint="Give names as the runs file spells them (see 'name:').")
+        specs = [r for r in specs if r.name in set(only)]
+    report = build(evaluate_runs(specs, cal), _label(runs))
+    if plot is not None:
+        if not any(r["status"] == "evaluated" for r in report["runs"]):
+            raise PlannerError("No run was evaluated, so there is nothing to plot.")
+        render_plot(report, plot)
+        report["plot"] = str(plot)
+    if json:
+        print_json(report)
+    elif markdown:
+        typer.echo(render_markdown(report, COMMAND))
+    else:
+        typer.echo(text_table(report))

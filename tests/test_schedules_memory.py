@@ -1,0 +1,113 @@
+"""Pipeline schedules (planner.cost.schedules): micro-batch chunks in flight per rank against the
+papers' and READMEs' figures and against a brute-force count read off the time walk's task
+intervals; the profiles planner's memory model reads (peak_over_profiles) against a brute-force
+peak; DualPipe's two parameter copies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.cost.pieces import peak_over_profiles
+from planner.cost.schedule import Op, inflight_profiles, warmup_count
+from planner.cost.schedules import SCHEDULES, rank_items, schedule, walk
+from planner.cost.schedules import inflight
+from planner.cost.schedules.ops import Pair
+from planner.cost.schedules.timing import compute_chunk, moe_chunk
+
+from tests.test_schedules_time import grid, uniform
+
+
+# ---- memory: in-flight chunks ----------------------------------------------------------------------
+@pytest.mark.parametrize("p,v,m", [(4, 1, 8), (4, 2, 8), (3, 3, 7), (8, 2, 13), (1, 1, 4)])
+def test_megatron_profiles_are_todays(p, v, m):
+    name = "1f1b" if v == 1 else "interleaved"
+    for r in range(p):
+        assert inflight.profiles(name, p, v, m, r) == inflight_profiles(p, v, m, r)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_inflight_counts_per_rank_match_the_papers(p):
+    m = 3 * p
+    mx = lambda name, v, r, with_w=True: inflight.max_inflight(name, p, v, m, r, with_w)  # noqa: E731
+    for r in range(p):
+        assert mx("1f1b", 1, r) == p - r  # Narayanan 2021: rank r holds p - r micro-batches
+        assert mx("interleaved", 2, r) == warmup_count(p, 2, m, r) + 1
+        assert mx("combined-1f1b", 2, r) == warmup_count(p, 2, m, r) + 2  # one more warm-up forward
+        assert mx("zb-h1", 1, r) == p  # ZB-H1: every stage p in flight (F to W) ...
+        assert mx("zb-h1", 1, r, with_w=False) == p - r  # ... of which 1F1B's p - r with activations
+        assert mx("zbv", 2, r) == 2 * p  # ZB-V: 2p half-stage chunks, 1F1B's peak, on every rank
+        assert mx("dualpipev", 2, r) == 2 * p + 1  # DualPipe README: PP + 1, PP = 2p stages
+        if p % 2 == 0:
+            assert mx("dualpipe", 2, r) == p + 1  # DualPipe README: PP + 1 on every rank
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_inflight_counts_equal_a_brute_force_count_over_the_walk(name):
+    """The order-based count equals the count of chunks whose forward has started and whose
+    backward (or weight gradient) has not finished, read off the walk's task times."""
+    for layers in (compute_chunk(1.0, 1.3, 0.6), moe_chunk(2, (1.0, 1.0, 0.5), (1.0, 1.0, 0.5), 0.4)):
+        for p, v, m in [g for g in grid(name) if g[0] in (2, 4) and g[2] >= 4][:6]:
+            res = walk(name, p, v, m, uniform(name, p, v, layers, p2p=0.1))
+            for r in range(p):
+                for with_w in (True, False):
+                    timeline = inflight.inflight_over_time(res, r, with_w)
+                    assert max(h for _, h in timeline) == inflight.max_inflight(name, p, v, m, r, with_w)
+
+
+def test_dualpipe_keeps_two_parameter_copies():
+    """DualPipe: rank r holds stage r of one direction and stage p-1-r of the other, so each
+    stage lives on two ranks (2x the parameters of 1F1B's rank); DualPipeV and ZB-V hold each of
+    their 2p stages once (1x with p ranks, the README's 2x per device counting PP = 2p stages)."""
+    p = 8
+    dual = schedule("dualpipe").placement(p, 2, 16)
+    held = [pos for r in range(p) for _, pos in dual.stages_held(r)]
+    assert sorted(held) == sorted(list(range(p)) * 2)
+    assert all({pos for _, pos in dual.stages_held(r)} == {r, p - 1 - r} for r in range(p))
+    assert schedule("dualpipe").parameter_copies == 2
+    for name in ("dualpipev", "zbv"):
+        vee = schedule(name).placement(p, 2, 16)
+        assert sorted(pos for r in range(p) for _, pos in vee.stages_held(r)) == list(range(2 * p))
+        assert schedule(name).parameter_copies == 1
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_profiles_give_peak_over_profiles_the_brute_force_peak(name):
+    """peak_over_profiles over a schedule's profiles equals the maximum, over every op, of held
+    bytes before it plus the op's rise (W ops rise nothing), with what W holds in rows v.. ."""
+    rng = np.random.default_rng(3)
+    for p, v, m in [g for g in grid(name) if g[0] in (2, 4)][-4:]:
+        n = schedule(name).chunks(v)
+        width = inflight.width(name, v)
+        kept = rng.uniform(1, 5, (width, 3))
+        # Physical rises: a forward ends holding its chunk (rise >= kept), an input-gradient pass
+        # ends holding what its weight gradient needs (rise >= kept_W - kept).
+        fwd = kept[:n] + rng.uniform(0, 4, (n, 3))
+        bwd = rng.uniform(0, 4, (n, 3)) + (np.maximum(0.0, kept[n:] - kept[:n]) if width > n else 0.0)
+        for r in range(p):
+            got = peak_over_profiles(kept, fwd, bwd, p, v, m, r, False, schedule=name)
+            want = np.zeros(3)
+            for op, vec in inflight.held_before(name, p, v, m, r):
+                rise = fwd[op.chunk] if op.kind == "F" else bwd[op.chunk] if op.kind in ("I", "B") else 0.0
+                want = np.maximum(want, np.array(vec) @ kept + rise)
+            assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_megatron_profiles_unchanged_through_the_schedule_argument():
+    kept, fwd, bwd = np.ones((2, 2)), np.full((2, 2), 0.5), np.full((2, 2), 0.25)
+    for r in range(4):
+        a = peak_over_profiles(kept, fwd, bwd, 4, 2, 8, r, False)
+        b = peak_over_profiles(kept, fwd, bwd, 4, 2, 8, r, False, schedule="interleaved")
+        assert np.array_equal(a, b)
+
+
+def test_dualpipe_peak_moment():
+    """With equal bytes per chunk, DualPipe's first rank first reaches PP + 1 chunks in the first
+    overlapped pair of its main step (step 4): p - 1 forward-direction micro-batches and one
+    reverse-direction one held, the pair's forward counted before its backward frees (the
+    README's PP + 1; a pair interleaved layer by layer stays below it)."""
+    p, m = 8, 20
+    i, op, total = inflight.peak_moment("dualpipe", p, 2, m, 0, [1.0] * 4)
+    assert total == p + 1 and op == Op("F", 0, p - 1)
+    first_pair = next(it for it in rank_items("dualpipe", p, 2, m, 0) if isinstance(it, Pair))
+    assert first_pair.fwd == op and inflight.held_before("dualpipe", p, 2, m, 0)[i][1] == (p - 1, 1, 0, 0)
