@@ -433,19 +433,25 @@ def _scatter_comm(parts: list[tuple[np.ndarray, tuple[CommCost, ...]]], n: int) 
 def at(obj, idx):
     """The numbers of some plans (an index array) or of one plan (an int) in a batch result:
     array fields of dataclasses and tuples taken at ``idx``, everything else kept."""
-    if isinstance(obj, np.ndarray):
+    kind = type(obj)
+    if kind is np.ndarray:
         return obj[idx]
-    if isinstance(obj, tuple):
-        return tuple(at(x, idx) for x in obj)
-    names = _FIELDS.get(type(obj))
-    if names is None:
-        if not dataclasses.is_dataclass(obj):
-            return obj
-        names = _FIELDS[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
-    return type(obj)(**{n: at(getattr(obj, n), idx) for n in names})
+    if kind is tuple:
+        return tuple([at(x, idx) for x in obj])
+    names = _FIELDS.get(kind)
+    if names is None:  # first sight of this type (the search indexes block costs by the thousand)
+        if isinstance(obj, np.ndarray):
+            return obj[idx]
+        if isinstance(obj, tuple):
+            return kind(*(at(x, idx) for x in obj))
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(obj)) \
+            if dataclasses.is_dataclass(obj) else ()
+    if not names:
+        return obj
+    return kind(**{n: at(getattr(obj, n), idx) for n in names})
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[str, ...]] = {float: (), int: (), str: (), bool: (), type(None): ()}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -259,14 +259,16 @@ class BranchAndBound:
                 parts.append(_part_subset(p, np.array(sel)))
         return _ordered(assemble(self.space, parts, self.cap))
 
-    DIAGNOSIS_KEYS = 512
-    """When nothing fits, at most this many keys the memory bound left out are costed for the
-    diagnosis (best first by their floors)."""
+    DIAGNOSIS_KEYS = 4096
+    DIAGNOSIS_LAYOUTS = 16
+    """When nothing fits, the keys the memory bound left out are costed for the diagnosis, best
+    first by their floors, while they hold at most this many keys and pipeline layouts (a
+    layout's tables cost the same for one key or a thousand of it)."""
 
     def all_costed(self) -> Tables:
         """Every costed key's tables and, when no plan fits, those of the keys the memory bound
-        left out whose floor is below the smallest peak found (best first, at most
-        DIAGNOSIS_KEYS): :attr:`exact_peak` says whether that smallest peak is the whole space's."""
+        left out whose floor is below the smallest peak found (see DIAGNOSIS_KEYS):
+        :attr:`exact_peak` says whether that smallest peak is the whole space's."""
         parts = self.parts()
         self.exact_peak = True
         if self.U < INF:
@@ -274,20 +276,29 @@ class BranchAndBound:
         from planner.search.diagnose import smallest_peak
         from planner.search.tables import build_tables
 
-        t = assemble(self.space, parts, self.cap)
+        sp = self.space
+        t = assemble(sp, parts, self.cap)
         best = smallest_peak(t, range(len(t.structs)))[0] if parts else np.inf
         costed = {int(g) for p in parts for g in p["ids"]}
         order = [int(i) for i in np.argsort(self.mem_floor, kind="stable") if int(i) not in costed]
-        extra = []
-        for a in range(0, len(order), 64):
-            rows = np.sort(np.array(order[a:a + 64]))
-            if self.mem_floor[order[a]] >= best:
-                break
-            if a >= self.DIAGNOSIS_KEYS:
+        extra, layouts, i = [], set(), 0
+        pp, vpp, lo = sp.col("pp"), sp.col("vpp"), sp.layout_of
+        while i < len(order) and self.mem_floor[order[i]] < best:
+            chunk = []
+            while i < len(order) and len(chunk) < 64 and self.mem_floor[order[i]] < best:
+                g = order[i]
+                lay = (int(pp[g]), int(vpp[g]), int(lo[g]))
+                if lay not in layouts and len(layouts) >= self.DIAGNOSIS_LAYOUTS or i >= self.DIAGNOSIS_KEYS:
+                    break
+                layouts.add(lay)
+                chunk.append(g)
+                i += 1
+            if not chunk:
                 self.exact_peak = False
                 break
-            part = build_tables(self.space, assumptions=self.assumptions, ids=rows, rules=self.rules,
-                                structs=[self.space.struct(int(i)) for i in rows])
+            rows = np.sort(np.array(chunk))
+            part = build_tables(sp, assumptions=self.assumptions, ids=rows, rules=self.rules,
+                                structs=[sp.struct(int(g)) for g in rows])
             extra.append(part)
             best = min(best, smallest_peak(part, range(len(rows)))[0])
         tables = [t] + extra

@@ -32,8 +32,11 @@ bound is within the K-th best plan found so far (best first); the rest are prove
 levers and minimizes the slowest rank's time per micro-batch; with integer layers it can do no
 better than spreading the layers of the most common kind alone (each at its least time, the
 others ignored) over the ranks, each rank carrying its fixed embedding/head/MTP and send/receive
-times, nor better than the ranks' total over the ranks. When that bound is no better than the
-plan's own slowest rank, and the plan fits, the solver cannot win and is not run.
+times, nor better than the ranks' total over the ranks, nor better than any rank's time with the
+least layers the model lets each of its chunks hold (the cheaper kind wherever the layer order
+lets it be: chunk c starts at layer c * least or later). When that bound is no better than the
+plan's own slowest rank, and the plan fits, the solver cannot win and is not run
+(tests/test_search_stages.py checks the gate against the ungated solver).
 """
 
 from __future__ import annotations
@@ -195,10 +198,39 @@ def slowest_rank_floor(layers: dict[str, int], unit: dict[str, float], fixed: li
                total / max(len(fixed), 1))
 
 
-def refinement_can_win(co, model, pp: int, stage_recompute: bool, fits: bool) -> bool:
+def chunk_layer_bounds(L: int, chunks: int, vpp: int) -> tuple[int, int]:
+    """(least, most) decoder layers of one virtual stage in the per-stage model: every stage holds
+    one at least; with interleaving a rank's chunks stay within one layer of the average (the
+    pipeline formula prices the bubble in average chunk times, which an empty or outsized chunk
+    would make optimistic)."""
+    return (max(1, L // chunks - 1), -(-L // chunks) + 1) if vpp > 1 else (1, L)
+
+
+def rank_floors(pat: tuple[int, str, str], unit: dict, fixed: list[float], pp: int, vpp: int, L: int) -> list[float]:
+    """Per pipeline rank, the least time per micro-batch any layout of the per-stage model gives
+    it: its fixed blocks plus, on each of its chunks (r, r + pp, ...), the least layers a chunk
+    holds (:func:`chunk_layer_bounds`), as many of them of the cheaper kind as can be there. The
+    layers are D of the first kind, then the rest (the model's pattern): chunk c starts at layer
+    c * least or later, so it holds at most max(0, D - c * least) first-kind layers."""
+    D, first, rest = pat
+    lo, _ = chunk_layer_bounds(L, pp * vpp, vpp)
+    cheap, dear = sorted((unit[first], unit[rest]))
+    out = []
+    for r in range(pp):
+        t = fixed[r]
+        for c in range(r, pp * vpp, pp):
+            a = min(lo, max(0, D - c * lo)) if unit[first] <= unit[rest] else 0
+            t += a * unit[first] + (lo - a) * (dear if unit[first] <= unit[rest] else cheap)
+        out.append(t)
+    return out
+
+
+def refinement_can_win(co, model, pp: int, stage_recompute: bool, fits: bool, pat=None, vpp: int = 1) -> bool:
     """Whether the per-stage model could beat the plan's own layout (see the module docstring):
-    always when the plan does not fit (a layout that fits is the gain); else only when the layer
-    spread's bound is below the plan's slowest rank."""
+    always when the plan does not fit (a layout that fits is the gain); else only when the
+    slowest rank's floor is below the plan's slowest rank. The floor is the most of: the layer
+    spread's bound (:func:`slowest_rank_floor`) and each rank's least time with the least layers
+    its chunks hold (:func:`rank_floors`, with the layer pattern ``pat``)."""
     if not fits:
         return True
     kinds = Counter(model.layer_kinds)
@@ -207,4 +239,6 @@ def refinement_can_win(co, model, pp: int, stage_recompute: bool, fits: bool) ->
              + ((co.t_base.get("head", 0.0) + co.t_base.get("mtp", 0.0) * model.mtp_layers) if r == pp - 1 else 0.0)
              for r in range(pp)]
     floor = slowest_rank_floor(dict(kinds), unit, fixed)
+    if pat is not None:
+        floor = max([floor] + rank_floors(pat, unit, fixed, pp, vpp, model.num_layers))
     return floor < co.slowest * (1 - 1e-9)

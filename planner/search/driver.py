@@ -117,6 +117,7 @@ class _Run:
         found, status, bound, costed = (self._exhaustive if o.solver == "exhaustive" else self._cpsat)(want)
         self.say("evaluating the ranked plans")
         plans = [self._ranked(k + 1, t, gid, flat) for k, (t, gid, flat) in enumerate(found)]
+        self.lap("rank_s")
         uniform = [p.plan.to_string() for p in plans]
         if "layout" in o.limits.fix:  # what the user pins wins: the layout is used as given
             self.info.update(enabled=False, why="the layout is fixed")

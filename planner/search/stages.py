@@ -136,7 +136,7 @@ def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -
     own = costs_of(setup)
     base_mem, base_time = memory_report(setup, own), float(own.step_s()[0])
     co = coefficients(setup, stage_recompute, own)
-    if not refinement_can_win(co, model, deg.pp, stage_recompute, base_mem.fits):
+    if not refinement_can_win(co, model, deg.pp, stage_recompute, base_mem.fits, pat, deg.vpp):
         return StageRefinement(setup, False, "no layout can make the slowest rank faster (bound)", skipped=True)
     solved = _solve(setup, co, pat, stage_recompute, base_time, time_limit_s)
     if isinstance(solved, str):
@@ -180,10 +180,9 @@ class _Vars:
     """The per-stage model's variables: layers per virtual stage, of each kind, and recomputed."""
 
     def __init__(self, m, L: int, D: int, V: int, pp: int, vpp: int, stage_recompute: bool):
-        # Every virtual stage holds decoder layers. With interleaving, a rank's chunks stay within
-        # one layer of the average: the pipeline formula prices the bubble in average chunk times,
-        # which an empty or outsized chunk would make optimistic.
-        lo, hi = (max(1, L // V - 1), -(-L // V) + 1) if vpp > 1 else (1, L)
+        from planner.search.bounds import chunk_layer_bounds
+
+        lo, hi = chunk_layer_bounds(L, V, vpp)
         self.n = n = [m.new_int_var(lo, hi, f"n{i}") for i in range(V)]
         m.add(sum(n) == L)
         b = [m.new_int_var(0, L, f"b{i}") for i in range(V + 1)]  # chunk i holds [b_i, b_{i+1})
