@@ -122,9 +122,9 @@ def main() -> None:
                   f"{c['target_wall_s']:>6.1f}s  {r['status']}, {ref}")
         print(f"{'':<44} {'on/off':>9} {c['on_over_off_wall']:>6.2f}x {c['on_over_off_cpu']:>6.2f}x")
     if "oracle" in out:
-        print(f"\n{'CP-SAT against the oracle':<58} {'keys':>7} {'cpsat':>7} {'oracle':>7} {'ratio':>6} agree")
+        print(f"\n{'CP-SAT against the oracle':<70} {'keys':>7} {'cpsat':>7} {'oracle':>7} {'ratio':>6} agree")
         for r in out["oracle"]:
-            print(f"{r['case']:<58} {r['keys']:>7} {r['cpsat_cpu_s']:>6.2f}s {r['exhaustive_cpu_s']:>6.2f}s "
+            print(f"{r['case']:<70} {r['keys']:>7} {r['cpsat_cpu_s']:>6.2f}s {r['exhaustive_cpu_s']:>6.2f}s "
                   f"{r['oracle_over_cpsat']:>5.1f}x {'yes' if r['agree'] else 'NO'}")
         print("(CPU seconds in this process; ratio = oracle / CP-SAT)")
     if args.json:
