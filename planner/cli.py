@@ -73,13 +73,41 @@ EXIT_INTERRUPTED = 130
 _debug = False
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from planner import __version__
+
+        typer.echo(f"planner {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _global_options(
     debug: bool = typer.Option(False, "--debug", help="On an unexpected error, show the Python traceback too."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print planner's version and exit."),
 ) -> None:
     """Options before the command name apply to every command."""
     global _debug
     _debug = _debug or debug
+
+
+SHELLS = ("bash", "zsh", "fish", "powershell")
+
+
+@app.command("completion")
+def completion_cmd(
+    shell: str = typer.Argument(..., help="bash, zsh, fish or powershell."),
+) -> None:
+    """Print the shell completion script: eval "$(planner completion bash)" in ~/.bashrc (zsh: ~/.zshrc;
+    fish: planner completion fish > ~/.config/fish/completions/planner.fish)."""
+    from planner.errors import PlannerError
+
+    if shell not in SHELLS:
+        raise PlannerError(f"planner completion knows no shell '{shell}'.", hint="Choose bash, zsh, fish or powershell.")
+    from typer._completion_shared import get_completion_script
+
+    typer.echo(get_completion_script(prog_name="planner", complete_var="_PLANNER_COMPLETE", shell=shell))
 
 
 def one_line(text: str) -> str:
@@ -164,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _strip_debug(list(sys.argv[1:] if argv is None else argv))
     reset_inputs()
     usage_errors, aborts, exits = _cli_exception_types()
+    if os.environ.get("_PLANNER_COMPLETE"):  # the shell asks for completions (planner completion SHELL)
+        from typer._completion_classes import completion_init
+
+        completion_init()
     try:
         _register()
         result = app(args=args, prog_name="planner", standalone_mode=False)

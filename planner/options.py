@@ -40,11 +40,22 @@ JobFileOpt = Annotated[
 DomainFillOpt = Annotated[
     Optional[int], typer.Option("--domain-fill", help="Use N GPUs of each NVLink domain (e.g. 64 of an NVL72 rack's 72); the rest stay idle.")
 ]
+DEFAULT_MEMORY_MARGIN = 0.03
+"""The default memory margin: 3 % of the usable HBM kept free on every GPU, beyond the allocator
+margin. It is planner's largest measured memory error, rounded up: the allocated peak of
+Megatron-Core on H200s against ``planner explain`` was +0.1 to +1.9 % off on one GPU (22 runs,
+results/validation/gpu-memory.md) and +0.6 to +2.9 % per rank on two (12 ranks,
+results/validation/multi-gpu.md). ``--memory-margin 0`` ranks plans up to the capacity."""
+
 MemoryMarginOpt = Annotated[
-    Optional[float], typer.Option("--memory-margin", help="Extra GiB kept free on every GPU, beyond the allocator margin.")
+    Optional[float], typer.Option(
+        "--memory-margin",
+        help=f"GiB kept free on every GPU, beyond the allocator margin. Default: {DEFAULT_MEMORY_MARGIN:.0%} of the "
+        "usable HBM (planner's largest measured memory error, +2.9 % on H200s); 0 ranks plans up to the capacity.")
 ]
 PlanOpt = Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,vpp=2,ep=8,mbs=1,recompute=full\".")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (stable: same input, same bytes).")]
+MarkdownOpt = Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown (for a pull request or a design doc).")]
 # The search space's bounds, shared by search and compare (compare applies them on every hardware).
 MomentsOpt = Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")]
 class Target(str, Enum):
@@ -116,6 +127,9 @@ def resolve_job(
         finite_option("--memory-margin", memory_margin_gib, low=0.0, high=2**20, unit="GiB",
                       negative="a negative margin would hand memory back that the GPU does not have")
         data["memory_margin_bytes"] = memory_margin_gib * 2**30
+        data["memory_margin_fraction"] = 0.0
+    elif "memory_margin_bytes" not in data and "memory_margin_fraction" not in data:
+        data["memory_margin_fraction"] = DEFAULT_MEMORY_MARGIN
     for key, value in overrides.items():
         if value is not None:
             count_option(f"--{key.replace('_', '-')}", value)
@@ -133,11 +147,12 @@ def check_margin(job, hw) -> None:
     taken: otherwise every answer would read 'exceeds the -3.0 GiB allocation limit'."""
     if not job.memory_margin_bytes:
         return
+    from planner.cost.compose import margin_bytes
     from planner.cost.efficiency_access import memory_constants
 
     usable = hw.gpu.hbm_usable_bytes.value
     context = memory_constants(hw).cuda_context_bytes.value
-    if job.memory_margin_bytes >= usable - context:
+    if margin_bytes(hw, job) >= usable - context:
         raise PlannerError(
             f"--memory-margin {job.memory_margin_bytes / 2**30:g} GiB leaves nothing of {hw.name}'s "
             f"{usable / 2**30:.1f} GiB usable HBM ({context / 2**30:.1f} GiB go to the CUDA context).",
@@ -292,19 +307,46 @@ class PlanSource:
     """The saved search's entry (planner.launchers.common.SavedPlan) with --from."""
     script: Any = None
     """What the launch script said (planner.launchers.megatron.read.ScriptJob) with --megatron-args."""
+    bridge: Any = None
+    """What the Megatron-Bridge launch said (planner.launchers.bridge.read.BridgeJob) with --bridge."""
+    torchtitan: Any = None
+    """What the torchtitan job said (planner.launchers.torchtitan.read.TorchtitanJob) with --torchtitan."""
 
 
 def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 1, megatron_args: Path | None = None,
                 script_env=None, script_args=None, model: str | None, hw: str | None, args: JobArgs,
-                command: str) -> PlanSource:
+                command: str, bridge: Path | None = None, torchtitan: Path | None = None) -> PlanSource:
     """Read exactly one plan source and resolve it against its model, hardware and job."""
-    given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--megatron-args", megatron_args))
-             if v is not None]
-    allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (", or --megatron-args FILE"
+    given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--megatron-args", megatron_args),
+                                  ("--bridge", bridge), ("--torchtitan", torchtitan)) if v is not None]
+    allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (
+        ", --megatron-args FILE, --bridge FILE or --torchtitan FILE"
                                                                      if command in ("explain", "check") else "")
     if len(given) != 1:
         raise PlannerError(f"{command} needs exactly one plan source" + (f", got {' and '.join(given)}" if given else "")
                            + ".", hint=f"Give {allowed}.")
+    if torchtitan is not None:
+        from planner.launchers.megatron.read import script_inputs
+        from planner.launchers.torchtitan.read import job_from_torchtitan
+
+        environ, argv = script_inputs(script_env, script_args)
+        tj = job_from_torchtitan(Path(torchtitan), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
+                                 seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
+                                 domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
+                                 script_args=argv)
+        check_margin(tj.job, tj.hardware)
+        return PlanSource(tj.model, tj.hardware, tj.job, tj.plan, torchtitan=tj)
+    if bridge is not None:
+        from planner.launchers.bridge.read import job_from_bridge
+        from planner.launchers.megatron.read import script_inputs
+
+        environ, argv = script_inputs(script_env, script_args)
+        bj = job_from_bridge(Path(bridge), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
+                             seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
+                             domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
+                             script_args=argv)
+        check_margin(bj.job, bj.hardware)
+        return PlanSource(bj.model, bj.hardware, bj.job, bj.plan, bridge=bj)
     if megatron_args is not None:
         from planner.launchers.megatron.read import job_from_script, script_inputs
 

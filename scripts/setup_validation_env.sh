@@ -57,6 +57,20 @@ EOF
 # torchao: registry configs with Float8 converters (llama3_405b) import it while being built.
 "$PIP" install -q --no-deps torchao
 
+# 3b. torchtitan 0.2.2, the last release that reads TOML job files, unzipped beside (not into)
+# site-packages: tests/megatron_validate/torchtitan_toml_check.py puts it ahead of 0.3.0 on sys.path
+# to check `planner export --format torchtitan-toml` with 0.2.2's own ConfigManager.
+"$PIP" download -q --no-deps "torchtitan==0.2.2" -d "$WHEELS"
+rm -rf "$VENV/torchtitan-0.2.2"
+"$VENV/bin/python" - "$WHEELS" "$VENV/torchtitan-0.2.2" <<'EOF'
+import glob, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/torchtitan-0.2.2-*.whl")
+if not whl:
+    sys.exit("setup_validation_env: torchtitan 0.2.2 wheel not downloaded")
+zipfile.ZipFile(whl[0]).extractall(sys.argv[2])
+print("unzipped", whl[0].rsplit("/", 1)[-1])
+EOF
+
 # 4. Smoke test: both validators import.
 "$VENV/bin/python" - <<'EOF'
 import typing

@@ -10,7 +10,7 @@ import typer
 
 from planner.cli import app
 from planner.options import (
-    CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MaxOpt,
+    CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MaxOpt,
     MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt, build_assumptions,
     parse_moments, print_json, resolve_specs,
 )
@@ -51,6 +51,7 @@ def compare_cmd(
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG: throughput, step-time breakdown and memory per hardware (with --sweep-gpus: throughput and degrees against the GPU count).")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock search timings (JSON output is otherwise byte-stable).")] = False,
     json: JsonOpt = False,
+    markdown: MarkdownOpt = False,
 ) -> None:
     """Compare the best plan of one job across hardware (Hopper vs Blackwell): speed, memory, cost to train, and why the plans differ."""
     from planner.options import finite_option
@@ -72,7 +73,7 @@ def compare_cmd(
     opts = Options(target=target.value, top=top, time_limit_s=time_limit, limits=Limits.parse(fix, max_),
                    moments=parse_moments(moments), per_stage=per_stage)
     out = _run(m, hws, j, opts, assumptions, counts, tokens, global_batch, plot)
-    _output(out, counts, plot, timings, json)
+    _output(out, counts, plot, timings, json, markdown)
 
 
 def _systems(model: str, hw: list[str] | None, args: JobArgs):
@@ -113,7 +114,7 @@ def _run(m, hws, j, opts, assumptions, counts, tokens, global_batch, plot) -> di
     return out
 
 
-def _output(out: dict, counts, plot, timings: bool, json: bool) -> None:
+def _output(out: dict, counts, plot, timings: bool, json: bool, markdown: bool = False) -> None:
     from planner.report.compare import print_compare, print_sweep, strip_private, timings_of
 
     clean = strip_private(out)
@@ -123,6 +124,14 @@ def _output(out: dict, counts, plot, timings: bool, json: bool) -> None:
         clean["plot"] = str(plot)
     if json:
         print_json(clean)
+        return
+    if markdown:
+        from planner.report.compare import markdown_compare, markdown_sweep
+
+        names = " vs ".join((h["hardware"] if "hardware" in h else h)["name"] for h in clean["hardware"])
+        title = f"{clean['model']['name']}: {names}" + (" against the GPU count" if counts else "")
+        typer.echo((markdown_sweep if counts else markdown_compare)(clean, title=title,
+                                                                    plot_name=str(plot) if plot else None))
         return
     (print_sweep if counts else print_compare)(clean, plot=plot)
 

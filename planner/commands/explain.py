@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from planner.cli import app
-from planner.commands.export import FromOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
+from planner.commands.export import BridgeFileOpt, FromOpt, TorchtitanFileOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
 from planner.options import (
-    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MemoryMarginOpt,
+    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
     PrecisionOpt, RoutingOpt, SeqLenOpt, build_assumptions, plan_source, print_json, rule_failures_exit,
 )
 from planner.units import GiB
@@ -35,11 +35,14 @@ def explain_cmd(
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
+    bridge: BridgeFileOpt = None,
+    torchtitan: TorchtitanFileOpt = None,
     script_env: ScriptEnvOpt = None,
     script_args: ScriptArgsOpt = None,
     against: Annotated[Optional[Path], typer.Option("--against", help="A 'planner search --save' file: compare this plan with its top plan.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the worst stage's memory over one step as a PNG.")] = None,
     json: JsonOpt = False,
+    markdown: MarkdownOpt = False,
 ) -> None:
     """Explain one plan: per-stage memory by class, the peak moment, headroom; time and bottleneck.
     Exit status 1 when the plan breaks a rule or does not fit in memory."""
@@ -47,7 +50,7 @@ def explain_cmd(
 
     with rule_failures_exit(1):
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
-                          script_args=script_args, model=model, hw=hw, command="explain",
+                          script_args=script_args, model=model, hw=hw, command="explain", bridge=bridge, torchtitan=torchtitan,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin))
         assumptions = build_assumptions(routing_imbalance, implementation, calibration)
         top = _top_of(against) if against is not None else None
@@ -61,6 +64,11 @@ def explain_cmd(
         from planner.cost.evaluate import context_json
 
         print_json({**context_json(src.model, src.hw, src.job, assumptions), **result})
+    elif markdown:
+        from planner.cost.evaluate import context_json
+        from planner.report.markdown import explain_markdown
+
+        typer.echo(explain_markdown(context_json(src.model, src.hw, src.job, assumptions), result))
     else:
         from planner.report.tables import print_explain
 

@@ -12,7 +12,7 @@ import typer
 from planner.cli import app
 from planner.errors import PlannerError
 from planner.options import (
-    CheckTargetOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
+    DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
     plan_source, print_json, rule_failures_exit,
 )
 
@@ -24,6 +24,14 @@ HwOptional = Annotated[Optional[str], typer.Option("--hw", help="Hardware catalo
 NprocOpt = Annotated[Optional[int], typer.Option("--nproc-per-node", help="GPUs per node for torchrun (default: from the hardware).")]
 TTConfigOpt = Annotated[Optional[str], typer.Option(
     "--torchtitan-config", help="torchtitan config_registry function as MODULE:FUNCTION (default: planner's table for the model).")]
+BridgeRecipeOpt = Annotated[Optional[str], typer.Option(
+    "--bridge-recipe", help="Megatron-Bridge recipe function for --format bridge (default: planner's table for the model).")]
+BridgeFileOpt = Annotated[Optional[Path], typer.Option(
+    "--bridge", help="A Megatron-Bridge launch to read back: a run_recipe.py script, a file of KEY=VALUE overrides, "
+    "or a ConfigContainer YAML.")]
+TorchtitanFileOpt = Annotated[Optional[Path], typer.Option(
+    "--torchtitan", help="A torchtitan job to read back: a TOML job file (torchtitan <= 0.2.2), or a 0.3.0 launch script "
+    "or argument list (--module M --config F with overrides).")]
 ScriptEnvOpt = Annotated[Optional[list[str]], typer.Option(
     "--script-env", help="NAME=VALUE the --megatron-args script finds in its environment (repeatable).")]
 ScriptArgsOpt = Annotated[Optional[str], typer.Option(
@@ -49,6 +57,14 @@ def _check_torchtitan_config(value: str | None) -> None:
         )
 
 
+def _check_recipe(value: str | None) -> None:
+    import re
+
+    if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,200}", value):
+        raise PlannerError(f"--bridge-recipe {value!r} is not a recipe function name (a Python name, e.g. "
+                           "llama31_405b_pretrain_config).", hint="Name a function run_recipe.py --recipe finds.")
+
+
 def _write(text: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text, nl=not text.endswith("\n"))
@@ -72,6 +88,9 @@ def _saved_predictions_differ(saved, pred: dict) -> str | None:
     return None
 
 
+FORMATS = ("megatron", "bridge", "torchtitan", "torchtitan-toml", "json")
+
+
 @app.command("export")
 def export_cmd(
     plan: PlanOptional = None,
@@ -79,10 +98,11 @@ def export_cmd(
     rank: RankOpt = 1,
     model: ModelOptional = None,
     hw: HwOptional = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="megatron (bash script for pretrain_gpt.py), torchtitan, or json.")] = "megatron",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="megatron (bash script for pretrain_gpt.py), bridge (Megatron-Bridge run_recipe.py with overrides), torchtitan (0.3 --module/--config with overrides), torchtitan-toml (a job file for torchtitan <= 0.2.2), or json.")] = "megatron",
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write here instead of stdout.")] = None,
     nproc_per_node: NprocOpt = None,
     torchtitan_config: TTConfigOpt = None,
+    bridge_recipe: BridgeRecipeOpt = None,
     gpus: GpusOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
@@ -96,10 +116,11 @@ def export_cmd(
     from planner.launchers.common import export_canonical, predictions
     from planner.rules import launcher_violations, violations_error
 
-    if fmt not in ("megatron", "torchtitan", "json"):
-        raise PlannerError(f"Unknown --format '{fmt}'.", hint="Choose megatron, torchtitan or json.")
+    if fmt not in FORMATS:
+        raise PlannerError(f"Unknown --format '{fmt}'.", hint="Choose " + ", ".join(FORMATS[:-1]) + f" or {FORMATS[-1]}.")
     _check_nproc(nproc_per_node)
     _check_torchtitan_config(torchtitan_config)
+    _check_recipe(bridge_recipe)
     src = plan_source(plan=plan, from_file=from_file, rank=rank, model=model, hw=hw, command="export",
                       args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
     m, h, j, p, saved = src.model, src.hw, src.job, src.plan, src.saved
@@ -109,9 +130,14 @@ def export_cmd(
         check_output(out, "export")  # never over the saved search, model, job or hardware it read
     canon = export_canonical(p, m, h, j)
     if fmt != "json":
-        found = launcher_violations(canon, m, j, fmt, hw=h, torchtitan_config=torchtitan_config)
+        target = {"bridge": "megatron", "torchtitan-toml": "torchtitan"}.get(fmt, fmt)
+        found = launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config)
+        if fmt == "bridge":
+            from planner.launchers.bridge.write import bridge_violations
+
+            found += bridge_violations(m, bridge_recipe)
         if found:
-            raise violations_error(found, fmt)
+            raise violations_error(found, {"bridge": "Megatron-Bridge"}.get(fmt, target))
     assumptions = _saved_assumptions(saved, from_file)
     setup = resolve_setup(m, h, j, canon, assumptions)
     pred = predictions(setup)
@@ -123,6 +149,14 @@ def export_cmd(
         from planner.launchers.megatron.write import export_megatron
 
         text = export_megatron(setup, predictions=pred, nproc_per_node=nproc_per_node)
+    elif fmt == "bridge":
+        from planner.launchers.bridge.write import export_bridge
+
+        text = export_bridge(setup, predictions=pred, recipe=bridge_recipe, nproc_per_node=nproc_per_node)
+    elif fmt == "torchtitan-toml":
+        from planner.launchers.torchtitan.toml import export_torchtitan_toml
+
+        text = export_torchtitan_toml(setup, predictions=pred, torchtitan_config=torchtitan_config)
     elif fmt == "torchtitan":
         from planner.launchers.torchtitan.write import export_torchtitan
 
@@ -158,11 +192,15 @@ def check_cmd(
     rank: RankOpt = 1,
     megatron_args: Annotated[Optional[Path], typer.Option(
         "--megatron-args", help="An existing Megatron-LM launch script or argument list to read back and check.")] = None,
+    bridge: BridgeFileOpt = None,
+    torchtitan: TorchtitanFileOpt = None,
     script_env: ScriptEnvOpt = None,
     script_args: ScriptArgsOpt = None,
     model: ModelOptional = None,
     hw: HwOptional = None,
-    target: CheckTargetOpt = "megatron",
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any (default: torchtitan with "
+        "--torchtitan, else megatron).")] = None,
     torchtitan_config: TTConfigOpt = None,
     gpus: GpusOpt = None,
     global_batch: GlobalBatchOpt = None,
@@ -177,9 +215,12 @@ def check_cmd(
     with rule_failures_exit(1):
         _check_torchtitan_config(torchtitan_config)
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
-                          script_args=script_args, model=model, hw=hw, command="check",
+                          script_args=script_args, model=model, hw=hw, command="check", bridge=bridge, torchtitan=torchtitan,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
-        report = _check_report(src, str(target.value if hasattr(target, "value") else target), torchtitan_config)
+        if target is not None and target not in ("megatron", "torchtitan", "any"):
+            raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
+        chosen = target or ("torchtitan" if torchtitan is not None else "megatron")
+        report = _check_report(src, chosen, torchtitan_config)
     if json:
         print_json(report)
     else:
@@ -193,8 +234,16 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
     from planner.launchers.common import export_canonical, predictions
     from planner.rules import launcher_violations
 
-    canon = src.plan if src.script is not None else export_canonical(src.plan, src.model, src.hw, src.job)
+    read = (src.script or src.bridge or src.torchtitan) is not None
+    canon = src.plan if read else export_canonical(src.plan, src.model, src.hw, src.job)
+    if src.torchtitan is not None and torchtitan_config is None:
+        torchtitan_config = _torchtitan_config_of(src)
     found = launcher_violations(canon, src.model, src.job, target, hw=src.hw, torchtitan_config=torchtitan_config)
+    if src.torchtitan is not None and src.torchtitan.args.kind == "toml" and target == "torchtitan":
+        from planner.cost.setup import resolve_setup
+        from planner.launchers.torchtitan.toml import toml_violations
+
+        found = toml_violations(resolve_setup(src.model, src.hw, src.job, canon))
     report = {"model": src.model.name, "hardware": src.hw.name, "job": src.job.model_dump(mode="json", exclude_none=True),
               "plan": canon.to_string(), "target": target}
     if src.script is not None:
@@ -209,12 +258,43 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
             "unresolved_variables": sj.args.unresolved, "not_run": sj.args.not_run,
             "notes": sj.notes + [v.message for v in flag_rules if v.rule == "sequence-parallel-needs-tp"],
             "model_mismatches": sj.mismatches})
+    if src.bridge is not None:
+        bj = src.bridge
+        a = bj.args
+        report.update({
+            "source": str(bj.source), "model_source": bj.model_source, "launcher": "megatron-bridge",
+            "recipe": a.recipe, "unknown_flags": a.unknown, "ignored_flags": a.ignored,
+            "unresolved_variables": a.unresolved, "not_run": a.not_run, "notes": bj.notes,
+            "recipe_defaults_used": bj.defaults_used})
+        if a.recipe is None and a.kind != "yaml":
+            from planner.rules import Violation
+
+            found.append(Violation("bridge-recipe", "the launch names no recipe (--recipe or --model): run_recipe.py "
+                                   "refuses it.", "Add --recipe RECIPE_FUNCTION."))
+    if src.torchtitan is not None:
+        tj = src.torchtitan
+        a = tj.args
+        report.update({
+            "source": str(tj.source), "model_source": tj.model_source,
+            "launcher": "torchtitan <= 0.2.2 (TOML)" if a.kind == "toml" else "torchtitan 0.3.0",
+            "unknown_flags": a.unknown, "ignored_flags": a.ignored, "unresolved_variables": a.unresolved,
+            "not_run": [], "notes": tj.notes, "defaults_used": tj.defaults_used})
     report["violations"] = [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]
-    if src.script is not None and not found:
+    if read and not found:
         from planner.cost.setup import resolve_setup
 
         report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon)))
     return report
+
+
+def _torchtitan_config_of(src) -> str | None:
+    """The registry function a 0.3.0 launch names, as --torchtitan-config (None: planner's own table's)."""
+    from planner.launchers.torchtitan.rules import torchtitan_config_for
+
+    a = src.torchtitan.args
+    if a.kind != "cli" or not a.module or not a.config:
+        return None
+    return None if torchtitan_config_for(src.model) == (a.module, a.config) else f"{a.module}:{a.config}"
 
 
 def _print_report(r: dict) -> None:
@@ -226,6 +306,9 @@ def _print_report(r: dict) -> None:
     jb = r["job"]
     echo(f"job: {jb.get('gpus')} GPUs, global batch {jb.get('global_batch')}, seq {jb.get('seq_len')}")
     echo(f"plan: {r['plan']}")
+    if r.get("recipe"):
+        echo(f"recipe: {r['recipe']}" + (f" (its values for: {', '.join(r['recipe_defaults_used'])})"
+                                         if r.get("recipe_defaults_used") else ""))
     for key, title in (("model_mismatches", "model mismatches"), ("unknown_flags", "flags planner does not model"),
                        ("unresolved_variables", "unresolved variables"),
                        ("not_run", "command substitutions (never run)"), ("notes", "approximations and notes")):
@@ -240,6 +323,8 @@ def _print_report(r: dict) -> None:
     for ln in prediction_lines(r):
         echo(f"predicted: {ln}")
     target = {"megatron": "Megatron-LM", "torchtitan": "torchtitan", "any": "the shared rules"}[r["target"]]
+    if r.get("launcher") == "megatron-bridge" and r["target"] == "megatron":
+        target = "Megatron-Bridge (Megatron-Core)"
     if r["violations"]:
         echo(f"{len(r['violations'])} rule(s) broken for {target}:")
         for v in r["violations"]:

@@ -11,7 +11,7 @@ import typer
 from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, HwOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt,
-    MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
+    MarkdownOpt, MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
     build_assumptions, parse_moments, print_json, resolve_specs,
 )
 
@@ -42,6 +42,7 @@ def search_cmd(
     save: Annotated[Optional[Path], typer.Option("--save", help="Write the ranked plans as JSON (for explain and export).")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock timings (JSON output is otherwise byte-stable).")] = False,
     json: JsonOpt = False,
+    markdown: MarkdownOpt = False,
 ) -> None:
     """Rank feasible plans: parallel degrees, layout, recompute, offload, precision, sharding."""
     from planner.errors import PlannerError
@@ -61,7 +62,7 @@ def search_cmd(
     opts = Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
                    limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
-    _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json)
+    _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown)
 
 
 def _run(m, h, j, opts, assumptions, sensitivity: bool):
@@ -82,7 +83,7 @@ def _run(m, h, j, opts, assumptions, sensitivity: bool):
     return result, sens
 
 
-def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool) -> None:
+def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool, markdown: bool = False) -> None:
     from planner.cost.evaluate import context_json
 
     out = {**context_json(m, h, j, assumptions), "target": opts.target, "solver": result.solver,
@@ -98,6 +99,11 @@ def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, js
         write_text(save, json_text(out) + "\n", "saved search")
     if json:
         print_json(out)
+        return
+    if markdown:
+        from planner.report.markdown import search_markdown
+
+        typer.echo(search_markdown(out))
         return
     from planner.report.tables import print_search
 

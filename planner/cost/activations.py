@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from planner.cost.arrays import hashable, minimum, where
+from planner.cost.arrays import Count, Flag, Num, hashable, minimum, where
 
 if TYPE_CHECKING:
     from planner.cost.setup import Setup
@@ -48,7 +48,7 @@ class ActTerm:
     """One saved tensor of one layer for one micro-batch on one GPU."""
 
     name: str
-    bytes: float
+    bytes: Num
     module: str
     """The recompute module that drops it: 'input' (kept even by full recompute), 'layer'
     (dropped only by full recompute), or a Megatron selective-recompute module name."""
@@ -60,19 +60,19 @@ class ActTerm:
 class ActShape:
     """What the inventory depends on (hashable, so the inventory is cached per shape)."""
 
-    tokens: int
+    tokens: Count
     """Tokens of one micro-batch in one CP shard: mbs * seq / cp (before TP/SP splitting)."""
-    seq: int
+    seq: Count
     """Sequence length seen by attention on this GPU (seq / cp): the s of the s^2 terms."""
-    mbs: int
-    tp: int
-    sp: bool
-    etp: int
-    ep: int
-    routing_imbalance: float = 1.0
+    mbs: Count
+    tp: Count
+    sp: Flag
+    etp: Count
+    ep: Count
+    routing_imbalance: Num = 1.0
     implementation: str = "te"
-    memory_efficient_permutation: bool = True
-    ep_overlap: bool = False
+    memory_efficient_permutation: Flag = True
+    ep_overlap: Flag = False
     """EP all-to-all overlapped with compute (Megatron --overlap-moe-expert-parallel-comm): a
     forward micro-batch runs beside a backward one, so their transients coexist."""
 
@@ -135,7 +135,7 @@ def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     return terms
 
 
-def local_kv_terms(sh: ActShape, nh: float, kv_heads: float, head_dim: int) -> list[ActTerm]:
+def local_kv_terms(sh: ActShape, nh: Num, kv_heads: Num, head_dim: int) -> list[ActTerm]:
     """K and V as Megatron-Core 0.19's local ``DotProductAttention`` keeps them (measured on an
     H200, results/validation/gpu-memory.md).
 
@@ -155,7 +155,7 @@ def local_kv_terms(sh: ActShape, nh: float, kv_heads: float, head_dim: int) -> l
     return kv + [ActTerm("attn.rope_cos_sin", 2 * 2 * BF16 * sh.seq * head_dim, "layer")]
 
 
-def core_attention_terms(model: ModelSpec, sh: ActShape, nh: float) -> list[ActTerm]:
+def core_attention_terms(model: ModelSpec, sh: ActShape, nh: Num) -> list[ActTerm]:
     """What the attention kernel keeps beyond Q, K, V and its output."""
     if sh.implementation == "te":
         # Flash / cuDNN fused attention: only the fp32 log-sum-exp per head and query.
@@ -198,7 +198,7 @@ def dense_mlp_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     return terms
 
 
-def expert_tokens(model: ModelSpec, sh: ActShape) -> float:
+def expert_tokens(model: ModelSpec, sh: ActShape) -> Num:
     """Token copies one GPU's experts process per micro-batch on the heaviest EP rank.
 
     Each GPU of the expert grid originates tokens/tp * top_k assignments (sequence parallel);
@@ -307,10 +307,10 @@ def dropped_modules(kind: str, modules: tuple[str, ...]) -> set[str]:
     return out
 
 
-def kept_bytes(terms: tuple[ActTerm, ...], *, full: bool, drop: frozenset[str] | set[str], fp8: bool) -> float:
+def kept_bytes(terms: tuple[ActTerm, ...], *, full: bool, drop: frozenset[str] | set[str], fp8: bool) -> Num:
     """Bytes kept after recompute drops, with FP8 storage of linear inputs (1 byte per element
     plus block scales: TE keeps the FP8 copy it made for the GEMM)."""
-    total = 0.0
+    total: Num = 0.0
     for t in terms:
         if full and t.module != "input":
             continue

@@ -8,6 +8,13 @@ from functools import reduce
 
 import numpy as np
 
+Num = float | np.ndarray
+"""A number of the model, or one per plan of a batch (the search's tables): the formulas take both."""
+Count = int | np.ndarray
+"""An integer (a degree, a count) or one per plan of a batch."""
+Flag = bool | np.ndarray
+"""A switch, or one per plan of a batch."""
+
 
 def where(cond, a, b):
     """``a if cond else b`` for scalars, elementwise for arrays."""

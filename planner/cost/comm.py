@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.cost.arrays import any_true, ceil_log2, maximum, minimum, where
+from planner.cost.arrays import Num, any_true, ceil_log2, maximum, minimum, where
 from planner.cost.compute import BlockTime
 from planner.cost.flops import BF16, ModelShape, Shard
 from planner.cost.rates import Rates
@@ -47,44 +47,44 @@ from planner.cost.topology import GroupSpan
 # ---------------------------------------------------------------------------------------------
 # Collective primitives (pure): time for one GPU of an n-rank group.
 # ---------------------------------------------------------------------------------------------
-def ring_all_reduce_volume(nbytes: float, n: int) -> float:
+def ring_all_reduce_volume(nbytes: Num, n: int) -> Num:
     """Bytes each rank sends (and receives) in a ring all-reduce: 2(n-1)/n of the buffer."""
     return 2.0 * (n - 1) / n * nbytes
 
 
-def ring_gather_volume(nbytes: float, n: int) -> float:
+def ring_gather_volume(nbytes: Num, n: int) -> Num:
     """Bytes each rank sends in a ring reduce-scatter or all-gather of an n-rank buffer: (n-1)/n."""
     return (n - 1) / n * nbytes
 
 
-def all_to_all_volume(nbytes: float, n: int) -> float:
+def all_to_all_volume(nbytes: Num, n: int) -> Num:
     """Bytes each rank sends in an all-to-all of its ``nbytes``: everything but its own share."""
     return (n - 1) / n * nbytes
 
 
-def all_reduce_time(nbytes: float, n: int, busbw: float, latency: float) -> float:
+def all_reduce_time(nbytes: Num, n: int, busbw: Num, latency: Num) -> Num:
     """Ring all-reduce bandwidth term plus the smaller of the ring (2(n-1) steps) and tree
     (2 log2 n levels) latency terms (NCCL picks the tree for small messages)."""
     steps = minimum(2 * (n - 1), 2 * ceil_log2(n))
     return where(n <= 1, 0.0, ring_all_reduce_volume(nbytes, n) / busbw + steps * latency)
 
 
-def gather_time(nbytes: float, n: int, busbw: float, latency: float) -> float:
+def gather_time(nbytes: Num, n: int, busbw: Num, latency: Num) -> Num:
     """Ring reduce-scatter or all-gather of an ``nbytes`` buffer."""
     return where(n <= 1, 0.0, ring_gather_volume(nbytes, n) / busbw + (n - 1) * latency)
 
 
-def nvls_all_reduce_time(nbytes: float, n: int, algbw: float, latency: float) -> float:
+def nvls_all_reduce_time(nbytes: Num, n: int, algbw: Num, latency: Num) -> Num:
     """All-reduce with in-switch reduction: each GPU sends its buffer to the switch once and
     receives the reduced buffer once."""
     return where(n <= 1, 0.0, nbytes / algbw + 2 * latency)
 
 
-def p2p_time(nbytes: float, bw: float, latency: float) -> float:
+def p2p_time(nbytes: Num, bw: Num, latency: Num) -> Num:
     return nbytes / bw + latency
 
 
-def collective_time(op: str, nbytes: float, span: GroupSpan, rates: Rates) -> float:
+def collective_time(op: str, nbytes: Num, span: GroupSpan, rates: Rates) -> Num:
     """Time of 'all_reduce', 'reduce_scatter' or 'all_gather' of an ``nbytes`` buffer on a group
     with this span: flat on NVLink inside one domain, hierarchical across domains. The span's
     fields and the size may be arrays (elementwise)."""
@@ -109,14 +109,14 @@ def collective_time(op: str, nbytes: float, span: GroupSpan, rates: Rates) -> fl
     return where((n <= 1) | (nbytes <= 0), 0.0, where(span.cross_domain, hier, flat) + rates.call(op))
 
 
-def a2a_latency(n: int, hop_s: float, peer_s: float) -> float:
+def a2a_latency(n: int, hop_s: Num, peer_s: Num) -> Num:
     """Latency of one all-to-all on ``n`` ranks: one hop plus a per-peer term (one message to each
     other rank)."""
     return hop_s + (n - 1) * peer_s
 
 
-def a2a_time(bytes_per_token: float, tokens: float, top_k: int, span: GroupSpan, rates: Rates,
-             dispatcher: str | None, max_domains: int | None = None) -> float:
+def a2a_time(bytes_per_token: Num, tokens: Num, top_k: int, span: GroupSpan, rates: Rates,
+             dispatcher: str | None, max_domains: int | None = None) -> Num:
     """One EP dispatch (or combine) on the worst group: ``tokens`` tokens of this GPU each going
     to ``top_k`` experts spread evenly over the group. NVLink and network parts run concurrently.
 
@@ -154,15 +154,15 @@ class CommCost:
     adds to the step (exposed); the rest is hidden behind compute."""
 
     cause: str
-    total: float
-    exposed: float
+    total: Num
+    exposed: Num
 
     @property
-    def hidden(self) -> float:
+    def hidden(self) -> Num:
         return self.total - self.exposed
 
 
-def overlapped(comm: float, capacity: float, interference: float) -> float:
+def overlapped(comm: Num, capacity: Num, interference: Num) -> Num:
     """Exposed time of ``comm`` seconds overlapped with ``capacity`` seconds of compute: what does
     not fit, plus the interference of what does."""
     hidden = minimum(comm, capacity)
@@ -233,13 +233,13 @@ def block_comm(ms: ModelShape, sh: Shard, block: str, bt: BlockTime, spans: dict
     return tuple(out)
 
 
-def tp_collectives(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> tuple[float, float]:
+def tp_collectives(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> tuple[Num, Num]:
     """(all-gather, reduce-scatter) seconds of one micro-batch's activation over the TP group."""
     act = sh.tokens * ms.hidden * BF16  # the gathered activation of one micro-batch
     return collective_time("all_gather", act, span, rates), collective_time("reduce_scatter", act, span, rates)
 
 
-def tp_comm(ms: ModelShape, block: str, bt: BlockTime, collectives: tuple[float, float], rates: Rates,
+def tp_comm(ms: ModelShape, block: str, bt: BlockTime, collectives: tuple[Num, Num], rates: Rates,
             tp_overlap: bool, full: bool) -> CommCost:
     """TP/SP communication of one block: an all-gather in front of each column-parallel GEMM and a
     reduce-scatter after each row-parallel one, their backward mirrors, and the recomputed forward's
@@ -247,7 +247,7 @@ def tp_comm(ms: ModelShape, block: str, bt: BlockTime, collectives: tuple[float,
     interf = rates.overlap_interference
     ag, rs = collectives
 
-    def tp_pair(pre: str, post: str | None) -> tuple[float, float]:
+    def tp_pair(pre: str, post: str | None) -> tuple[Num, Num]:
         """AG in front of GEMM ``pre`` and RS after GEMM ``post``, forward and backward mirrors."""
         f_pre, d_pre, w_pre = bt.gemm(pre)
         f_post, d_post, _ = bt.gemm(post) if post else (0.0, 0.0, 0.0)
@@ -269,7 +269,8 @@ def tp_comm(ms: ModelShape, block: str, bt: BlockTime, collectives: tuple[float,
         return total, exposed
 
     base = block.removesuffix("_swa")
-    tot = exp = 0.0
+    tot: Num = 0.0
+    exp: Num = 0.0
     if base in ("dense", "moe", "mtp"):
         first = "q_down" if ms.attn_kind == "mla" and ms.q_lora else ("kv_down" if ms.attn_kind == "mla" else "qkv")
         t, e = tp_pair(first, "proj")
@@ -289,7 +290,7 @@ def tp_comm(ms: ModelShape, block: str, bt: BlockTime, collectives: tuple[float,
     return CommCost("tp", tot, exp)
 
 
-def cp_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> tuple[float, float, float]:
+def cp_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> tuple[Num, Num, Num]:
     """(forward, backward, share of the attention they hide behind) seconds of ring attention's transfers (Megatron context parallelism):
     cp-1 steps passing this rank's K and V; the backward passes K, V and their gradients."""
     heads = ms.heads // sh.tp
@@ -304,7 +305,7 @@ def cp_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> tu
     return fwd, bwd, (cp - 1) / cp
 
 
-def cp_comm(bt: BlockTime, transfers: tuple[float, float, float], rates: Rates, full: bool) -> CommCost:
+def cp_comm(bt: BlockTime, transfers: tuple[Num, Num, Num], rates: Rates, full: bool) -> CommCost:
     """Ring attention's exposure: each of the cp-1 steps (``share`` of the attention) hides behind
     one step of attention (``bt``)."""
     fwd, bwd, share = transfers
@@ -317,7 +318,7 @@ def cp_comm(bt: BlockTime, transfers: tuple[float, float, float], rates: Rates, 
     return CommCost("cp", total, exposed)
 
 
-def ep_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates, fp8_dispatch: bool) -> float:
+def ep_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates, fp8_dispatch: bool) -> Num:
     """Seconds of one dispatch plus one combine for the heaviest receiver (routing imbalance).
     FP8 dispatch sends 1 byte per element plus 1/128 scales."""
     h = ms.hidden
@@ -329,7 +330,7 @@ def ep_transfers(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates, fp8_d
     return disp + comb
 
 
-def ep_comm(bt: BlockTime, once: float, rates: Rates, flags: CommFlags) -> CommCost:
+def ep_comm(bt: BlockTime, once: Num, rates: Rates, flags: CommFlags) -> CommCost:
     """Dispatch and combine, forward and backward (the backward mirrors them), again in a
     recomputed MoE forward; with EP overlap hidden behind the other micro-batch's layer (``bt``)."""
     total = 2 * once  # forward dispatch+combine, backward combine-grad+dispatch-grad
@@ -355,7 +356,7 @@ def etp_comm(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> CommCo
 # ---------------------------------------------------------------------------------------------
 # Pipeline and data-parallel communication.
 # ---------------------------------------------------------------------------------------------
-def pp_p2p_time(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> float:
+def pp_p2p_time(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> Num:
     """One activation (or gradient) transfer between pipeline neighbours: each TP rank sends its
     sequence-parallel slice [s/tp, b, h] over its own link."""
     nbytes = sh.sp_tokens * ms.hidden * BF16
@@ -365,7 +366,7 @@ def pp_p2p_time(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> flo
     return where(span.size <= 1, 0.0, t)
 
 
-def dp_time(grad_bytes: float, param_bytes: float, span: GroupSpan, sharded: bool, rates: Rates) -> tuple[float, float]:
+def dp_time(grad_bytes: Num, param_bytes: Num, span: GroupSpan, sharded: bool, rates: Rates) -> tuple[Num, Num]:
     """(gradient sync, parameter gather) seconds for one rank's local parameters: reduce-scatter
     plus all-gather when the optimizer is sharded (distributed optimizer, ZeRO), all-reduce when
     it is not (DDP); zero without data parallelism."""

@@ -32,6 +32,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost import activations as act
+from planner.cost.arrays import Num
 from planner.cost.comm import CommCost, CommFlags, block_comm, pp_p2p_time
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
 from planner.cost.constant import ConstantMemory, constant_bytes, rank_params_of
@@ -208,7 +209,7 @@ class KeyTable:
 
     def spans(self, rows: np.ndarray, dims=SPAN_DIMS) -> dict[str, GroupSpan]:
         """Group spans of some keys, as GroupSpans with array fields."""
-        return {d: GroupSpan(d, *(x[rows] for x in self.span_cols[d]), 0, 0) for d in dims}
+        return {d: GroupSpan(d, *(x[rows] for x in self.span_cols[d]), 0, 0) for d in dims}  # type: ignore[call-arg]
 
     def worst_spans(self, row: int) -> dict[str, GroupSpan]:
         """The full spans (worst group members, group counts) of one key, for reports."""
@@ -325,7 +326,7 @@ class CostContext:
             ep_overlap=levers.ep_overlap, recompute=recompute,
             fp8_dispatch=shard.fp8 and shard.dispatcher in ("deepep", "hybridep"))
 
-    def block_cost(self, name: str, compute_rc, comm_rc, levers: Levers) -> BlockCost:
+    def block_cost(self, name: str, compute_rc, comm_rc, levers: Levers | _LeverView) -> BlockCost:
         """One block's time and communication per micro-batch over every block key (arrays):
         ``compute_rc`` is what its compute recomputes, ``comm_rc`` what its communication sees."""
         key = ("block", name, compute_rc, comm_rc, levers.precision, levers.dispatcher, levers.ep_overlap)
@@ -379,6 +380,12 @@ def least_constant_bytes(model, layout: PipelineLayout, cols: dict, options) -> 
     return np.broadcast_to(floor, (pp * n,)).reshape(pp, n)
 
 
+def margin_bytes(hw, job) -> float:
+    """The memory the user keeps free on every GPU: the job's margin in bytes plus its fraction of
+    the usable HBM (the command line's default margin)."""
+    return job.memory_margin_bytes + job.memory_margin_fraction * hw.gpu.hbm_usable_bytes.value
+
+
 def memory_limits(hw, job, assumptions) -> tuple[float, float]:
     """(capacity, allocator fraction): usable HBM less the CUDA context, the user's margin and an
     explicit allocator margin; and the reserved-over-allocated fraction of the allocator settings
@@ -387,7 +394,7 @@ def memory_limits(hw, job, assumptions) -> tuple[float, float]:
     from planner.specs.efficiency import load_efficiency
 
     mem = load_efficiency(hw.generation).memory
-    cap = hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - job.memory_margin_bytes
+    cap = hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - margin_bytes(hw, job)
     if assumptions.allocator_margin_bytes is not None:
         cap -= assumptions.allocator_margin_bytes
     return cap, allocator_fraction(mem, assumptions)
@@ -403,7 +410,7 @@ class _Probe:
         self.efficiency = load_efficiency(hw.generation)
 
 
-def _scatter(parts: list[tuple[np.ndarray, object]], n: int) -> np.ndarray:
+def _scatter(parts: list[tuple[np.ndarray, Num]], n: int) -> np.ndarray:
     if len(parts) == 1 and len(parts[0][0]) == n and np.shape(parts[0][1]) == (n,):
         return np.asarray(parts[0][1], dtype=float)  # one part holding every row, in order
     out = np.empty(n) if sum(len(rows) for rows, _ in parts) == n else np.zeros(n)
@@ -735,7 +742,7 @@ class Costs:
         bk = self.ctx.keys.bk_of[self.batch.key_rows]
         return at(self.ctx.block_cost(name, compute_rc, comm_rc, self.lv), bk)
 
-    def block_constant(self, name: str) -> np.ndarray:
+    def block_constant(self, name: str) -> Num:
         """Bytes of weights, gradients and optimizer state of one block of ``name`` (a decoder
         layer kind, 'embedding', 'head', 'mtp') on one GPU under the plan's sharding levers."""
         from planner.cost.pipeline import block_params
@@ -744,7 +751,7 @@ class Costs:
         dense, expert = block_params(self.ctx.model, name, d.tp, d.ep, d.etp)
         return self.dense_constant(dense, expert)
 
-    def dense_constant(self, dense, expert=0.0) -> np.ndarray:
+    def dense_constant(self, dense, expert=0.0) -> Num:
         """Constant bytes of ``dense`` and ``expert`` parameters per GPU under the plan's levers."""
         from planner.cost.constant import RankParams
 
@@ -753,7 +760,7 @@ class Costs:
                             moments=lv.moments, offload_optimizer=lv.offload_optimizer)
         return cm.total
 
-    def rank_times(self) -> list[np.ndarray]:
+    def rank_times(self) -> list[Num]:
         """Seconds per micro-batch of each rank: compute, exposed communication and p2p."""
         return [rc.per_microbatch for rc in self.ranks()]
 
@@ -784,7 +791,7 @@ class Costs:
         extra = np.maximum(0.0, nbytes / host - fwd) + np.maximum(0.0, nbytes / host - bwd)
         return ActOffload(worst, nbytes, extra, fwd)
 
-    def step_rank_times(self) -> list[np.ndarray]:
+    def step_rank_times(self) -> list[Num]:
         """Rank times with the activation offload's extra seconds on the rank that streams."""
         times = self.rank_times()
         off = self.activation_offload()
@@ -838,6 +845,7 @@ class Costs:
             cur = DataParallel(*(_column(x, n) for x in dp_exposure(
                 grad, param, fsdp, b.micro_batches, rc.fwd, rc.bwd, ctx.rates, ctx.assumptions.dp_overlap)))
             best = cur if best is None else _gating(best, cur)
+        assert best is not None  # pp >= 1 ranks
         return best
 
     def _param_signature(self, r: int) -> tuple:
@@ -859,18 +867,18 @@ class Costs:
         n = b.n_keys
         d = self.key_deg()
         override = optimizer_override(ctx.efficiency)
-        secs = shard = None
+        steps = []
         for r in range(b.pp):
             dense, expert = self.rank_params(r)
             sp = optimizer_shard(lv.sharding, dense, expert, d.dp, d.cp, d.edp)
             tensors = (param_tensors(ctx.model, b.layout.rank_stages(r), d.ep) if ctx.rates.torch_optimizer else 0.0)
             t = _column(optimizer_step_time(sp, dense + expert, lv.moments, lv.offload_optimizer, ctx.rates, override,
                                             tensors), n)
-            if secs is None:
-                secs, shard = t, _column(sp, n)
-            else:
-                later = t > secs
-                secs, shard = np.where(later, t, secs), np.where(later, sp, shard)
+            steps.append((t, _column(sp, n)))
+        secs, shard = steps[0]
+        for t, sp in steps[1:]:  # the slowest rank's step, and its shard
+            later = t > secs
+            secs, shard = np.where(later, t, secs), np.where(later, sp, shard)
         return OptimizerStep(secs, shard)
 
     def step_s(self) -> np.ndarray:
@@ -964,7 +972,7 @@ class Costs:
         opt = self.constant(r).optimizer
         return self._memo("opt_transient", *key, fn=lambda: self._per_variant(
             lambda v: optimizer_transient_of(self.ctx.hw, self.ctx.assumptions, v.moments, v.precision,
-                                             opt[: self.batch.n_keys] if np.ndim(opt) else opt)))
+                                             np.asarray(opt)[: self.batch.n_keys] if np.ndim(opt) else opt)))
 
     def peak_bytes(self, r: int) -> np.ndarray:
         """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation

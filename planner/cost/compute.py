@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.cost.arrays import hashable, maximum, minimum, where
+from planner.cost.arrays import Num, hashable, maximum, minimum, where
 from planner.cost.flops import BF16, FP8, FP32, FusedAttention, Gemm, Kernel, ModelShape, Shard, Stream, block_kernels
 from planner.cost.rates import Rates
 
@@ -47,25 +47,25 @@ GROUPED_GEMM_STREAMS = 4
 LARGE_GEMM = (8192, 8192, 8192)
 
 
-def dim_factor(d: float, half_dim: float, exponent: float) -> float:
+def dim_factor(d: Num, half_dim: Num, exponent: Num) -> Num:
     """Share of the rate one GEMM dimension of size d keeps: x / (1 + x), x = (d / half_dim)^p."""
     x = (d / half_dim) ** exponent
     return x / (1.0 + x)
 
 
-def shape_factor(m: float, n: float, k: float, half_dim: float, exponent: float) -> float:
+def shape_factor(m: Num, n: Num, k: Num, half_dim: Num, exponent: Num) -> Num:
     """Fraction of the large-shape GEMM rate kept at shape (m, n, k), relative to a large GEMM
     (capped at 1). Fit to 18 bf16 shapes measured on an H200 (tests/fixtures/
     h200_kernel_rates.json: thin TP shards, 64-1024 tokens per expert, K of 128-1536 for weight
     gradients): every shape within 10%."""
     f = dim_factor(m, half_dim, exponent) * dim_factor(n, half_dim, exponent) * dim_factor(k, half_dim, exponent)
-    big = 1.0
+    big: Num = 1.0
     for d in LARGE_GEMM:
         big *= dim_factor(d, half_dim, exponent)
     return minimum(1.0, f / big)
 
 
-def gemm_efficiency(m: float, n: float, k: float, recipe: str, rates: Rates, count: int = 1) -> float:
+def gemm_efficiency(m: Num, n: Num, k: Num, recipe: str, rates: Rates, count: int = 1) -> Num:
     """Achieved fraction of the recipe's dense peak for a GEMM of this shape inside a training
     step: the large-shape ceiling of the recipe (MAMF or calibration), the shape factor, the
     sustained fraction and the sensitivity scale (capped at 1). ``count`` GEMMs of a grouped GEMM
@@ -75,7 +75,7 @@ def gemm_efficiency(m: float, n: float, k: float, recipe: str, rates: Rates, cou
     return minimum(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
 
 
-def pass_efficiency(m: float, n: float, k: float, count: int, recipe: str, rates: Rates, issue: str = "grouped") -> float:
+def pass_efficiency(m: Num, n: Num, k: Num, count: int, recipe: str, rates: Rates, issue: str = "grouped") -> Num:
     """:func:`gemm_efficiency` of one pass of ``count`` matrices issued as ``issue``. One
     strided-batched kernel (torch.bmm/baddbmm) schedules the tiles of all its matrices together: a
     thin output dimension no longer leaves SMs idle, so the shape factor sees the batch folded into
@@ -88,8 +88,8 @@ def pass_efficiency(m: float, n: float, k: float, count: int, recipe: str, rates
     return gemm_efficiency(m, n, k, recipe, rates, count)
 
 
-def _gemm_pass(m: float, n: float, k: float, count: int, recipe: str, in_bytes: float, out_bytes: float, rates: Rates,
-               issue: str = "grouped") -> float:
+def _gemm_pass(m: Num, n: Num, k: Num, count: int, recipe: str, in_bytes: Num, out_bytes: Num, rates: Rates,
+               issue: str = "grouped") -> Num:
     flops = 2.0 * m * n * k * count
     eff = pass_efficiency(m, n, k, count, recipe, rates, issue)
     if issue == "batched":
@@ -108,7 +108,7 @@ def gemm_recipe(g: Gemm, fp8: bool, rates: Rates) -> str:
     return "bf16"
 
 
-def gemm_times(g: Gemm, fp8: bool, rates: Rates) -> tuple[float, float, float]:
+def gemm_times(g: Gemm, fp8: bool, rates: Rates) -> tuple[Num, Num, Num]:
     """(forward, data-gradient, weight-gradient) seconds of one GEMM kernel entry."""
     recipe = gemm_recipe(g, fp8, rates)
     inb = FP8 if recipe != "bf16" else BF16
@@ -120,7 +120,7 @@ def gemm_times(g: Gemm, fp8: bool, rates: Rates) -> tuple[float, float, float]:
     return fwd, dgrad, wgrad
 
 
-def attention_times(a: FusedAttention, rates: Rates) -> tuple[float, float]:
+def attention_times(a: FusedAttention, rates: Rates) -> tuple[Num, Num]:
     """(forward, backward) seconds of a fused attention kernel."""
     rate = rates.peak_bf16 * rates.sustained * a.kernel_keys / (a.kernel_keys + rates.flash_half_keys)
     fwd = a.flops / (rate * rates.flash_fwd) + rates.kernel_overhead_s
@@ -128,7 +128,7 @@ def attention_times(a: FusedAttention, rates: Rates) -> tuple[float, float]:
     return fwd, bwd
 
 
-def stream_times(s: Stream, rates: Rates) -> tuple[float, float]:
+def stream_times(s: Stream, rates: Rates) -> tuple[Num, Num]:
     """(forward, backward) seconds of a memory-bound kernel: its bytes over the streaming
     bandwidth, the share on PyTorch's non-vectorized path over ``unvectorized_fraction`` of it."""
     slow_bw = rates.hbm_bw * rates.unvectorized_fraction
@@ -143,39 +143,39 @@ class BlockTime:
     micro-batch on one GPU, by kernel class and pass; recompute is the forward work repeated in the
     backward. FLOPs are per GPU for the same micro-batch."""
 
-    gemm_fwd: float
-    gemm_bwd: float
-    attn_fwd: float
-    attn_bwd: float
-    mem_fwd: float
-    mem_bwd: float
-    recompute: float
-    host_fwd: float
+    gemm_fwd: Num
+    gemm_bwd: Num
+    attn_fwd: Num
+    attn_bwd: Num
+    mem_fwd: Num
+    mem_bwd: Num
+    recompute: Num
+    host_fwd: Num
     """Time the block waits for the host beyond its GPU work in the forward (host-bound, or host
     work a host sync keeps from overlapping the GPU's)."""
-    host_bwd: float
-    hw_flops_fwd: float
-    hw_flops_bwd: float
-    recompute_flops: float
-    gemms: tuple[tuple[str, float, float, float], ...]
+    host_bwd: Num
+    hw_flops_fwd: Num
+    hw_flops_bwd: Num
+    recompute_flops: Num
+    gemms: tuple[tuple[str, Num, Num, Num], ...]
     """(name, forward, dgrad, wgrad) seconds per GEMM, for communication overlap."""
 
     @property
-    def fwd(self) -> float:
+    def fwd(self) -> Num:
         return self.gemm_fwd + self.attn_fwd + self.mem_fwd + self.host_fwd
 
     @property
-    def bwd(self) -> float:
+    def bwd(self) -> Num:
         """Backward including the recomputed forward work."""
         return self.gemm_bwd + self.attn_bwd + self.mem_bwd + self.recompute + self.host_bwd
 
-    def gemm(self, name: str) -> tuple[float, float, float]:
+    def gemm(self, name: str) -> tuple[Num, Num, Num]:
         for n, f, d, w in self.gemms:
             if n == name:
                 return f, d, w
         return 0.0, 0.0, 0.0
 
-    def attention_fwd_bwd(self) -> tuple[float, float]:
+    def attention_fwd_bwd(self) -> tuple[Num, Num]:
         return self.attn_fwd, self.attn_bwd
 
 
@@ -207,7 +207,7 @@ def launches(k: Kernel) -> tuple[int, int]:
     return k.kernels, k.launches_bwd
 
 
-def host_times(k: Kernel, rates: Rates) -> tuple[float, float]:
+def host_times(k: Kernel, rates: Rates) -> tuple[Num, Num]:
     """(forward, backward) host seconds to issue one inventory entry: its kernel launches, plus the
     Python of each Megatron linear-layer call it stands for (``Gemm.linear_calls``, the local
     spec: the module's forward, the autograd function's Python backward and DDP's per-parameter
@@ -225,11 +225,11 @@ class KernelTime:
     None); ``host_f``/``host_b``: the host's seconds to issue it (:func:`host_times`)."""
 
     kernel: Kernel
-    fwd: float
-    dgrad: float
-    wgrad: float | None = None
-    host_f: float = 0.0
-    host_b: float = 0.0
+    fwd: Num
+    dgrad: Num
+    wgrad: Num | None = None
+    host_f: Num = 0.0
+    host_b: Num = 0.0
 
 
 def kernel_times(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> tuple[KernelTime, ...]:
@@ -263,26 +263,32 @@ def block_time(ms: ModelShape, sh: Shard, block: str, rates: Rates, recompute: s
 class KernelSums:
     """A block's kernel times and FLOPs summed by class and pass, before recompute."""
 
-    gemm_fwd: float
-    gemm_bwd: float
-    attn_fwd: float
-    attn_bwd: float
-    mem_fwd: float
-    mem_bwd: float
-    flops_fwd: float
-    flops_bwd: float
-    host_fwd: float
+    gemm_fwd: Num
+    gemm_bwd: Num
+    attn_fwd: Num
+    attn_bwd: Num
+    mem_fwd: Num
+    mem_bwd: Num
+    flops_fwd: Num
+    flops_bwd: Num
+    host_fwd: Num
     """Host seconds to issue the forward / backward (:func:`host_times`)."""
-    host_bwd: float
-    gemms: tuple[tuple[str, float, float, float], ...]
+    host_bwd: Num
+    gemms: tuple[tuple[str, Num, Num, Num], ...]
     syncs: bool = False
     """Some kernel makes the host wait for the GPU in the forward (``Stream.host_sync``)."""
 
 
 def kernel_sums(kts: tuple[KernelTime, ...]) -> KernelSums:
-    g_f = g_b = a_f = a_b = m_f = m_b = 0.0
+    g_f: Num = 0.0
+    g_b: Num = 0.0
+    a_f: Num = 0.0
+    a_b: Num = 0.0
+    m_f: Num = 0.0
+    m_b: Num = 0.0
     fl_f = fl_b = 0.0
-    h_f = h_b = 0.0
+    h_f: Num = 0.0
+    h_b: Num = 0.0
     syncs = False
     named = []
     for kt in kts:
@@ -293,6 +299,7 @@ def kernel_sums(kts: tuple[KernelTime, ...]) -> KernelSums:
         f = kt.fwd
         if isinstance(k, Gemm):
             d, w = kt.dgrad, kt.wgrad
+            assert w is not None  # every GEMM has a weight-gradient pass
             g_f += f
             g_b += d + w
             fl_f += k.flops
@@ -309,7 +316,7 @@ def kernel_sums(kts: tuple[KernelTime, ...]) -> KernelSums:
     return KernelSums(g_f, g_b, a_f, a_b, m_f, m_b, fl_f, fl_b, h_f, h_b, tuple(named), syncs)
 
 
-def _forward_segments(kts) -> tuple[float, float, float]:
+def _forward_segments(kts) -> tuple[Num, Num, Num]:
     """(seconds of the parts closed by host syncs, GPU and host seconds of the open part) of the
     forward of ``kts`` in issue order: at each sync the host waits for every kernel issued so far,
     so a closed part takes the longer of its GPU and host time."""
@@ -331,7 +338,9 @@ def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tu
     the module docstring); the recomputed forward runs before the backward, its last part
     overlapping the backward's issue."""
     s = sums if sums is not None else kernel_sums(kts)
-    rc = fl_rc = h_rc = 0.0
+    rc: Num = 0.0
+    fl_rc: Num = 0.0
+    h_rc: Num = 0.0
     rc_kts = []
     for kt in kts:
         k = kt.kernel

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.arrays import maximum, minimum
+from planner.cost.arrays import Num, maximum, minimum
 from planner.specs.params import Block, embedding_block, head_block, layer_block, mtp_block
 
 
@@ -30,16 +30,17 @@ from planner.specs.params import Block, embedding_block, head_block, layer_block
 class RankParams:
     """Parameters held by one GPU of a pipeline rank, by optimizer group."""
 
-    dense: float
+    dense: Num
     """Non-expert parameters on this GPU (after TP sharding)."""
-    expert: float
+    expert: Num
     """Routed-expert parameters on this GPU (after ETP*EP sharding)."""
-    largest_layer: float
+    largest_layer: Num
     """Parameters of the largest decoder layer on this GPU (FSDP gathers one layer at a time)."""
 
 
-def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[float, float]:
-    dense = expert = 0.0
+def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[Num, Num]:
+    dense: Num = 0.0
+    expert: Num = 0.0
     for c in block.components:
         if c.shard == "expert":
             expert += c.params / (etp * ep)
@@ -63,7 +64,8 @@ def rank_params_of(model, layout, rank: int, tp, etp, ep) -> RankParams:
     blocks = {k: layer_block(model, k) for k in set(model.layer_kinds)}
     per_kind = {k: _per_gpu(b, tp, nkv, etp, ep) for k, b in blocks.items()}
     emb = embedding_block(model)
-    dense = expert = 0.0
+    dense: Num = 0.0
+    expert: Num = 0.0
     largest = 0.0
     has_embedding = False
     needs_embedding_copy = False
@@ -93,18 +95,18 @@ def rank_params_of(model, layout, rank: int, tp, etp, ep) -> RankParams:
 
 @dataclass(frozen=True)
 class ConstantMemory:
-    weights: float
-    gradients: float
-    optimizer: float
+    weights: Num
+    gradients: Num
+    optimizer: Num
     """Master weights and moments left on the GPU (0 when offloaded)."""
-    host_optimizer: float
+    host_optimizer: Num
     """Bytes of optimizer state (and the pinned gradient copy) kept in host memory."""
-    fsdp_buffers: float
+    fsdp_buffers: Num
     """FSDP/ZeRO buffers: gathered full layers (current and prefetched) and the unsharded gradient
     of the layer being reduce-scattered. Reported with the communication buffers (DESIGN.md 3.4)."""
 
     @property
-    def total(self) -> float:
+    def total(self) -> Num:
         """Weights, gradients and optimizer states (the FSDP buffers count as communication)."""
         return self.weights + self.gradients + self.optimizer
 

@@ -14,6 +14,7 @@ from planner.cost.compose import Costs, batch_of_setup, evaluate_batch
 from planner.cost.constant import ConstantMemory
 from planner.cost.pieces import ChunkMemory, held_of
 from planner.cost.schedule import inflight_end_of_warmup, rank_ops
+from planner.cost.setup import Setup
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     pp, vpp, m = b.pp, b.vpp, int(b.micro_batches[0])
     chunks = tuple(c.at(0) for c in costs.chunks(rank))
     const = costs.constant(rank).at(0)
-    comm = _one(costs.comm_buffers()) + const.fsdp_buffers
+    comm = _one(costs.comm_buffers()) + float(const.fsdp_buffers)
     held = held_of([c.kept for c in chunks], lv.offload_activations)
     act_peak = _one(costs.activation_peak(rank))
     opt_t = _one(costs.optimizer_transient(rank))
@@ -130,7 +131,7 @@ def stage_memory(setup, rank: int) -> StageMemory:
 class MemoryReport:
     """The ``memory`` object of one plan (DESIGN.md section 6)."""
 
-    setup: object
+    setup: Setup
     stages: tuple[StageMemory, ...]
     allocator_fraction: float
     """Reserved over allocated bytes (the allocator margin); 0 with an explicit margin in bytes."""
@@ -171,7 +172,16 @@ class MemoryReport:
 
     @property
     def headroom_bytes(self) -> float:
+        """Capacity less the peak: what stays free beyond the user's margin (negative: short)."""
         return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def margin_bytes(self) -> float:
+        """The user's memory margin (bytes plus its part of the usable HBM), already taken out of
+        the capacity: at the peak, headroom + margin bytes are free on the GPU."""
+        from planner.cost.compose import margin_bytes
+
+        return margin_bytes(self.setup.hw, self.setup.job)
 
     def stage_json(self, s: StageMemory) -> dict:
         comps = dict(s.peak_components)
@@ -185,7 +195,7 @@ class MemoryReport:
             "activations_end_of_warmup_bytes": round(s.activations_end_of_warmup),
             "inflight_chunks_end_of_warmup": s.max_inflight,
             "layers": sum(len([layer for layer in c.layers if layer.name.startswith("layer")]) for c in s.chunks),
-            "host_optimizer_bytes": round(s.constant.host_optimizer),
+            "host_optimizer_bytes": round(float(s.constant.host_optimizer)),
         }
 
     def to_json(self) -> dict:
@@ -197,6 +207,7 @@ class MemoryReport:
             "capacity_bytes": round(self.capacity_bytes),
             "fits": self.fits,
             "headroom_bytes": round(self.headroom_bytes),
+            "margin_bytes": round(self.margin_bytes),
             "worst_stage": w.rank,
             "peak_moment": worst["peak_moment"],
             "components": worst["components"],

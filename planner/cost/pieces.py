@@ -27,7 +27,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from planner.cost import activations as act
-from planner.cost.arrays import hashable, maximum, minimum, where
+from planner.cost.arrays import Num, hashable, maximum, minimum, where
 from planner.cost.schedule import inflight_profiles
 from planner.cost.schedules import inflight as schedule_inflight
 
@@ -39,14 +39,14 @@ class LayerMemory:
     """One decoder layer (or the embedding/head/MTP piece) of a chunk, for one micro-batch."""
 
     name: str
-    kept: float
+    kept: Num
     """Bytes held from forward to backward."""
-    fwd_transient: float
+    fwd_transient: Num
     """Peak temporary bytes while its forward runs (dispatch buffers, gathered SP inputs...)."""
-    bwd_transient: float
+    bwd_transient: Num
     """Peak temporary bytes while its backward runs: incoming gradient, recompute window,
     gradient buffers."""
-    full: float
+    full: Num
     """Bytes it would keep without recompute (what the recompute window re-creates)."""
     piece: object = None
     """Identity of the numbers: consecutive layers with the same piece form a run."""
@@ -57,7 +57,7 @@ class LayerMemory:
                            _at(self.full, i), self.piece)
 
 
-def _at(x, i: int) -> float:
+def _at(x, i: int) -> Num:
     return float(x[i]) if np.ndim(x) else float(x)
 
 
@@ -93,7 +93,8 @@ class ChunkMemory:
     def fwd_rise(self):
         """Max over its layers of (kept by earlier layers + this layer's transient + its kept).
         Within a run of identical layers the last one is highest (kept bytes are >= 0)."""
-        best = run = 0.0
+        best: Num = 0.0
+        run: Num = 0.0
         for l, n in self.runs():
             run = run + n * l.kept
             best = maximum(best, run + l.fwd_transient)
@@ -101,7 +102,8 @@ class ChunkMemory:
 
     @property
     def fwd_rise_at(self) -> int:
-        best = run = 0.0
+        best: Num = 0.0
+        run: Num = 0.0
         at = 0
         for i, l in enumerate(self.layers):
             if run + l.fwd_transient + l.kept > best:
@@ -116,7 +118,7 @@ class ChunkMemory:
         if not self.layers:
             return 0.0
         best = None
-        freed = 0.0
+        freed: Num = 0.0
         for l, n in reversed(self.runs()):
             best = l.bwd_transient - freed if best is None else maximum(best, l.bwd_transient - freed)
             freed = freed + n * l.kept
@@ -124,8 +126,8 @@ class ChunkMemory:
 
     @property
     def bwd_rise_at(self) -> int:
-        best = float("-inf")
-        freed = 0.0
+        best: Num = float("-inf")
+        freed: Num = 0.0
         at = len(self.layers) - 1
         for i in range(len(self.layers) - 1, -1, -1):
             l = self.layers[i]
@@ -144,7 +146,7 @@ def _blocks(terms) -> dict[str, list]:
 
 
 def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
-                  fwd_trans: dict[str, float], grad_trans: dict[str, float], grad_out: float,
+                  fwd_trans: dict[str, float], grad_trans: dict[str, float], grad_out: Num,
                   ordered: bool = False) -> LayerMemory:
     """Kept bytes and transients of one layer from its inventory.
 
@@ -162,7 +164,8 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     # Forward: the largest block transient on top of what the layer has saved so far.
     fwd = maximum(*fwd_trans.values()) if fwd_trans else 0.0
     if ordered:
-        peak = prefix = 0.0
+        peak: Num = 0.0
+        prefix: Num = 0.0
         for b, bt in blocks:
             full_bytes = act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8)
             peak = maximum(peak, prefix + full_bytes + fwd_trans.get(b, 0.0))
@@ -184,7 +187,7 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     # re-creates discarded outputs into their own storage (CheckpointWithoutOutput).
     rerun_output = grad_out if full_rc else 0.0
     bwd = 0.0
-    alive = 0.0
+    alive: Num = 0.0
     for i, (b, _) in enumerate(blocks):
         alive = alive + recreated[b] if full_rc else recreated[b]
         window = grad_out + rerun_output + alive + grad_trans.get(b, 0.0)
@@ -290,15 +293,16 @@ class StackedPieces:
     row), with the same interface as :class:`PieceMemory`; ``full_layers`` is per setting."""
 
     def __init__(self, parts: list, n: int):
-        self.parts, self.n, self.cache = parts, n, {}
+        self.parts, self.n = parts, n
+        self.cache: dict[tuple | str, LayerMemory] = {}
 
     def _stack(self, layers: list[LayerMemory]) -> LayerMemory:
         piece = tuple(x.piece for x in layers)
         if piece not in self.cache:
             cols = lambda x: x if isinstance(x, np.ndarray) and x.shape == (self.n,) else np.full(self.n, x, dtype=float)  # noqa: E731
-            self.cache[piece] = LayerMemory(layers[0].name, *(np.concatenate([cols(getattr(x, f)) for x in layers])
-                                                              for f in ("kept", "fwd_transient", "bwd_transient", "full")),
-                                            piece)
+            kept, fwd, bwd, full = (np.concatenate([cols(getattr(x, f)) for x in layers])
+                                    for f in ("kept", "fwd_transient", "bwd_transient", "full"))
+            self.cache[piece] = LayerMemory(layers[0].name, kept, fwd, bwd, full, piece)
         hit = self.cache[piece]
         return hit if hit.name == layers[0].name else LayerMemory(layers[0].name, hit.kept, hit.fwd_transient,
                                                                   hit.bwd_transient, hit.full, piece)
@@ -393,7 +397,8 @@ class _SlicedPieces:
     """View of a PieceMemory's (array) numbers restricted to some plans."""
 
     def __init__(self, base: PieceMemory, idx):
-        self.base, self.idx, self.cache = base, idx, {}
+        self.base, self.idx = base, idx
+        self.cache: dict = {}
 
     @property
     def rc(self):
@@ -504,7 +509,7 @@ def optimizer_transient_of(hw, assumptions, moments: str, precision: str, optimi
     return optimizer_transient_bytes(hw, moments, precision)
 
 
-def optimizer_transient_bytes(hw, moments: str, precision: str) -> float:
+def optimizer_transient_bytes(hw, moments: str, precision: str) -> Num:
     """Optimizer-step temporaries: the fused multi-tensor Adam works in place on chunks, but the
     precision-aware paths (bf16 moments, FP8 primary weights) upcast one parameter bucket to fp32
     at a time; Megatron's distributed optimizer all-gathers updated parameters into the (already

@@ -19,12 +19,13 @@ and the CPU Adam step.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
 
-from planner.cost.arrays import hashable, maximum, minimum
+from planner.cost.arrays import Count, Num, hashable, maximum, minimum
 from planner.cost.comm import CommCost, dp_time, overlapped
 from planner.cost.compute import BlockTime
 from planner.cost.flops import FP32, ModelShape
@@ -35,14 +36,14 @@ from planner.cost.topology import GroupSpan
 # ---------------------------------------------------------------------------------------------
 # The schedule (pure).
 # ---------------------------------------------------------------------------------------------
-def pipeline_time(rank_times: list[float] | tuple[float, ...], micro_batches: int, vpp: int = 1) -> float:
+def pipeline_time(rank_times: Sequence[Num], micro_batches: Count, vpp: int = 1) -> Num:
     """Time of the forward/backward phase of one step: ``m * max + (sum - max) / v`` (equals the
     1F1B ``sum + (m - 1) * max`` when v = 1). Rank times and m may be arrays (elementwise)."""
     slowest = maximum(*rank_times)
     return micro_batches * slowest + (sum(rank_times) - slowest) / vpp
 
 
-def bubble_fraction(pp: int, vpp: int, micro_batches: int) -> float:
+def bubble_fraction(pp: int, vpp: int, micro_batches: int) -> Num:
     """Idle share relative to the ideal time for uniform stages: (p - 1) / (v m)."""
     t = pipeline_time([1.0] * pp, micro_batches, vpp)
     return (t - micro_batches) / micro_batches
@@ -56,16 +57,16 @@ class BlockCost:
     """One block's time for one micro-batch, with its communication (``count`` blocks alike)."""
 
     name: str
-    count: int
+    count: Count
     time: BlockTime
     comm: tuple[CommCost, ...]
 
     @cached_property
-    def compute(self) -> float:
+    def compute(self) -> Num:
         return self.count * (self.time.fwd + self.time.bwd)
 
     @cached_property
-    def exposed(self) -> float:
+    def exposed(self) -> Num:
         """Exposed communication seconds of the ``count`` blocks."""
         return self.count * sum(c.exposed for c in self.comm)
 
@@ -81,38 +82,38 @@ class RankCost:
     rank: int
     """The first rank with these blocks (ranks with equal blocks share one RankCost)."""
     blocks: tuple[BlockCost, ...]
-    p2p_total: float
-    p2p_exposed: float
+    p2p_total: Num
+    p2p_exposed: Num
     keys: object = None
 
     def _plans(self, x):
         return x[self.keys] if self.keys is not None and np.ndim(x) else x
 
-    def sum(self, attr: str) -> float:
+    def sum(self, attr: str) -> Num:
         return self._plans(sum(b.count * getattr(b.time, attr) for b in self.blocks))
 
     @cached_property
-    def fwd(self) -> float:
+    def fwd(self) -> Num:
         return self.sum("fwd")
 
     @cached_property
-    def bwd(self) -> float:
+    def bwd(self) -> Num:
         return self.sum("bwd")
 
     @cached_property
-    def compute(self) -> float:
+    def compute(self) -> Num:
         """Forward and backward seconds per micro-batch, recompute included."""
         return self._plans(sum(b.compute for b in self.blocks))
 
-    def comm(self, exposed: bool = True) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def comm(self, exposed: bool = True) -> dict[str, Num]:
+        out: dict[str, Num] = {}
         for b in self.blocks:
             for c in b.comm:
                 out[c.cause] = out.get(c.cause, 0.0) + b.count * (c.exposed if exposed else c.total)
         return {k: self._plans(v) for k, v in out.items()}
 
     @cached_property
-    def per_microbatch(self) -> float:
+    def per_microbatch(self) -> Num:
         """Seconds per micro-batch on this rank: compute plus exposed communication."""
         return self._plans(sum(b.compute + b.exposed for b in self.blocks)) + self.p2p_exposed
 
@@ -148,7 +149,7 @@ def rank_blocks(ms: ModelShape, chunks, recompute, full_layers_per_chunk: tuple[
     return out
 
 
-def rank_p2p(t_p2p: float, pp: int, vpp: int, compute: float, p2p_overlap: bool, rates: Rates) -> tuple[float, float]:
+def rank_p2p(t_p2p: Num, pp: int, vpp: int, compute: Num, p2p_overlap: bool, rates: Rates) -> tuple[Num, Num]:
     """(total, exposed) pipeline send/receive seconds of one rank per micro-batch: each micro-batch
     crosses each of the rank's chunk boundaries forward and backward (``t_p2p`` each); with
     ``p2p_overlap`` it runs behind the rank's ``compute``."""
@@ -163,18 +164,17 @@ def rank_p2p(t_p2p: float, pp: int, vpp: int, compute: float, p2p_overlap: bool,
 # ---------------------------------------------------------------------------------------------
 # Local parameters and the optimizer step.
 # ---------------------------------------------------------------------------------------------
-_PARAMS: dict[tuple, tuple[object, tuple[float, float]]] = {}
+_PARAMS: dict[tuple, tuple[object, tuple[Num, Num]]] = {}
 
 
-def block_params(model, block: str, tp: int, ep: int, etp: int) -> tuple[float, float]:
+def block_params(model, block: str, tp: int, ep: int, etp: int) -> tuple[Num, Num]:
     """(dense, expert) parameters of one block ('dense'/'moe' layer, 'embedding', 'head', 'mtp') on
     one GPU, by Megatron's sharding of each component (planner.specs.params): TP-split linears /
     tp, K/V / min(tp, kv heads), replicated norms/router/MLA down-projections whole,
     vocabulary-parallel tables / tp, experts / (ep*etp). Cached per model object for scalar
     degrees; array degrees give arrays."""
-    cache = hashable(tp, ep, etp)
-    key = (id(model), block, tp, ep, etp) if cache else None
-    hit = _PARAMS.get(key) if cache else None
+    key = (id(model), block, tp, ep, etp) if hashable(tp, ep, etp) else None
+    hit = _PARAMS.get(key) if key is not None else None
     if hit is not None and hit[0] is model:
         return hit[1]
     from planner.specs import params as P
@@ -185,17 +185,18 @@ def block_params(model, block: str, tp: int, ep: int, etp: int) -> tuple[float, 
     div = {"tp": tp, "tp_kv": minimum(tp, kv), "replicated": 1, "vocab": tp}
     dense = sum(c.params / div[c.shard] for c in blk.components if c.shard != "expert")
     expert = sum(c.params / (ep * etp) for c in blk.components if c.shard == "expert")
-    if cache:
+    if key is not None:
         _PARAMS[key] = (model, (dense, expert))
     return dense, expert
 
 
-def local_params(model, chunks, tp: int, ep: int, etp: int, pp: int) -> tuple[float, float]:
+def local_params(model, chunks, tp: int, ep: int, etp: int, pp: int) -> tuple[Num, Num]:
     """(dense, expert) parameters one GPU of a pipeline rank holds (see :func:`block_params`).
     A tied output head keeps its own copy on the last stage when pp > 1. tp, ep and etp may be
     arrays."""
     kinds = model.layer_kinds
-    dense = expert = 0.0
+    dense: Num = 0.0
+    expert: Num = 0.0
     for ch in chunks:
         names = [kinds[i] for i in ch.layers]
         if ch.embedding:
@@ -212,7 +213,7 @@ def local_params(model, chunks, tp: int, ep: int, etp: int, pp: int) -> tuple[fl
     return dense, expert
 
 
-def param_tensors(model, chunks, ep) -> float:
+def param_tensors(model, chunks, ep) -> Num:
     """Parameter tensors one GPU of a pipeline rank holds, as Megatron-Core's modules keep them
     (fused QKV weight, fc1 with gate and up together, one weight and bias per norm, two or four
     tensors per expert); what the local spec's per-tensor optimizer loops iterate. ``ep`` may be an
@@ -263,7 +264,7 @@ FOREACH_TENSORS_PER_LAUNCH = 110
 TORCH_ADAMW_FOREACH_OPS = 8
 
 
-def optimizer_bytes_per_param(moments: str) -> float:
+def optimizer_bytes_per_param(moments: str) -> Num:
     """HBM bytes per updated parameter of a mixed-precision Adam step (Megatron's fused Adam over
     the distributed-optimizer shard): read and write the fp32 master weight and both moments, read
     the fp32 gradient, write the bf16 model weight."""
@@ -271,8 +272,8 @@ def optimizer_bytes_per_param(moments: str) -> float:
     return 2 * FP32 + 2 * 2 * m + FP32 + 2
 
 
-def optimizer_time(shard_params: float, local_params_: float, moments: str, rates: Rates,
-                   override: float | None = None, tensors: float = 0.0) -> float:
+def optimizer_time(shard_params: Num, local_params_: Num, moments: str, rates: Rates,
+                   override: Num | None = None, tensors: Num = 0.0) -> Num:
     """Memory-bound optimizer step on the GPU: the shard's update plus zeroing the local fp32
     gradient buffer; a few hundred multi-tensor-apply launches. With ``rates.torch_optimizer``
     (the local spec): torch AdamW's foreach passes and Megatron's per-tensor torch fallbacks
@@ -281,18 +282,18 @@ def optimizer_time(shard_params: float, local_params_: float, moments: str, rate
     tensors of the shard, :func:`param_tensors`). Profiled on one H200: 34.8 / 24.4 / 36 ms for
     1.14 B (27 tensors) / 0.76 B (36) / 0.86 B (159 tensors) parameters."""
     if rates.torch_optimizer and override is None:
-        per = TORCH_ADAMW_BYTES_PER_PARAM + TORCH_OPT_EXTRA_BYTES_PER_PARAM
+        per_t = TORCH_ADAMW_BYTES_PER_PARAM + TORCH_OPT_EXTRA_BYTES_PER_PARAM
         foreach = TORCH_ADAMW_FOREACH_OPS * (shard_params / FOREACH_ELEMENTS_PER_LAUNCH
                                              + tensors / FOREACH_TENSORS_PER_LAUNCH)
         kernels = foreach + TORCH_OPT_KERNELS_PER_TENSOR * tensors
-        nbytes = shard_params * per + local_params_ * FP32
+        nbytes = shard_params * per_t + local_params_ * FP32
         return nbytes / rates.hbm_bw + kernels * rates.kernel_overhead_s + tensors * rates.host_launch_s
-    per = override if override is not None else optimizer_bytes_per_param(moments)
+    per: Num = override if override is not None else optimizer_bytes_per_param(moments)
     nbytes = shard_params * per + local_params_ * FP32
     return nbytes / rates.hbm_bw + 200 * rates.kernel_overhead_s
 
 
-def offloaded_optimizer_time(shard_params: float, rates: Rates) -> tuple[float, float, float]:
+def offloaded_optimizer_time(shard_params: Num, rates: Rates) -> tuple[Num, Num, Num]:
     """(total, transfer, cpu) seconds of an optimizer step on the host (Megatron's
     --optimizer-cpu-offload with --overlap-cpu-optimizer-d2h-h2d): fp32 gradients down and bf16
     weights up the host link (full duplex, pipelined with the CPU Adam of earlier buckets)."""
@@ -301,8 +302,8 @@ def offloaded_optimizer_time(shard_params: float, rates: Rates) -> tuple[float, 
     return maximum(transfer, cpu), transfer, cpu
 
 
-def optimizer_step_time(shard_params: float, local_params_: float, moments: str, offload: bool, rates: Rates,
-                        override: float | None = None, tensors: float = 0.0) -> float:
+def optimizer_step_time(shard_params: Num, local_params_: Num, moments: str, offload: bool, rates: Rates,
+                        override: Num | None = None, tensors: Num = 0.0) -> Num:
     """Seconds of the optimizer step: on the host with optimizer offload, else on the GPU."""
     if offload:
         return offloaded_optimizer_time(shard_params, rates)[0]
@@ -316,7 +317,7 @@ def sync_kind(sharding) -> tuple[str, bool]:
     return ("ddp" if sharding.kind == "ddp" else "sharded"), sharding.kind in ("fsdp", "hsdp")
 
 
-def optimizer_shard(sharding, dense: float, expert: float, dp: int, cp: int, edp: int) -> float:
+def optimizer_shard(sharding, dense: Num, expert: Num, dp: int, cp: int, edp: int) -> Num:
     """Parameters whose optimizer state one GPU updates: everything with DDP, the sharding group's
     share with HSDP, else dense parameters over DP x CP and experts over expert-DP (degrees may be
     arrays)."""
@@ -327,8 +328,8 @@ def optimizer_shard(sharding, dense: float, expert: float, dp: int, cp: int, edp
     return dense / (dp * cp) + expert / edp
 
 
-def data_parallel(dense: float, expert: float, spans: dict[str, GroupSpan], sharding: str, rates: Rates,
-                  param_bytes: float) -> tuple[float, float]:
+def data_parallel(dense: Num, expert: Num, spans: dict[str, GroupSpan], sharding: str, rates: Rates,
+                  param_bytes: Num) -> tuple[Num, Num]:
     """(gradient, parameter-gather) seconds of one rank's data-parallel sync per step: dense
     parameters over DP x CP, experts over expert-DP; fp32 gradients (Megatron reduces the fp32
     main-grad buffer), parameters gathered in their training dtype."""
@@ -338,8 +339,8 @@ def data_parallel(dense: float, expert: float, spans: dict[str, GroupSpan], shar
     return g1 + g2, p1 + p2
 
 
-def dp_exposure(grad: float, param: float, fsdp: bool, micro_batches: int, fwd: float, bwd: float, rates: Rates,
-                dp_overlap: bool) -> tuple[float, float, float, float, float, float]:
+def dp_exposure(grad: Num, param: Num, fsdp: bool, micro_batches: Count, fwd: Num, bwd: Num, rates: Rates,
+                dp_overlap: bool) -> tuple[Num, Num, Num, Num, Num, Num]:
     """(gradient, its exposed part, parameter gather, its exposed part, FSDP traffic, its exposed
     part) seconds of one rank's data-parallel sync per step, from its :func:`data_parallel` times
     and its forward/backward seconds per micro-batch (scalars or arrays).
@@ -349,7 +350,8 @@ def dp_exposure(grad: float, param: float, fsdp: bool, micro_batches: int, fwd: 
     parameters before each micro-batch's forward and backward and reduce-scatters the gradients
     after each backward, prefetched behind the rank's compute."""
     interf = rates.overlap_interference
-    fsdp_tot = fsdp_exp = 0.0
+    fsdp_tot: Num = 0.0
+    fsdp_exp: Num = 0.0
     if fsdp:
         fsdp_tot = micro_batches * (2 * param + grad)
         fsdp_exp = overlapped(fsdp_tot, micro_batches * (fwd + bwd), interf)

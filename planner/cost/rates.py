@@ -8,7 +8,7 @@ every time-model function takes the resulting :class:`Rates` (hashable, so costs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from planner.errors import PlannerError
 
@@ -139,8 +139,6 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     the board power limit on one GPU is what a calibration file's back-to-back GEMM loop measures
     (``planner calibrate`` on that H200: 0.72 of the peak, where the profiled steps, two thirds
     element-wise work, ran their GEMMs near the MAMF rate)."""
-    from planner.cost.compute import shape_factor
-
     if profile.compute is None or profile.comm is None:
         raise PlannerError(
             f"The '{profile.generation}' efficiency profile has no compute/comm section; the time model "
@@ -148,66 +146,25 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         )
     c, m = profile.compute, profile.comm
     gemm_half, gemm_exp = c.gemm_half_dim.value, c.gemm_shape_exponent.value
-    ceilings = {recipe: g.fraction for recipe, g in c.gemm.items()}
     peak_bf16 = hw.peak("bf16")
     peak_fp8 = hw.gpu.peak_flops["fp8"].value if "fp8" in hw.gpu.peak_flops else peak_bf16
-    hbm_bw = hw.gpu.hbm_bandwidth.value * c.hbm_fraction.value
-    flash_fwd, flash_bwd, half = c.flash_fwd_fraction.value, c.flash_bwd_fraction.value, c.flash_half_keys.value
-    kernel_overhead = c.kernel_overhead_s.value
+    half = c.flash_half_keys.value
     nv = hw.nvlink.bandwidth_per_direction.value
     nic = hw.scale_out.bandwidth_per_direction.value
-    nvlink_busbw = nv * m.nvlink_fraction.value
-    nvls = nv * m.nvls_fraction.value if hw.nvlink.in_switch_reduction.value else None
-    nic_busbw = nic * m.nic_fraction.value
-    a2a_nvl = {d: nv * f.value for d, f in m.a2a_nvlink_fraction.items()}
-    op_busbw: dict[str, float] = {}
-    p2p_fraction = m.p2p_fraction.value
-    call_s: dict[str, float] = {}
-    a2a_nic = {d: nic * f.value for d, f in m.a2a_nic_fraction.items()}
-
+    r = _Measurable(
+        ceilings={recipe: g.fraction for recipe, g in c.gemm.items()},
+        hbm_bw=hw.gpu.hbm_bandwidth.value * c.hbm_fraction.value,
+        flash_fwd=c.flash_fwd_fraction.value, flash_bwd=c.flash_bwd_fraction.value,
+        kernel_overhead=c.kernel_overhead_s.value,
+        nvlink_busbw=nv * m.nvlink_fraction.value,
+        nvls=nv * m.nvls_fraction.value if hw.nvlink.in_switch_reduction.value else None,
+        nic_busbw=nic * m.nic_fraction.value,
+        a2a_nvl={d: nv * f.value for d, f in m.a2a_nvlink_fraction.items()},
+        a2a_nic={d: nic * f.value for d, f in m.a2a_nic_fraction.items()},
+        p2p_fraction=m.p2p_fraction.value,
+    )
     if calibration is not None:
-        if calibration.hardware.lower() != hw.name.lower() and calibration.hardware.lower() not in [a.lower() for a in hw.aliases]:
-            raise PlannerError(
-                f"Calibration file was measured on '{calibration.hardware}', but the plan runs on '{hw.name}'.",
-                hint="Use a calibration taken on this hardware, or drop --calibration.",
-            )
-        # Each measurement implies a large-shape ceiling through the shape factor; take the median.
-        implied: dict[str, list[float]] = {}
-        for g in calibration.gemm:
-            peak = peak_bf16 if g.recipe in ("bf16", "fp16") else peak_fp8
-            implied.setdefault(g.recipe, []).append(g.tflops * 1e12 / peak / shape_factor(g.m, g.n, g.k, gemm_half, gemm_exp))
-        best = {r: sorted(v)[len(v) // 2] for r, v in implied.items()}
-        ceilings.update(best)
-        if calibration.hbm_bandwidth:
-            hbm_bw = calibration.hbm_bandwidth
-        if calibration.attention:
-            at = calibration.attention
-            rescale = at.keys_per_query / (at.keys_per_query + half)
-            flash_fwd = at.fwd_tflops * 1e12 / peak_bf16 / rescale
-            flash_bwd = at.bwd_tflops * 1e12 / peak_bf16 / rescale
-        if calibration.kernel_overhead_s:
-            kernel_overhead = calibration.kernel_overhead_s
-        for col in calibration.collectives:
-            n = col.ranks
-            if col.op == "all_to_all":
-                table = a2a_nvl if col.span == "nvlink" else a2a_nic
-                table[col.dispatcher or "alltoall"] = col.busbw
-            elif col.span == "nvlink":
-                if col.op == "all_reduce" and nvls is not None:
-                    nvls = col.busbw * n / (2 * (n - 1))  # busbw -> algbw
-                elif col.op in ("all_gather", "reduce_scatter", "all_reduce"):
-                    op_busbw[col.op] = col.busbw
-                elif col.op == "send_recv":
-                    p2p_fraction = col.busbw / nv
-            elif col.op != "send_recv":
-                nic_busbw = col.busbw
-            if col.span == "nvlink" and col.latency_s is not None:
-                # The fit's intercept less the hops the model already charges for this call.
-                hops = _latency_hops(col.op, n, m.nvlink_latency_s.value, m.a2a_peer_latency_s.value)
-                call_s[col.op] = max(0.0, col.latency_s - hops)
-        if op_busbw:  # the other ring collectives (and the hierarchical ones' NVLink part)
-            vals = sorted(op_busbw.values())
-            nvlink_busbw = vals[len(vals) // 2]
+        _calibrate(r, calibration, hw, m, (gemm_half, gemm_exp), (peak_bf16, peak_fp8), half)
 
     s_net = assumptions.network_bandwidth_scale
     host = hw.host
@@ -220,26 +177,26 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         peak_bf16=peak_bf16,
         peak_fp8=peak_fp8,
         fp8_recipe=hw.fp8_recipe,
-        gemm_ceiling=tuple(sorted(ceilings.items())),
+        gemm_ceiling=tuple(sorted(r.ceilings.items())),
         gemm_scale=assumptions.gemm_efficiency_scale,
         gemm_half_dim=gemm_half,
         gemm_shape_exponent=gemm_exp,
-        flash_fwd=flash_fwd, flash_bwd=flash_bwd, flash_half_keys=half,
-        hbm_bw=hbm_bw,
-        kernel_overhead_s=kernel_overhead,
+        flash_fwd=r.flash_fwd, flash_bwd=r.flash_bwd, flash_half_keys=half,
+        hbm_bw=r.hbm_bw,
+        kernel_overhead_s=r.kernel_overhead,
         host_launch_s=c.host_launch_s.value,
         sustained=c.sustained_fraction.value if gpus > 1 else 1.0,
         nvlink_bw=nv * s_net,
-        nvlink_busbw=nvlink_busbw * s_net,
-        nvls_algbw=nvls * s_net if nvls else None,
+        nvlink_busbw=r.nvlink_busbw * s_net,
+        nvls_algbw=r.nvls * s_net if r.nvls else None,
         nic_bw=nic * s_net,
-        nic_busbw=nic_busbw * s_net,
+        nic_busbw=r.nic_busbw * s_net,
         nvlink_latency_s=m.nvlink_latency_s.value,
         nic_latency_s=hw.scale_out.latency_s.value,
-        a2a_nvlink=tuple(sorted((k, v * s_net) for k, v in a2a_nvl.items())),
-        a2a_nic=tuple(sorted((k, v * s_net) for k, v in a2a_nic.items())),
+        a2a_nvlink=tuple(sorted((k, v * s_net) for k, v in r.a2a_nvl.items())),
+        a2a_nic=tuple(sorted((k, v * s_net) for k, v in r.a2a_nic.items())),
         a2a_peer_latency_s=m.a2a_peer_latency_s.value,
-        p2p_fraction=p2p_fraction,
+        p2p_fraction=r.p2p_fraction,
         overlap_interference=m.overlap_interference.value,
         domain_size=hw.domain_size,
         host_kind=host.kind,
@@ -250,9 +207,78 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
                         c.linear_host_bwd_s.value if c.linear_host_bwd_s else 0.0)
                        if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
         torch_optimizer=assumptions.implementation == "megatron-local",
-        nvlink_op_busbw=tuple(sorted((k, v * s_net) for k, v in op_busbw.items())),
-        call_s=tuple(sorted(call_s.items())),
+        nvlink_op_busbw=tuple(sorted((k, v * s_net) for k, v in r.op_busbw.items())),
+        call_s=tuple(sorted(r.call_s.items())),
     )
+
+
+@dataclass
+class _Measurable:
+    """The rates a calibration file can replace: the efficiency profile's until it does."""
+
+    ceilings: dict[str, float]
+    hbm_bw: float
+    flash_fwd: float
+    flash_bwd: float
+    kernel_overhead: float
+    nvlink_busbw: float
+    nvls: float | None
+    nic_busbw: float
+    a2a_nvl: dict[str, float]
+    a2a_nic: dict[str, float]
+    p2p_fraction: float
+    op_busbw: dict[str, float] = field(default_factory=dict)
+    call_s: dict[str, float] = field(default_factory=dict)
+
+
+def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, float], peaks: tuple[float, float],
+               half_keys: float) -> None:
+    """Replace the profile's rates in ``r`` by what a calibration file measured on this hardware."""
+    from planner.cost.compute import shape_factor
+
+    if calibration.hardware.lower() != hw.name.lower() and calibration.hardware.lower() not in [a.lower() for a in hw.aliases]:
+        raise PlannerError(
+            f"Calibration file was measured on '{calibration.hardware}', but the plan runs on '{hw.name}'.",
+            hint="Use a calibration taken on this hardware, or drop --calibration.",
+        )
+    peak_bf16, peak_fp8 = peaks
+    # Each measurement implies a large-shape ceiling through the shape factor; take the median.
+    implied: dict[str, list[float]] = {}
+    for g in calibration.gemm:
+        peak = peak_bf16 if g.recipe in ("bf16", "fp16") else peak_fp8
+        implied.setdefault(g.recipe, []).append(g.tflops * 1e12 / peak / shape_factor(g.m, g.n, g.k, *gemm_shape))
+    r.ceilings.update({recipe: sorted(v)[len(v) // 2] for recipe, v in implied.items()})
+    if calibration.hbm_bandwidth:
+        r.hbm_bw = calibration.hbm_bandwidth
+    if calibration.attention:
+        at = calibration.attention
+        rescale = at.keys_per_query / (at.keys_per_query + half_keys)
+        r.flash_fwd = at.fwd_tflops * 1e12 / peak_bf16 / rescale
+        r.flash_bwd = at.bwd_tflops * 1e12 / peak_bf16 / rescale
+    if calibration.kernel_overhead_s:
+        r.kernel_overhead = calibration.kernel_overhead_s
+    nv = hw.nvlink.bandwidth_per_direction.value
+    for col in calibration.collectives:
+        n = col.ranks
+        if col.op == "all_to_all":
+            table = r.a2a_nvl if col.span == "nvlink" else r.a2a_nic
+            table[col.dispatcher or "alltoall"] = col.busbw
+        elif col.span == "nvlink":
+            if col.op == "all_reduce" and r.nvls is not None:
+                r.nvls = col.busbw * n / (2 * (n - 1))  # busbw -> algbw
+            elif col.op in ("all_gather", "reduce_scatter", "all_reduce"):
+                r.op_busbw[col.op] = col.busbw
+            elif col.op == "send_recv":
+                r.p2p_fraction = col.busbw / nv
+        elif col.op != "send_recv":
+            r.nic_busbw = col.busbw
+        if col.span == "nvlink" and col.latency_s is not None:
+            # The fit's intercept less the hops the model already charges for this call.
+            hops = _latency_hops(col.op, n, m.nvlink_latency_s.value, m.a2a_peer_latency_s.value)
+            r.call_s[col.op] = max(0.0, col.latency_s - hops)
+    if r.op_busbw:  # the other ring collectives (and the hierarchical ones' NVLink part)
+        vals = sorted(r.op_busbw.values())
+        r.nvlink_busbw = vals[len(vals) // 2]
 
 
 def _latency_hops(op: str, n: int, hop_s: float, a2a_peer_s: float) -> float:

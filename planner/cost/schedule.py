@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.cost.arrays import where
+from planner.cost.arrays import Count, where
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def rank_ops(p: int, v: int, m: int, rank: int) -> tuple[Op, ...]:
     return tuple(ops)
 
 
-def profile_microbatches(p: int, v: int, m: int) -> int:
+def profile_microbatches(p: int, v: int, m: Count) -> Count:
     """A micro-batch count with the same in-flight vectors as ``m``: the schedule's steady state
     repeats every p*v virtual micro-batches, so beyond the warm-up, a few periods and the partial
     last group (m mod p) nothing new appears (tests check this against the full schedule)."""
@@ -71,7 +71,7 @@ def inflight_profiles(p: int, v: int, m: int, rank: int):
     """Distinct in-flight count vectors (chunks held per virtual stage) seen just before each
     forward and each backward of each chunk: (before_forward[c], before_backward[c]) as tuples of
     count vectors. Enough to find the peak exactly without walking every op again."""
-    return _inflight_profiles(p, v, profile_microbatches(p, v, m), rank)
+    return _inflight_profiles(p, v, int(profile_microbatches(p, v, m)), rank)
 
 
 @lru_cache(maxsize=8192)
@@ -92,7 +92,7 @@ def _inflight_profiles(p: int, v: int, m: int, rank: int):
 def max_inflight(p: int, v: int, m: int, rank: int) -> int:
     """Most micro-batch chunks rank ``rank`` holds at once (the warm-up count plus one, when the
     steady state is reached)."""
-    return _max_inflight(p, v, profile_microbatches(p, v, m), rank)
+    return _max_inflight(p, v, int(profile_microbatches(p, v, m)), rank)
 
 
 @lru_cache(maxsize=8192)

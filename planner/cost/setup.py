@@ -18,7 +18,7 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.job import Job
 from planner.specs.layout import PipelineLayout, build_layout
 from planner.specs.model import ModelSpec
-from planner.specs.plan import Degrees, Plan, Recompute, Sharding
+from planner.specs.plan import Degrees, Plan, Precision, Recompute, Sharding
 
 
 class Assumptions(Spec):
@@ -91,8 +91,9 @@ class Setup:
         return self.job.global_batch // (self.plan.mbs * self.deg.dp)
 
     @property
-    def precision(self) -> str:
-        return self.plan.precision  # canonical: explicit
+    def precision(self) -> Precision:
+        assert self.plan.precision is not None  # a canonical plan names its precision
+        return self.plan.precision
 
     @property
     def recompute(self) -> Recompute:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.cost.arrays import Num
 from planner.cost.memory import stage_memory
 from planner.cost.pieces import held_of
 from planner.cost.schedule import rank_ops
@@ -48,13 +49,13 @@ def stage_timeline(setup, rank: int) -> list[Event]:
         ch = chunks[op.chunk]
         base = held(counts)
         if op.kind == "F":
-            run = 0.0
+            run: Num = 0.0
             for layer in ch.layers:
                 run += layer.kept
                 add("forward", op.chunk, op.microbatch, layer.name, base + run, layer.fwd_transient)
             counts[op.chunk] += 1
         else:
-            freed = 0.0
+            freed: Num = 0.0
             for layer in reversed(ch.layers):
                 add("backward", op.chunk, op.microbatch, layer.name, base - freed, layer.bwd_transient)
                 freed += layer.kept

@@ -21,52 +21,95 @@ COLORS = {
     "unknown": "#b0b0b0",
 }
 
-MAX_POINTS = 20000
-"""States plotted at most; longer traces keep the per-bucket maxima so peaks stay visible."""
+MAX_POINTS = 4000
+"""States plotted at most (the figure is about 1,300 pixels wide); longer traces keep the per-bucket
+maxima so peaks stay visible."""
+
+CASE_TEXT = {
+    "A": "case A: reserved and allocated are both near the limit: the bytes are really used (shrink the largest "
+         "class at the peak)",
+    "B": "case B: reserved is at the limit while allocated is lower: the caching allocator holds the gap "
+         "(fragmentation, transient staircase or stream pools; recompute does not help)",
+    "fits": "fits: the peak stays under the limit",
+    "unknown": "no limit known: give --capacity GiB or --hw to tell case A from case B",
+}
+"""What each diagnosis means, in the figure's title (planner.memtrace.diagnose)."""
+
+IDLE_SHARE = 0.3
+"""A time axis whose longest pause between two events exceeds this share of the trace is replaced by
+evenly spaced events (a real OOM trace spent 3.5 of its 4.2 s on one flat stretch)."""
+
+OFF_SCALE = 1.6
+"""A limit above this many times the highest reserved value is named, not drawn: drawn, it would
+squash the trace into a flat line at the bottom."""
 
 
-def plot_timeline(tl: Timeline, cl: Classification, report: dict, path: str | Path) -> Path:
-    """Write the PNG; matplotlib is imported here so the CLI starts fast."""
+def timeline_figure(tl: Timeline, cl: Classification, report: dict):
+    """The figure of `memtrace --plot` (matplotlib imported here so the CLI starts fast)."""
     import numpy as np
 
-    from planner.report.plots import _plt, save_figure
+    from planner.report.plots import _plt, wrap_title
 
     plt = _plt()
-
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise PlannerError(f"--plot writes PNG files; '{path}' does not end in .png.")
     series = class_series(tl, cl) / GiB
     reserved = tl.reserved / GiB
+    x, xlabel = np.arange(tl.n_states, dtype=float), "trace event"
     if tl.time_us is not None:
-        x, xlabel = tl.time_us / 1e6, "time since the first recorded event (s)"
-    else:
-        x, xlabel = np.arange(tl.n_states, dtype=float), "trace event"
+        t = tl.time_us / 1e6
+        span = float(t[-1] - t[0]) if len(t) > 1 else 0.0
+        gap = float(np.diff(t).max()) if len(t) > 1 else 0.0
+        if span > 0 and gap > IDLE_SHARE * span:
+            # Drawn against time, the trace would be a flat line across the idle stretch: space the
+            # events evenly instead, and say how long the stretch was.
+            xlabel = (f"trace event (evenly spaced: {gap:.2f} s of the trace's {span:.2f} s pass between two "
+                      "events with nothing allocated or freed)")
+        else:
+            x, xlabel = t, "time since the first recorded event (s)"
     keep = _thin(series.sum(axis=0), MAX_POINTS)
-    fig, ax = plt.subplots(figsize=(12, 5.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(12, 6), dpi=110, layout="constrained")
     ax.stackplot(x[keep], series[:, keep], labels=list(CLASSES), colors=[COLORS[c] for c in CLASSES],
                  step="post", alpha=0.85, linewidth=0)
     ax.step(x[keep], reserved[keep], where="post", color="black", linewidth=1.4, label="reserved")
     diag = report["diagnosis"]
+    top = float(reserved.max()) if len(reserved) else 1.0
+    limit_note = ""
     if diag.get("capacity_bytes"):
-        ax.axhline(diag["capacity_bytes"] / GiB, color="#aa0000", linestyle="--", linewidth=1,
-                   label=f"limit ({diag['capacity_source']})")
+        cap = diag["capacity_bytes"] / GiB
+        if cap <= OFF_SCALE * max(top, 1e-9):
+            ax.axhline(cap, color="#aa0000", linestyle="--", linewidth=1, label=f"limit ({diag['capacity_source']})")
+            top = max(top, cap)
+        else:
+            limit_note = (f"; the limit, {cap:.1f} GiB ({diag['capacity_source']}), is off the scale: the reserved peak "
+                          f"is {top / cap:.0%} of it")
+    ax.set_ylim(0, top * 1.12)
     peak = report["peak"]
-    ax.axvline(x[peak["state"]], color="#333333", linestyle=":", linewidth=1)
-    ax.annotate(f"peak {peak['allocated_bytes'] / GiB:.1f} GiB", (x[peak["state"]], peak["allocated_bytes"] / GiB),
-                xytext=(5, 5), textcoords="offset points", fontsize=8)
+    px, py = x[peak["state"]], peak["allocated_bytes"] / GiB
+    ax.axvline(px, color="#333333", linestyle=":", linewidth=1)
+    ax.plot([px], [py], marker="v", color="#333333", markersize=8, zorder=5)
     for o in report["timeline"]["oom_events"]:
         ax.plot([x[o["event"] + 1]], [o["reserved_bytes"] / GiB], marker="x", color="#aa0000", markersize=9)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("GiB")
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel("GiB (2^30 bytes)")
     case = diag["case"]
-    ax.set_title(f"{Path(report['snapshot']['path']).name}, device {report['snapshot']['device']}: "
-                 f"case {case}" if case in ("A", "B") else f"{Path(report['snapshot']['path']).name}: {case}")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
+    name = Path(report["snapshot"]["path"]).name
+    head = f"{name}, device {report['snapshot']['device']}"
+    peak_text = (f"peak {py:.2f} GiB allocated, {peak['reserved_bytes'] / GiB:.2f} GiB reserved "
+                 "(the dotted line)")
+    ax.set_title(wrap_title(head + ": " + CASE_TEXT.get(case, str(case)) + limit_note, 120) + "\n" + peak_text,
+                 fontsize=10)
+    fig.legend(loc="outside lower center", ncol=5, fontsize=9, frameon=False)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    save_figure(fig, path)
+    return fig
+
+
+def plot_timeline(tl: Timeline, cl: Classification, report: dict, path: str | Path) -> Path:
+    """Write the PNG of :func:`timeline_figure`."""
+    from planner.report.plots import save_figure
+
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise PlannerError(f"--plot writes PNG files; '{path}' does not end in .png.")
+    save_figure(timeline_figure(tl, cl, report), path)
     return path
 
 

@@ -31,47 +31,157 @@ def save_figure(fig, path, what: str = "plot") -> Path:
     return Path(path)
 
 
-def plot_memory_timeline(setup, mem, path: Path) -> tuple[Path, float]:
-    """Memory over one step for the worst stage: stacked by class (constant, communication
-    buffers, activations, transient), the estimated reserved line, capacity, and the peak marked
-    at the value the JSON reports as the worst stage's allocated peak. Returns the file and the
-    marked value in bytes."""
+def wrap_title(text: str, width: int) -> str:
+    """A long title broken into lines of at most ``width`` characters, at spaces, and inside a word
+    longer than that (a plan string: one word of commas) after its commas."""
+    out: list[str] = []
+    for para in text.split("\n"):
+        pieces: list[str] = []
+        for word in para.split(" "):
+            while len(word) > width and "," in word[:width]:
+                cut = word[:width].rindex(",") + 1
+                pieces.append(word[:cut])
+                word = word[cut:]
+            pieces.append(word)
+        line = ""
+        for piece in pieces:
+            glue = "" if line.endswith(",") and piece and not para.count(line + " " + piece) else " "
+            cand = line + glue + piece if line else piece
+            if len(cand) > width and line:
+                out.append(line)
+                line = piece
+            else:
+                line = cand
+        out.append(line)
+    return "\n".join(out)
+
+
+def layout_problems(fig) -> list[str]:
+    """What a reader would stumble on, measured on the drawn figure: text outside the figure
+    (clipped titles, labels, legends), and titles, annotations and legends on top of each other or a
+    legend over a plotting area. Empty when the figure is clean (tests assert it)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    items: list[tuple[str, object]] = []
+    for t in fig.texts:
+        if t.get_visible() and t.get_text():
+            items.append((f"figure text {t.get_text()[:40]!r}", t.get_window_extent(renderer)))
+    for leg in fig.legends:
+        items.append(("figure legend", leg.get_window_extent(renderer)))
+    axes_boxes = []
+    for i, ax in enumerate(fig.axes):
+        if not ax.get_visible():
+            continue
+        axes_boxes.append((i, ax.get_window_extent(renderer)))
+        for name, t in (("title", ax.title), ("left title", ax._left_title), ("right title", ax._right_title),
+                        ("x label", ax.xaxis.label), ("y label", ax.yaxis.label)):
+            if t.get_visible() and t.get_text():
+                items.append((f"axes {i} {name} {t.get_text()[:40]!r}", t.get_window_extent(renderer)))
+        for t in ax.texts:
+            if t.get_visible() and t.get_text():
+                items.append((f"axes {i} text {t.get_text()[:40]!r}", t.get_window_extent(renderer)))
+        leg = ax.get_legend()
+        if leg is not None and leg.get_visible():
+            items.append((f"axes {i} legend", leg.get_window_extent(renderer)))
+    out = []
+    for name, b in items:
+        if b.x0 < box.x0 - 1 or b.x1 > box.x1 + 1 or b.y0 < box.y0 - 1 or b.y1 > box.y1 + 1:
+            out.append(f"{name} is clipped by the figure's edge")
+    for a in range(len(items)):
+        for b in range(a + 1, len(items)):
+            (na, ba), (nb, bb) = items[a], items[b]
+            if ba.overlaps(bb) and min(ba.x1, bb.x1) - max(ba.x0, bb.x0) > 1 and min(ba.y1, bb.y1) - max(ba.y0, bb.y0) > 1:
+                out.append(f"{na} overlaps {nb}")
+    for name, b in items:
+        if "legend" in name and name.startswith("figure"):
+            for i, ab in axes_boxes:
+                if b.overlaps(ab) and min(b.y1, ab.y1) - max(b.y0, ab.y0) > 1 and min(b.x1, ab.x1) - max(b.x0, ab.x0) > 1:
+                    out.append(f"{name} covers axes {i}")
+    return out
+
+
+STAGE_COLORS = ["#4c72b0", "#8172b2", "#55a868", "#dd8452"]
+STAGE_LABELS = ["constant (weights, grads, optimizer)", "communication buffers", "activations", "transient"]
+
+
+def memory_timeline_figure(setup, mem):
+    """The figure of `explain --plot`: one panel per pipeline stage (small multiples on a shared
+    memory axis), each with its memory over one step stacked by class, the estimated reserved line,
+    the capacity, and its peak marked (the worst stage's panel in red); the plan in a wrapped title,
+    one legend under the panels. Returns (figure, the worst stage's marked allocated peak, bytes)."""
+    import math
+
     import numpy as np
 
     from planner.cost.timeline import stage_timeline
 
     plt = _plt()
-    worst = mem.worst
-    events = stage_timeline(setup, worst.rank)
-    x = np.arange(len(events))
-    const = np.array([e.constant for e in events]) / GiB
-    comm = np.array([e.comm_buffers for e in events]) / GiB
-    acts = np.array([e.activations for e in events]) / GiB
-    trans = np.array([e.transient for e in events]) / GiB
-    total = const + comm + acts + trans
-    reserved_line = np.maximum.accumulate(total) * (1 + mem.allocator_fraction)
-    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=110)
-    ax.stackplot(x, const, comm, acts, trans, labels=["constant (weights, grads, optimizer)", "communication buffers",
-                                                       "activations", "transient"],
-                 colors=["#4c72b0", "#8172b2", "#55a868", "#dd8452"], alpha=0.85, step="post")
-    ax.plot(x, reserved_line, color="black", lw=1.2, label="reserved (estimate: running peak + allocator margin)")
+    pp = setup.deg.pp
+    ncols = 1 if pp == 1 else min(4 if pp <= 16 else 8, pp)
+    nrows = math.ceil(pp / ncols)
+    width = 11 if pp == 1 else 13
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 2.2 + (4.3 if pp == 1 else 2.3) * nrows), dpi=110,
+                             sharex=False, sharey=True, squeeze=False, layout="constrained")
     cap = mem.capacity_bytes / GiB
-    ax.axhline(cap, color="red", ls="--", lw=1, label=f"capacity {cap:.1f} GiB")
-    i = int(np.argmax(total))
-    peak = worst.peak_bytes / GiB
-    ax.plot([i], [peak], marker="v", color="crimson", ms=10, zorder=5)
-    ax.annotate(f"peak {peak:.1f} GiB allocated\n{events[i].phase}, {events[i].layer}", (i, peak),
-                textcoords="offset points", xytext=(10, 8), fontsize=9)
-    ax.set_xlabel("events through one step (forward and backward layers in schedule order, then the optimizer)")
-    ax.set_ylabel("GiB (2^30 bytes) per GPU")
-    ax.set_title(f"{setup.model.name} on {setup.hw.name}: stage {worst.rank} of {setup.deg.pp}, plan {setup.plan.to_string()}",
-                 fontsize=9)
-    ax.set_ylim(0, max(cap, reserved_line.max()) * 1.08)
-    ax.legend(loc="lower center", fontsize=8, framealpha=0.9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = save_figure(fig, path)
-    return path, float(total[i] * GiB)
+    worst = mem.worst
+    marked = 0.0
+    top = cap
+    drawn = []
+    for rank in range(pp):
+        ax = axes[rank // ncols][rank % ncols]
+        events = stage_timeline(setup, rank)
+        x = np.arange(len(events))
+        parts = [np.array([getattr(e, k) for e in events]) / GiB
+                 for k in ("constant", "comm_buffers", "activations", "transient")]
+        total = sum(parts)
+        reserved = np.maximum.accumulate(total) * (1 + mem.allocator_fraction)
+        top = max(top, float(reserved.max()))
+        ax.stackplot(x, *parts, labels=STAGE_LABELS, colors=STAGE_COLORS, alpha=0.85, step="post")
+        ax.plot(x, reserved, color="black", lw=1.1, label="reserved (estimate: running peak + allocator margin)")
+        ax.axhline(cap, color="red", ls="--", lw=1, label=f"capacity {cap:.1f} GiB (usable HBM less context and margin)")
+        i = int(np.argmax(total))
+        stage = mem.stages[rank]
+        is_worst = rank == worst.rank
+        ax.plot([i], [stage.peak_bytes / GiB], marker="v", color="crimson" if is_worst else "#444444",
+                ms=8 if pp > 1 else 10, zorder=5, label="peak (allocated)")
+        peak_reserved = mem.reserved(stage) / GiB
+        title = f"stage {rank}: peak {peak_reserved:.1f} GiB" + (" (worst)" if is_worst else "")
+        if pp == 1:
+            e = events[i]
+            title += f", allocated {stage.peak_bytes / GiB:.1f} GiB at the {e.phase} of {e.layer or 'the step'}"
+        ax.set_title(title, fontsize=9 if pp > 1 else 10, color="crimson" if is_worst else "black",
+                     fontweight="bold" if is_worst else "normal")
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7 if pp > 4 else 9)
+        if is_worst:
+            marked = float(total[i] * GiB)
+        drawn.append(ax)
+    for k in range(pp, nrows * ncols):
+        axes[k // ncols][k % ncols].set_visible(False)
+    for ax in drawn:
+        ax.set_ylim(0, top * 1.08)
+    for r in range(nrows):
+        axes[r][0].set_ylabel("GiB per GPU", fontsize=9)
+    for ax in drawn:  # the lowest panel of each column names the x axis
+        below = [o for o in drawn if o is not ax and o.get_subplotspec().colspan == ax.get_subplotspec().colspan
+                 and o.get_subplotspec().rowspan.start > ax.get_subplotspec().rowspan.start]
+        if not below:
+            ax.set_xlabel("events: each layer's forward and backward in schedule order, then the optimizer"
+                          if pp == 1 else "events in schedule order", fontsize=8 if pp > 1 else 9)
+    handles, labels = drawn[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4 if pp > 1 else 3, fontsize=9, frameon=False)
+    head = (f"{setup.model.name} on {setup.hw.name}, {setup.job.gpus:,} GPUs: memory per GPU over one step, "
+            f"{'every pipeline stage' if pp > 1 else 'one stage'} (GiB = 2^30 bytes)")
+    fig.suptitle(head + "\n" + wrap_title("plan " + setup.plan.to_string(), 130 if pp > 1 else 110), fontsize=10)
+    return fig, marked
+
+
+def plot_memory_timeline(setup, mem, path: Path) -> tuple[Path, float]:
+    """Write `explain --plot`'s PNG (:func:`memory_timeline_figure`). Returns the file and the worst
+    stage's marked allocated peak in bytes (the JSON's ``allocated_peak_bytes``)."""
+    fig, marked = memory_timeline_figure(setup, mem)
+    return save_figure(fig, path), marked
 
 
 # Step-time causes in the order the compare figure stacks them (compute first, then what is
@@ -84,7 +194,7 @@ _CAUSE_COLORS = {
 }
 
 
-def plot_compare(out: dict, path: Path) -> Path:
+def compare_figure(out: dict):
     """`planner compare --plot`: per hardware, tokens/s per GPU (MFU on the bar), the best plan's
     step time by cause, and peak memory against capacity. A hardware with no plan keeps its place
     on the axis and says why not."""
@@ -97,7 +207,7 @@ def plot_compare(out: dict, path: Path) -> Path:
     names = [e["hardware"]["name"] for e in entries]
     x = np.arange(len(names))
     ok = [e["status"] == "ok" for e in entries]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 6.4), dpi=110)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 7.2), dpi=110, layout="constrained")
     ax = axes[0]
     tps = [e["summary"]["tokens_per_s_per_gpu"] if k else 0.0 for e, k in zip(entries, ok)]
     bars = ax.bar(x, tps, color="#4c72b0")
@@ -127,16 +237,14 @@ def plot_compare(out: dict, path: Path) -> Path:
         bottom += v
     ax.set_ylabel("seconds per step (critical path)")
     ax.set_title("step time by cause", fontsize=10)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     ax = axes[2]
     cap = [e["hardware"]["hbm_usable_bytes"] / GiB for e in entries]
     peak = [e["summary"]["peak_bytes"] / GiB if k else 0.0 for e, k in zip(entries, ok)]
     capacity = [e["summary"]["capacity_bytes"] / GiB if k else c for e, k, c in zip(entries, ok, cap)]
-    ax.bar(x - 0.2, peak, width=0.4, color="#55a868", label="peak (worst stage, reserved estimate)")
+    ax.bar(x - 0.2, peak, width=0.4, color="#1b9e77", label="peak (worst stage, reserved estimate)")
     ax.bar(x + 0.2, capacity, width=0.4, color="#cccccc", label="capacity")
     ax.set_ylabel("GiB (2^30 bytes) per GPU")
     ax.set_title("memory", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left")
     for a in axes:
         a.set_xticks(x)
         a.set_xticklabels(names, rotation=20, fontsize=8)
@@ -144,9 +252,22 @@ def plot_compare(out: dict, path: Path) -> Path:
     j = out["job"]
     fig.suptitle(f"{out['model']['name']}: {j['gpus']:,} GPUs, global batch {j['global_batch']:,} x seq {j['seq_len']:,}",
                  fontsize=11)
-    fig.tight_layout()
-    path = save_figure(fig, path)
-    return path
+    # One legend for the step-time causes and the memory bars, under the panels at a readable size.
+    handles, labels = [], []
+    for a in (axes[1], axes[2]):
+        h, lab = a.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(3, max(len(labels), 1)), fontsize=9,
+               frameon=False)
+    return fig
+
+
+def plot_compare(out: dict, path: Path) -> Path:
+    """Write `planner compare --plot`'s PNG (:func:`compare_figure`)."""
+    return save_figure(compare_figure(out), path)
+
+
 
 
 def plot_sweep(out: dict, path: Path) -> Path:

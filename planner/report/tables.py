@@ -63,6 +63,31 @@ def header_lines(setup) -> list[str]:
     return lines
 
 
+def margin_text(hw, job, margin_bytes: float) -> str:
+    """How the capacity is made: usable HBM, less the CUDA context and the memory margin, said
+    once above a table (why the margin, and how to drop it)."""
+    from planner.cost.efficiency_access import memory_constants
+
+    usable = hw.gpu.hbm_usable_bytes.value
+    context = memory_constants(hw).cuda_context_bytes.value
+    if job.memory_margin_fraction and not job.memory_margin_bytes:
+        why = (f" ({job.memory_margin_fraction:.0%} of usable HBM, the default: planner's largest measured memory "
+               "error, rounded up; --memory-margin 0 ranks plans up to the edge)")
+    elif margin_bytes:
+        why = " (--memory-margin)"
+    else:
+        why = " (--memory-margin 0: plans may reach the capacity)"
+    return (f"capacity = {fmt_gib(usable)} usable HBM - {fmt_gib(context)} CUDA context - {fmt_gib(margin_bytes)} "
+            f"memory margin{why}; headroom = capacity - peak")
+
+
+def headroom_text(mem: dict) -> str:
+    """Headroom of a plan's memory JSON as GiB and a share of its capacity."""
+    h = mem["headroom_bytes"]
+    share = h / mem["capacity_bytes"] if mem["capacity_bytes"] > 0 else 0.0
+    return f"{h / GiB:.1f} ({share:.0%})" if h >= 0 else f"short {-h / GiB:.1f}"
+
+
 def moment_text(moment: dict) -> str:
     w = moment.get("window")
     where = f"chunk {moment.get('chunk')}, micro-batch {moment.get('microbatch')}, {moment.get('layer')}"
@@ -87,14 +112,17 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
     for k in CLASSES:
         t.add_column(k.replace("_", " "), justify="right")
     t.add_column("peak", justify="right")
+    t.add_column("headroom", justify="right")
     t.add_column("moment")
+    cap = mj["capacity_bytes"]
     for s in mj["stages"]:
         row = [str(s["rank"])] + [f"{s['components'][k] / GiB:.1f}" for k in CLASSES] + [f"{s['peak_bytes'] / GiB:.1f}"]
+        row.append(headroom_text({"headroom_bytes": cap - s["peak_bytes"], "capacity_bytes": cap}))
         row.append(s["peak_moment"]["window"].replace("_", " "))
         style = "bold" if s["rank"] == mj["worst_stage"] else None
         t.add_row(*row, style=style)
     c.print(t)
-    cap = mj["capacity_bytes"]
+    c.print(margin_text(setup.hw, setup.job, mj.get("margin_bytes", 0.0)))
     worst = mj["worst_stage"]
     verdict = (f"[green]fits[/green]: {fmt_gib(mj['headroom_bytes'])} headroom" if mj["headroom_bytes"] >= 0
                else f"[red]does not fit[/red]: short by {fmt_gib(-mj['headroom_bytes'])}")
@@ -145,15 +173,17 @@ def print_search(result, out: dict, saved=None) -> None:
 
     sv = out["solver"]
     c.print("solver: " + esc(status_line(sv)).replace(sv["status"], f"[bold]{sv['status']}[/bold]", 1))
+    if out["plans"]:
+        c.print(margin_text(h, j, out["plans"][0]["memory"].get("margin_bytes", 0.0)))
     t = Table(title="Ranked plans (peak = worst stage's estimated reserved memory; GiB = 2^30 B)")
-    for col, just in (("#", "right"), ("plan", "left"), ("peak / capacity", "right"), ("step", "right"),
-                      ("tok/s/GPU", "right"), ("MFU", "right"), ("bottleneck", "left")):
+    for col, just in (("#", "right"), ("plan", "left"), ("peak / capacity", "right"), ("headroom", "right"),
+                      ("step", "right"), ("tok/s/GPU", "right"), ("MFU", "right"), ("bottleneck", "left")):
         # Plans wrap rather than truncate: every key matters to whoever launches it.
         t.add_column(col, justify=just, overflow="fold")
     for p in out["plans"]:
         mem, tm = p["memory"], p["time"]
         t.add_row(str(p["rank"]), p["plan_string"], f"{mem['peak_bytes'] / GiB:.1f} / {mem['capacity_bytes'] / GiB:.1f}",
-                  fmt_time(tm["step_time_s"]), f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
+                  headroom_text(mem), fmt_time(tm["step_time_s"]), f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
                   tm.get("bottleneck", ""))
     c.print(t)
     if out.get("sensitivity"):

@@ -122,5 +122,5 @@ class HardwareSpec(Spec):
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; bf16 when the GPU lacks that dtype."""
-        entry = self.gpu.peak_flops.get(dtype) or self.gpu.peak_flops["bf16"]
+        entry = self.gpu.peak_flops.get(dtype) or self.gpu.peak_flops["bf16"]  # type: ignore[call-overload]  # any name; unknown ones fall back
         return entry.value

@@ -63,18 +63,21 @@ class _Config:
         return default
 
     def integer(self, field: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        value = self.optional_integer(field, minimum) if default is None else self._whole(field, default, minimum)
+        assert value is not None  # only a None default gives None, and optional_integer returns it
+        return value
+
+    def optional_integer(self, field: str, minimum: int = 1) -> int | None:
+        return None if self._get(field, None) is None else self._whole(field, _MISSING, minimum)
+
+    def _whole(self, field: str, default: Any, minimum: int) -> int:
         value = self._get(field, default)
-        if value is None:
-            return value
         # JSON has one number type: accept 4096.0, refuse True and 4096.5.
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
             raise self.error(field, f"must be a whole number, not {_short(value)}")
         if value < minimum:
             raise self.error(field, f"must be at least {minimum}, not {_short(value)}")
         return int(value)
-
-    def optional_integer(self, field: str, minimum: int = 1) -> int | None:
-        return self.integer(field, None, minimum)
 
     def boolean(self, field: str, default: Any = _MISSING) -> bool:
         value = self._get(field, default)

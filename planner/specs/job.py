@@ -23,13 +23,17 @@ class Job(Spec):
     """Global batch per optimizer step, in sequences (at most 2^24)."""
     seq_len: Annotated[int, NotBool, Field(gt=0, le=MAX_SEQ_LEN)]
     """Tokens per sequence (at most 2^24)."""
-    precisions: list[Precision] = Field(default_factory=lambda: ["bf16"], min_length=1)
+    precisions: list[Precision] = Field(default_factory=lambda: list[Precision](["bf16"]), min_length=1)
     """Compute precisions the job allows; the first is the default of a plan that names none."""
     domain_fill: GpuCount | None = None
     """Use only this many GPUs of each NVLink domain (e.g. 64 of an NVL72 rack's 72); None lets
     planner choose the largest count that keeps NVLink-bound groups whole."""
     memory_margin_bytes: ByteMargin = 0.0
     """Extra memory the user keeps free on every GPU, bytes (on top of the allocator margin)."""
+    memory_margin_fraction: Annotated[float, NotBool, Field(ge=0.0, le=0.5)] = 0.0
+    """Part of the usable HBM kept free on every GPU besides ``memory_margin_bytes`` (the command
+    line's default margin, :data:`planner.options.DEFAULT_MEMORY_MARGIN`; 0 in a Job built in
+    Python: plans may then reach the capacity)."""
     source: str | None = Field(None, max_length=4096)
     """Where this job comes from (a paper's run), if anywhere."""
 

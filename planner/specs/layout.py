@@ -104,9 +104,12 @@ def _expand_seq(text: str, s: str, i: int, depth: int) -> tuple[str, int]:
             add(c)
             i += 1
         else:  # a run of plain symbols; its last one may carry '*n'
-            end = _PLAIN.match(s, i).end()
+            plain = _PLAIN.match(s, i)
+            assert plain is not None  # s[i] is not one of "()*" here
+            end = plain.end()
             if end < len(s) and s[end] == "*" and s[end - 1] in "EtmL":
                 n, nxt = _repeat_count(text, s, end)
+                assert n is not None  # s[end] is a '*'
                 if total + (end - 1 - i) + n > MAX_LAYOUT_SYMBOLS:
                     raise _layout_error(text, f"expands to more than {MAX_LAYOUT_SYMBOLS:,} symbols")
                 add(s[i:end - 1] + s[end - 1] * n)

@@ -172,8 +172,9 @@ def resolve_run(run: RunSpec):
         from planner.launchers.megatron.read import job_from_script
 
         arch = _has_architecture(run.megatron_args)
+        # Runs that happened are predicted at the edge: the planning margin has no part in "did it fit".
         sj = job_from_script(run.megatron_args, model=None if arch else run.model, hw=run.hardware, gpus=run.gpus,
-                             model_overrides=dict(run.model_overrides) or None)
+                             model_overrides=dict(run.model_overrides) or None, memory_margin_gib=0.0)
         model, job, plan = sj.model, sj.job, sj.plan
         # Without architecture flags the reader's model hints are Megatron's defaults, not the run's.
         disagree = list(sj.mismatches) if arch else []
@@ -191,11 +192,11 @@ def resolve_run(run: RunSpec):
         reader = Reader(plan.to_string(), model.name, sj.model_source, disagree, flags, list(sj.notes))
         if job.global_batch != run.global_batch or job.seq_len != run.seq_len:
             job = resolve_job(model, gpus=run.gpus, global_batch=run.global_batch, seq_len=run.seq_len,
-                              precision=job.default_precision)
+                              precision=job.default_precision, memory_margin_gib=0.0)
     else:
         model = _apply_overrides(load_model(run.model), dict(run.model_overrides))
         job = resolve_job(model, gpus=run.gpus, global_batch=run.global_batch, seq_len=run.seq_len,
-                          precision=run.precision)
+                          precision=run.precision, memory_margin_gib=0.0)
         plan = Plan.parse(run.plan)
     return model, hw, job, plan, assumptions, reader
 

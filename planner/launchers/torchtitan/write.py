@@ -94,8 +94,10 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
         "--training.global_batch_size", str(job.global_batch),
         "--training.seq_len", str(job.seq_len),
     ]
-    if plan.pp > 1:
-        ov += ["--training.disable_cuda_graphs"]  # Trainer.Config: CUDA graphs do not support PP yet
+    if plan.pp > 1 or (model.is_moe and deg.ep > 1):
+        # Trainer.Config: CUDA graphs do not support PP yet, and with EP only the MinimalAsyncEP or
+        # HybridEP (non-blocking) dispatchers, not the all-to-all one planner's EP plans use here.
+        ov += ["--training.disable_cuda_graphs"]
     if plan.moments == "bf16":
         ov += ["--optimizer.implementation", "fused_opt_states_bf16"]
     rc = plan.recompute

@@ -1,0 +1,593 @@
+"""Read a Megatron-Bridge launch back into planner's terms: a ``run_recipe.py`` script (read as
+bash would, nothing run: :mod:`planner.launchers.bash`), a file of ``KEY=VALUE`` overrides, or a
+ConfigContainer YAML (the nested override file Bridge's examples merge with ``--config-file``, or
+the whole configuration ``--dry-run`` and ``logger.save_config_filepath`` save) -> recipe,
+overrides -> job, plan and model.
+
+Settings a file leaves out take the recipe's value (``RECIPE_DEFAULTS``, where planner knows the
+recipe; otherwise Megatron-Core's default, with a note naming each). Nothing is dropped silently:
+every override is used (it sets a plan, job or model value), ignored (data, logging, learning rate,
+checkpoint paths: no effect on memory or time) or listed as not modeled by planner.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import PlannerError
+from planner.launchers.bridge.recipes import RECIPE_DEFAULTS, has_comm_overlap, model_for_recipe
+
+# run_recipe.py's convenience options and the ConfigContainer field each sets (COMMON_OVERRIDE_FIELDS).
+CONVENIENCE = {
+    "-ms": "train.train_iters", "--max_steps": "train.train_iters",
+    "-gb": "train.global_batch_size", "--global_batch_size": "train.global_batch_size",
+    "-mb": "train.micro_batch_size", "--micro_batch_size": "train.micro_batch_size",
+    "-sl": "dataset.seq_length", "--seq_length": "dataset.seq_length",
+    "-tp": "model.tensor_model_parallel_size", "--tensor_model_parallel_size": "model.tensor_model_parallel_size",
+    "-pp": "model.pipeline_model_parallel_size", "--pipeline_model_parallel_size": "model.pipeline_model_parallel_size",
+    "-cp": "model.context_parallel_size", "--context_parallel_size": "model.context_parallel_size",
+    "-vp": "model.virtual_pipeline_model_parallel_size",
+    "--virtual_pipeline_model_parallel_size": "model.virtual_pipeline_model_parallel_size",
+    "-ep": "model.expert_model_parallel_size", "--expert_model_parallel_size": "model.expert_model_parallel_size",
+    "-etp": "model.expert_tensor_parallel_size", "--expert_tensor_parallel_size": "model.expert_tensor_parallel_size",
+    "--lr": "optimizer.lr", "--min_lr": "optimizer.min_lr", "--warmup_iters": "scheduler.lr_warmup_iters",
+    "--pretrained_checkpoint": "checkpoint.pretrained_checkpoint", "--save_dir": "checkpoint.save",
+    "--load_dir": "checkpoint.load", "--save_interval": "checkpoint.save_interval",
+}
+_RUNNER_VALUE_OPTS = {"--recipe", "--model", "--mode", "--step-func", "--step_func", "--dataset"}
+_RUNNER_SWITCHES = {"--dry-run", "--dry_run", "--deterministic", "--dump-env", "--dump_env"}
+
+USED = {
+    "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+    "model.virtual_pipeline_model_parallel_size", "model.context_parallel_size", "model.expert_model_parallel_size",
+    "model.expert_tensor_parallel_size", "model.sequence_parallel", "model.pipeline_model_parallel_layout",
+    "model.num_layers_in_first_pipeline_stage", "model.num_layers_in_last_pipeline_stage",
+    "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split",
+    "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers", "model.recompute_modules",
+    "model.cpu_offloading", "model.cpu_offloading_num_layers", "model.fine_grained_activation_offloading",
+    "model.offload_modules", "model.cuda_graph_impl", "model.cuda_graph_scope", "model.cuda_graph_modules",
+    "model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend", "model.overlap_moe_expert_parallel_comm",
+    "comm_overlap.overlap_moe_expert_parallel_comm", "model.moe_shared_expert_overlap", "model.mtp_num_layers",
+    "model.seq_length", "optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction",
+    "optimizer.use_precision_aware_optimizer", "optimizer.main_grads_dtype", "optimizer.main_params_dtype",
+    "optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype", "optimizer.use_distributed_optimizer",
+    "ddp.use_distributed_optimizer", "ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
+    "ddp.num_distributed_optimizer_instances", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
+    "checkpoint.ckpt_format", "train.micro_batch_size", "train.global_batch_size", "dataset.seq_length",
+    "mixed_precision",
+}
+_IGNORED_PREFIXES = ("logger.", "checkpoint.", "scheduler.", "tokenizer.", "profiling.", "rng.", "dist.",
+                     "rerun_state_machine.", "straggler.", "ft.", "nvrx_straggler.", "validation.", "env_vars.",
+                     "inprocess_restart.")
+_IGNORED = {"train.train_iters", "train.eval_iters", "train.eval_interval", "train.manual_gc",
+            "train.manual_gc_interval", "optimizer.lr", "optimizer.min_lr", "optimizer.weight_decay",
+            "optimizer.adam_beta1", "optimizer.adam_beta2", "optimizer.adam_eps", "optimizer.clip_grad",
+            "model.apply_rope_fusion", "model.moe_permute_fusion", "model.bias_activation_fusion",
+            "model.cross_entropy_loss_fusion", "model.cross_entropy_fusion_impl", "model.gradient_accumulation_fusion",
+            "model.init_method_std", "model.moe_aux_loss_coeff", "model.moe_router_load_balancing_type",
+            "model.moe_z_loss_coeff", "model.mtp_loss_scaling_factor", "model.moe_router_bias_update_rate"}
+
+MAX_VALUE_CHARS = 16384
+
+
+@dataclass
+class BridgeArgs:
+    """What a Megatron-Bridge launch says, before it meets a model."""
+
+    kind: str
+    """'script' (run_recipe.py under bash), 'overrides' (a bare KEY=VALUE list), 'yaml' (a whole
+    ConfigContainer) or 'yaml-overrides' (a nested override file)."""
+    recipe: str | None
+    values: dict[str, Any]
+    """ConfigContainer field path -> value (the last override of a field wins, as in Hydra)."""
+    launcher: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# values: Hydra's override grammar (the part launches use), bounded
+# ---------------------------------------------------------------------------------------------
+
+def hydra_parse(text: str) -> Any:
+    """A Hydra override value: null/true/false, numbers, quoted strings, [a, b] lists (nested),
+    else the text as a string. Raises PlannerError on an unbalanced quote or bracket."""
+    if len(text) > MAX_VALUE_CHARS:
+        raise PlannerError(f"An override value is {len(text):,} characters long; planner reads up to {MAX_VALUE_CHARS:,}.")
+    value, rest = _value(text.strip(), 0)
+    if rest.strip():
+        raise PlannerError(f"Override value {text!r} has text after its end: {rest.strip()!r}.")
+    return value
+
+
+def _value(s: str, depth: int) -> tuple[Any, str]:
+    if depth > 8:
+        raise PlannerError("An override value nests lists more than 8 deep.")
+    if s.startswith("["):
+        items: list = []
+        s = s[1:].lstrip()
+        if s.startswith("]"):
+            return items, s[1:]
+        while True:
+            item, s = _value(s.lstrip(), depth + 1)
+            items.append(item)
+            s = s.lstrip()
+            if s.startswith(","):
+                s = s[1:]
+                continue
+            if s.startswith("]"):
+                return items, s[1:]
+            raise PlannerError("An override list is missing its closing ']'.")
+    if s[:1] in ("'", '"'):
+        q = s[0]
+        out, i = [], 1
+        while i < len(s):
+            c = s[i]
+            if c == "\\" and i + 1 < len(s):
+                out.append(s[i + 1])
+                i += 2
+                continue
+            if c == q:
+                return "".join(out), s[i + 1:]
+            out.append(c)
+            i += 1
+        raise PlannerError(f"An override value has an unclosed {q} quote.")
+    m = re.match(r"[^,\[\]]*", s)
+    word = m.group(0).strip() if m else ""
+    return _scalar(word), s[len(m.group(0)) if m else 0:]
+
+
+def _scalar(word: str) -> Any:
+    low = word.lower()
+    if low in ("null", "~", "none"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    if re.fullmatch(r"[-+]?[0-9]+", word):
+        return int(word)
+    if re.fullmatch(r"[-+]?([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+", word):
+        return float(word)
+    return word
+
+
+# ---------------------------------------------------------------------------------------------
+# sources: a script, an override list, a YAML
+# ---------------------------------------------------------------------------------------------
+
+def _is_runner(word: str) -> bool:
+    base = word.rsplit("/", 1)[-1]
+    return base in ("run_recipe.py", "run_script.py")
+
+
+def read_bridge_text(text: str, label: str = "<file>", environ: dict | None = None, args=()) -> BridgeArgs:
+    """The launch a file holds (script, override list or YAML), without choosing a model."""
+    stripped = text.lstrip()
+    if label.endswith((".yaml", ".yml")) or _looks_like_yaml(stripped):
+        return _from_yaml(text, label)
+    from planner.launchers.bash import run_script
+    from planner.launchers.megatron.read import _LAUNCHERS, _TORCHRUN_VALUE_OPTS
+
+    run = run_script(text, environ=environ, args=args)
+    found = [(c, next(i for i, w in enumerate(c.argv) if _is_runner(w)))
+             for c in run.commands if any(_is_runner(w) for w in c.argv)]
+    notes = list(run.notes)
+    if found:
+        cmd, idx = found[0]
+        if len(found) > 1:
+            notes.append(f"the script starts {len(found)} Megatron-Bridge commands; planner reads the first (line {cmd.line})")
+        launcher: dict[str, str] = {}
+        head = cmd.argv[:idx]
+        if any(w.rsplit("/", 1)[-1] in _LAUNCHERS or w in _LAUNCHERS for w in head):
+            j = 0
+            while j < len(head):
+                key, eq, val = head[j].partition("=")
+                if key in _TORCHRUN_VALUE_OPTS:
+                    if not eq and j + 1 < len(head):
+                        val = head[j + 1]
+                        j += 1
+                    launcher[key.replace("_", "-")] = val
+                j += 1
+        out = _from_argv(cmd.argv[idx + 1:], "script")
+        out.launcher, out.env = launcher, dict(cmd.env)
+    else:
+        words = [w for c in run.commands for w in c.argv]
+        if not words or not all("=" in w or w.startswith("-") or w in _runner_values(words) for w in words):
+            raise PlannerError(
+                "Found no Megatron-Bridge launch in the file: no command it runs starts run_recipe.py, it is not a "
+                "list of KEY=VALUE overrides, and it is not a ConfigContainer YAML.",
+                hint="Give the script that runs scripts/training/run_recipe.py, a file of overrides "
+                "(model.tensor_model_parallel_size=2 ...), or a Bridge YAML.")
+        out = _from_argv(words, "overrides")
+        out.env = dict(run.commands[-1].env) if run.commands else {}
+    out.unresolved, out.not_run = list(run.unresolved), list(run.not_run)
+    out.notes = notes + out.notes
+    return out
+
+
+def _runner_values(words: list[str]) -> set[str]:
+    return {words[i + 1] for i, w in enumerate(words[:-1]) if w in _RUNNER_VALUE_OPTS or w in CONVENIENCE}
+
+
+def _looks_like_yaml(text: str) -> bool:
+    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
+    return bool(re.match(r"[A-Za-z_][A-Za-z0-9_]*:(\s|$)", first))
+
+
+def _from_argv(argv: list[str], kind: str) -> BridgeArgs:
+    recipe = model_stem = None
+    common: list[tuple[str, str]] = []
+    trailing: list[tuple[str, str]] = []
+    unknown: list[str] = []
+    i = 0
+    while i < len(argv):
+        w = argv[i]
+        opt, eq, inline = w.partition("=")
+        if opt in _RUNNER_VALUE_OPTS or opt in CONVENIENCE:
+            val = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+            i += 1 if eq else 2
+            if val is None:
+                unknown.append(f"{opt} (expects a value: run_recipe.py's parser refuses it)")
+                continue
+            if opt == "--recipe":
+                recipe = val
+            elif opt == "--model":
+                model_stem = val
+            elif opt in CONVENIENCE:
+                common.append((CONVENIENCE[opt], val))
+            continue
+        i += 1
+        if w in _RUNNER_SWITCHES:
+            continue
+        if w.startswith("-"):
+            unknown.append(f"{w} (not a run_recipe.py option)")
+            continue
+        key, eq, val = w.partition("=")
+        if not eq:
+            unknown.append(f"{w} (not a KEY=VALUE override)")
+            continue
+        trailing.append((key, val))
+    if recipe is None and model_stem is not None:
+        recipe = f"{model_stem}_pretrain_config"
+    values: dict[str, Any] = {}
+    for key, val in common + trailing:  # run_recipe.py: the trailing override wins
+        key = key.lstrip("+")
+        if key.startswith("~"):
+            values.pop(key[1:], None)
+            continue
+        values[key] = hydra_parse(val)
+    return BridgeArgs(kind, recipe, values, unknown=unknown)
+
+
+def _from_yaml(text: str, label: str) -> BridgeArgs:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PlannerError(f"'{label}' is not YAML planner can read: {str(exc).splitlines()[0]}.") from None
+    if not isinstance(data, dict):
+        raise PlannerError(f"'{label}' is YAML but not a mapping of ConfigContainer sections (model:, train:, ...).")
+    values: dict[str, Any] = {}
+
+    def walk(prefix: str, obj, depth: int) -> None:
+        if depth > 12:
+            raise PlannerError(f"'{label}' nests more than 12 levels deep.")
+        if isinstance(obj, dict) and not (prefix and "_target_" in obj and str(obj["_target_"]).startswith("torch.")):
+            for k, v in obj.items():
+                if k == "_target_":
+                    continue
+                walk(f"{prefix}.{k}" if prefix else str(k), v, depth + 1)
+        else:
+            values[prefix] = _yaml_value(obj)
+
+    walk("", data, 0)
+    recipe = values.pop("recipe", None) if isinstance(values.get("recipe"), str) else None
+    # A whole ConfigContainer (what --dry-run saves) names its class; an override file does not and
+    # leaves the rest to its recipe.
+    whole = "ConfigContainer" in str(data.get("_target_", ""))
+    return BridgeArgs("yaml" if whole else "yaml-overrides", recipe, values)
+
+
+def _yaml_value(obj):
+    """A dtype written as {_target_: torch.bfloat16} reads as 'bf16'."""
+    if isinstance(obj, dict) and "_target_" in obj:
+        return {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(obj["_target_"],
+                                                                                              obj["_target_"])
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# values -> plan, job
+# ---------------------------------------------------------------------------------------------
+
+_DTYPES = {"fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
+           "torch.bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "torch.float16": "fp16"}
+
+
+@dataclass
+class BridgeJob:
+    """A Bridge launch in planner's terms (what check --bridge reports)."""
+
+    source: str
+    args: BridgeArgs
+    model: Any
+    model_source: str
+    hardware: Any
+    hardware_source: str
+    job: Any
+    plan: Any
+    notes: list[str]
+    defaults_used: list[str]
+    """Plan-relevant fields the file leaves to the recipe (or to Megatron-Core's default)."""
+
+
+def _int(values: dict, key: str, default=None):
+    v = values.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            return int(str(v))
+        except ValueError:
+            raise PlannerError(f"{key}={v!r}: Megatron-Bridge expects an integer there.") from None
+    if v < 0 or v > 2**24:
+        raise PlannerError(f"{key}={v} is out of range.")
+    return v
+
+
+def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[str]]:
+    """(plan mapping, job mapping, notes, fields taken from the recipe's defaults)."""
+    from planner.launchers.megatron.read import _pipeline_from_flags
+    from planner.specs.plan import RECOMPUTE_MODULES
+
+    given = args.values
+    defaults = RECIPE_DEFAULTS.get(args.recipe or "", {}) if args.kind != "yaml" else {}
+    used_defaults: list[str] = []
+    notes: list[str] = []
+
+    def val(key, fallback=None):
+        if key in given:
+            return given[key]
+        if key in defaults:
+            used_defaults.append(key)
+            return defaults[key]
+        return fallback
+
+    tp = _int({"v": val("model.tensor_model_parallel_size", 1)}, "v", 1)
+    pp = _int({"v": val("model.pipeline_model_parallel_size", 1)}, "v", 1)
+    cp = _int({"v": val("model.context_parallel_size", 1)}, "v", 1)
+    vpp_v = val("model.virtual_pipeline_model_parallel_size")
+    ep = _int({"v": val("model.expert_model_parallel_size", 1)}, "v", 1) if model.is_moe else 1
+    etp = _int({"v": val("model.expert_tensor_parallel_size")}, "v") if model.is_moe else None
+    mbs = _int({"v": val("train.micro_batch_size", 1)}, "v", 1)
+
+    layout = val("model.pipeline_model_parallel_layout")
+    if isinstance(layout, list):  # a YAML's layout as per-stage lists of module names
+        layout = "|".join("".join({"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}.get(str(x), "?")
+                                  for x in stage) for stage in layout)
+    if pp > 1 and layout is None and "model.pipeline_model_parallel_layout" not in given and \
+            args.recipe == "deepseek_v3_pretrain_config" and ("model.pipeline_model_parallel_size" in given or
+                                                              "model.virtual_pipeline_model_parallel_size" in given):
+        notes.append("the recipe rebuilds its pipeline layout for the PP/VPP given (set_deepseek_v3_pipeline_model_"
+                     "parallel_layout); planner reads Megatron's even split instead")
+    mv = {
+        "num_layers": str(model.num_layers), "mtp_num_layers": str(model.mtp_layers),
+        "pipeline_model_parallel_layout": layout,
+        "decoder_first_pipeline_num_layers": val("model.num_layers_in_first_pipeline_stage"),
+        "decoder_last_pipeline_num_layers": val("model.num_layers_in_last_pipeline_stage"),
+        "account_for_embedding_in_pipeline_split": val("model.account_for_embedding_in_pipeline_split", False),
+        "account_for_loss_in_pipeline_split": val("model.account_for_loss_in_pipeline_split", False),
+        "num_virtual_stages_per_pipeline_rank": vpp_v,
+    }
+    mv = {k: (str(v) if isinstance(v, int) and not isinstance(v, bool) else v) for k, v in mv.items() if v is not None}
+    vpp, layout_text = _pipeline_from_flags(mv, pp, notes) if pp > 1 else (1, None)
+
+    gran = val("model.recompute_granularity")
+    recompute = "none"
+    if gran == "selective":
+        mods = val("model.recompute_modules") or ["core_attn"]
+        mods = [str(m) for m in (mods if isinstance(mods, list) else [mods])]
+        kept = [m for m in mods if m in RECOMPUTE_MODULES]
+        args.unknown += [f"model.recompute_modules {m} (not modeled by planner)" for m in mods if m not in kept]
+        recompute = "+".join(kept) if kept else "none"
+    elif gran == "full":
+        method, n = val("model.recompute_method"), _int({"v": val("model.recompute_num_layers")}, "v")
+        if method == "block" and n is not None:
+            recompute = f"full:{n}"
+        else:
+            recompute = "full"
+            if method == "uniform" and n and n > 1:
+                notes.append(f"full recompute in uniform groups of {n} layers modeled as per-layer full recompute")
+    elif gran not in (None, "null"):
+        raise PlannerError(f"model.recompute_granularity={gran!r}: Megatron-Core accepts full, selective or null.")
+
+    opt_off = bool(val("optimizer.optimizer_cpu_offload", False))
+    frac = val("optimizer.optimizer_offload_fraction", 0.0 if opt_off else None)
+    if opt_off and (frac is None or float(frac) < 1.0):
+        notes.append(f"optimizer.optimizer_offload_fraction={frac} (Bridge's default is 0.0) modeled as offloading "
+                     "all of the optimizer")
+    act_off = bool(val("model.fine_grained_activation_offloading", False)) or bool(val("model.cpu_offloading", False))
+    if val("model.cpu_offloading", False):
+        notes.append("model.cpu_offloading (layer-level offload) modeled as offload=activations")
+    offload = {(False, False): "none", (True, False): "optimizer", (False, True): "activations",
+               (True, True): "optimizer+activations"}[(opt_off, act_off)]
+
+    mp = val("mixed_precision", "bf16_mixed")
+    mp_name = mp if isinstance(mp, str) else "bf16_mixed"
+    if "nvfp4" in mp_name or "fp4" in mp_name:
+        raise PlannerError(f"mixed_precision={mp_name}: the launch trains in NVFP4; planner's precisions are bf16 and fp8.")
+    precision = "fp8" if "fp8" in mp_name else "bf16"
+    if "fp8" in mp_name and "subchannel" not in mp_name and "mxfp8" not in mp_name:
+        notes.append(f"mixed_precision={mp_name}: planner models the hardware's FP8 recipe (blockwise on Hopper, "
+                     "MXFP8 on Blackwell)")
+    if mp_name.startswith("fp16"):
+        notes.append("fp16 mixed precision modeled as bf16 (same bytes)")
+    if args.kind == "yaml" and isinstance(given.get("mixed_precision.fp8"), str):
+        precision = "fp8"
+    m1 = _DTYPES.get(str(val("optimizer.exp_avg_dtype", "fp32")), "fp32")
+    m2 = _DTYPES.get(str(val("optimizer.exp_avg_sq_dtype", "fp32")), "fp32")
+    moments = "bf16" if (m1, m2) == ("bf16", "bf16") else "fp32"
+    if {m1, m2} != {moments}:
+        notes.append("Adam moment dtypes other than both-fp32 or both-bf16 modeled as fp32")
+    if _DTYPES.get(str(val("optimizer.main_grads_dtype", "fp32")), "fp32") != "fp32":
+        notes.append("bf16 main gradients (precision-aware optimizer) modeled as fp32 gradients")
+
+    instances = _int({"v": val("ddp.num_distributed_optimizer_instances", 1)}, "v", 1) or 1
+    if val("ddp.use_megatron_fsdp", False):
+        strategy = val("ddp.data_parallel_sharding_strategy", "optim_grads_params")
+        sharding = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}.get(
+            str(strategy))
+        if sharding is None:
+            raise PlannerError(f"ddp.data_parallel_sharding_strategy={strategy}: Megatron FSDP accepts no_shard, "
+                               "optim, optim_grads or optim_grads_params.")
+        sharding_instances = instances
+    elif val("ddp.use_distributed_optimizer", val("optimizer.use_distributed_optimizer", False)):
+        sharding, sharding_instances = "dist_opt", 1
+        if instances > 1:
+            notes.append(f"partial distributed optimizer ({instances} instances) modeled as dist_opt over all of DP")
+    else:
+        sharding, sharding_instances = "ddp", 1
+
+    dispatcher = None
+    if model.is_moe:
+        kind = val("model.moe_token_dispatcher_type", "allgather")
+        if kind == "flex":
+            dispatcher = str(val("model.moe_flex_dispatcher_backend", "deepep") or "deepep")
+            if dispatcher == "ncclep":
+                notes.append("ncclep flex backend modeled as deepep")
+                dispatcher = "deepep"
+        else:
+            if kind != "alltoall":
+                notes.append(f"{kind} token dispatcher modeled as alltoall")
+            dispatcher = "alltoall"
+    on_comm = has_comm_overlap(args.recipe or "") is not False
+    ep_key = "comm_overlap.overlap_moe_expert_parallel_comm" if on_comm else "model.overlap_moe_expert_parallel_comm"
+    ep_overlap = bool(given.get(ep_key, given.get("model.overlap_moe_expert_parallel_comm", False)))
+
+    graphs = val("model.cuda_graph_impl", "none")
+    if graphs not in (None, "none"):
+        args.unknown.append(f"model.cuda_graph_impl={graphs} (CUDA graphs: not modeled by planner)")
+
+    plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
+                offload=offload, precision=precision, moments=moments, layout=layout_text, dispatcher=dispatcher,
+                ep_overlap="on" if ep_overlap else "off")
+    seq = _int({"v": given.get("dataset.seq_length", given.get("model.seq_length"))}, "v")
+    if seq is None:
+        seq = _int({"v": val("dataset.seq_length")}, "v")
+    job = {"global_batch": _int({"v": val("train.global_batch_size")}, "v"), "seq_len": seq,
+           "precisions": [precision], "_instances": sharding_instances}
+    return plan, job, notes, used_defaults
+
+
+def _classify(args: BridgeArgs) -> None:
+    for key in args.values:
+        if key in USED or key.startswith("model.") and key.split(".", 1)[1] in _ARCHITECTURE:
+            continue
+        if key in _IGNORED or key.startswith(_IGNORED_PREFIXES) or (key.startswith("dataset.") and key != "dataset.seq_length"):
+            args.ignored.append(key)
+        elif args.kind == "yaml":
+            continue  # a whole ConfigContainer holds every field: only those planner reads matter
+        else:
+            args.unknown.append(f"{key} (not modeled by planner)")
+
+
+_ARCHITECTURE = {"num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                 "kv_channels", "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk", "vocab_size",
+                 "moe_shared_expert_intermediate_size", "q_lora_rank", "kv_lora_rank"}
+
+
+def _yaml_model(args: BridgeArgs):
+    """The catalog model a whole-ConfigContainer YAML's model section describes (layers, width,
+    heads, experts), or None."""
+    from planner.specs.catalog import catalog_names, load_model
+
+    v = args.values
+    if v.get("model.num_layers") is None or v.get("model.hidden_size") is None:
+        return None
+    found = {}
+    for name in catalog_names("models"):
+        m = load_model(name)
+        experts = m.moe.num_experts if m.moe else None
+        if (m.num_layers, m.hidden_size, m.attention.num_heads, m.ffn.hidden_size) == (
+                v.get("model.num_layers"), v.get("model.hidden_size"), v.get("model.num_attention_heads"),
+                v.get("model.ffn_hidden_size", m.ffn.hidden_size)) and experts == (v.get("model.num_moe_experts") or None):
+            found[m.name] = m
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
+def read_source(source) -> tuple[str, str]:
+    if not isinstance(source, Path):
+        return source, "<file>"
+    from planner.files import MAX_SCRIPT_BYTES, read_text
+
+    return read_text(source, "Megatron-Bridge launch", MAX_SCRIPT_BYTES), str(source)
+
+
+def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, gpus: int | None = None,
+                    global_batch: int | None = None, seq_len: int | None = None, precision: str | None = None,
+                    job_file=None, domain_fill: int | None = None, memory_margin_gib: float | None = None,
+                    environ: dict | None = None, script_args=()) -> BridgeJob:
+    """Read a Bridge launch (a Path, or its text) into the model, hardware, job and plan it runs;
+    options given here win over what the file says."""
+    from planner.launchers.common import export_canonical
+    from planner.options import resolve_job
+    from planner.specs.catalog import load_hardware, load_model
+    from planner.specs.plan import Plan
+
+    text, label = read_source(source)
+    args = read_bridge_text(text, label, environ, script_args)
+    _classify(args)
+    if model:
+        m, model_source = load_model(model), "--model"
+    else:
+        name = model_for_recipe(args.recipe) if args.recipe else None
+        m = load_model(name) if name else (_yaml_model(args) if args.kind == "yaml" else None)
+        model_source = f"recipe {args.recipe}" if name else "the YAML's model section"
+        if m is None:
+            what = f"the recipe {args.recipe!r} is not one planner knows" if args.recipe else "it names no recipe"
+            raise PlannerError(f"planner cannot tell which model '{label}' trains: {what}.",
+                               hint="Pass --model (a catalog name, model YAML or config.json).")
+    if args.recipe and args.recipe not in RECIPE_DEFAULTS and args.kind != "yaml":
+        args.notes.append(f"{args.recipe} is not a recipe planner knows the defaults of: what the file leaves out is "
+                          "read as Megatron-Core's default")
+    hardware_source = "--hw"
+    if not hw:
+        hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
+        hardware_source = "the model's reference job"
+    if not hw:
+        raise PlannerError("No hardware given.", hint="Pass --hw: the launch does not say which GPUs it runs on.")
+    h = load_hardware(hw)
+    plan_map, job_map, notes, defaults_used = plan_values(args, m)
+    world = gpus
+    if world is None:
+        nproc, nnodes = args.launcher.get("--nproc-per-node"), args.launcher.get("--nnodes", "1")
+        if nproc and nproc.isdigit() and (nnodes or "").isdigit():
+            world = int(nproc) * int(nnodes)
+        elif str(args.env.get("WORLD_SIZE", "")).isdigit():
+            world = int(args.env["WORLD_SIZE"])
+    missing = [opt for key, opt, have in (("gpus", "--gpus", world), ("seq_len", "--seq-len", seq_len or job_map["seq_len"]))
+               if have is None]
+    if missing:
+        raise PlannerError(f"The launch does not give the value of {' or '.join(missing)}.",
+                           hint="Pass " + " and ".join(missing) + ".")
+    gbs = global_batch or job_map["global_batch"]
+    tp, pp, cp = plan_map["tp"], plan_map["pp"], plan_map["cp"]
+    if gbs is None and world % (tp * pp * cp) == 0:
+        gbs = plan_map["mbs"] * (world // (tp * pp * cp))
+    instances = job_map["_instances"]
+    if plan_map["sharding"] == "fsdp" and instances > 1 and world % (tp * pp) == 0:
+        plan_map["sharding"] = f"hsdp:{world // (tp * pp) // instances}"
+    j = resolve_job(m, gpus=world, global_batch=gbs, seq_len=seq_len or job_map["seq_len"],
+                    precision=precision or ",".join(job_map["precisions"]), job_file=job_file,
+                    domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)
+    plan = Plan.from_mapping({k: v for k, v in plan_map.items() if v is not None})
+    canon = export_canonical(plan, m, h, j)
+    return BridgeJob(label, args, m, model_source, h, hardware_source, j, canon, list(args.notes) + notes,
+                     defaults_used)

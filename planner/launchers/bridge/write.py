@@ -1,0 +1,243 @@
+"""A Megatron-Bridge 0.6.2 launch: ``run_recipe.py --recipe R --mode pretrain`` plus one Hydra
+``KEY=VALUE`` override of the recipe's ConfigContainer for every setting a plan depends on.
+
+Bridge runs Megatron-Core, so the plan must pass Megatron's rules (``--target megatron``); a plan
+is written only for a model with a recipe (``planner.launchers.bridge.recipes``) or with
+``--bridge-recipe NAME``. Every override is written, even where the recipe already has that
+value, so that the launch does not depend on the recipe's defaults (they change between Bridge
+releases and GPU variants). Mapping (field paths of Bridge 0.6.2's ConfigContainer):
+
+- degrees: ``model.{tensor,pipeline,virtual_pipeline,context,expert,expert_tensor}_model_parallel_size``
+  (``..._parallel_size`` for CP), ``model.sequence_parallel`` with TP > 1;
+- layout: ``model.pipeline_model_parallel_layout`` (Megatron's layout grammar, quoted for Hydra)
+  whenever PP > 1 (``run_recipe.py`` rebuilds a recipe-owned layout after a PP/VPP override
+  unless the layout itself is overridden), null otherwise; the recipe's own uneven-split knobs
+  (``num_layers_in_first/last_pipeline_stage``, ``account_for_*_in_pipeline_split``) switched off;
+- recompute: ``model.recompute_granularity/method/num_layers/modules`` as Megatron's flags;
+- offload: ``optimizer.optimizer_cpu_offload`` with ``optimizer_offload_fraction=1.0`` (the
+  dataclass default is 0.0) and the precision-aware optimizer; activations:
+  ``model.fine_grained_activation_offloading`` with ``model.offload_modules``;
+- precision: ``mixed_precision=bf16_mixed``, or the hardware's FP8 recipe
+  (``bf16_with_fp8_subchannel_scaling_mixed`` = blockwise on Hopper, ``bf16_with_mxfp8_mixed`` on
+  Blackwell); Adam moments and main gradients/parameters through ``optimizer.*_dtype``;
+- CUDA graphs: ``model.cuda_graph_impl=none`` (planner's time model has no CUDA graphs);
+- dispatcher: ``model.moe_token_dispatcher_type`` (``alltoall`` or ``flex``) and
+  ``model.moe_flex_dispatcher_backend``;
+- overlap: ``ddp.overlap_grad_reduce``/``overlap_param_gather``; EP all-to-all overlap through
+  ``comm_overlap.overlap_moe_expert_parallel_comm`` where the recipe has a CommOverlapConfig
+  (its setup copies the value onto the model), else ``model.overlap_moe_expert_parallel_comm``;
+- sharding: ``ddp.use_distributed_optimizer``; Megatron FSDP ``ddp.use_megatron_fsdp`` with
+  ``ddp.data_parallel_sharding_strategy`` and ``checkpoint.ckpt_format=fsdp_dtensor``;
+  ``hsdp:N`` adds ``ddp.num_distributed_optimizer_instances``;
+- batch: ``train.micro_batch_size``, ``train.global_batch_size``, ``dataset.seq_length`` and
+  ``model.seq_length`` (run_recipe.py syncs the model's from the dataset's).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from planner.launchers.bridge.recipes import BRIDGE_VERSION, has_comm_overlap, recipe_for
+from planner.rules import Violation, check_launcher_rules
+
+FP8_RECIPES = {"blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
+"""planner's FP8 recipe per hardware -> Bridge's mixed_precision recipe name."""
+
+PLAN_RULES: dict[str, str] = {
+    "bridge-recipe": "Megatron-Bridge has a recipe for the model (or --bridge-recipe names one)",
+}
+
+
+@dataclass
+class BridgeLaunch:
+    recipe: str
+    overrides: list[str]
+    """Hydra ``KEY=VALUE`` strings in order (a later one wins in Hydra)."""
+    nproc_per_node: int
+    nnodes: int
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def argv(self) -> list[str]:
+        """The arguments of run_recipe.py."""
+        return ["--recipe", self.recipe, "--mode", "pretrain", "--dataset", "mock", *self.overrides]
+
+
+def bridge_violations(model, recipe_override: str | None = None) -> list[Violation]:
+    if recipe_for(model, recipe_override) is None:
+        return [Violation(
+            "bridge-recipe",
+            f"Megatron-Bridge {BRIDGE_VERSION} has no recipe for {model.name} that planner knows.",
+            hint="Name one with --bridge-recipe RECIPE_FUNCTION (e.g. a recipe you wrote, registered where "
+            "run_recipe.py finds it), or export --format megatron.")]
+    return []
+
+
+def hydra_value(value) -> str:
+    """A Python value as a Hydra override value: true/false/null, numbers, [a,b] lists, and strings
+    quoted where Hydra would read them otherwise (a layout holds '|', '*' and parentheses)."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", text) and text not in ("true", "false", "null"):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
+    """(ConfigContainer field path, value) for every plan-relevant setting, in script order."""
+    from planner.launchers.megatron.rules import megatron_offload_modules
+    from planner.specs.layout import build_layout
+
+    model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
+    out: list[tuple[str, object]] = [
+        ("model.tensor_model_parallel_size", plan.tp),
+        ("model.pipeline_model_parallel_size", plan.pp),
+        ("model.virtual_pipeline_model_parallel_size", plan.vpp if plan.pp > 1 and plan.vpp > 1 else None),
+        ("model.context_parallel_size", plan.cp),
+    ]
+    if model.is_moe:
+        out += [("model.expert_model_parallel_size", plan.ep), ("model.expert_tensor_parallel_size", deg.etp)]
+    out += [("model.sequence_parallel", plan.tp > 1)]
+    layout = None
+    if plan.pp > 1:
+        layout = build_layout(model, plan.pp, plan.vpp, plan.layout).to_string()
+    out += [
+        ("model.pipeline_model_parallel_layout", layout),
+        ("model.num_layers_in_first_pipeline_stage", None),
+        ("model.num_layers_in_last_pipeline_stage", None),
+        ("model.account_for_embedding_in_pipeline_split", False),
+        ("model.account_for_loss_in_pipeline_split", False),
+        ("model.mtp_num_layers", model.mtp_layers or None),
+    ]
+    rc = plan.recompute
+    if rc.kind == "selective":
+        out += [("model.recompute_granularity", "selective"), ("model.recompute_method", None),
+                ("model.recompute_num_layers", None), ("model.recompute_modules", list(rc.modules))]
+    elif rc.kind == "full":
+        method, n = ("uniform", 1) if rc.layers is None else ("block", rc.layers)
+        out += [("model.recompute_granularity", "full"), ("model.recompute_method", method),
+                ("model.recompute_num_layers", n)]
+    else:
+        out += [("model.recompute_granularity", None), ("model.recompute_method", None),
+                ("model.recompute_num_layers", None)]
+    off = plan.offload
+    out += [("model.cpu_offloading", False), ("model.fine_grained_activation_offloading", off.activations)]
+    if off.activations:
+        out += [("model.offload_modules", megatron_offload_modules(model, plan))]
+    bf16_moments = plan.moments == "bf16"
+    out += [
+        ("optimizer.optimizer_cpu_offload", off.optimizer),
+        ("optimizer.optimizer_offload_fraction", 1.0 if off.optimizer else 0.0),
+        ("optimizer.use_precision_aware_optimizer", off.optimizer or bf16_moments),
+        ("optimizer.main_grads_dtype", "fp32"), ("optimizer.main_params_dtype", "fp32"),
+        ("optimizer.exp_avg_dtype", "bf16" if bf16_moments else "fp32"),
+        ("optimizer.exp_avg_sq_dtype", "bf16" if bf16_moments else "fp32"),
+    ]
+    precision = plan.precision or job.default_precision
+    out += [("mixed_precision", FP8_RECIPES[hw.fp8_recipe] if precision == "fp8" else "bf16_mixed")]
+    out += [("model.cuda_graph_impl", "none")]
+    if model.is_moe:
+        d = plan.dispatcher or "alltoall"
+        out += [("model.moe_token_dispatcher_type", "alltoall" if d == "alltoall" else "flex"),
+                ("model.moe_flex_dispatcher_backend", None if d == "alltoall" else d)]
+        where = "comm_overlap" if has_comm_overlap(recipe) is not False else "model"
+        out += [(f"{where}.overlap_moe_expert_parallel_comm", bool(plan.ep_overlap))]
+        if plan.ep_overlap:
+            out += [("model.moe_shared_expert_overlap", False)]  # Bridge's EP-overlap check
+    sh = plan.sharding
+    fsdp = sh.kind in ("fsdp", "zero2", "hsdp")
+    out += [("ddp.use_distributed_optimizer", sh.kind != "ddp"), ("ddp.use_megatron_fsdp", fsdp)]
+    if fsdp:
+        out += [("ddp.data_parallel_sharding_strategy", "optim_grads" if sh.kind == "zero2" else "optim_grads_params"),
+                ("checkpoint.ckpt_format", "fsdp_dtensor")]
+    instances = deg.dp * deg.cp // sh.group if sh.kind == "hsdp" else 1
+    out += [("ddp.num_distributed_optimizer_instances", instances)]
+    out += [("ddp.overlap_grad_reduce", True), ("ddp.overlap_param_gather", sh.kind != "ddp")]
+    out += [
+        ("train.micro_batch_size", plan.mbs),
+        ("train.global_batch_size", job.global_batch),
+        ("dataset.seq_length", job.seq_len),
+        ("model.seq_length", job.seq_len),
+    ]
+    return out
+
+
+def bridge_launch(setup, *, recipe: str | None = None, nproc_per_node: int | None = None) -> BridgeLaunch:
+    """The run_recipe.py launch of a resolved setup; raises PlanRuleError naming the rule it breaks."""
+    from planner.launchers.common import gpus_per_node
+    from planner.rules import violations_error
+
+    check_launcher_rules(setup, target="megatron")
+    found = bridge_violations(setup.model, recipe)
+    if found:
+        raise violations_error(found, "Megatron-Bridge")
+    name = recipe_for(setup.model, recipe)
+    overrides = [f"{k}={hydra_value(v)}" for k, v in bridge_settings(setup, name)]
+    nproc = gpus_per_node(setup.hw, setup.job.gpus, nproc_per_node)
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    if setup.plan.offload.activations:
+        env["NVTE_CPU_OFFLOAD_V1"] = "1"
+    if has_comm_overlap(name) is None and setup.model.is_moe:
+        notes.append(f"{name} is not a recipe planner knows: EP overlap is set through comm_overlap, which needs "
+                     "the recipe to build a CommOverlapConfig")
+    return BridgeLaunch(name, overrides, nproc, setup.job.gpus // nproc, env, notes)
+
+
+def export_bridge(setup, *, predictions: dict | None = None, recipe: str | None = None,
+                  nproc_per_node: int | None = None) -> str:
+    """A bash script running Megatron-Bridge's run_recipe.py with the plan's overrides."""
+    from planner import __version__
+    from planner.launchers.common import comment_text as _c
+    from planner.launchers.common import prediction_lines
+
+    launch = bridge_launch(setup, recipe=recipe, nproc_per_node=nproc_per_node)
+    job, hw, model = setup.job, setup.hw, setup.model
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Megatron-Bridge {BRIDGE_VERSION} launch written by planner {_c(__version__)} (planner export --format bridge).",
+        f"# model: {_c(model.name)}   hardware: {_c(hw.name)}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
+        f"seq {job.seq_len}",
+        f"# plan: {_c(setup.plan.to_string())}",
+        f"# degrees: dp={setup.deg.dp} edp={setup.deg.edp}, {setup.micro_batches} micro-batches per step",
+    ]
+    lines += [f"# predicted: {_c(ln)}" for ln in prediction_lines(predictions or {})]
+    lines += [
+        f"# recipe: {_c(launch.recipe)} builds the model from its HuggingFace config and sets the data, optimizer",
+        "# and schedule; every override below sets what the plan depends on (later overrides win). Run on every",
+        "# node with NODE_RANK, MASTER_ADDR and MASTER_PORT from your scheduler and MEGATRON_BRIDGE pointing at a",
+        "# Megatron-Bridge checkout (its scripts/training/run_recipe.py); --dataset mock: put your data there.",
+    ]
+    lines += [f"# note: {_c(n)}" for n in launch.notes]
+    lines += [
+        "set -euo pipefail",
+        "",
+        "MEGATRON_BRIDGE=${MEGATRON_BRIDGE:-.}",
+        f"NNODES=${{NNODES:-{launch.nnodes}}}",
+        "NODE_RANK=${NODE_RANK:-0}",
+        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
+        "MASTER_PORT=${MASTER_PORT:-6000}",
+        "",
+    ]
+    for k, v in launch.env.items():
+        lines += ["# Transformer Engine >= 2.10 needs it for fine-grained activation offloading",
+                  f"export {k}={shlex.quote(v)}", ""]
+    lines += ["OVERRIDES=("] + [f"    {shlex.quote(o)}" for o in launch.overrides] + [")", ""]
+    lines += [
+        f"torchrun --nproc-per-node {launch.nproc_per_node} --nnodes \"$NNODES\" --node-rank \"$NODE_RANK\" \\",
+        "    --master-addr \"$MASTER_ADDR\" --master-port \"$MASTER_PORT\" \\",
+        "    \"$MEGATRON_BRIDGE/scripts/training/run_recipe.py\" \\",
+        f"    --recipe {shlex.quote(launch.recipe)} --mode pretrain --dataset mock \\",
+        "    \"${OVERRIDES[@]}\"",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,419 @@
+"""Read a torchtitan job back into planner's terms: a TOML job file (torchtitan <= 0.2.2), or a
+torchtitan 0.3.0 launch (``torchrun ... -m torchtitan.train --module M --config F`` plus
+``--section.key VALUE`` overrides and an ``activation_checkpoint:MODE`` subcommand; a script read
+as bash would, nothing run, or a bare argument list). A 0.2.x launch script that names its TOML
+with ``--job.config_file`` is read with the TOML under its CLI overrides (CLI > TOML, as
+ConfigManager merges them).
+
+What a file leaves out takes torchtitan's dataclass default (0.3.0: the registry function's value,
+which planner does not know; each such key is listed). Settings planner does not model (compile,
+CUDA graphs, per-op selective AC, CPU offload of FSDP) are listed, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import PlannerError
+
+# planner's reading of each key, the 0.2.2 / 0.3.0 dataclass default where a file leaves it out.
+DEFAULTS = {
+    "parallelism.data_parallel_replicate_degree": 1, "parallelism.data_parallel_shard_degree": -1,
+    "parallelism.fsdp_reshard_after_forward": "default", "parallelism.tensor_parallel_degree": 1,
+    "parallelism.context_parallel_degree": 1, "parallelism.pipeline_parallel_degree": 1,
+    "parallelism.expert_parallel_degree": 1, "parallelism.expert_tensor_parallel_degree": 1,
+    "parallelism.pipeline_parallel_schedule": "1F1B", "parallelism.pipeline_parallel_microbatch_size": 1,
+    "parallelism.module_fqns_per_model_part": None, "parallelism.pipeline_parallel_layers_per_stage": None,
+    "parallelism.expert_parallel_comm_backend": "standard", "training.local_batch_size": 8,
+    "training.global_batch_size": -1, "training.seq_len": 2048, "activation_checkpoint.mode": "selective",
+    "model.converters": [], "optimizer.implementation": "fused", "compile.enable": False,
+    "training.enable_cpu_offload": False, "training.disable_cuda_graphs": False,
+}
+USED = set(DEFAULTS) | {"model.name", "model.flavor", "job.config_file", "activation_checkpoint.selective_ac_option"}
+IGNORED_SECTIONS = ("job.", "profiling.", "metrics.", "optimizer.", "lr_scheduler.", "checkpoint.", "validation.",
+                    "comm.", "debug.", "dataloader.", "fault_tolerance.", "experimental.", "memory_estimation.",
+                    "quantize.", "lr-scheduler.", "hf_assets_path", "dump_folder", "metrics", "model.hf_assets_path",
+                    "training.dataset", "training.steps", "training.max_norm", "training.dataset_path",
+                    "training.gc_freq", "training.dtype", "training.mixed_precision", "training.seed")
+SINGLE_STAGE = {"1f1b", "gpipe"}
+MULTI_STAGE = {"interleaved1f1b", "loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev"}
+
+
+@dataclass
+class TorchtitanArgs:
+    kind: str
+    """'toml' (<= 0.2.2) or 'cli' (0.3.0)."""
+    values: dict[str, Any]
+    """section.key -> value (dashes in CLI keys read as underscores)."""
+    module: str | None = None
+    config: str | None = None
+    launcher: dict[str, str] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+
+
+def read_toml_text(text: str, label: str) -> TorchtitanArgs:
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlannerError(f"'{label}' is not TOML planner can read: {exc}.") from None
+    values: dict[str, Any] = {}
+
+    def walk(prefix, obj, depth):
+        if depth > 8:
+            raise PlannerError(f"'{label}' nests tables more than 8 deep.")
+        for k, v in obj.items():
+            key = f"{prefix}.{k}" if prefix else k
+            if isinstance(v, dict):
+                walk(key, v, depth + 1)
+            else:
+                values[key] = v
+
+    walk("", data, 0)
+    return TorchtitanArgs("toml", values)
+
+
+def _is_trainer(word: str) -> bool:
+    return word == "torchtitan.train" or word.endswith("torchtitan/train.py")
+
+
+def read_cli_argv(argv: list[str]) -> TorchtitanArgs:
+    """A 0.3.0 (or 0.2.x) trainer command line: --module/--config, --section.key VALUE (or =VALUE),
+    --section.flag / --section.no-flag switches, and the activation_checkpoint:MODE subcommand."""
+    values: dict[str, Any] = {}
+    out = TorchtitanArgs("cli", values)
+    i = 0
+    while i < len(argv):
+        w = argv[i]
+        i += 1
+        m = re.fullmatch(r"activation[-_]checkpoint:([a-z_-]+)", w)
+        if m:
+            values["activation_checkpoint.mode"] = m.group(1).replace("-", "_")
+            continue
+        if not w.startswith("--"):
+            out.unknown.append(f"{w} (not a torchtitan option)")
+            continue
+        key, eq, inline = w[2:].partition("=")
+        key = key.replace("-", "_")
+        has_value = eq or (i < len(argv) and not argv[i].startswith("--")
+                           and not re.fullmatch(r"activation[-_]checkpoint:.*", argv[i]))
+        if key in ("module", "config"):
+            if not has_value:
+                raise PlannerError(f"--{key} needs a value (ConfigManager requires --module and --config).")
+            val = inline if eq else argv[i]
+            i += 0 if eq else 1
+            setattr(out, key, val)
+            continue
+        if key == "parallelism.module_fqns_per_model_part":
+            parts = []
+            if eq:
+                parts.append(inline)
+            while i < len(argv) and not argv[i].startswith("--") and ":" not in argv[i]:
+                parts.append(argv[i])
+                i += 1
+            values[key] = [p.split(",") for p in parts]
+            continue
+        if not has_value:
+            section, _, name = key.rpartition(".")
+            if name.startswith("no_"):
+                values[f"{section}.{name[3:]}"] = False
+            else:
+                values[key] = True
+            continue
+        val = inline if eq else argv[i]
+        i += 0 if eq else 1
+        values[key] = _scalar(val, key)
+    return out
+
+
+def _scalar(text: str, key: str):
+    if re.fullmatch(r"-?[0-9]+", text):
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if key in ("model.converters", "compile.components"):
+        return [t for t in text.split(",") if t]
+    return text
+
+
+def read_torchtitan_text(text: str, label: str, environ=None, args=()) -> TorchtitanArgs:
+    if label.endswith(".toml") or re.match(r"\s*(#.*\n\s*)*\[[A-Za-z_.]+\]", text):
+        return read_toml_text(text, label)
+    from planner.launchers.bash import run_script
+    from planner.launchers.megatron.read import _LAUNCHERS, _TORCHRUN_VALUE_OPTS
+
+    run = run_script(text, environ=environ, args=args)
+    found = []
+    for c in run.commands:
+        for i, w in enumerate(c.argv):
+            if _is_trainer(w):
+                found.append((c, i))
+                break
+    if found:
+        cmd, idx = found[0]
+        out = read_cli_argv(cmd.argv[idx + 1:])
+        head = cmd.argv[:idx]
+        if any(w.rsplit("/", 1)[-1] in _LAUNCHERS or w in _LAUNCHERS for w in head):
+            j = 0
+            while j < len(head):
+                k, eq, v = head[j].partition("=")
+                if k in _TORCHRUN_VALUE_OPTS:
+                    if not eq and j + 1 < len(head):
+                        v = head[j + 1]
+                        j += 1
+                    out.launcher[k.replace("_", "-")] = v
+                j += 1
+        if len(found) > 1:
+            out.notes.append(f"the script starts {len(found)} torchtitan trainers; planner reads the first")
+    else:
+        words = [w for c in run.commands for w in c.argv]
+        if not words or not words[0].startswith("--"):
+            raise PlannerError(
+                "Found no torchtitan job in the file: it is not TOML, no command it runs starts torchtitan.train, and it "
+                "is not an argument list (--module M --config F ...).",
+                hint="Give a TOML job file (torchtitan <= 0.2.2), the launch script, or the trainer's arguments.")
+        out = read_cli_argv(words)
+    out.unresolved = list(run.unresolved)
+    out.notes = list(run.notes) + out.notes
+    return out
+
+
+@dataclass
+class TorchtitanJob:
+    source: str
+    args: TorchtitanArgs
+    model: Any
+    model_source: str
+    hardware: Any
+    job: Any
+    plan: Any
+    notes: list[str]
+    defaults_used: list[str]
+
+
+def _model_for(args: TorchtitanArgs):
+    from planner.launchers.torchtitan.rules import TORCHTITAN_CONFIGS
+    from planner.launchers.torchtitan.toml import FLAVORS
+
+    if args.kind == "toml" or "model.name" in args.values:
+        key = (args.values.get("model.name"), args.values.get("model.flavor"))
+        for name, pair in FLAVORS.items():
+            if pair == key:
+                return name, f"[model] {key[0]} {key[1]}"
+    if args.module and args.config:
+        for name, pair in TORCHTITAN_CONFIGS.items():
+            if pair == (args.module.rsplit(".", 1)[-1], args.config):
+                return name, f"--module {args.module} --config {args.config}"
+        stem = {"llama3_8b": "llama3.1-8b", "llama3_70b": "llama3.1-70b", "llama3_405b": "llama3.1-405b",
+                "deepseek_v3_671b": "deepseek-v3", "qwen3_30b_a3b": "qwen3-30b-a3b"}
+        for prefix, name in stem.items():
+            if args.config.startswith(prefix):
+                return name, f"--config {args.config}"
+    return None, None
+
+
+def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, list[str], list[str]]:
+    from planner.specs.layout import format_layout
+
+    v = args.values
+    used_defaults: list[str] = []
+    notes: list[str] = []
+
+    def val(key):
+        if key in v:
+            return v[key]
+        used_defaults.append(key)
+        return DEFAULTS[key]
+
+    def num(key) -> int:
+        x = val(key)
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise PlannerError(f"{key} = {x!r}: torchtitan expects an integer.")
+        return x
+
+    rep, shard = num("parallelism.data_parallel_replicate_degree"), num("parallelism.data_parallel_shard_degree")
+    tp, cp, pp = num("parallelism.tensor_parallel_degree"), num("parallelism.context_parallel_degree"), \
+        num("parallelism.pipeline_parallel_degree")
+    ep = num("parallelism.expert_parallel_degree") if model.is_moe else 1
+    if min(rep, tp, cp, pp, ep) < 1 or (shard < 1 and shard != -1):
+        raise PlannerError("A torchtitan parallel degree is below 1 (only data_parallel_shard_degree may be -1).")
+    if shard == -1:
+        rest = rep * cp * tp * pp
+        if world % rest:
+            raise PlannerError(f"data_parallel_shard_degree -1 leaves {world} GPUs / {rest} (replicate*cp*tp*pp): not whole "
+                               "(ParallelDims).")
+        shard = world // rest
+    etp = num("parallelism.expert_tensor_parallel_degree") if model.is_moe else None
+    if etp not in (None, 1):
+        notes.append(f"expert_tensor_parallel_degree {etp}: torchtitan 0.3.0 has none")
+    dp = rep * shard
+    if shard == 1 and rep > 1:
+        sharding = "ddp"
+    elif rep > 1:
+        sharding = f"hsdp:{shard * cp}"
+    else:
+        sharding = "zero2" if val("parallelism.fsdp_reshard_after_forward") == "never" else "fsdp"
+    schedule = str(val("parallelism.pipeline_parallel_schedule"))
+    vpp, layout = 1, None
+    if pp > 1:
+        fqns = val("parallelism.module_fqns_per_model_part")
+        if fqns:
+            layout = format_layout(tuple(_stage_symbols(part, model) for part in fqns))
+            vpp = max(len(fqns) // pp, 1)
+        elif schedule.lower() in MULTI_STAGE:
+            vpp = 2
+            notes.append("no module_fqns_per_model_part: torchtitan splits the layers itself (two stages per rank for "
+                         "a multi-stage schedule); planner reads Megatron's even split")
+        if schedule.lower() not in SINGLE_STAGE | MULTI_STAGE:
+            raise PlannerError(f"pipeline_parallel_schedule {schedule!r} is not a torch.distributed.pipelining schedule "
+                               "torchtitan accepts.")
+        if schedule.lower() not in ("1f1b", "interleaved1f1b"):
+            notes.append(f"schedule {schedule} modeled as {'interleaved 1F1B' if vpp > 1 else '1F1B'} (planner's "
+                         "schedules)")
+        mbs = num("parallelism.pipeline_parallel_microbatch_size")
+    else:
+        mbs = num("training.local_batch_size")
+    local = num("training.local_batch_size")
+    gbs = num("training.global_batch_size")
+    if gbs == -1:
+        gbs = local * dp
+    mode = str(val("activation_checkpoint.mode"))
+    if mode == "full":
+        recompute = "full"
+    elif mode == "none":
+        recompute = "none"
+    else:
+        recompute = "none"
+        args.unknown.append(f"activation_checkpoint {mode} (torchtitan's per-op or budgeted AC: not modeled by planner, "
+                            "read as none)")
+    converters = val("model.converters") or []
+    fp8 = any(c in ("float8", "mx") for c in converters) or bool(
+        args.config and re.search(r"float8|mxfp8|fp8", args.config)) or (
+        args.kind == "cli" and args.config == "llama3_405b")
+    moments = "bf16" if val("optimizer.implementation") == "fused_opt_states_bf16" else "fp32"
+    dispatcher = None
+    if model.is_moe:
+        dispatcher = "deepep" if val("parallelism.expert_parallel_comm_backend") == "deepep" or (
+            args.config and "deepep" in args.config) else ("hybridep" if args.config and "hybridep" in args.config
+                                                           else "alltoall")
+    if val("compile.enable"):
+        args.unknown.append("compile.enable (torch.compile: not modeled by planner)")
+    if val("training.enable_cpu_offload"):
+        args.unknown.append("training.enable_cpu_offload (FSDP CPU offload of parameters, gradients and optimizer: "
+                            "not modeled by planner)")
+    if args.kind == "cli" and not val("training.disable_cuda_graphs"):
+        args.unknown.append("CUDA graphs (torchtitan 0.3.0's default, training.disable_cuda_graphs false): not modeled "
+                            "by planner")
+    plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs,
+                sharding=sharding, recompute=recompute, precision="fp8" if fp8 else "bf16", moments=moments,
+                layout=layout, dispatcher=dispatcher)
+    job = {"global_batch": gbs, "seq_len": num("training.seq_len"), "precisions": ["fp8" if fp8 else "bf16"]}
+    if args.kind == "cli":
+        used_defaults = [k for k in used_defaults if k not in ("training.disable_cuda_graphs", "compile.enable", "model.converters",
+                                                               "training.enable_cpu_offload")]
+    return plan, job, notes, used_defaults
+
+
+def _stage_symbols(part: list[str], model) -> str:
+    out = ""
+    for name in part:
+        name = name.strip()
+        if name == "tok_embeddings":
+            out += "E"
+        elif re.fullmatch(r"layers\.[0-9]+", name):
+            out += "t"
+        elif name in ("norm",):
+            continue
+        elif name in ("output", "lm_head"):
+            out += "L"
+        else:
+            raise PlannerError(f"module_fqns_per_model_part names {name!r}, a module planner does not place "
+                               "(tok_embeddings, layers.N, norm, output/lm_head).")
+    return out
+
+
+def _classify(args: TorchtitanArgs) -> None:
+    for key in args.values:
+        if key in USED:
+            continue
+        if key.startswith(IGNORED_SECTIONS):
+            args.ignored.append(key)
+        else:
+            args.unknown.append(f"{key} (not modeled by planner)")
+
+
+def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = None, gpus: int | None = None,
+                        global_batch: int | None = None, seq_len: int | None = None, precision: str | None = None,
+                        job_file=None, domain_fill=None, memory_margin_gib=None, environ=None,
+                        script_args=()) -> TorchtitanJob:
+    from planner.files import MAX_SCRIPT_BYTES, read_text
+    from planner.launchers.common import export_canonical
+    from planner.options import resolve_job
+    from planner.specs.catalog import load_hardware, load_model
+    from planner.specs.plan import Plan
+
+    if isinstance(source, Path):
+        text, label = read_text(source, "torchtitan job", MAX_SCRIPT_BYTES), str(source)
+    else:
+        text, label = source, "<file>"
+    args = read_torchtitan_text(text, label, environ, script_args)
+    cfg_file = args.values.get("job.config_file")
+    if args.kind == "cli" and isinstance(cfg_file, str):
+        path = Path(cfg_file)
+        if not path.is_absolute() and isinstance(source, Path):
+            path = source.parent / path if (source.parent / path).exists() else path
+        if path.exists():
+            base = read_toml_text(read_text(path, "torchtitan job", MAX_SCRIPT_BYTES), str(path))
+            args.values = {**base.values, **args.values}
+            args.kind = "toml"
+            args.notes.append(f"--job.config_file {cfg_file}: its TOML read under the command line's overrides")
+        else:
+            args.notes.append(f"--job.config_file {cfg_file} not found: only the command line's overrides are read")
+    _classify(args)
+    if model:
+        m, model_source = load_model(model), "--model"
+    else:
+        name, model_source = _model_for(args)
+        if name is None:
+            raise PlannerError(f"planner cannot tell which model '{label}' trains.",
+                               hint="Pass --model (a catalog name, model YAML or config.json).")
+        m = load_model(name)
+    if not hw:
+        hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
+    if not hw:
+        raise PlannerError("No hardware given.", hint="Pass --hw.")
+    h = load_hardware(hw)
+    world = gpus
+    if world is None:
+        nproc, nnodes = args.launcher.get("--nproc-per-node"), args.launcher.get("--nnodes", "1")
+        if nproc and nproc.isdigit() and (nnodes or "").isdigit():
+            world = int(nproc) * int(nnodes)
+    if world is None:
+        v = args.values
+        degrees = [v.get(f"parallelism.{k}", DEFAULTS[f"parallelism.{k}"]) for k in (
+            "data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+            "context_parallel_degree", "pipeline_parallel_degree")]
+        if all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in degrees):
+            world = 1
+            for d in degrees:
+                world *= d  # ParallelDims: dp_replicate * dp_shard * cp * tp * pp = world
+    if world is None:
+        raise PlannerError("The job does not give the number of GPUs (no torchrun line with numeric --nproc-per-node "
+                           "and --nnodes).", hint="Pass --gpus.")
+    plan_map, job_map, notes, defaults_used = plan_values(args, m, world)
+    if args.kind == "cli" and defaults_used:
+        notes.append("the command line leaves " + ", ".join(defaults_used) + " to the registry function "
+                     f"{args.module}.{args.config}; planner reads torchtitan's dataclass defaults for them")
+    j = resolve_job(m, gpus=world, global_batch=global_batch or job_map["global_batch"],
+                    seq_len=seq_len or job_map["seq_len"], precision=precision or ",".join(job_map["precisions"]),
+                    job_file=job_file, domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)
+    plan = Plan.from_mapping({k: v for k, v in plan_map.items() if v is not None})
+    canon = export_canonical(plan, m, h, j)
+    return TorchtitanJob(label, args, m, model_source, h, j, canon, list(args.notes) + notes, defaults_used)

@@ -1,0 +1,155 @@
+"""torchtitan job files (TOML) for torchtitan <= 0.2.2.
+
+torchtitan 0.3.0 reads no TOML: its config system was replaced by Python ``config_registry``
+functions plus ``--module/--config`` and CLI overrides (upstream commit 9810191, "[BC Breaking]
+Config System Refactor: TOML to Python Dataclass Registry", after tag v0.2.2; 0.3.0's
+``ConfigManager`` answers ``--job.config_file`` with "--module is required"). So planner writes two
+forms: the 0.3.0 invocation (:mod:`planner.launchers.torchtitan.write`, ``--format torchtitan``)
+and this legacy TOML (``--format torchtitan-toml``, ``torchrun ... -m torchtitan.train
+--job.config_file FILE`` on torchtitan 0.2.x). ``planner check --torchtitan FILE`` reads both back
+(:mod:`planner.launchers.torchtitan.read`).
+
+The TOML holds the plan's sections only ([model] name/flavor/converters, [training] batch and
+sequence, [parallelism], [activation_checkpoint], [quantize.linear.*] for FP8); the rest (dataset,
+optimizer hyperparameters, checkpointing) keeps torchtitan's defaults: add yours. Differences from
+0.3.0 that matter here: FP8 is a converter listed in [model] (``float8`` with rowwise scaling on
+Hopper, ``mx`` with MXFP8 on Blackwell), the pipeline parts' last module is ``output`` (0.3.0:
+``lm_head``), DeepEP is ``expert_parallel_comm_backend = "deepep"``, and there are no bf16 Adam
+states and no CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.rules import Violation, violations_error
+
+TORCHTITAN_TOML_VERSION = "0.2.2"
+
+FLAVORS: dict[str, tuple[str, str]] = {
+    "llama3.1-8b": ("llama3", "8B"),
+    "llama3.1-70b": ("llama3", "70B"),
+    "llama3.1-405b": ("llama3", "405B"),
+    "deepseek-v3": ("deepseek_v3", "671B"),
+    "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
+    "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+    "gpt-oss-120b": ("gpt_oss", "120b"),
+}
+"""Catalog model -> torchtitan 0.2.2's [model] name and flavor (torchtitan/models/<name>/__init__.py)."""
+
+# 0.3.0 rules that the TOML form replaces with its own (model by flavor, FP8 by converter, DeepEP).
+_REPLACED = {"torchtitan-model", "torchtitan-fp8", "torchtitan-precision", "torchtitan-dispatcher"}
+
+
+def flavor_for(model) -> tuple[str, str] | None:
+    for name in [model.name, *getattr(model, "aliases", [])]:
+        if name in FLAVORS:
+            return FLAVORS[name]
+    return None
+
+
+def toml_violations(setup) -> list[Violation]:
+    """What torchtitan 0.2.2 cannot run of a plan: the 0.3.0 rules it shares, and its own."""
+    from planner.rules import launcher_violations
+
+    out = [v for v in launcher_violations(setup, target="torchtitan") if v.rule not in _REPLACED]
+    model, plan = setup.model, setup.plan
+    if flavor_for(model) is None:
+        out.append(Violation("torchtitan-model", f"torchtitan {TORCHTITAN_TOML_VERSION} has no model flavor for "
+                             f"{model.name}.", hint="Use --format megatron or bridge."))
+    if plan.moments == "bf16":
+        out.append(Violation("torchtitan-moments", "moments=bf16: torchtitan 0.2.2's optimizer keeps fp32 Adam states "
+                             "(implementation for-loop, foreach or fused).", hint="Set moments=fp32."))
+    if model.is_moe and plan.dispatcher == "hybridep" and setup.deg.ep > 1:
+        out.append(Violation("torchtitan-dispatcher", "dispatcher=hybridep: torchtitan 0.2.2's expert_parallel_comm_backend "
+                             "is standard or deepep.", hint="Use dispatcher=alltoall or deepep."))
+    return out
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=True)  # a TOML basic string: quotes and controls escaped
+
+
+def toml_sections(setup) -> dict[str, dict[str, object]]:
+    """The job file as {section: {key: value}} (section names dotted as in TOML)."""
+    from planner.launchers.torchtitan.rules import torchtitan_batch_violations, torchtitan_dims
+    from planner.launchers.torchtitan.write import _fqns
+
+    found = toml_violations(setup)
+    if found:
+        raise violations_error(found, f"torchtitan {TORCHTITAN_TOML_VERSION}")
+    model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
+    name, flavor = flavor_for(model)
+    dims = torchtitan_dims(plan, deg)
+    if plan.pp > 1:
+        local, pp_micro = job.global_batch // deg.dp, plan.mbs
+    else:
+        local, pp_micro = plan.mbs, 1
+    batch = torchtitan_batch_violations(job.global_batch, local, dims["dp_replicate"] * dims["dp_shard"], plan.pp, pp_micro)
+    if batch:
+        raise violations_error(batch, f"torchtitan {TORCHTITAN_TOML_VERSION}")
+    fp8 = (plan.precision or job.default_precision) == "fp8"
+    sections: dict[str, dict[str, object]] = {
+        "job": {"dump_folder": "./outputs", "description": f"{model.name}: {plan.to_string()} (planner)"},
+        "model": {"name": name, "flavor": flavor, "converters": (["mx"] if hw.fp8_recipe == "mxfp8" else ["float8"])
+                  if fp8 else []},
+        "training": {"local_batch_size": local, "global_batch_size": job.global_batch, "seq_len": job.seq_len},
+        "parallelism": {
+            "data_parallel_replicate_degree": dims["dp_replicate"],
+            "data_parallel_shard_degree": dims["dp_shard"],
+            "fsdp_reshard_after_forward": "never" if plan.sharding.kind == "zero2" else "default",
+            "tensor_parallel_degree": dims["tp"],
+            "context_parallel_degree": dims["cp"],
+            "pipeline_parallel_degree": dims["pp"],
+            "expert_parallel_degree": dims["ep"] if model.is_moe else 1,
+            "expert_tensor_parallel_degree": 1,
+        },
+        "activation_checkpoint": {"mode": "full" if plan.recompute.kind == "full" else "none"},
+        "compile": {"enable": False},
+    }
+    p = sections["parallelism"]
+    if model.is_moe:
+        p["expert_parallel_comm_backend"] = "deepep" if plan.dispatcher == "deepep" else "standard"
+    if plan.pp > 1:
+        p["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
+        p["pipeline_parallel_microbatch_size"] = pp_micro
+        p["module_fqns_per_model_part"] = [part.replace("lm_head", "output").split(",") for part in _fqns(setup)]
+    if fp8 and hw.fp8_recipe == "mxfp8":
+        sections["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}
+    elif fp8:
+        sections["quantize.linear.float8"] = {"recipe_name": "rowwise", "filter_fqns": ["output"]}
+    return sections
+
+
+def export_torchtitan_toml(setup, *, predictions: dict | None = None, torchtitan_config: str | None = None) -> str:
+    """The TOML job file text (``torchtitan_config`` is 0.3.0's and has no use here)."""
+    from planner import __version__
+    from planner.launchers.common import comment_text as _c
+    from planner.launchers.common import prediction_lines
+
+    sections = toml_sections(setup)
+    job = setup.job
+    lines = [
+        f"# torchtitan <= {TORCHTITAN_TOML_VERSION} job file written by planner {_c(__version__)} "
+        "(planner export --format torchtitan-toml).",
+        "# torchtitan 0.3.0 reads no TOML: for it use planner export --format torchtitan (--module/--config).",
+        f"# model: {_c(setup.model.name)}   hardware: {_c(setup.hw.name)}   job: {job.gpus} GPUs, global batch "
+        f"{job.global_batch}, seq {job.seq_len}",
+        f"# plan: {_c(setup.plan.to_string())}",
+    ]
+    lines += [f"# predicted: {_c(ln)}" for ln in prediction_lines(predictions or {})]
+    if (setup.plan.precision or job.default_precision) == "fp8" and setup.hw.fp8_recipe == "blockwise":
+        lines.append("# note: torchtitan's float8 scales rowwise; planner models Hopper's blockwise FP8 recipe")
+    lines += [f"# run: torchrun --nproc-per-node N --nnodes M ... -m torchtitan.train --job.config_file THIS_FILE "
+              f"({job.gpus} GPUs); add your dataset, optimizer and checkpoint sections.", ""]
+    for name, body in sections.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {_toml(v)}" for k, v in body.items()]
+        lines.append("")
+    return "\n".join(lines)
