@@ -827,7 +827,7 @@ def zoo_runs(research: list[dict], zoo_git: Path) -> list[dict]:
             word = base[i]
             nxt = base[i + 1] if i + 1 < len(base) and not base[i + 1].startswith("--") else None
             if nxt is not None:
-                val = re.sub(r"\$\{(\w+)\}", lambda m: str(subst.get(m.group(1), "/path/to/" + m.group(1).lower())), nxt)
+                val = re.sub(r"\$\{(\w+)\}", lambda m, subst=subst: str(subst.get(m.group(1), "/path/to/" + m.group(1).lower())), nxt)
                 if val == "false":
                     i += 2
                     continue

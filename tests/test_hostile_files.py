@@ -9,7 +9,6 @@ import errno
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
 import time

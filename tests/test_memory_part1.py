@@ -68,7 +68,7 @@ def _korthikanti_acts(name: str, recompute: str, sp: bool, layers_only: bool = F
     stage = stage_memory(setup, 0)
     if not layers_only:
         return stage.activations_end_of_warmup
-    return sum(n * sum(l.kept for l in c.layers if l.name.startswith("layer"))
+    return sum(n * sum(layer.kept for layer in c.layers if layer.name.startswith("layer"))
                for n, c in zip(stage.inflight_end_of_warmup, stage.chunks))
 
 

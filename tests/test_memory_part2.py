@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from planner.cost.memory import memory_report
 from planner.cost.timeline import stage_timeline
 from planner.specs.model import ModelSpec
-from planner.units import GiB
 
 from tests._models import TABLE3_LAYOUT, setup_for, table3_setup
 

@@ -24,7 +24,7 @@ def _plain_pickle_would_run(data: bytes, marker) -> bool:
     """Unpickle ``data`` with the standard unpickler in a child process and report whether the
     marker file appeared: proves the test pickle really is malicious."""
     code = textwrap.dedent(
-        f"""
+        """
         import pickle, sys
         try:
             pickle.loads(sys.stdin.buffer.read())

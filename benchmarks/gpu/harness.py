@@ -48,7 +48,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.gpu.configs import CONFIGS, SNAPSHOTS, RunConfig, by_name, megatron_config_kwargs
+from benchmarks.gpu.configs import CONFIGS, RunConfig, by_name, megatron_config_kwargs
 
 
 def _free_port() -> int:
@@ -388,7 +388,7 @@ class Run:
         rec["fwd_bwd_time_s"] = t1 - t0
         rec["optimizer_time_s"] = t2 - t1
         # Only the last pipeline stage sees the loss.
-        rec["loss"] = float(sum(float(l["lm loss"]) for l in losses) / len(losses)) if losses else None
+        rec["loss"] = float(sum(float(rec_["lm loss"]) for rec_ in losses) / len(losses)) if losses else None
         rec["grad_norm"] = float(grad_norm) if grad_norm is not None else None
         rec["update_ok"] = bool(ok)
         return rec
@@ -400,7 +400,7 @@ class Run:
         while not hasattr(gpt, "decoder"):
             gpt = gpt.module
         modules = [("embedding", gpt.embedding)]
-        modules += [(f"layer{i}", l) for i, l in enumerate(gpt.decoder.layers)]
+        modules += [(f"layer{i}", layer) for i, layer in enumerate(gpt.decoder.layers)]
         modules += [("final_norm", gpt.decoder.final_layernorm), ("output_layer", gpt.output_layer)]
         # Parameters (and their main-grad buffers) are not activations.
         params = {(p.untyped_storage().data_ptr(), p.device.type) for p in self.model.parameters()}
@@ -496,7 +496,7 @@ def _category(name: str) -> str:
     return "other"
 
 
-def profile_step(run: "Run", data, cuda: bool) -> dict:
+def profile_step(run: Run, data, cuda: bool) -> dict:
     """One step under torch.profiler: wall time, GPU busy time (sum of kernel times) by category
     and the heaviest kernels; tells launch- or host-bound steps from kernel-bound ones."""
     import torch
@@ -515,7 +515,7 @@ def profile_step(run: "Run", data, cuda: bool) -> dict:
         if e.device_type == torch.autograd.DeviceType.CUDA and dev > 0:
             rows.append((e.key, dev / 1e6, e.count))
     cats: dict = {}
-    for name, sec, n in rows:
+    for name, sec, _n in rows:
         c = _category(name)
         cats[c] = cats.get(c, 0.0) + sec
     rows.sort(key=lambda r: -r[1])

@@ -247,7 +247,7 @@ def kernel_overhead(opts: Options) -> float:
 
 def run(opts: Options) -> dict:
     """Every section; a failing section is recorded in ``errors`` and the rest still run."""
-    raw: dict = {"schema_version": 1, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    raw: dict = {"schema_version": 1, "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                  "device": device_info(opts)}
     for key, fn in (("copy_rows", copy_rows), ("kernel_overhead_s", kernel_overhead),
                     ("gemm", gemm_rows), ("attention", attention_rows)):

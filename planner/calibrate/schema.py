@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict
 
 # One schema: the time model's (planner.specs.calibration) is what --calibration validates.
 from planner.specs.calibration import (  # noqa: F401  (re-exported for planner calibrate)

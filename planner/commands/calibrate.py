@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json as _json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -45,7 +45,7 @@ def calibrate_cmd(
     no_fp8: Annotated[bool, typer.Option("--no-fp8", help="Skip the FP8 GEMMs (torch._scaled_mm).")] = False,
     device: Annotated[str, typer.Option("--device", hidden=True, help="cuda, or cpu for a smoke test with tiny shapes.")] = "cuda",
     json: Annotated[bool, typer.Option("--json", help="Print the calibration as JSON too.")] = False,
-    raw_in: Annotated[Optional[Path], typer.Option("--from-raw", help="Rebuild the calibration from an existing -raw.json instead of measuring.")] = None,
+    raw_in: Annotated[Path | None, typer.Option("--from-raw", help="Rebuild the calibration from an existing -raw.json instead of measuring.")] = None,
 ) -> None:
     """Measure GEMM, HBM-copy and attention throughput on this GPU and write a calibration file."""
     from planner import __version__

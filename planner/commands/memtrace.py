@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,22 +20,22 @@ from planner.options import (
 )
 
 SnapshotArg = Annotated[Path, typer.Argument(help="The pickle torch.cuda.memory._dump_snapshot wrote.", show_default=False)]
-PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write the allocated/reserved timeline to this PNG.")]
+PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write the allocated/reserved timeline to this PNG.")]
 CapacityOpt = Annotated[
-    Optional[float],
+    float | None,
     typer.Option("--capacity", help="The memory limit in GiB (default: from an OOM event in the trace, else --hw, else unknown)."),
 ]
-DeviceOpt = Annotated[Optional[int], typer.Option("--device", help="Device to analyze (default: the one with the most trace events).")]
+DeviceOpt = Annotated[int | None, typer.Option("--device", help="Device to analyze (default: the one with the most trace events).")]
 TopOpt = Annotated[int, typer.Option("--top", min=0, help="Largest live allocations listed at the peak.")]
 TransientOpt = Annotated[
     int,
     typer.Option("--transient-window", min=0,
                  help="An allocation freed after at most this many other allocations is transient (one op)."),
 ]
-ModelOptional = Annotated[Optional[str], typer.Option("--model", "-m", help="With --hw and --plan: show planner's prediction beside the measurement.")]
-HwOptional = Annotated[Optional[str], typer.Option("--hw", help="Hardware of the run (also gives the limit when the trace has no OOM).")]
-PlanOptional = Annotated[Optional[str], typer.Option("--plan", "-p", help="Plan of the run, e.g. \"tp=2,pp=4,ep=8,mbs=1\".")]
-StageOpt = Annotated[Optional[int], typer.Option("--stage", help="Pipeline stage of the rank the snapshot comes from (default: the worst stage).")]
+ModelOptional = Annotated[str | None, typer.Option("--model", "-m", help="With --hw and --plan: show planner's prediction beside the measurement.")]
+HwOptional = Annotated[str | None, typer.Option("--hw", help="Hardware of the run (also gives the limit when the trace has no OOM).")]
+PlanOptional = Annotated[str | None, typer.Option("--plan", "-p", help="Plan of the run, e.g. \"tp=2,pp=4,ep=8,mbs=1\".")]
+StageOpt = Annotated[int | None, typer.Option("--stage", help="Pipeline stage of the rank the snapshot comes from (default: the worst stage).")]
 
 
 @app.command("memtrace")

@@ -4,7 +4,7 @@ published ones), signed error per run and per class, calibration and validation 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,8 +18,8 @@ COMMAND = "planner validate tests/data/published_runs.yaml --markdown"
 @app.command("validate")
 def validate_cmd(
     runs: Annotated[Path, typer.Argument(help="A runs file (YAML, top key 'runs'; the schema of tests/data/published_runs.yaml).")],
-    only: Annotated[Optional[list[str]], typer.Option("--only", help="Only this run (repeatable).")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write predicted against measured tokens/s per GPU as a PNG.")] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="Only this run (repeatable).")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write predicted against measured tokens/s per GPU as a PNG.")] = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown.")] = False,
     calibration: CalibrationOpt = None,
     json: JsonOpt = False,

@@ -35,14 +35,14 @@ from planner.cost import activations as act
 from planner.cost.arrays import Num
 from planner.cost.comm import CommCost, CommFlags, block_comm, pp_p2p_time
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
-from planner.cost.constant import ConstantMemory, constant_bytes, rank_params_of
+from planner.cost.constant import ConstantMemory, RankParams, block_params, constant_bytes, rank_params_of
 from planner.cost.flops import BF16, Shard, model_shape
 from planner.cost.pieces import (
     ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
     peak_over_profiles, span_crossings,
 )
 from planner.cost.pipeline import (
-    BlockCost, RankCost, data_parallel, dp_exposure, local_params, offloaded_optimizer_time, optimizer_shard,
+    BlockCost, RankCost, data_parallel, dp_exposure, offloaded_optimizer_time, optimizer_shard,
     optimizer_step_time, param_tensors, pipeline_time, rank_blocks, rank_p2p, sync_kind,
 )
 from planner.cost.rates import Rates, rates_for
@@ -745,16 +745,12 @@ class Costs:
     def block_constant(self, name: str) -> Num:
         """Bytes of weights, gradients and optimizer state of one block of ``name`` (a decoder
         layer kind, 'embedding', 'head', 'mtp') on one GPU under the plan's sharding levers."""
-        from planner.cost.pipeline import block_params
-
         d = self.batch.deg
         dense, expert = block_params(self.ctx.model, name, d.tp, d.ep, d.etp)
         return self.dense_constant(dense, expert)
 
     def dense_constant(self, dense, expert=0.0) -> Num:
         """Constant bytes of ``dense`` and ``expert`` parameters per GPU under the plan's levers."""
-        from planner.cost.constant import RankParams
-
         d, lv = self.batch.deg, self.lv
         cm = constant_bytes(RankParams(dense, expert, 0.0), dp=d.dp, cp=d.cp, edp=d.edp, sharding=lv.sharding,
                             moments=lv.moments, offload_optimizer=lv.offload_optimizer)
@@ -818,12 +814,16 @@ class Costs:
         """The degrees of the batch's keys (what no lever changes is computed once per key)."""
         return self._memo("key_deg", fn=lambda: self.ctx.keys.degrees(self.batch.key_rows))
 
-    def rank_params(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+    def _rank_params(self, r: int) -> RankParams:
+        """Rank ``r``'s parameters per GPU, per key: one count for its memory, its data-parallel
+        volume and its optimizer step (planner.cost.constant.rank_params_of)."""
+        b, d = self.batch, self.key_deg()
+        return self._memo("rank_params", r, fn=lambda: rank_params_of(self.ctx.model, b.layout, r, d.tp, d.etp, d.ep))
+
+    def rank_params(self, r: int) -> tuple[Num, Num]:
         """(dense, expert) parameters one GPU of rank ``r`` holds, per key."""
-        b = self.batch
-        d = self.key_deg()
-        return self._memo("params", r, fn=lambda: local_params(
-            self.ctx.model, b.layout.rank_stages(r), d.tp, d.ep, d.etp, b.pp))
+        rp = self._rank_params(r)
+        return rp.dense, rp.expert
 
     def data_parallel(self) -> DataParallel:
         """The exposed data-parallel gradient sync and parameter gather (or FSDP traffic) of the
@@ -922,9 +922,8 @@ class Costs:
                                                       for f in dataclasses.fields(ConstantMemory))))
 
     def _constant(self, r: int) -> ConstantMemory:
-        b = self.batch
         d = self.key_deg()
-        rp = self._memo("rank_params", r, fn=lambda: rank_params_of(self.ctx.model, b.layout, r, d.tp, d.etp, d.ep))
+        rp = self._rank_params(r)
         return constant_bytes(rp, dp=d.dp, cp=d.cp, edp=d.edp, sharding=self.lv.sharding, moments=self.lv.moments,
                               offload_optimizer=self.lv.offload_optimizer)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.arrays import Num, maximum, minimum
+from planner.cost.arrays import Num, hashable, maximum, minimum
 from planner.specs.params import Block, embedding_block, head_block, layer_block, mtp_block
 
 
@@ -38,7 +38,11 @@ class RankParams:
     """Parameters of the largest decoder layer on this GPU (FSDP gathers one layer at a time)."""
 
 
-def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[Num, Num]:
+def _per_gpu(block: Block, tp, nkv: int, etp, ep) -> tuple[Num, Num]:
+    """(dense, expert) parameters of ``block`` on one GPU, by Megatron's sharding of each
+    component (planner.specs.params): TP-split linears and vocabulary-parallel tables / tp, K/V /
+    min(tp, kv heads), replicated norms, routers and MLA down-projections whole, routed experts /
+    (ep * etp). Degrees may be arrays."""
     dense: Num = 0.0
     expert: Num = 0.0
     for c in block.components:
@@ -51,6 +55,23 @@ def _per_gpu(block: Block, tp: int, nkv: int, etp: int, ep: int) -> tuple[Num, N
         else:
             dense += c.params
     return dense, expert
+
+
+_BLOCKS: dict[tuple, tuple[object, tuple[Num, Num]]] = {}
+
+
+def block_params(model, block: str, tp, ep, etp) -> tuple[Num, Num]:
+    """:func:`_per_gpu` of one block by name ('dense'/'moe' layer, 'embedding', 'head', 'mtp'),
+    cached per model object for scalar degrees (array degrees give arrays)."""
+    key = (id(model), block, tp, ep, etp) if hashable(tp, ep, etp) else None
+    hit = _BLOCKS.get(key) if key is not None else None
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    named = {"embedding": embedding_block, "head": head_block, "mtp": mtp_block}.get(block)
+    out = _per_gpu(named(model) if named else layer_block(model, block), tp, model.attention.num_kv_heads, etp, ep)
+    if key is not None:
+        _BLOCKS[key] = (model, out)
+    return out
 
 
 def rank_params_of(model, layout, rank: int, tp, etp, ep) -> RankParams:

@@ -542,12 +542,7 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     global_perm = sh.dispatcher in (None, "alltoall")
     perm_bytes = (copies * h * 2 * BF16 if global_perm else 0) + R * h * 2 * BF16
     ks.append(Stream("permute", perm_bytes, perm_bytes, "moe", kernels=2 if global_perm else 1))
-    local = E // sh.ep
-    m_e = maximum(1, round_int(R / local))
-    w = ms.expert_ffn / sh.etp
-    n_in = 2 if ms.gated else 1
-    fc1 = Gemm("experts.fc1", m_e, as_int(n_in * w), h, count=local, module="moe", model_fraction=1.0 / sh.imbalance)
-    fc2 = Gemm("experts.fc2", m_e, h, as_int(w), count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    local, w, fc1, fc2 = _expert_gemms(ms, sh, R)
     ks += _with_casts([fc1], sh)
     ks.append(_activation("experts.act", R, w, ms.gated, "moe_act"))
     ks += _with_casts([fc2], sh)
@@ -557,6 +552,20 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     if ms.shared_ffn:
         ks += mlp_block(ms, sh, ms.shared_ffn, "shared_experts", "shared")
     return ks
+
+
+def _expert_gemms(ms: ModelShape, sh: Shard, routed) -> tuple[int, float, Gemm, Gemm]:
+    """(local experts, expert width per GPU, fc1, fc2) of a rank's routed experts: ``routed``
+    token copies spread over E/ep local experts (at least one row each), the width split by
+    expert TP, fc1 doubled for gated activations; the busiest expert's share of the rows
+    (``sh.imbalance``) only moves time, not model FLOPs (model_fraction)."""
+    h, local = ms.hidden, ms.num_experts // sh.ep
+    m_e = maximum(1, round_int(routed / local))
+    w = ms.expert_ffn / sh.etp
+    n_in = 2 if ms.gated else 1
+    fc1 = Gemm("experts.fc1", m_e, as_int(n_in * w), h, count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    fc2 = Gemm("experts.fc2", m_e, h, as_int(w), count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    return local, w, fc1, fc2
 
 
 def _local_moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
@@ -578,12 +587,7 @@ def _local_moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     perm = copies * h * 2 * BF16 + R * h * 2 * BF16
     ks.append(Stream("permute", perm, perm, "moe", kernels=LOCAL_PERMUTE_KERNELS[0],
                      kernels_bwd=LOCAL_PERMUTE_KERNELS[1], host_sync=True))
-    local = E // sh.ep
-    m_e = maximum(1, round_int(R / local))
-    w = ms.expert_ffn / sh.etp
-    n_in = 2 if ms.gated else 1
-    fc1 = Gemm("experts.fc1", m_e, as_int(n_in * w), h, count=local, module="moe", model_fraction=1.0 / sh.imbalance)
-    fc2 = Gemm("experts.fc2", m_e, h, as_int(w), count=local, module="moe", model_fraction=1.0 / sh.imbalance)
+    local, w, fc1, fc2 = _expert_gemms(ms, sh, R)
     ks += _with_casts([fc1], sh)
     ks.append(replace(_activation("experts.act", R, w, ms.gated, "moe_act"), kernels=local))
     ks += _with_casts([fc2], sh)

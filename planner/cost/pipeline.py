@@ -25,7 +25,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from planner.cost.arrays import Count, Num, hashable, maximum, minimum
+from planner.cost.arrays import Count, Num, maximum, minimum
 from planner.cost.comm import CommCost, dp_time, overlapped
 from planner.cost.compute import BlockTime
 from planner.cost.flops import FP32, ModelShape
@@ -164,55 +164,6 @@ def rank_p2p(t_p2p: Num, pp: int, vpp: int, compute: Num, p2p_overlap: bool, rat
 # ---------------------------------------------------------------------------------------------
 # Local parameters and the optimizer step.
 # ---------------------------------------------------------------------------------------------
-_PARAMS: dict[tuple, tuple[object, tuple[Num, Num]]] = {}
-
-
-def block_params(model, block: str, tp: int, ep: int, etp: int) -> tuple[Num, Num]:
-    """(dense, expert) parameters of one block ('dense'/'moe' layer, 'embedding', 'head', 'mtp') on
-    one GPU, by Megatron's sharding of each component (planner.specs.params): TP-split linears /
-    tp, K/V / min(tp, kv heads), replicated norms/router/MLA down-projections whole,
-    vocabulary-parallel tables / tp, experts / (ep*etp). Cached per model object for scalar
-    degrees; array degrees give arrays."""
-    key = (id(model), block, tp, ep, etp) if hashable(tp, ep, etp) else None
-    hit = _PARAMS.get(key) if key is not None else None
-    if hit is not None and hit[0] is model:
-        return hit[1]
-    from planner.specs import params as P
-
-    b = {"embedding": P.embedding_block, "head": P.head_block, "mtp": P.mtp_block}.get(block)
-    blk = b(model) if b else P.layer_block(model, block)
-    kv = model.attention.num_kv_heads
-    div = {"tp": tp, "tp_kv": minimum(tp, kv), "replicated": 1, "vocab": tp}
-    dense = sum(c.params / div[c.shard] for c in blk.components if c.shard != "expert")
-    expert = sum(c.params / (ep * etp) for c in blk.components if c.shard == "expert")
-    if key is not None:
-        _PARAMS[key] = (model, (dense, expert))
-    return dense, expert
-
-
-def local_params(model, chunks, tp: int, ep: int, etp: int, pp: int) -> tuple[Num, Num]:
-    """(dense, expert) parameters one GPU of a pipeline rank holds (see :func:`block_params`).
-    A tied output head keeps its own copy on the last stage when pp > 1. tp, ep and etp may be
-    arrays."""
-    kinds = model.layer_kinds
-    dense: Num = 0.0
-    expert: Num = 0.0
-    for ch in chunks:
-        names = [kinds[i] for i in ch.layers]
-        if ch.embedding:
-            names.append("embedding")
-        if ch.loss:
-            names.append("head")
-            if model.tie_embeddings and pp > 1:
-                dense += model.vocab_size * model.hidden_size / tp
-        names += ["mtp"] * ch.mtp
-        for name, n in Counter(names).items():
-            d, e = block_params(model, name, tp, ep, etp)
-            dense += n * d
-            expert += n * e
-    return dense, expert
-
-
 def param_tensors(model, chunks, ep) -> Num:
     """Parameter tensors one GPU of a pipeline rank holds, as Megatron-Core's modules keep them
     (fused QKV weight, fc1 with gate and up together, one weight and bias per norm, two or four

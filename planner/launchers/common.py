@@ -219,6 +219,32 @@ def comment_text(text: str) -> str:
     return "".join(c if c.isprintable() else (repr(c)[1:-1] if c != " " else c) for c in text)
 
 
+def script_header(setup, title: str, plan_text: str, pred_lines: list[str]) -> list[str]:
+    """The first lines every exported launch script starts with: what wrote it (``title``), the
+    model, hardware and job, the plan, its degrees and planner's predictions, each value through
+    :func:`comment_text` so that none ends its comment line early."""
+    job = setup.job
+    out = [
+        "#!/usr/bin/env bash",
+        f"# {title}",
+        f"# model: {comment_text(setup.model.name)}   hardware: {comment_text(setup.hw.name)}   job: {job.gpus} GPUs, "
+        f"global batch {job.global_batch}, seq {job.seq_len}",
+        f"# plan: {comment_text(plan_text)}",
+        f"# degrees: dp={setup.deg.dp} edp={setup.deg.edp}, {setup.micro_batches} micro-batches per step",
+    ]
+    return out + [f"# predicted: {comment_text(ln)}" for ln in pred_lines]
+
+
+def node_lines(nnodes: int, master_port: int, checkout: str | None = None) -> list[str]:
+    """Strict mode and the rendezvous variables a multi-node launch reads from the scheduler
+    (defaults for one node), with the launcher checkout's variable first where the script needs one."""
+    out = ["set -euo pipefail", ""]
+    if checkout:
+        out.append(f"{checkout}=${{{checkout}:-.}}")
+    return out + [f"NNODES=${{NNODES:-{nnodes}}}", "NODE_RANK=${NODE_RANK:-0}", "MASTER_ADDR=${MASTER_ADDR:-localhost}",
+                  f"MASTER_PORT=${{MASTER_PORT:-{master_port}}}", ""]
+
+
 def prediction_lines(pred: dict) -> list[str]:
     """Human lines for a script header."""
     lines = []
@@ -245,6 +271,37 @@ def prediction_lines(pred: dict) -> list[str]:
             text += f", bottleneck {t['bottleneck']}"
         lines.append(text)
     return lines
+
+
+# torchrun's own options that take a value (torch.distributed.run's argument parser), so that a
+# launch line's `torchrun --nproc-per-node 8 pretrain_gpt.py ...` is read as the launcher's
+# geometry and not as the training program's arguments.
+TORCH_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+TORCHRUN_VALUE_OPTIONS = {
+    "--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank", "--master-addr",
+    "--master_addr", "--master-port", "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
+    "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--max-restarts", "--max_restarts", "--log-dir", "--log_dir",
+    "--redirects", "--tee", "--local-addr", "--local_addr", "--monitor-interval", "--rdzv-conf", "--role",
+    "--start-method", "--local-ranks-filter",
+}
+
+
+def torchrun_options(head: list[str]) -> dict[str, str]:
+    """torchrun's valued options among the words before the training program (names with '-'),
+    when those words start a torch launcher; empty otherwise."""
+    out: dict[str, str] = {}
+    if not any(w.rsplit("/", 1)[-1] in TORCH_LAUNCHERS or w in TORCH_LAUNCHERS for w in head):
+        return out
+    j = 0
+    while j < len(head):
+        key, eq, val = head[j].partition("=")
+        if key in TORCHRUN_VALUE_OPTIONS:
+            if not eq and j + 1 < len(head):
+                val = head[j + 1]
+                j += 1
+            out[key.replace("_", "-")] = val
+        j += 1
+    return out
 
 
 def gpus_per_node(hw, gpus: int, override: int | None = None) -> int:

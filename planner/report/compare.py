@@ -415,7 +415,7 @@ def table_rows(out: dict, dims: tuple[str, ...] = ("pp", "tp", "ep", "cp", "reco
         if not any(e["status"] == "ok" and dim in e["top_k"]["dims"] for e in entries):
             continue
         name = _deg_name(dim) if dim in DEGREES else dim
-        rows.append([f"{name} in top {K}", *[cell(e, lambda e: usage_text(e["top_k"]["dims"].get(dim, {})))
+        rows.append([f"{name} in top {K}", *[cell(e, lambda e, dim=dim: usage_text(e["top_k"]["dims"].get(dim, {})))
                                              for e in entries]])
     return header, rows
 
@@ -524,7 +524,7 @@ def print_sweep(out: dict, plot=None) -> None:
     c.print(f"global batch: {out['global_batch_rule']}")
     header, rows = sweep_table(out)
     t = Table(title="Tokens/s per GPU of the best plan (its TP, CP, PP, EP degrees above 1; MFU)")
-    for i, h in enumerate(header):
+    for h in header:
         t.add_column(h, justify="right", overflow="fold")
     for r in rows:
         t.add_row(*r)

@@ -699,7 +699,7 @@ def c_vpp_multiplier() -> dict:
            f"Table 3's per-rank layers, the most loaded stage goes from {n['vpp1_max_gib']:.1f} GiB (stage "
            f"{n['vpp1_max_stage']}, 1F1B) to {n['vpp4_max_gib']:.1f} GiB (stage {n['vpp4_max_stage']}, VPP4): "
            f"{n['ratio']:.2f}x, +{n['difference_gb']:.1f} GB without recompute"
-           + (", as the seed says" if n["difference_gb"] >= 30 else f", less than the seed's 30 GB") +
+           + (", as the seed says" if n["difference_gb"] >= 30 else ", less than the seed's 30 GB") +
            f"; with full recompute +{f['difference_gib']:.2f} GiB, "
            + ("under 1 GiB as the seed says." if f["difference_gib"] < 1 else
               f"more than the seed's 'under 1 GiB': the most loaded stage holds {four_extra} more layer-micro-batches, and with "
@@ -720,7 +720,7 @@ def _chunks_extra() -> int:
     from planner.cost.memory import memory_report
 
     def most(rep):
-        return max(sum(n * sum(1 for l in c.layers if l.name.startswith("layer")) for n, c in
+        return max(sum(n * sum(1 for layer in c.layers if layer.name.startswith("layer")) for n, c in
                        zip(s.inflight_end_of_warmup, s.chunks)) for s in rep.stages)
 
     return most(memory_report(table3(_t3_plan("none", 4)))) - most(memory_report(table3(_t3_plan("none", 1))))
@@ -1046,8 +1046,8 @@ def c_order(compares: dict) -> dict:
                 d = e["top_k"]["dims"]
                 usage.setdefault(name, {})[e["hardware"]["name"]] = {k: d.get(k, {}) for k in ("sharding", "recompute", "offload")}
     best_levers = {}
-    for name, per in usage.items():
-        for hw, d in per.items():
+    for per in usage.values():
+        for d in per.values():
             for k in ("sharding", "recompute", "offload"):
                 for v, n in d[k].items():
                     if v not in ("none", "dist_opt"):
@@ -1184,7 +1184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the claim ids")
     args = ap.parse_args(argv)
     if args.list or not args.claim:
-        for k, fn in CLAIMS.items():
+        for k in CLAIMS:
             extra = f"   (runs the searches of {', '.join(SEARCHES_FOR[k])})" if k in SEARCHES_FOR else ""
             print(k + extra)
         return 0

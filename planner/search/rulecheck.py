@@ -8,7 +8,6 @@ search's outputs are checked against the full rule set again (tests do that too)
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
 
 from planner.rules import launcher_violations
 from planner.specs.plan import Recompute, Sharding

@@ -44,7 +44,7 @@ class GPU(Spec):
     """Board power."""
 
     @model_validator(mode="after")
-    def _bf16_present(self) -> "GPU":
+    def _bf16_present(self) -> GPU:
         if "bf16" not in self.peak_flops:
             raise ValueError("peak_flops must include bf16 (MFU is reported against the dense BF16 peak)")
         return self

@@ -38,13 +38,13 @@ class Job(Spec):
     """Where this job comes from (a paper's run), if anywhere."""
 
     @model_validator(mode="after")
-    def _unique_precisions(self) -> "Job":
+    def _unique_precisions(self) -> Job:
         if len(set(self.precisions)) != len(self.precisions):
             raise ValueError(f"precisions lists a value twice: {self.precisions}")
         return self
 
     @model_validator(mode="after")
-    def _tokens_bounded(self) -> "Job":
+    def _tokens_bounded(self) -> Job:
         if self.global_batch * self.seq_len > MAX_TOKENS_PER_STEP:
             raise ValueError(
                 f"global_batch x seq_len = {self.global_batch} x {self.seq_len} = {self.global_batch * self.seq_len:,} "

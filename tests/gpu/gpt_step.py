@@ -7,8 +7,11 @@ Hopper sustained fraction 0.73 and 129 ms with 1.0 (PyTorch eager differs from M
 kernel fusion; compare the forward+backward time, the optimizer here keeps bf16 states).
 Not yet run (the device was busy); see the time-model report.
 """
-import torch as T,time,json
-import torch.nn as nn,torch.nn.functional as F
+import torch as T
+import time
+import json
+import torch.nn as nn
+import torch.nn.functional as F
 h,L,H,S,B,V=2048,24,16,4096,2,50304
 class Blk(nn.Module):
  def __init__(s):

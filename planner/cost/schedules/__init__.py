@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from collections.abc import Callable
 
 from planner.cost.schedules import orders
 from planner.cost.schedules.ops import Placement, dual_placement, loop_placement, v_placement

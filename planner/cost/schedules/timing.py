@@ -94,12 +94,12 @@ class StepTimes:
     registered for it)."""
 
     @classmethod
-    def uniform(cls, p: int, chunks: int, layers: tuple[LayerTimes, ...], **kw) -> "StepTimes":
+    def uniform(cls, p: int, chunks: int, layers: tuple[LayerTimes, ...], **kw) -> StepTimes:
         """Every chunk of every rank alike."""
         return cls(tuple(tuple(layers for _ in range(chunks)) for _ in range(p)), **kw)
 
     @classmethod
-    def per_rank(cls, fs, bs, ws=None, chunks: int = 1, **kw) -> "StepTimes":
+    def per_rank(cls, fs, bs, ws=None, chunks: int = 1, **kw) -> StepTimes:
         """Compute-only ranks: rank r's chunks each take fs[r], bs[r] (input gradient), ws[r]."""
         ws = ws or [0.0] * len(fs)
         return cls(tuple(tuple(compute_chunk(f, b, w) for _ in range(chunks)) for f, b, w in zip(fs, bs, ws)), **kw)

@@ -172,7 +172,7 @@ def read_bridge_text(text: str, label: str = "<file>", environ: dict | None = No
     if label.endswith((".yaml", ".yml")) or _looks_like_yaml(stripped):
         return _from_yaml(text, label)
     from planner.launchers.bash import run_script
-    from planner.launchers.megatron.read import _LAUNCHERS, _TORCHRUN_VALUE_OPTS
+    from planner.launchers.common import torchrun_options
 
     run = run_script(text, environ=environ, args=args)
     found = [(c, next(i for i, w in enumerate(c.argv) if _is_runner(w)))
@@ -182,18 +182,7 @@ def read_bridge_text(text: str, label: str = "<file>", environ: dict | None = No
         cmd, idx = found[0]
         if len(found) > 1:
             notes.append(f"the script starts {len(found)} Megatron-Bridge commands; planner reads the first (line {cmd.line})")
-        launcher: dict[str, str] = {}
-        head = cmd.argv[:idx]
-        if any(w.rsplit("/", 1)[-1] in _LAUNCHERS or w in _LAUNCHERS for w in head):
-            j = 0
-            while j < len(head):
-                key, eq, val = head[j].partition("=")
-                if key in _TORCHRUN_VALUE_OPTS:
-                    if not eq and j + 1 < len(head):
-                        val = head[j + 1]
-                        j += 1
-                    launcher[key.replace("_", "-")] = val
-                j += 1
+        launcher = torchrun_options(cmd.argv[:idx])
         out = _from_argv(cmd.argv[idx + 1:], "script")
         out.launcher, out.env = launcher, dict(cmd.env)
     else:

@@ -198,19 +198,12 @@ def export_bridge(setup, *, predictions: dict | None = None, recipe: str | None 
     """A bash script running Megatron-Bridge's run_recipe.py with the plan's overrides."""
     from planner import __version__
     from planner.launchers.common import comment_text as _c
-    from planner.launchers.common import prediction_lines
+    from planner.launchers.common import node_lines, prediction_lines, script_header
 
     launch = bridge_launch(setup, recipe=recipe, nproc_per_node=nproc_per_node)
-    job, hw, model = setup.job, setup.hw, setup.model
-    lines = [
-        "#!/usr/bin/env bash",
-        f"# Megatron-Bridge {BRIDGE_VERSION} launch written by planner {_c(__version__)} (planner export --format bridge).",
-        f"# model: {_c(model.name)}   hardware: {_c(hw.name)}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
-        f"seq {job.seq_len}",
-        f"# plan: {_c(setup.plan.to_string())}",
-        f"# degrees: dp={setup.deg.dp} edp={setup.deg.edp}, {setup.micro_batches} micro-batches per step",
-    ]
-    lines += [f"# predicted: {_c(ln)}" for ln in prediction_lines(predictions or {})]
+    lines = script_header(setup, f"Megatron-Bridge {BRIDGE_VERSION} launch written by planner {_c(__version__)} "
+                          "(planner export --format bridge).", setup.plan.to_string(),
+                          prediction_lines(predictions or {}))
     lines += [
         f"# recipe: {_c(launch.recipe)} builds the model from its HuggingFace config and sets the data, optimizer",
         "# and schedule; every override below sets what the plan depends on (later overrides win). Run on every",
@@ -218,16 +211,7 @@ def export_bridge(setup, *, predictions: dict | None = None, recipe: str | None 
         "# Megatron-Bridge checkout (its scripts/training/run_recipe.py); --dataset mock: put your data there.",
     ]
     lines += [f"# note: {_c(n)}" for n in launch.notes]
-    lines += [
-        "set -euo pipefail",
-        "",
-        "MEGATRON_BRIDGE=${MEGATRON_BRIDGE:-.}",
-        f"NNODES=${{NNODES:-{launch.nnodes}}}",
-        "NODE_RANK=${NODE_RANK:-0}",
-        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
-        "MASTER_PORT=${MASTER_PORT:-6000}",
-        "",
-    ]
+    lines += node_lines(launch.nnodes, 6000, "MEGATRON_BRIDGE")
     for k, v in launch.env.items():
         lines += ["# Transformer Engine >= 2.10 needs it for fine-grained activation offloading",
                   f"export {k}={shlex.quote(v)}", ""]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
+from planner.launchers.common import torchrun_options
 from planner.launchers.megatron.flags import FLAGS
 from planner.launchers.megatron.model import flag_int as _int
 from planner.launchers.megatron.model import model_hints
@@ -42,14 +43,6 @@ if TYPE_CHECKING:
 # the Megatron command of a script
 # ---------------------------------------------------------------------------------------------
 
-_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
-_TORCHRUN_VALUE_OPTS = {
-    "--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank", "--master-addr",
-    "--master_addr", "--master-port", "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
-    "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--max-restarts", "--max_restarts", "--log-dir", "--log_dir",
-    "--redirects", "--tee", "--local-addr", "--local_addr", "--monitor-interval", "--rdzv-conf", "--role",
-    "--start-method", "--local-ranks-filter",
-}
 
 
 def _is_pretrain(word: str) -> bool:
@@ -111,18 +104,7 @@ def read_script(text: str, environ: dict[str, str] | None = None, args: list[str
         notes.append(f"after the Megatron command: {run.stopped.message}")
     if cmd.where:
         notes.append(f"the Megatron command runs inside {cmd.where}")
-    launcher: dict[str, str] = {}
-    head = cmd.argv[:idx]
-    if any(w.rsplit("/", 1)[-1] in _LAUNCHERS or w in _LAUNCHERS for w in head):
-        j = 0
-        while j < len(head):
-            key, eq, val = head[j].partition("=")
-            if key in _TORCHRUN_VALUE_OPTS:
-                if not eq and j + 1 < len(head):
-                    val = head[j + 1]
-                    j += 1
-                launcher[key.replace("_", "-")] = val
-            j += 1
+    launcher = torchrun_options(cmd.argv[:idx])
     unknown = {i - idx - 1 for i, u in enumerate(cmd.unknown) if u and i > idx}
     return ScriptCommand(cmd.argv[idx + 1:], dict(cmd.env), launcher, run.unresolved, cmd.argv[idx], unknown,
                          run.not_run, notes, cmd.line)

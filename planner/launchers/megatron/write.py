@@ -321,34 +321,17 @@ def _bash_array(name: str, args: list[str]) -> str:
 
 def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: list[str], version: str) -> str:
     from planner.launchers.common import comment_text as _c  # no value may end a comment line early
+    from planner.launchers.common import node_lines, script_header
 
-    job, hw, model = setup.job, setup.hw, setup.model
-    out = [
-        "#!/usr/bin/env bash",
-        f"# Megatron-LM launch script written by planner {_c(version)} (planner export --format megatron).",
-        f"# model: {_c(model.name)}   hardware: {_c(hw.name)}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
-        f"seq {job.seq_len}",
-        f"# plan: {_c(plan_text)}",
-        f"# degrees: dp={setup.deg.dp} edp={setup.deg.edp}, {setup.micro_batches} micro-batches per step",
-    ]
-    if pred_lines:
-        out += [f"# predicted: {_c(ln)}" for ln in pred_lines]
+    out = script_header(setup, f"Megatron-LM launch script written by planner {_c(version)} "
+                        "(planner export --format megatron).", plan_text, pred_lines)
     out += [
         "# Flags as in megatron-core 0.19.2. Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT",
         "# set by your scheduler, and MEGATRON_LM pointing at a Megatron-LM checkout. DATA_ARGS uses mock",
         "# data: put your --data-path and tokenizer there; TRAINING_ARGS holds placeholder hyperparameters.",
     ]
     out += [f"# note: {_c(n)}" for n in launch.notes]
-    out += [
-        "set -euo pipefail",
-        "",
-        'MEGATRON_LM=${MEGATRON_LM:-.}',
-        f"NNODES=${{NNODES:-{launch.nnodes}}}",
-        "NODE_RANK=${NODE_RANK:-0}",
-        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
-        "MASTER_PORT=${MASTER_PORT:-6000}",
-        "",
-    ]
+    out += node_lines(launch.nnodes, 6000, "MEGATRON_LM")
     for k, v in launch.env.items():
         out.append(f"# {_c(launch.env_notes.get(k, ''))}")
         out.append(f"export {_env_name(k)}={shlex.quote(v)}")

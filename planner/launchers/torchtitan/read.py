@@ -147,7 +147,7 @@ def read_torchtitan_text(text: str, label: str, environ=None, args=()) -> Torcht
     if label.endswith(".toml") or re.match(r"\s*(#.*\n\s*)*\[[A-Za-z_.]+\]", text):
         return read_toml_text(text, label)
     from planner.launchers.bash import run_script
-    from planner.launchers.megatron.read import _LAUNCHERS, _TORCHRUN_VALUE_OPTS
+    from planner.launchers.common import torchrun_options
 
     run = run_script(text, environ=environ, args=args)
     found = []
@@ -159,17 +159,7 @@ def read_torchtitan_text(text: str, label: str, environ=None, args=()) -> Torcht
     if found:
         cmd, idx = found[0]
         out = read_cli_argv(cmd.argv[idx + 1:])
-        head = cmd.argv[:idx]
-        if any(w.rsplit("/", 1)[-1] in _LAUNCHERS or w in _LAUNCHERS for w in head):
-            j = 0
-            while j < len(head):
-                k, eq, v = head[j].partition("=")
-                if k in _TORCHRUN_VALUE_OPTS:
-                    if not eq and j + 1 < len(head):
-                        v = head[j + 1]
-                        j += 1
-                    out.launcher[k.replace("_", "-")] = v
-                j += 1
+        out.launcher.update(torchrun_options(cmd.argv[:idx]))
         if len(found) > 1:
             out.notes.append(f"the script starts {len(found)} torchtitan trainers; planner reads the first")
     else:

@@ -110,30 +110,19 @@ def export_torchtitan(setup, *, predictions: dict | None = None, torchtitan_conf
                       nproc_per_node: int | None = None) -> str:
     """A bash script running torchtitan's trainer with the plan's overrides."""
     from planner import __version__
-    from planner.launchers.common import prediction_lines
-
     from planner.launchers.common import comment_text as _c  # no value may end a comment line early
+    from planner.launchers.common import node_lines, prediction_lines, script_header
 
     launch = torchtitan_launch(setup, torchtitan_config=torchtitan_config, nproc_per_node=nproc_per_node)
-    job, hw, model = setup.job, setup.hw, setup.model
-    lines = [
-        "#!/usr/bin/env bash",
-        f"# torchtitan 0.3.0 launch written by planner {_c(__version__)} (planner export --format torchtitan).",
-        f"# model: {_c(model.name)}   hardware: {_c(hw.name)}   job: {job.gpus} GPUs, global batch {job.global_batch}, "
-        f"seq {job.seq_len}",
-        f"# plan: {_c(setup.plan.to_string())}",
+    lines = script_header(setup, f"torchtitan 0.3.0 launch written by planner {_c(__version__)} "
+                          "(planner export --format torchtitan).", setup.plan.to_string(), [])
+    lines += [
         f"# config_registry function: {_c(launch.module)}.{_c(launch.config)} (its model, optimizer and data settings "
         "apply; the overrides below set the parallel layout and batch).",
     ]
     lines += [f"# predicted: {_c(ln)}" for ln in prediction_lines(predictions or {})]
+    lines += node_lines(launch.nnodes, 29500)
     lines += [
-        "set -euo pipefail",
-        "",
-        f"NNODES=${{NNODES:-{launch.nnodes}}}",
-        "NODE_RANK=${NODE_RANK:-0}",
-        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
-        "MASTER_PORT=${MASTER_PORT:-29500}",
-        "",
         f"torchrun --nproc-per-node {launch.nproc_per_node} --nnodes \"$NNODES\" --node-rank \"$NODE_RANK\" \\",
         "    --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" \\",
         "    -m torchtitan.train \\",
