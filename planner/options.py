@@ -86,6 +86,9 @@ ImplOpt = Annotated[
                  "the local spec, unfused attention with an fp32 softmax; megatron-local-fused-softmax: unfused "
                  "attention with Megatron's fused softmax (the 2021-22 GPT setups)."),
 ]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="Change a field of the model, KEY=VALUE typed as in a model YAML (repeatable): e.g. --set "
+    "mtp_layers=0, --set moe.num_experts=64, --set vocab_size=128256.")]
 FixOpt = Annotated[Optional[str], typer.Option("--fix", help="Pin plan keys (on every hardware), e.g. \"tp=2,recompute=full\".")]
 MaxOpt = Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees and mbs, e.g. \"pp=8,tp=4\".")]
 CalibrationOpt = Annotated[
@@ -278,12 +281,22 @@ def build_assumptions(routing_imbalance: float | None = None, implementation: st
     return a
 
 
-def resolve_specs(model, hw, args: JobArgs):
-    """(model, hardware, job) from names or files: the hardware defaults to the model's reference
-    job's; the job to the reference job, a job file and the options, in increasing priority."""
-    from planner.specs.catalog import load_hardware, load_model
+def resolve_model(model, model_set: list[str] | tuple[str, ...] | None = None):
+    """A model from a name or file (or a spec), with the command line's --set overrides applied."""
+    from planner.specs.catalog import load_model
+    from planner.specs.overrides import apply_overrides, parse_set_items
 
     m = model if not isinstance(model, str) else load_model(model)
+    return apply_overrides(m, parse_set_items(model_set))
+
+
+def resolve_specs(model, hw, args: JobArgs, model_set: list[str] | tuple[str, ...] | None = None):
+    """(model, hardware, job) from names or files: the model with its --set overrides; the hardware
+    defaults to the model's reference job's; the job to the reference job, a job file and the
+    options, in increasing priority."""
+    from planner.specs.catalog import load_hardware
+
+    m = resolve_model(model, model_set)
     if hw is None:
         hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
         if hw is None:
@@ -315,8 +328,10 @@ class PlanSource:
 
 def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 1, megatron_args: Path | None = None,
                 script_env=None, script_args=None, model: str | None, hw: str | None, args: JobArgs,
-                command: str, bridge: Path | None = None, torchtitan: Path | None = None) -> PlanSource:
-    """Read exactly one plan source and resolve it against its model, hardware and job."""
+                command: str, model_set: list[str] | None = None, bridge: Path | None = None,
+                torchtitan: Path | None = None) -> PlanSource:
+    """Read exactly one plan source and resolve it against its model (with the --set overrides),
+    hardware and job."""
     given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--megatron-args", megatron_args),
                                   ("--bridge", bridge), ("--torchtitan", torchtitan)) if v is not None]
     allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (
@@ -325,6 +340,9 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
     if len(given) != 1:
         raise PlannerError(f"{command} needs exactly one plan source" + (f", got {' and '.join(given)}" if given else "")
                            + ".", hint=f"Give {allowed}.")
+    if model_set and (bridge is not None or torchtitan is not None):
+        raise PlannerError(f"--set does not apply to {given[0]} yet: the model overrides reach --plan, --from and "
+                           "--megatron-args.", hint="Edit the model in the launch (or a model file it names) instead.")
     if torchtitan is not None:
         from planner.launchers.megatron.read import script_inputs
         from planner.launchers.torchtitan.read import job_from_torchtitan
@@ -350,11 +368,13 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
     if megatron_args is not None:
         from planner.launchers.megatron.read import job_from_script, script_inputs
 
+        from planner.specs.overrides import parse_set_items
+
         environ, argv = script_inputs(script_env, script_args)
         sj = job_from_script(Path(megatron_args), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
                              seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
                              domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
-                             script_args=argv)
+                             script_args=argv, model_overrides=parse_set_items(model_set))
         check_margin(sj.job, sj.hardware)
         return PlanSource(sj.model, sj.hardware, sj.job, sj.plan, script=sj)
     saved = None
@@ -373,7 +393,7 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
         p = Plan.parse(plan)
     if model is None:
         raise PlannerError(f"{command} needs --model.", hint="Name a catalog model, a model YAML or a config.json.")
-    m, h, j = resolve_specs(model, hw, args)
+    m, h, j = resolve_specs(model, hw, args, model_set)
     if p.precision and p.precision not in j.precisions and args.precision is None:
         j = j.model_copy(update={"precisions": [p.precision, *[x for x in j.precisions if x != p.precision]]})
     if p.dp is not None or p.edp is not None:

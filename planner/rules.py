@@ -89,7 +89,15 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
                              hint="Add it with --precision bf16,fp8."))
     if precision == "fp8" and "fp8" not in hw.gpu.peak_flops:
         out.append(Violation("fp8-hardware", f"{hw.gpu.name} has no FP8 tensor cores."))
+    if plan.param_gather == "fp8" and precision != "fp8":
+        out.append(Violation("param-gather-fp8", f"param_gather=fp8 gathers FP8 primary weights, which exist only with "
+                             f"precision=fp8 (the plan's precision is {precision}).",
+                             hint="Set precision=fp8, or param_gather=bf16."))
     sh = plan.sharding
+    if plan.param_gather == "fp8" and sh.kind == "ddp":
+        out.append(Violation("param-gather-sharded", "param_gather=fp8 with sharding=ddp: DDP keeps whole parameters and "
+                             "gathers none (Megatron's --fp8-param-gather needs the distributed optimizer or FSDP).",
+                             hint="Use sharding=dist_opt (or fsdp/zero2/hsdp)."))
     if sh.kind == "hsdp" and (deg.dp * deg.cp) % sh.group:
         out.append(Violation("hsdp-group", f"hsdp:{sh.group} does not divide dp*cp = {deg.dp * deg.cp}."))
     rc = plan.recompute
@@ -161,6 +169,8 @@ SHARED_RULES: dict[str, str] = {
     "vpp-needs-pp": "virtual stages need pp > 1 (validate_args)",
     "precision-allowed": "the plan's precision is one the job allows",
     "fp8-hardware": "fp8 needs FP8 tensor cores",
+    "param-gather-fp8": "param_gather=fp8 needs precision=fp8",
+    "param-gather-sharded": "param_gather=fp8 needs a sharded optimizer (validate_args: --fp8-param-gather)",
     "hsdp-group": "hsdp:N divides dp*cp",
     "recompute-mla": "mla_up_proj needs MLA (TransformerConfig)",
     "recompute-moe": "moe_act/moe/shared_experts recompute needs an MoE model",

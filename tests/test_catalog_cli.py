@@ -58,7 +58,9 @@ def test_show_model_json_is_stable(capsys):
     first = _ok(capsys, "show-model", "kimi-k2", "--json")
     assert _ok(capsys, "show-model", "K2", "--json") == first  # same spec through an alias, same bytes
     data = json.loads(first)
-    assert data["params"]["active_convention"] == "excl_input_embedding"
+    # One convention for every model: the input embedding counted (Kimi publishes 32B without it).
+    assert data["params"]["active_convention"] == "incl_embedding"
+    assert data["params"]["active"] == data["params"]["active_incl_embedding"]
     assert data["params"]["total"] == 1_026_408_232_448
     assert data["model"]["reference_job"]["gpus"] == 256 and len(data["spec_hash"]) == 12
 
@@ -88,3 +90,18 @@ def test_importing_the_cli_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_active_counts_follow_one_rule_for_imported_and_catalog_models(capsys):
+    # Issue 22: the importer's Llama 3.1 70B showed 69.50B active (input embedding left out), the
+    # catalog's 70.55B. One rule now: the input embedding is in planner's active count for every
+    # model; the publisher's figure keeps its own convention.
+    imported = json.loads(_ok(capsys, "show-model", str(FIXTURES / "llama3.1-70b" / "config.json"), "--json"))
+    catalog = json.loads(_ok(capsys, "show-model", "llama3.1-70b", "--json"))
+    for data in (imported, catalog):
+        p = data["params"]
+        assert p["active_convention"] == "incl_embedding" and p["active"] == p["total"] == 70_553_706_496
+    v3 = json.loads(_ok(capsys, "models", "--json"))["models"]
+    row = next(r for r in v3 if r["name"] == "deepseek-v3")
+    assert row["active_params"] > row["published_active_params"] == 37.0e9
+    assert row["published_active_convention"] == "excl_input_embedding"

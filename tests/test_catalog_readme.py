@@ -34,12 +34,13 @@ def models_table() -> str:
     from planner.specs.catalog import all_models
 
     lines = [
-        "| name | aliases | layers | hidden | attention (heads/kv) | experts | total | active (convention) | reference job |",
-        "|---|---|---:|---:|---|---|---:|---|---|",
+        "| name | aliases | layers | hidden | attention (heads/kv) | experts | total | active | published active (convention) | reference job |",
+        "|---|---|---:|---:|---|---|---:|---:|---|---|",
     ]
     for m in all_models():
         p = m.params
         conv = m.published.active_convention
+        pub = m.published.active_params
         experts = f"{m.moe.num_experts} top-{m.moe.top_k}" + (
             f" +{m.moe.num_shared_experts} shared" if m.moe.num_shared_experts else "") if m.moe else "dense"
         mtp = f" + MTP {_count(p.mtp)}" if p.mtp else ""
@@ -50,7 +51,8 @@ def models_table() -> str:
         where = f" {job.hardware}" if job.hardware else ""
         lines.append(
             f"| `{m.name}` | {', '.join(m.aliases[:3])} | {m.num_layers} | {m.hidden_size} | {attn} "
-            f"| {experts} | {_count(p.total)}{mtp} | {_count(p.active(conv))} ({short}) "
+            f"| {experts} | {_count(p.total)}{mtp} | {_count(p.active())} "
+            f"| {_count(pub.value) + ' (' + short + ')' if pub else '-'} "
             f"| {job.gpus} GPUs{where}, GBS {job.global_batch} x {job.seq_len} |"
         )
     return "\n".join(lines)

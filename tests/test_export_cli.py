@@ -52,7 +52,10 @@ def test_export_from_saved_file_and_check_it(capsys, tmp_path):
     assert f"# predicted: peak memory {peak / 2**30:.1f} GiB" in text and "step 20.00 s" not in text
     assert "differs from planner's recomputation" in err
     code, out, _ = _run(capsys, "check", "--megatron-args", str(script), "--hw", "gb200-nvl72")
-    assert code == 0 and "OK: passes Megatron-LM's start-up checks" in out and "catalog match" in out
+    # The script passes Megatron's start-up checks, but this layout's rank 1 holds about 206 GiB (the
+    # DeepSeek-V3 Table 3 layout without recompute): check says FAIL and exits 1 on the predicted OOM.
+    assert code == 1 and "catalog match" in out and "[out-of-memory]" in out and "FAIL" in out
+    assert "[argparse]" not in out and "rule(s) broken" not in out
     code, out, _ = _run(capsys, "export", "--from", str(path), "--rank", "2", "--format", "json")
     data = json.loads(out)
     assert data["plan"]["tp"] == 2 and data["plan"]["dp"] == 32 and data["plan"]["edp"] == 2
@@ -80,12 +83,41 @@ def test_export_refusal_names_the_rule(capsys):
     assert code == 2 and "[torchtitan-mtp]" in err and "[torchtitan-sharding]" in err
 
 
+def test_gradient_and_gather_dtypes_reach_megatron_not_bridge(capsys):
+    code, out, err = _run(capsys, "export", *V3, "--plan", PLAN + ",grad_reduce=bf16")
+    assert code == 0, err
+    assert "--grad-reduce-in-bf16" in out and "--fp8-param-gather" not in out
+    code, out, err = _run(capsys, "export", *V3, "--plan", PLAN + ",grad_reduce=bf16", "--format", "bridge")
+    assert code == 2 and out == "" and "[bridge-grad-dtypes]" in err and "--format megatron" in err
+    code, out, err = _run(capsys, "explain", *V3, "--plan", PLAN + ",param_gather=fp8", "--json")
+    assert code == 1 and "[param-gather-fp8]" in err  # no FP8 weights to gather in a bf16 plan
+
+
+def test_set_is_refused_with_a_launch_it_cannot_edit(capsys, tmp_path):
+    launch = tmp_path / "run.sh"
+    launch.write_text("python run_recipe.py --recipe deepseek_v3_pretrain_config\n")
+    code, out, err = _run(capsys, "check", "--bridge", str(launch), "--hw", "gb200-nvl72", "--set", "mtp_layers=0")
+    assert code == 2 and "--set does not apply to --bridge" in err and "Traceback" not in err
+
+
 def test_check_lists_violations_and_exits_1(capsys):
     code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,ep=64,stage_recompute=1/0/0/0,layout=Et*15|t*15|t*15|t*16mL")
     assert code == 1 and "[megatron-stage-recompute]" in out
     code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,ep=64,stage_recompute=1/0/0/0,layout=Et*15|t*15|t*15|t*16mL",
                         "--target", "any", "--json")
-    assert code == 0 and json.loads(out)["violations"] == []
+    # No launcher rule breaks, but the cost model cannot run per-stage counts without full recompute.
+    data = json.loads(out)
+    assert code == 1 and data["violations"] == [] and data["status"] == "FAIL"
+    assert [f["rule"] for f in data["failures"]] == ["stage-recompute-needs-full"]
+    code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,vpp=4,ep=64,layout=Et*3|(tttt|)*14ttmL", "--target", "any",
+                        "--json")
+    data = json.loads(out)  # this plan keeps every activation of V3 on 64 GPUs: it does not fit
+    assert code == 1 and data["violations"] == [] and data["status"] == "FAIL"
+    assert [f["rule"] for f in data["failures"]] == ["out-of-memory"] and not data["memory"]["fits"]
+    code, out, _ = _run(capsys, "check", *V3, "--plan", "pp=4,vpp=4,ep=64,recompute=full,layout=Et*3|(tttt|)*14ttmL",
+                        "--json")
+    data = json.loads(out)
+    assert code == 0 and data["status"] == "OK" and data["failures"] == [] and data["memory"]["fits"]
 
 
 def test_check_megatron_args_reports_unknown_and_env(capsys, tmp_path):

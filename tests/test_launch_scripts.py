@@ -71,6 +71,39 @@ def test_llama3_8b_h100_fp8():
     assert any("if [ ! -f \"$PRETRAIN_SCRIPT_PATH\" ]" in n for n in a.notes)  # a file test is not guessed
 
 
+def test_llama3_8b_fp8_prediction_has_bf16_gradients_and_fp8_gathers(capsys, tmp_path):
+    """--grad-reduce-in-bf16 halves the main-gradient buffer and the gradient reduce-scatter;
+    --fp8-param-gather gathers the Transformer Engine weights in FP8 (the embedding and output
+    layer stay bf16). The same script without the two flags predicts fp32 gradients and bf16
+    gathers."""
+    from planner.specs.params import count_params, embedding_block, head_block
+
+    script = FIXTURES / "llama3_8b_h100_fp8.sh"
+    sj = _read(script.name, hw="h100")
+    assert (sj.plan.grad_reduce, sj.plan.param_gather) == ("bf16", "fp8")
+    assert not [f for f in sj.args.unknown_flags if "grad-reduce" in f or "fp8-param-gather" in f]
+    plain = tmp_path / "plain.sh"
+    plain.write_text(script.read_text().replace(" --grad-reduce-in-bf16", "").replace('"--fp8-param-gather"', ""))
+    p0 = job_from_script(plain, hw="h100").plan
+    assert (p0.grad_reduce, p0.param_gather) == ("fp32", "bf16")
+    flags = _cli_json(capsys, "check", "--megatron-args", str(script), "--hw", "h100", "--json")
+    without = _cli_json(capsys, "check", "--megatron-args", str(plain), "--hw", "h100", "--json")
+    m = sj.model
+    params = count_params(m).total  # TP=PP=1: every GPU holds the whole model
+    emb_head = embedding_block(m).total + head_block(m).total
+    assert flags["memory"]["components"]["gradients"] == 2 * params
+    assert without["memory"]["components"]["gradients"] == 4 * params
+    assert flags["memory"]["peak_bytes"] < without["memory"]["peak_bytes"] - 15 * 2**30
+    t, t0 = flags["time"]["breakdown"], without["time"]["breakdown"]
+    grad = t["dp_grad"] + flags["time"]["hidden_communication"]["dp_grad"]
+    grad0 = t0["dp_grad"] + without["time"]["hidden_communication"]["dp_grad"]
+    assert grad == pytest.approx(grad0 / 2, rel=1e-3)
+    gather = t["dp_param"] + flags["time"]["hidden_communication"]["dp_param"]
+    gather0 = t0["dp_param"] + without["time"]["hidden_communication"]["dp_param"]
+    assert gather == pytest.approx(gather0 * ((params - emb_head) * 1 + emb_head * 2) / (2 * params), rel=1e-3)
+    assert "precision=fp8,grad_reduce=bf16,param_gather=fp8" in flags["plan"]
+
+
 def test_gpt3_175b_distributed():
     sj = _read("gpt3_175b_distributed.sh", hw="a100-80gb")
     a = sj.args
@@ -200,6 +233,72 @@ def test_script_environment_and_arguments_from_the_command_line(capsys):
                                                                for x in ("--script-env", f"{k}={v}")], "--json")
     assert checked["model"] == "qwen3-235b-a22b" and checked["job"]["gpus"] == 256
     assert "tp=4,pp=8" in checked["plan"]
+
+
+# ---- check: FAIL and exit status 1 ---------------------------------------------------------------
+
+def _check(capsys, *argv) -> tuple[int, str, dict]:
+    from planner.cli import main
+
+    code = main(["check", *argv])
+    text = capsys.readouterr().out
+    code_json = main(["check", *argv, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == code_json
+    return code, text, data
+
+
+def test_check_fails_on_a_predicted_out_of_memory(capsys):
+    # Megatron-LM's FP8 Llama 3 8B script read at 32k tokens per sequence (TP=1, no recompute): the
+    # launch passes every start-up check, and its activations alone exceed an H100's 80 GB.
+    code, text, data = _check(capsys, "--megatron-args", str(FIXTURES / "llama3_8b_h100_fp8.sh"), "--hw", "h100",
+                              "--seq-len", "32768")
+    assert code == 1 and data["status"] == "FAIL" and data["violations"] == []
+    assert [f["rule"] for f in data["failures"]] == ["out-of-memory"] and data["memory"]["fits"] is False
+    assert "FAIL: the plan does not fit in memory" in text and "would run out of memory" in text
+    assert "OK:" not in text
+
+
+def test_check_fails_on_an_argument_megatron_rejects(capsys):
+    # The DeepSeek-V3 GB200 guide passes --cross-entropy-loss-fusion --cross-entropy-fusion-impl te,
+    # which megatron-core 0.19.2's validate_args refuses (arguments.py: 'disabled due to stability issues').
+    code, text, data = _check(capsys, "--megatron-args", str(FIXTURES / "deepseek_v3_gb200_guide.sh"), "--gpus", "256",
+                              "--hw", "gb200-nvl72")
+    assert code == 1 and data["status"] == "FAIL"
+    assert [v["rule"] for v in data["violations"]] == ["cross-entropy-te-fusion"]
+    assert "--cross-entropy-fusion-impl te" in text and "FAIL: 1 rule(s) broken for Megatron-LM" in text
+    assert "memory" not in data  # no prediction for a launch that does not start
+
+
+def test_check_names_every_word_argparse_refuses(capsys):
+    # Megatron-LM's GPT-3 175B example splits its quoted --step-batch-size-schedule through an unquoted
+    # ${TRAINING_ARGS[@]}: argparse takes '0:16' as the value and exits on the five words after it.
+    code, text, data = _check(capsys, "--megatron-args", str(FIXTURES / "gpt3_175b_distributed.sh"), "--hw",
+                              "a100-80gb")
+    assert code == 1
+    refused = [v["message"] for v in data["violations"] if v["rule"] == "argparse"]
+    assert len(refused) == 5 and all("unrecognized arguments" in m for m in refused)
+    for word in ("2.4B:320", "4.8B:624", "7.2B:928", "9.6B:1232", "12B:1536"):
+        assert word in text
+
+
+def test_check_names_invalid_choices_and_numbers_from_the_parser():
+    # The parser's own choices and numeric types (flags.py, dumped from megatron-core 0.19.2).
+    from planner.launchers.megatron.flags import CHOICES, NUMERIC
+    from planner.launchers.megatron.read import plan_from_megatron_args
+    from planner.launchers.megatron.rules import args_violations
+
+    assert CHOICES["--cross-entropy-fusion-impl"] == ("native", "te")
+    assert CHOICES["--fp8-recipe"] == ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+    assert NUMERIC["--num-layers"] == "int" and NUMERIC["--lr"] == "float"
+    args = plan_from_megatron_args(SMALL + " --vocab-size 32000 --fp8-format e4m3 --fp8-recipe mxfp9 --lr fast "
+                                   "--no-such-flag 3 --recompute-granularity $GRAN")
+    messages = [v.message for v in args_violations(args) if v.rule == "argparse"]
+    assert any("--fp8-recipe mxfp9 (invalid choice" in m and "tensorwise, delayed" in m for m in messages)
+    assert any("--lr fast (not a number" in m for m in messages)
+    assert any("--no-such-flag 3 (not a megatron-core 0.19.2 flag" in m for m in messages)
+    assert not any("--recompute-granularity" in m for m in messages)  # unresolved: not judged
+    assert len(messages) == 3
 
 
 # ---- the model a command line describes --------------------------------------------------------

@@ -75,6 +75,11 @@ PLAN_CASES = {
     "precision-allowed": (V3, "gb200-nvl72", (256, 8192), "ep=64,precision=fp8", "megatron"),
     "fp8-hardware": (V3, _hw_variant("h100", no_fp8=True), (256, 8192, 4096, ("fp8",)), "ep=64,precision=fp8", "megatron"),
     "hsdp-group": (V3, "gb200-nvl72", (256, 8192), "ep=64,sharding=hsdp:3", "megatron"),
+    "param-gather-fp8": ("llama3.1-405b", "h100", (128, 128), "tp=8,pp=2,param_gather=fp8", "megatron"),
+    "param-gather-sharded": ("llama3.1-405b", "h100", (128, 128, 4096, ("fp8",)),
+                             "tp=8,pp=2,precision=fp8,sharding=ddp,param_gather=fp8", "megatron"),
+    "offload-fp8-param-gather": (V3, "gb200-nvl72", (256, 8192, 4096, ("fp8",)),
+                                 "ep=64,precision=fp8,param_gather=fp8,offload=optimizer", "megatron"),
     "recompute-mla": ("qwen3-235b-a22b", "h100", (256, 2048), "tp=2,pp=2,ep=16,etp=1,layout=Et*47|t*47L,recompute=mla_up_proj", "megatron"),
     "recompute-moe": ("llama3.1-405b", "h100", (128, 128), "tp=8,pp=2,recompute=moe_act", "megatron"),
     "recompute-shared": ("qwen3-235b-a22b", "h100", (256, 2048), "tp=2,pp=2,ep=16,etp=1,layout=Et*47|t*47L,recompute=shared_experts", "megatron"),
@@ -117,6 +122,9 @@ PLAN_CASES = {
     "torchtitan-dispatcher": ("qwen3-235b-a22b", "h100", (256, 2048), "ep=16,sharding=fsdp,dispatcher=deepep", "torchtitan"),
     "torchtitan-ep-overlap": ("qwen3-235b-a22b", "h100", (256, 2048), "ep=16,pp=2,vpp=2,sharding=fsdp,dispatcher=alltoall,ep_overlap=on,layout=Et*23|(t*24|)*2t*23L", "torchtitan"),
     "torchtitan-precision": ("llama3.1-405b", "h100", (128, 128), "tp=8,pp=2,sharding=fsdp", "torchtitan"),
+    "torchtitan-grad-reduce": ("llama3.1-405b", "h100", (128, 128), "tp=8,pp=2,sharding=fsdp,grad_reduce=bf16", "torchtitan"),
+    "torchtitan-param-gather": ("llama3.1-405b", "h100", (128, 128, 4096, ("fp8",)),
+                                "tp=8,pp=2,sharding=fsdp,precision=fp8,param_gather=fp8", "torchtitan"),
     "torchtitan-seq-divisor": ("llama3.1-405b", "h100", (128, 128, 4100), "tp=8,pp=2,sharding=fsdp", "torchtitan"),
 }
 

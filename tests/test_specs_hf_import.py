@@ -18,7 +18,8 @@ FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json")
 
 ARCHITECTURE_FIELDS = [
     "hidden_size", "num_layers", "vocab_size", "tie_embeddings", "position_embedding",
-    "max_position_embeddings", "norm", "attention", "ffn", "moe", "mtp_layers",
+    "max_position_embeddings", "norm", "attention", "ffn", "moe", "mtp_layers", "rope", "post_norms", "logit_softcap",
+    "attn_logit_softcap",
 ]
 
 
@@ -26,8 +27,13 @@ def test_the_issue_fixtures_exist():
     # Issue #2: DeepSeek-V3, Llama 3.1 405B, Qwen3-235B-A22B and Mixtral 8x22B at least.
     assert {"deepseek-v3", "llama3.1-405b", "qwen3-235b-a22b", "mixtral-8x22b"} <= set(FIXTURE_NAMES)
     # ... and one of every model_type the importer reads.
+    from planner.specs.hf_import import _NESTED
+
     types = {json.loads((FIXTURES / n / "config.json").read_text())["model_type"] for n in FIXTURE_NAMES}
-    assert types == set(SUPPORTED_MODEL_TYPES) - {"qwen3"}  # no dense Qwen3 in the catalog: tested below
+    public = {json.loads(p.read_text())["model_type"] for p in (FIXTURES.parent / "hf_public").glob("*/config.json")}
+    covered = types | public | {_NESTED[t] for t in public if t in _NESTED}
+    # No dense Qwen3 in the catalog (tested below); gemma3's nesting is tested in test_hf_families.py.
+    assert covered == set(SUPPORTED_MODEL_TYPES) - {"qwen3", "gemma3"}
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
@@ -104,6 +110,13 @@ def test_leading_dense_layers_of_qwen3_moe(tmp_path):
     assert m.moe.first_k_dense == 2 and m.layer_kinds[:3] == ("dense", "dense", "moe")
 
 
+def test_scattered_dense_layers_of_qwen3_moe_are_a_layer_pattern(tmp_path):
+    path = _write(tmp_path, "qwen3-30b-a3b", mlp_only_layers=[5, 7])
+    m = import_hf_config(path)
+    assert m.moe.layer_pattern == [0 if i in (5, 7) else 1 for i in range(48)]
+    assert m.layer_kinds[4:8] == ("moe", "dense", "moe", "dense") and m.num_moe_layers == 46
+
+
 def test_gpt_oss_without_sliding_layers(tmp_path):
     path = _write(tmp_path, "gpt-oss-120b", layer_types=["full_attention"] * 36)
     m = import_hf_config(path)
@@ -146,7 +159,8 @@ def _error(path: Path) -> str:
         ("deepseek-v3", {"first_k_dense_replace": 99}, "first_k_dense_replace", "exceeds num_hidden_layers"),
         ("qwen3-235b-a22b", {"num_experts_per_tok": 129}, "num_experts_per_tok", "exceeds num_experts"),
         ("qwen3-235b-a22b", {"decoder_sparse_step": 2}, "decoder_sparse_step", "every layer"),
-        ("qwen3-235b-a22b", {"mlp_only_layers": [5, 7]}, "mlp_only_layers", "first k layers"),
+        ("qwen3-235b-a22b", {"mlp_only_layers": [5, 99]}, "mlp_only_layers", "outside 0..93"),
+        ("qwen3-235b-a22b", {"mlp_only_layers": list(range(94))}, "mlp_only_layers", "no MoE layer"),
         ("qwen3-235b-a22b", {"head_dim": _DROP, "hidden_size": 4100}, "head_dim", "not divisible"),
         ("gpt-oss-120b", {"layer_types": ["full_attention", "sliding_attention"] * 18}, "layer_types", "every n-th layer"),
         ("gpt-oss-120b", {"layer_types": ["local"] * 36}, "layer_types", "unknown layer type"),

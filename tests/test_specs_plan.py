@@ -31,6 +31,8 @@ KEY_STRATEGIES = {
     "offload": st.sampled_from(["none", "optimizer", "activations", "optimizer+activations"]),
     "precision": st.sampled_from(["bf16", "fp8", None]),
     "moments": st.sampled_from(["fp32", "bf16"]),
+    "grad_reduce": st.sampled_from(["fp32", "bf16"]),
+    "param_gather": st.sampled_from(["bf16", "fp8"]),
     "layout": st.sampled_from(LAYOUTS) | st.none(),
     "stage_recompute": st.lists(st.integers(0, 16), min_size=1, max_size=8).map(lambda xs: "/".join(map(str, xs))) | st.none(),
     "dispatcher": st.sampled_from(["alltoall", "deepep", "hybridep", None]),
@@ -78,13 +80,13 @@ def test_canonical_form_is_stable(plan, is_moe, dispatcher, precision):
 
 def test_every_key_in_one_plan():
     text = ("tp=2,cp=2,pp=4,vpp=2,dp=8,ep=16,etp=1,edp=4,mbs=2,sharding=hsdp:16,recompute=moe_act+mla_up_proj,"
-            "offload=optimizer+activations,precision=fp8,moments=bf16,layout=Et|(tt|)*30mL,"
+            "offload=optimizer+activations,precision=fp8,moments=bf16,grad_reduce=bf16,param_gather=fp8,layout=Et|(tt|)*30mL,"
             "stage_recompute=4/2/0/0,dispatcher=deepep,ep_overlap=on")
     plan = Plan.parse(text)
     assert plan.to_json() == {
         "tp": 2, "cp": 2, "pp": 4, "vpp": 2, "dp": 8, "ep": 16, "etp": 1, "edp": 4, "mbs": 2, "sharding": "hsdp:16",
         "recompute": "mla_up_proj+moe_act", "offload": "optimizer+activations", "precision": "fp8",
-        "moments": "bf16", "layout": "Et|(tt|)*30mL", "stage_recompute": "4/2/0/0", "dispatcher": "deepep",
+        "moments": "bf16", "grad_reduce": "bf16", "param_gather": "fp8", "layout": "Et|(tt|)*30mL", "stage_recompute": "4/2/0/0", "dispatcher": "deepep",
         "ep_overlap": "on",
     }
     assert set(plan.to_json()) == set(Plan.model_fields)

@@ -25,6 +25,10 @@ def esc(text) -> str:
 
 
 def model_summary(m) -> dict:
+    """A model's row: planner's counts (active under the one rule of planner.specs.params, the
+    same for catalog and imported models) and the publisher's active figure with its convention."""
+    from planner.specs.params import ACTIVE_CONVENTION
+
     p = m.params
     out = {
         "name": m.name,
@@ -34,9 +38,13 @@ def model_summary(m) -> dict:
         "hidden": m.hidden_size,
         "attention": m.attention.kind,
         "total_params": p.total,
-        "active_params": p.active(m.published.active_convention if m.published else "excl_input_embedding"),
+        "active_params": p.active(),
+        "active_convention": ACTIVE_CONVENTION,
         "mtp_params": p.mtp,
     }
+    if m.published and m.published.active_params:
+        out.update(published_active_params=m.published.active_params.value,
+                   published_active_convention=m.published.active_convention)
     if m.moe:
         out.update(experts=m.moe.num_experts, top_k=m.moe.top_k)
     return out
@@ -53,7 +61,7 @@ def models_cmd(json: JsonOpt = False) -> None:
         return
     from rich.table import Table
 
-    t = Table(title="Models (parameters counted by planner; 'active' per the publisher's convention)")
+    t = Table(title="Models (parameters counted by planner; 'active' includes the input embedding for every model)")
     for col in ("name", "aliases", "kind", "layers", "hidden", "attn", "experts", "total", "active", "MTP"):
         t.add_column(col, justify="right" if col in ("layers", "hidden", "total", "active", "MTP") else "left",
                      no_wrap=col == "name")
@@ -118,9 +126,11 @@ def show_model_cmd(
     """A model's architecture and parameter breakdown (total, per layer, activated per token)."""
     from planner.specs.catalog import load_model, spec_hash
 
+    from planner.specs.params import ACTIVE_CONVENTION
+
     m = load_model(name)
     p = m.params
-    conv = m.published.active_convention if m.published else "excl_input_embedding"
+    conv = ACTIVE_CONVENTION
     data = {
         "model": m.model_dump(mode="json"),
         "spec_hash": spec_hash(m),
@@ -138,7 +148,8 @@ def show_model_cmd(
         "counting_convention": (
             "every weight, bias and norm counted once; main model excludes MTP modules, which share the "
             "embedding and output head; 'active' counts all parameters a token passes through, the "
-            "routed experts scaled by top_k/num_experts"
+            "routed experts scaled by top_k/num_experts, the input embedding included for every model "
+            "(active_excl_input_embedding leaves it out; 'published' keeps the publisher's figure and convention)"
         ),
     }
     if json:
@@ -160,13 +171,15 @@ def show_model_cmd(
     for kind, n in sorted(p.per_layer.items()):
         count = sum(k == kind for k in m.layer_kinds)
         c.print(f"  {kind} layer: {n:,} parameters x {count} layers")
-    c.print(f"  activated per token: {fmt_count(p.active(conv))} ({conv.replace('_', ' ')})")
+    c.print(f"  activated per token: {fmt_count(p.active())} (incl. the input embedding; "
+            f"{fmt_count(p.active_excl_input_embedding)} without it)")
     if p.mtp:
         c.print(f"  MTP modules ({m.mtp_layers}): {fmt_count(p.mtp)} unique, {fmt_count(p.mtp_active)} activated")
     if m.published:
         pub = m.published
+        short = "excl. emb." if pub.active_convention == "excl_input_embedding" else "incl. emb."
         c.print(f"  published: {fmt_count(pub.total_params.value)} total"
-                + (f", {fmt_count(pub.active_params.value)} active" if pub.active_params else "")
+                + (f", {fmt_count(pub.active_params.value)} active ({short})" if pub.active_params else "")
                 + f"  ({esc(pub.total_params.source)})")
 
 

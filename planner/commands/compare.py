@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MaxOpt,
     MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt, build_assumptions,
-    parse_moments, print_json, resolve_specs,
+    SetOpt, parse_moments, print_json, resolve_model, resolve_specs,
 )
 
 DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
@@ -31,6 +31,7 @@ def compare_cmd(
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
     memory_margin: MemoryMarginOpt = None,
+    model_set: SetOpt = None,
     tokens: Annotated[Optional[float], typer.Option(
         "--tokens", help="Token budget for GPU-hours and days to train, e.g. 15e12 (default: the model's "
         "published pre-training budget).")] = None,
@@ -63,7 +64,7 @@ def compare_cmd(
         finite_option("--tokens", tokens, low=1.0, high=1e18, unit="tokens",
                       negative="it must be positive (a token budget counts the tokens to train on)")
     args = JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin)
-    m, hws, j = _systems(model, hw, args)
+    m, hws, j = _systems(resolve_model(model, model_set), hw, args)
     counts = parse_gpu_list(sweep_gpus) if sweep_gpus else None
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     if plot is not None:
@@ -76,7 +77,7 @@ def compare_cmd(
     _output(out, counts, plot, timings, json, markdown)
 
 
-def _systems(model: str, hw: list[str] | None, args: JobArgs):
+def _systems(model, hw: list[str] | None, args: JobArgs):
     """(model, hardware list, job): each --hw once, the job checked against every system."""
     from planner.errors import PlannerError
     from planner.specs.catalog import load_hardware

@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.commands.export import BridgeFileOpt, FromOpt, TorchtitanFileOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
 from planner.options import (
     CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
-    PrecisionOpt, RoutingOpt, SeqLenOpt, build_assumptions, plan_source, print_json, rule_failures_exit,
+    PrecisionOpt, RoutingOpt, SeqLenOpt, SetOpt, build_assumptions, plan_source, print_json, rule_failures_exit,
 )
 from planner.units import GiB
 
@@ -31,6 +31,7 @@ def explain_cmd(
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
     memory_margin: MemoryMarginOpt = None,
+    model_set: SetOpt = None,
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
@@ -51,7 +52,8 @@ def explain_cmd(
     with rule_failures_exit(1):
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
                           script_args=script_args, model=model, hw=hw, command="explain", bridge=bridge, torchtitan=torchtitan,
-                          args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin))
+                          args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
+                          model_set=model_set)
         assumptions = build_assumptions(routing_imbalance, implementation, calibration)
         top = _top_of(against) if against is not None else None
         if plot is not None:

@@ -13,7 +13,7 @@ from planner.cli import app
 from planner.errors import PlannerError
 from planner.options import (
     DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
-    plan_source, print_json, rule_failures_exit,
+    SetOpt, plan_source, print_json, rule_failures_exit,
 )
 
 FromOpt = Annotated[Optional[Path], typer.Option("--from", help="A 'planner search --save' file (JSON with a 'plans' list).")]
@@ -109,6 +109,7 @@ def export_cmd(
     precision: PrecisionOpt = None,
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
+    model_set: SetOpt = None,
 ) -> None:
     """Write what a launcher runs for a plan. A plan the launcher would reject is not exported: the
     error names the rule (see 'planner check'). Predictions in the output are always recomputed."""
@@ -122,7 +123,7 @@ def export_cmd(
     _check_torchtitan_config(torchtitan_config)
     _check_recipe(bridge_recipe)
     src = plan_source(plan=plan, from_file=from_file, rank=rank, model=model, hw=hw, command="export",
-                      args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
+                      args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill), model_set=model_set)
     m, h, j, p, saved = src.model, src.hw, src.job, src.plan, src.saved
     if out is not None:
         from planner.files import check_output
@@ -135,7 +136,7 @@ def export_cmd(
         if fmt == "bridge":
             from planner.launchers.bridge.write import bridge_violations
 
-            found += bridge_violations(m, bridge_recipe)
+            found += bridge_violations(m, bridge_recipe, canon)
         if found:
             raise violations_error(found, {"bridge": "Megatron-Bridge"}.get(fmt, target))
     assumptions = _saved_assumptions(saved, from_file)
@@ -208,15 +209,17 @@ def check_cmd(
     precision: PrecisionOpt = None,
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
+    model_set: SetOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Check a plan (or a Megatron launch script) against the launchers' start-up checks; list every
-    rule it breaks. Exit status 1 when a rule is broken."""
+    """Check a plan (or a Megatron launch script) against the launchers' start-up checks and planner's
+    memory prediction; list every rule it breaks and every argument the launcher would refuse. FAIL and
+    exit status 1 when a rule is broken or the plan does not fit in memory."""
     with rule_failures_exit(1):
         _check_torchtitan_config(torchtitan_config)
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
                           script_args=script_args, model=model, hw=hw, command="check", bridge=bridge, torchtitan=torchtitan,
-                          args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill))
+                          args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill), model_set=model_set)
         if target is not None and target not in ("megatron", "torchtitan", "any"):
             raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
         chosen = target or ("torchtitan" if torchtitan is not None else "megatron")
@@ -225,7 +228,7 @@ def check_cmd(
         print_json(report)
     else:
         _print_report(report)
-    if report["violations"]:
+    if report["status"] == "FAIL":
         raise typer.Exit(1)  # planner.cli.main returns it as the exit status
 
 
@@ -280,11 +283,36 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
             "unknown_flags": a.unknown, "ignored_flags": a.ignored, "unresolved_variables": a.unresolved,
             "not_run": [], "notes": tj.notes, "defaults_used": tj.defaults_used})
     report["violations"] = [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]
-    if read and not found:
+    failures = list(report["violations"])
+    if not found:
         from planner.cost.setup import resolve_setup
+        from planner.errors import PlanRuleError
 
-        report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon)))
+        try:
+            report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon)))
+        except PlanRuleError as exc:  # a rule of the cost model itself (not a launcher's)
+            failures.append({"rule": exc.rule, "message": exc.message.removeprefix(f"[{exc.rule}] "),
+                             "hint": getattr(exc, "hint", None)})
+        else:
+            oom = _memory_failure(report["memory"])
+            if oom:
+                failures.append(oom)
+    report["failures"] = failures
+    report["status"] = "FAIL" if failures else "OK"
     return report
+
+
+def _memory_failure(mem: dict) -> dict | None:
+    """The failure entry of a plan whose predicted peak does not fit, or None."""
+    if mem.get("fits", True):
+        return None
+    peak, cap = mem["peak_bytes"] / 2**30, mem["capacity_bytes"] / 2**30
+    return {"rule": "out-of-memory",
+            "message": f"Predicted peak memory {peak:.1f} GiB on pipeline stage {mem.get('worst_stage', 0)} exceeds the "
+                       f"{cap:.1f} GiB available (usable HBM less the CUDA context and any --memory-margin): the run "
+                       "would run out of memory.",
+            "hint": "'planner explain' with the same arguments shows what fills it; 'planner search' finds plans "
+                    "that fit."}
 
 
 def _torchtitan_config_of(src) -> str | None:
@@ -325,9 +353,12 @@ def _print_report(r: dict) -> None:
     target = {"megatron": "Megatron-LM", "torchtitan": "torchtitan", "any": "the shared rules"}[r["target"]]
     if r.get("launcher") == "megatron-bridge" and r["target"] == "megatron":
         target = "Megatron-Bridge (Megatron-Core)"
-    if r["violations"]:
-        echo(f"{len(r['violations'])} rule(s) broken for {target}:")
-        for v in r["violations"]:
+    if r["status"] == "FAIL":
+        n = len(r["failures"])
+        what = (f"{len(r['violations'])} rule(s) broken for {target}" if r["violations"] else
+                "the plan does not fit in memory")
+        echo(f"FAIL: {what} ({n} problem{'s' if n > 1 else ''}):")
+        for v in r["failures"]:
             echo(f"  [{v['rule']}] {v['message']}" + (f" {v['hint']}" if v.get("hint") else ""))
     else:
-        echo(f"OK: passes {target}'s start-up checks.")
+        echo(f"OK: passes {target}'s start-up checks and fits in memory.")

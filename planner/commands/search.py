@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, HwOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt,
     MarkdownOpt, MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
-    build_assumptions, parse_moments, print_json, resolve_specs,
+    SetOpt, build_assumptions, parse_moments, print_json, resolve_specs,
 )
 
 
@@ -27,6 +27,7 @@ def search_cmd(
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
     memory_margin: MemoryMarginOpt = None,
+    model_set: SetOpt = None,
     moments: MomentsOpt = "fp32",
     target: SearchTargetOpt = "megatron",
     fix: FixOpt = None,
@@ -53,7 +54,8 @@ def search_cmd(
     finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
     if solver not in ("cpsat", "exhaustive"):
         raise PlannerError(f"Unknown --solver '{solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
-    m, h, j = resolve_specs(model, hw, JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin))
+    m, h, j = resolve_specs(model, hw, JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
+                            model_set)
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     if save is not None:
         from planner.files import check_output
@@ -62,7 +64,8 @@ def search_cmd(
     opts = Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
                    limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
-    _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown)
+    _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,
+            given=model)
 
 
 def _run(m, h, j, opts, assumptions, sensitivity: bool):
@@ -83,11 +86,16 @@ def _run(m, h, j, opts, assumptions, sensitivity: bool):
     return result, sens
 
 
-def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool, markdown: bool = False) -> None:
+def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool, markdown: bool = False,
+            given=None) -> None:
     from planner.cost.evaluate import context_json
+    from planner.launchers.common import model_record
 
     out = {**context_json(m, h, j, assumptions), "target": opts.target, "solver": result.solver,
            "plans": [{"rank": r.rank, **r.evaluation} for r in result.plans]}
+    # The model the plans were ranked for (spec, and the file it came from with its hash): what
+    # 'export --from' exports, whatever the catalog or that file holds later.
+    out["model"] = {**out["model"], **model_record(m, given if given is not None else m)}
     if sens is not None:
         out["sensitivity"] = sens
     if timings:

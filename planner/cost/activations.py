@@ -130,6 +130,9 @@ def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     terms += core_attention_terms(model, sh, nh)
     # The attention output feeds the output projection (saved once, shared with the kernel).
     terms.append(ActTerm("attn.output", BF16 * T * nh * v_dim, "layer", linear_input=True))
+    if model.post_norms:
+        # Gemma's post-attention norm keeps its input, the output projection's result.
+        terms.append(ActTerm("attn.post_norm_input", BF16 * T * h / seq_div, "layer"))
     if dropout_mask:
         terms.append(ActTerm("attn.dropout_mask", 1 * T * h / seq_div, "layer"))
     return terms
@@ -185,7 +188,7 @@ def dense_mlp_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     h, f = model.hidden_size, model.ffn.hidden_size
     seq_div, tp = _split(sh)
     T = sh.tokens
-    gated = model.ffn.activation == "swiglu"
+    gated = model.ffn.gated
     terms = [
         ActTerm("mlp.norm_input", BF16 * T * h / seq_div, "layer"),
         # TE fuses pre_mlp_layernorm into fc1 (LayerNormLinear): its normalized output is saved.
@@ -218,7 +221,7 @@ def moe_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     T = sh.tokens
     Tk = expert_tokens(model, sh)
     fe = m.expert_hidden_size / sh.etp
-    gated = model.ffn.activation == "swiglu"
+    gated = model.ffn.gated
     terms = [
         ActTerm("moe.norm_input", BF16 * T * h / seq_div, "layer"),
         # MoE cannot fuse its norm into a linear: a separate TENorm whose output the router,
@@ -247,6 +250,14 @@ def moe_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     return terms
 
 
+def post_mlp_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
+    """Gemma's post-MLP norm keeps its input (the MLP's or MoE block's output)."""
+    if not model.post_norms:
+        return []
+    seq_div, _ = _split(sh)
+    return [ActTerm("mlp.post_norm_input", BF16 * sh.tokens * model.hidden_size / seq_div, "layer")]
+
+
 def layer_terms(model: ModelSpec, sh: ActShape, kind: str) -> tuple[ActTerm, ...]:
     """Every tensor one decoder layer of ``kind`` ('dense' or 'moe') saves, no recompute."""
     if hashable(sh):
@@ -256,7 +267,7 @@ def layer_terms(model: ModelSpec, sh: ActShape, kind: str) -> tuple[ActTerm, ...
 
 def _layer_terms(model, sh, kind):
     ffn = moe_terms(model, sh) if kind == "moe" else dense_mlp_terms(model, sh)
-    return tuple(attention_terms(model, sh) + ffn)
+    return tuple(attention_terms(model, sh) + ffn + post_mlp_terms(model, sh))
 
 
 _layer_terms_cached = lru_cache(maxsize=4096)(_layer_terms)
@@ -283,11 +294,15 @@ def head_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm,
     h = model.hidden_size
     seq_div, _ = _split(sh)
     T = sh.tokens
-    return (
+    terms = (
         ActTerm("head.norm_input", BF16 * T * h / seq_div, "input"),
         ActTerm("head.norm_output", BF16 * T * h / seq_div, "layer", linear_input=True),
         ActTerm("head.softmax_fp32", FP32 * T * model.vocab_size / vocab_div, "layer"),
     )
+    if model.logit_softcap is not None:
+        # cap * tanh(logits / cap): tanh keeps its output for the backward.
+        terms += (ActTerm("head.softcap_tanh", BF16 * T * model.vocab_size / vocab_div, "layer"),)
+    return terms
 
 
 def embedding_terms(model: ModelSpec, sh: ActShape) -> tuple[ActTerm, ...]:

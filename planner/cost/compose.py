@@ -76,12 +76,22 @@ class Levers:
     ep_overlap: bool
     stage_recompute: tuple[int, ...] | None = None
     """Per-rank fully recomputed layer counts (advisory plans of ``--target any``)."""
+    grad_reduce: str = "fp32"
+    """Main-gradient buffer and gradient-reduction dtype: 'fp32' or 'bf16' (--grad-reduce-in-bf16)."""
+    param_gather: str = "bf16"
+    """Parameter all-gather dtype: 'bf16' or 'fp8' (--fp8-param-gather)."""
 
     @classmethod
     def of(cls, plan: Plan) -> "Levers":
         """The levers of a canonical plan (precision and dispatcher explicit)."""
         return cls(plan.recompute, plan.precision or "bf16", plan.moments, plan.sharding, plan.offload.optimizer,
-                   plan.offload.activations, plan.dispatcher, plan.ep_overlap, plan.stage_recompute)
+                   plan.offload.activations, plan.dispatcher, plan.ep_overlap, plan.stage_recompute,
+                   plan.grad_reduce, plan.param_gather)
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes per parameter of the main gradient (and of its data-parallel reduction)."""
+        return 2.0 if self.grad_reduce == "bf16" else 4.0
 
     @property
     def fp8(self) -> bool:
@@ -753,7 +763,7 @@ class Costs:
         """Constant bytes of ``dense`` and ``expert`` parameters per GPU under the plan's levers."""
         d, lv = self.batch.deg, self.lv
         cm = constant_bytes(RankParams(dense, expert, 0.0), dp=d.dp, cp=d.cp, edp=d.edp, sharding=lv.sharding,
-                            moments=lv.moments, offload_optimizer=lv.offload_optimizer)
+                            moments=lv.moments, offload_optimizer=lv.offload_optimizer, grad_bytes=lv.grad_bytes)
         return cm.total
 
     def rank_times(self) -> list[Num]:
@@ -829,7 +839,8 @@ class Costs:
         """The exposed data-parallel gradient sync and parameter gather (or FSDP traffic) of the
         rank whose sync exposes the most; each rank hides its sync behind its own compute."""
         kind, fsdp = sync_kind(self.lv.sharding)
-        return self._memo("dp", self._compute_levers(), kind, fsdp, fn=lambda: self._data_parallel(kind, fsdp))
+        return self._memo("dp", self._compute_levers(), kind, fsdp, self.lv.grad_reduce, self.lv.param_gather,
+                          fn=lambda: self._data_parallel(kind, fsdp))
 
     def _data_parallel(self, kind: str, fsdp: bool) -> DataParallel:
         ctx, b, n = self.ctx, self.batch, self.n
@@ -840,13 +851,24 @@ class Costs:
             if sig in seen:
                 continue
             seen.add(sig)
-            grad, param = self._memo("dp_volume", self._param_signature(r), kind, len(b.variants), fn=lambda r=r: tuple(
-                self._tile(x) for x in data_parallel(*self.rank_params(r), self._key_spans(), kind, ctx.rates, BF16)))
+            grad, param = self._memo("dp_volume", self._param_signature(r), kind, len(b.variants), self.lv.grad_reduce,
+                                     self.lv.param_gather, fn=lambda r=r: tuple(self._tile(x) for x in self._dp_volume(r, kind)))
             cur = DataParallel(*(_column(x, n) for x in dp_exposure(
                 grad, param, fsdp, b.micro_batches, rc.fwd, rc.bwd, ctx.rates, ctx.assumptions.dp_overlap)))
             best = cur if best is None else _gating(best, cur)
         assert best is not None  # pp >= 1 ranks
         return best
+
+    def _dp_volume(self, r: int, kind: str) -> tuple:
+        """(gradient, parameter-gather) seconds of rank ``r``'s sync per key, in the plan's
+        gradient and parameter-gather dtypes (FP8 gathers leave the embedding and head in bf16)."""
+        from planner.cost.constant import embedding_head_params
+
+        lv, b = self.lv, self.batch
+        fp8 = lv.param_gather == "fp8"
+        bf16_dense = embedding_head_params(self.ctx.model, b.layout, r, self.key_deg().tp) if fp8 else 0.0
+        return data_parallel(*self.rank_params(r), self._key_spans(), kind, self.ctx.rates, 1.0 if fp8 else BF16,
+                             lv.grad_bytes, bf16_dense)
 
     def _param_signature(self, r: int) -> tuple:
         """What a rank's parameters depend on: the kinds of its chunks' pieces, in order."""
@@ -914,10 +936,12 @@ class Costs:
     def constant(self, r: int) -> ConstantMemory:
         """Weights, gradients and optimizer states of one GPU of rank ``r``."""
         lv = self.lv
-        per_key = self._memo("constant", r, lv.sharding, lv.moments, lv.offload_optimizer, fn=lambda: self._constant(r))
+        per_key = self._memo("constant", r, lv.sharding, lv.moments, lv.offload_optimizer, lv.grad_reduce,
+                             fn=lambda: self._constant(r))
         if len(self.batch.variants) == 1:
             return per_key
-        return self._memo("constant_tiled", r, lv.sharding, lv.moments, lv.offload_optimizer, len(self.batch.variants),
+        return self._memo("constant_tiled", r, lv.sharding, lv.moments, lv.offload_optimizer, lv.grad_reduce,
+                          len(self.batch.variants),
                           fn=lambda: ConstantMemory(*(self._tile(getattr(per_key, f.name))
                                                       for f in dataclasses.fields(ConstantMemory))))
 
@@ -925,7 +949,7 @@ class Costs:
         d = self.key_deg()
         rp = self._rank_params(r)
         return constant_bytes(rp, dp=d.dp, cp=d.cp, edp=d.edp, sharding=self.lv.sharding, moments=self.lv.moments,
-                              offload_optimizer=self.lv.offload_optimizer)
+                              offload_optimizer=self.lv.offload_optimizer, grad_bytes=self.lv.grad_bytes)
 
     def comm_buffers(self) -> np.ndarray:
         """NCCL communicators, dispatcher staging, p2p buffers and workspaces (every rank alike),
@@ -965,13 +989,19 @@ class Costs:
         return out
 
     def optimizer_transient(self, r: int) -> np.ndarray:
-        """Optimizer-step temporaries of rank ``r``."""
+        """Optimizer-step temporaries of rank ``r``. With bf16 main gradients (grad_reduce=bf16) the
+        distributed optimizer casts its gradient shard to fp32 for the step (DistributedOptimizer.
+        _copy_model_grads_to_main_grads: ``shard_model_grad.float()``), 4 B per parameter it updates
+        (its states are 12 B, or 8 B with bf16 moments, per parameter); with fp32 gradients the
+        shard is a view of the buffer."""
         lv = self.lv
-        key = (r, lv.sharding, lv.moments, lv.offload_optimizer, self._row("precision"))
+        key = (r, lv.sharding, lv.moments, lv.offload_optimizer, lv.grad_reduce, self._row("precision"))
         opt = self.constant(r).optimizer
+        fp32_grads = 4.0 * opt / (4.0 + (4.0 if lv.moments == "bf16" else 8.0)) if lv.grad_reduce == "bf16" else 0.0
         return self._memo("opt_transient", *key, fn=lambda: self._per_variant(
             lambda v: optimizer_transient_of(self.ctx.hw, self.ctx.assumptions, v.moments, v.precision,
-                                             np.asarray(opt)[: self.batch.n_keys] if np.ndim(opt) else opt)))
+                                             np.asarray(opt)[: self.batch.n_keys] if np.ndim(opt) else opt))
+            + fp32_grads)
 
     def peak_bytes(self, r: int) -> np.ndarray:
         """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation

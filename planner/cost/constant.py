@@ -12,6 +12,10 @@ optimizer states over expert-DP. Byte counts per parameter follow the precision 
   transposed (Hopper) or column-wise (Blackwell MXFP8) copy the backward GEMMs read, so GEMM
   weights still take about 2 B; the saving is in the DP all-gather, not in resident memory.
 
+Gradients: the main-gradient buffer is fp32 (4 B) by default and bf16 (2 B) with
+--grad-reduce-in-bf16 (grad_reduce=bf16); then the distributed optimizer's step casts its shard
+to fp32 (an optimizer-step temporary, planner.cost.compose.Costs.optimizer_transient).
+
 ZeRO-2 (Megatron-FSDP optim_grads) also shards gradients; FSDP (optim_grads_params) shards weights
 too; HSDP shards over its sharding group only.
 """
@@ -114,6 +118,26 @@ def rank_params_of(model, layout, rank: int, tp, etp, ep) -> RankParams:
     return RankParams(dense, expert, largest)
 
 
+def embedding_head_params(model, layout, rank: int, tp) -> Num:
+    """Dense parameters of the embedding and output-layer blocks one GPU of pipeline rank ``rank``
+    holds, with the word-embedding copy :func:`rank_params_of` counts on a rank without the
+    embedding (tied head, MTP): the parameters Transformer Engine does not cast to FP8."""
+    out: Num = 0.0
+    has_embedding = needs_copy = False
+    for st in layout.rank_stages(rank):
+        if st.embedding:
+            out = out + block_params(model, "embedding", tp, 1, 1)[0]
+            has_embedding = True
+        if st.loss:
+            out = out + block_params(model, "head", tp, 1, 1)[0]
+            needs_copy = needs_copy or model.tie_embeddings
+        if st.mtp:
+            needs_copy = True
+    if needs_copy and not has_embedding:
+        out = out + model.vocab_size * model.hidden_size / tp
+    return out
+
+
 @dataclass(frozen=True)
 class ConstantMemory:
     weights: Num
@@ -138,13 +162,15 @@ class ConstantMemory:
                               pick(self.host_optimizer), pick(self.fsdp_buffers))
 
 
-def constant_bytes(rp: RankParams, *, dp, cp, edp, sharding, moments: str, offload_optimizer: bool) -> ConstantMemory:
+def constant_bytes(rp: RankParams, *, dp, cp, edp, sharding, moments: str, offload_optimizer: bool,
+                   grad_bytes: float = 4.0) -> ConstantMemory:
     """Bytes of weights, gradients and optimizer states for a rank's parameters (scalars or
-    arrays of degrees)."""
+    arrays of degrees). ``grad_bytes`` is the main-gradient dtype's size: 4 (fp32, Megatron's
+    default) or 2 (--grad-reduce-in-bf16, the plan's grad_reduce=bf16)."""
     d_dense = dp * cp  # Megatron's distributed optimizer shards over DP x CP
     d_expert = edp
     sh = sharding
-    w_b, g_b = 2.0, 4.0
+    w_b, g_b = 2.0, grad_bytes
     o_b = 4.0 + (4.0 if moments == "bf16" else 8.0)
 
     def shard(kind: str, n_dense, n_expert):
@@ -163,7 +189,7 @@ def constant_bytes(rp: RankParams, *, dp, cp, edp, sharding, moments: str, offlo
     if offload_optimizer:
         # Megatron --optimizer-cpu-offload (fraction 1.0): master weights and moments live in host
         # memory, with a pinned host copy of the fp32 gradient shard to update from.
-        host = opt + g_b * shard("opt", rp.dense, rp.expert)
+        host = opt + 4.0 * shard("opt", rp.dense, rp.expert)
         opt = 0.0 * opt
     sharded_over = sh.group if sh.kind == "hsdp" else d_dense
     buffers = 0.0 * opt

@@ -217,6 +217,8 @@ class ModelShape:
     kv_lora: int
     qkv_bias: bool
     sliding_window: int | None
+    """Window of the local-attention layers (the '_swa' kinds): a sliding window, or the chunk of
+    chunked attention (``local_kind``)."""
     sliding_every: int | None
     gated: bool
     """SwiGLU (three matrices) vs GELU (two)."""
@@ -231,7 +233,15 @@ class ModelShape:
     hidden_dropout: bool
     mtp_layers: int
     layer_kinds: tuple[str, ...]
-    """Block kind of each decoder layer: 'dense' / 'moe', with '_swa' for sliding-window layers."""
+    """Block kind of each decoder layer: 'dense' / 'moe', with '_swa' for local-attention layers
+    (a sliding window or a chunk, ``local_kind``)."""
+    local_kind: Literal["sliding", "chunked"] = "sliding"
+    """How the '_swa' layers attend: a window of the last w keys (gpt-oss, Gemma 3), or only the
+    keys of their own chunk of w tokens (Llama 4's chunked attention)."""
+    post_norms: bool = False
+    """Norms on the attention and MLP outputs too (Gemma 2/3)."""
+    logit_softcap: bool = False
+    """The final logits are soft-capped (three element-wise passes over them)."""
 
     @property
     def mtp_kind(self) -> str:
@@ -253,24 +263,27 @@ def model_shape(model: ModelSpec) -> ModelShape:
         return hit[1]
     a = model.attention
     moe = model.moe
+    local: Literal["sliding", "chunked"] = "sliding"
     if a.kind == "mla":
         qk, v, rope = a.qk_head_dim, a.v_head_dim, a.qk_rope_head_dim
         q_lora, kv_lora, bias, swa, every = a.q_lora_rank, a.kv_lora_rank, False, None, None
     else:
         qk = v = a.head_dim
-        rope = a.head_dim if model.position_embedding == "rope" else 0
+        # partial rotary (GLM-4.5's partial_rotary_factor): the RoPE kernel rotates that share
+        share = model.rope.percent if model.rope is not None else 1.0
+        rope = max(1, round(a.head_dim * share)) if model.position_embedding == "rope" else 0
         q_lora, kv_lora, bias = None, 0, a.qkv_bias
         swa, every = a.sliding_window, a.sliding_window_every
-    kinds = []
-    for i, kind in enumerate(model.layer_kinds):
-        uses_swa = swa is not None and (every is None or i % every == 0)
-        kinds.append(kind + ("_swa" if uses_swa else ""))
+        if a.attention_chunk is not None:
+            swa, local = a.attention_chunk, "chunked"
+    kinds = [kind + ("_swa" if model.attention.local_layer(i) else "") for i, kind in enumerate(model.layer_kinds)]
     shape = ModelShape(
         name=model.name, hidden=model.hidden_size, vocab=model.vocab_size, norm=model.norm,
         learned_positions=model.position_embedding == "learned", attn_kind=a.kind,
         heads=a.num_heads, kv_heads=a.num_kv_heads, qk_dim=qk, v_dim=v, rope_dim=rope,
         q_lora=q_lora, kv_lora=kv_lora, qkv_bias=bias, sliding_window=swa, sliding_every=every,
-        gated=model.ffn.activation == "swiglu", ffn=model.ffn.hidden_size, ffn_bias=model.ffn.bias,
+        local_kind=local, post_norms=model.post_norms, logit_softcap=model.logit_softcap is not None,
+        gated=model.ffn.gated, ffn=model.ffn.hidden_size, ffn_bias=model.ffn.bias,
         num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
         expert_ffn=moe.expert_hidden_size if moe else 0, shared_ffn=moe.shared_hidden if moe else 0,
         group_top_k=moe.group_top_k if moe else None,
@@ -371,13 +384,17 @@ def _with_casts(gemms: list[Gemm], sh: Shard) -> list[Kernel]:
 
 
 def attention_keys(ms: ModelShape, seq: int, swa: bool, causal_executed: bool = True) -> float:
-    """Average keys per query of one sequence: causal (seq+1)/2, or a sliding window w
-    (w - w(w-1)/(2 seq) for seq >= w); the whole row when the kernel computes the masked half too
-    (unfused attention)."""
+    """Average keys per query of one sequence: causal (seq+1)/2; a sliding window w
+    (w - w(w-1)/(2 seq) for seq >= w); chunked attention in chunks of c (causal within each: n
+    whole chunks of c(c+1)/2 key-query pairs and a last one of r(r+1)/2, seq = n c + r); the whole
+    row when the kernel computes the masked half too (unfused attention)."""
     if not causal_executed:
         return float(seq)
     if swa and ms.sliding_window and ms.sliding_window < seq:
         w = ms.sliding_window
+        if ms.local_kind == "chunked":
+            n, r = divmod(seq, w)
+            return (n * w * (w + 1) / 2.0 + r * (r + 1) / 2.0) / seq
         return w - w * (w - 1) / (2.0 * seq)
     return (seq + 1) / 2.0
 
@@ -426,6 +443,8 @@ def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
     ks += core_attention(ms, sh, swa)
     proj = Gemm("proj", T, h, heads * ms.v_dim)
     ks += _with_casts([proj], sh)
+    if ms.post_norms:
+        ks.append(_norm("post_attn_norm", Tsp, h, "", sh))
     ks.append(_residual("attn_residual", ms, sh))
     return ks
 
@@ -611,6 +630,8 @@ def layer_block(ms: ModelShape, sh: Shard, kind: str) -> tuple[Kernel, ...]:
         ks += mlp_block(ms, sh, ms.ffn, "mlp")
     else:
         ks += moe_block(ms, sh)
+    if ms.post_norms:
+        ks.append(_norm("post_mlp_norm", sh.sp_tokens, ms.hidden, "", sh))
     ks.append(_residual("mlp_residual", ms, sh))
     return tuple(ks)
 
@@ -645,11 +666,20 @@ def head_block(ms: ModelShape, sh: Shard) -> tuple[Kernel, ...]:
                     kernels=12, kernels_bwd=6, slow_fwd=22 * logits, slow_bwd=8 * logits)
         return (_norm("final_norm", sh.sp_tokens, ms.hidden, "", sh),
                 *_with_casts([Gemm("output", T, ms.vocab // sh.tp, ms.hidden, fp8=False)], sh), ce)
-    return (
+    ks: list[Kernel] = [
         _norm("final_norm", sh.sp_tokens, ms.hidden, ""),
         Gemm("output", T, ms.vocab // sh.tp, ms.hidden, fp8=False),
-        Stream("cross_entropy", logits * CE_FWD_BYTES_PER_LOGIT, logits * CE_BWD_BYTES_PER_LOGIT),
-    )
+    ]
+    if ms.logit_softcap:
+        ks.append(logit_softcap(logits))
+    ks.append(Stream("cross_entropy", logits * CE_FWD_BYTES_PER_LOGIT, logits * CE_BWD_BYTES_PER_LOGIT))
+    return tuple(ks)
+
+
+def logit_softcap(logits: float) -> Stream:
+    """Gemma 2's final_logit_softcapping, cap * tanh(logits / cap): three element-wise passes over
+    the bf16 logits (divide, tanh, multiply; transformers' Gemma2ForCausalLM.forward)."""
+    return _elementwise("logit_softcap", 3 * logits, BF16, BF16, kernels=3)
 
 
 def mtp_block(ms: ModelShape, sh: Shard) -> tuple[Kernel, ...]:

@@ -246,7 +246,7 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
         Tk = act.expert_tokens(model, sh)
         src = T / seq_div * m.top_k
         fe = m.expert_hidden_size / sh.etp
-        gated = 2 if model.ffn.activation == "swiglu" else 1
+        gated = 2 if model.ffn.gated else 1
         fwd["moe"] = gathered + BF16 * h * (src + Tk)
         grad["moe"] = BF16 * Tk * (h + fe + gated * fe) + BF16 * h * src
         # Megatron's EP overlap interleaves a forward micro-batch with a backward one, layer by
@@ -254,7 +254,7 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
         grad["moe"] = grad["moe"] + where(sh.ep_overlap, fwd["moe"], 0.0)
     else:
         f = model.ffn.hidden_size / sh.tp
-        gated = 2 if model.ffn.activation == "swiglu" else 1
+        gated = 2 if model.ffn.gated else 1
         fwd["mlp"] = gathered + BF16 * T * h / seq_div
         grad["mlp"] = gathered + BF16 * T * (f + gated * f) + BF16 * T * h / seq_div
     return fwd, grad

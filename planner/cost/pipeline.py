@@ -28,7 +28,7 @@ import numpy as np
 from planner.cost.arrays import Count, Num, maximum, minimum
 from planner.cost.comm import CommCost, dp_time, overlapped
 from planner.cost.compute import BlockTime
-from planner.cost.flops import FP32, ModelShape
+from planner.cost.flops import BF16, FP32, ModelShape
 from planner.cost.rates import Rates
 from planner.cost.topology import GroupSpan
 
@@ -280,13 +280,17 @@ def optimizer_shard(sharding, dense: Num, expert: Num, dp: int, cp: int, edp: in
 
 
 def data_parallel(dense: Num, expert: Num, spans: dict[str, GroupSpan], sharding: str, rates: Rates,
-                  param_bytes: Num) -> tuple[Num, Num]:
+                  param_bytes: Num, grad_bytes: Num = FP32, bf16_dense: Num = 0.0) -> tuple[Num, Num]:
     """(gradient, parameter-gather) seconds of one rank's data-parallel sync per step: dense
-    parameters over DP x CP, experts over expert-DP; fp32 gradients (Megatron reduces the fp32
-    main-grad buffer), parameters gathered in their training dtype."""
+    parameters over DP x CP, experts over expert-DP. Megatron reduces the main-grad buffer in its
+    dtype (``grad_bytes``: fp32, or bf16 with --grad-reduce-in-bf16) and gathers parameters in
+    ``param_bytes`` (bf16, or 1 B with --fp8-param-gather); ``bf16_dense`` of the dense parameters
+    (the embedding and output layer, which Transformer Engine does not cast) are gathered in bf16
+    whatever ``param_bytes`` is. Norm weights and biases count at ``param_bytes``."""
     sharded = sharding != "ddp"
-    g1, p1 = dp_time(dense * FP32, dense * param_bytes, spans["dpcp"], sharded, rates)
-    g2, p2 = dp_time(expert * FP32, expert * param_bytes, spans["edp"], sharded, rates)
+    dense_param = (dense - bf16_dense) * param_bytes + bf16_dense * BF16
+    g1, p1 = dp_time(dense * grad_bytes, dense_param, spans["dpcp"], sharded, rates)
+    g2, p2 = dp_time(expert * grad_bytes, expert * param_bytes, spans["edp"], sharded, rates)
     return g1 + g2, p1 + p2
 
 

@@ -3,7 +3,9 @@ plans from a ``planner search --save`` file.
 
 ``plans.json`` (written by ``planner search --save``; the minimal schema read here):
 
-    {"model": "deepseek-v3" | {"name": ...},      # optional: used when --model is not given
+    {"model": "deepseek-v3" | {"name": ...,       # optional: used when --model is not given
+               "spec_hash": ..., "spec": {...},   #   the model the search planned (search --save writes it)
+               "file": ..., "file_sha256": ...},  #   the model file it was read from, and its content hash
      "hardware": "gb200-nvl72" | {"name": ...},   # optional: used when --hw is not given
      "job": {"gpus": 256, "global_batch": 8192, "seq_len": 4096, "precisions": ["bf16"]},  # optional
      "plans": [ {"plan": {"tp": 1, "pp": 4, ...} | "tp=1,pp=4,...",   # required, DESIGN.md §6 keys
@@ -12,6 +14,12 @@ plans from a ``planner search --save`` file.
 
 Plans are ranked in file order; ``--rank K`` is 1-based. The derived keys ``dp`` and ``edp`` may
 be present: ``dp`` is checked, ``edp`` is recomputed and checked too.
+
+The model of a saved search is the spec it stores (checked against its hash), so ``export --from``
+exports the model the search planned, a model file or a catalog model edited with ``--set``
+alike; when the search read a model file that has changed since, the saved search is refused
+(its plans were ranked for the old file). A file with only a model name (older saves) resolves
+the name through the catalog.
 """
 
 from __future__ import annotations
@@ -73,6 +81,16 @@ class SavedName(_Saved):
     name: Annotated[str, Field(min_length=1, max_length=4096)]
 
 
+class SavedModel(SavedName):
+    """The model of a saved search: its name, and (from search --save) the spec it planned, the
+    spec's hash and the file it was read from with that file's SHA-256."""
+
+    spec_hash: Annotated[str, Field(max_length=64)] | None = None
+    spec: dict[str, Any] | None = None
+    file: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    file_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+
 class SavedJob(_Saved):
     gpus: Annotated[int, NotBool] | None = None
     global_batch: Annotated[int, NotBool] | None = None
@@ -84,7 +102,7 @@ class SavedJob(_Saved):
 class SavedSearch(_Saved):
     """A ``planner search --save`` file, as far as explain and export read it."""
 
-    model: SavedName | Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    model: SavedModel | Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     hardware: SavedName | Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     job: SavedJob | None = None
     assumptions: dict[str, Any] | None = None
@@ -94,7 +112,8 @@ class SavedSearch(_Saved):
 @dataclass(frozen=True)
 class SavedPlan:
     plan: Plan
-    model: str | None
+    model: Any
+    """The saved model entry (SavedModel, a name, or None); :func:`saved_model` resolves it."""
     hardware: str | None
     job: dict | None
     memory: dict | None
@@ -117,11 +136,13 @@ def resolve_saved(path: Path, rank: int, *, model=None, hw=None, gpus=None, glob
     line's model, hardware and job options where given, else the saved file's, as
     (model, hw, gpus, global_batch, seq_len, precision, domain_fill)."""
     saved = read_saved_plan(path, rank)
+    if model is None:
+        model = saved_model(saved.model, path)
     sj = saved.job or {}
     if precision is None and sj.get("precisions"):
         precision = ",".join(sj["precisions"])
     pick = lambda given, key: given if given is not None else sj.get(key)  # noqa: E731
-    return saved, (model or saved.model, hw or saved.hardware, pick(gpus, "gpus"),
+    return saved, (model, hw or saved.hardware, pick(gpus, "gpus"),
                    pick(global_batch, "global_batch"), pick(seq_len, "seq_len"), precision,
                    pick(domain_fill, "domain_fill"))
 
@@ -168,9 +189,60 @@ def read_saved_plan(path: Path, rank: int) -> SavedPlan:
         edp = plan.edp
     job = saved.job.model_dump(exclude_none=True, include={"gpus", "global_batch", "seq_len", "precisions",
                                                             "domain_fill"}) if saved.job else None
-    return SavedPlan(plan, _name(saved.model), _name(saved.hardware), job,
+    return SavedPlan(plan, saved.model, _name(saved.hardware), job,
                      entry.memory.model_dump(exclude_none=True) if entry.memory else None,
                      entry.time.model_dump(exclude_none=True) if entry.time else None, edp, saved.assumptions)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    from planner.files import MAX_SPEC_BYTES, read_bytes
+
+    return hashlib.sha256(read_bytes(path, "model", MAX_SPEC_BYTES)).hexdigest()
+
+
+def model_record(model, given) -> dict:
+    """The saved search's 'model' object for a model given as ``given`` (a name or a path, or a
+    spec): its name and hash, the spec itself, and the file it was read from with its SHA-256."""
+    from planner.specs.catalog import model_file, spec_hash
+
+    out: dict[str, Any] = {"name": model.name, "spec_hash": spec_hash(model), "spec": model.model_dump(mode="json")}
+    path = model_file(given) if isinstance(given, str) else None
+    if path is not None:
+        out["file"] = str(path.resolve())
+        out["file_sha256"] = _sha256(path)
+    return out
+
+
+def saved_model(m, path: Path):
+    """The model a saved search planned, from its 'model' entry (see the module docstring): a
+    ModelSpec, a catalog name (a file with only a name), or None."""
+    if m is None or isinstance(m, str):
+        return m
+    if m.file and m.file_sha256:
+        f = Path(m.file)
+        if f.exists():
+            now = _sha256(f)
+            if now != m.file_sha256:
+                raise PlannerError(
+                    f"'{path}' holds plans searched for the model in '{m.file}', which has changed since the search "
+                    f"(SHA-256 {m.file_sha256[:12]}... then, {now[:12]}... now): its plans were ranked for the old "
+                    "model, and exporting them would launch the new one.",
+                    hint=f"Run 'planner search --model {m.file} ... --save {path}' again, or give --model to "
+                    "export a plan of the file as it is now (predictions are recomputed for it).")
+    if m.spec is None:
+        return m.name
+    from planner.specs.catalog import spec_hash, validate_spec
+    from planner.specs.model import ModelSpec
+
+    spec = validate_spec(ModelSpec, m.spec, "model", f"{path} (its 'model.spec')")
+    if m.spec_hash is not None and spec_hash(spec) != m.spec_hash:
+        raise PlannerError(
+            f"'{path}': the model spec it stores does not match its spec_hash ({m.spec_hash}, the spec now hashes "
+            f"to {spec_hash(spec)}): the file was edited after the search.",
+            hint="Run the search again, or give --model to choose the model.")
+    return spec
 
 
 def export_canonical(plan: Plan, model, hw, job) -> Plan:

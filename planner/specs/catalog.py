@@ -248,8 +248,10 @@ def validate_spec(cls: type[S], data: dict, what: str, origin: str) -> S:
 
 
 def spec_hash(spec: BaseModel) -> str:
-    """Short stable hash of a spec's content (reported in JSON output)."""
-    blob = json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()
+    """Short stable hash of a spec's content (reported in JSON output). Fields at their defaults
+    are left out, so a field added to a spec class later (with its default) leaves the hashes of
+    existing specs as they were."""
+    blob = json.dumps(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
@@ -309,24 +311,31 @@ def _check_name(name, what: str, option: str) -> str:
     return name
 
 
-def load_model(name: str):
-    """A model by catalog name/alias, a model YAML path, a HuggingFace config.json path, or a
-    HuggingFace model folder (its config.json is read)."""
-    from planner.specs.model import ModelSpec
-
+def model_file(name: str) -> Path | None:
+    """The file :func:`load_model` reads for ``name`` (a model YAML, a config.json, a model folder's
+    config.json), or None for a catalog name."""
     name = _check_name(name, "model", "--model")
     path = Path(name)
     if path.is_dir():
         config = path / "config.json"
         if config.is_file():
-            from planner.specs.hf_import import import_hf_config
-
-            return import_hf_config(config)
+            return config
         raise PlannerError(
             f"'{name}' is a folder, not a model file, and holds no config.json.",
             hint="Give a model YAML, a HuggingFace config.json, or the HuggingFace model folder that holds it.",
         )
     if path.suffix.lower() in (".json", ".yaml", ".yml") or path.exists() or os.sep in name:
+        return path
+    return None
+
+
+def load_model(name: str):
+    """A model by catalog name/alias, a model YAML path, a HuggingFace config.json path, or a
+    HuggingFace model folder (its config.json is read)."""
+    from planner.specs.model import ModelSpec
+
+    path = model_file(name)
+    if path is not None:
         check_input(path, "model", folder_hint="Give its config.json or a model YAML.")
         if path.suffix.lower() == ".json":
             from planner.specs.hf_import import import_hf_config

@@ -53,9 +53,29 @@ class GQAAttention(Spec):
     sinks: bool = False
     """Learned per-head attention sinks (gpt-oss): one parameter per head."""
     sliding_window: PositiveInt | None = None
-    """Window of the sliding-window layers (gpt-oss: 128); None when every layer is global."""
+    """Window of the sliding-window layers in tokens, as config.json counts it (a query attends
+    the last W positions, itself included; gpt-oss: 128, Gemma 3: 1024); None when every layer is
+    global."""
     sliding_window_every: PositiveInt | None = None
     """Every n-th layer (starting at layer 0) uses the sliding window; gpt-oss alternates (2)."""
+    global_every: PositiveInt | None = None
+    """Every N-th layer, counting from 1, attends globally and the others use the sliding window
+    (Gemma 3: sliding_window_pattern 6, five local layers to one global; Megatron's
+    --window-attn-skip-freq N). Excludes sliding_window_every; with neither, every layer slides."""
+    attention_chunk: PositiveInt | None = None
+    """Chunked local attention (Llama 4's attention_chunk_size, 8192): the layers that apply RoPE
+    attend only within their chunk of this many tokens; the no-RoPE layers attend globally."""
+    no_rope_every: PositiveInt | None = None
+    """Every N-th layer, counting from 1, applies no rotary embedding (Llama 4's iRoPE:
+    no_rope_layer_interval 4; Megatron --no-rope-freq N). No parameters; with attention_chunk it
+    decides which layers attend globally. The RoPE element-wise kernel those layers skip is still
+    costed (time is slightly over-estimated there)."""
+    qk_l2_norm: bool = False
+    """Parameter-free L2 normalization of queries and keys (Llama 4's use_qk_norm; Megatron
+    --qk-l2-norm); no parameters, unlike qk_norm."""
+    softmax_scale_dim: PositiveInt | None = None
+    """Attention scores scaled by 1/sqrt(this) instead of 1/sqrt(head_dim) (Gemma 3's
+    query_pre_attn_scalar 168); no effect on memory or time."""
 
     @model_validator(mode="after")
     def _kv_heads_divide(self) -> "GQAAttention":
@@ -64,7 +84,31 @@ class GQAAttention(Spec):
                 f"num_heads ({self.num_heads}) must be divisible by num_kv_heads "
                 f"({self.num_kv_heads}): each key/value head serves a whole group of query heads"
             )
+        if self.sliding_window_every is not None and self.global_every is not None:
+            raise ValueError("give sliding_window_every or global_every, not both: each says which layers slide")
+        if (self.sliding_window_every is not None or self.global_every is not None) and self.sliding_window is None:
+            raise ValueError("sliding_window_every and global_every need sliding_window (the window's size)")
+        if self.attention_chunk is not None and self.sliding_window is not None:
+            raise ValueError("a model has chunked (attention_chunk) or sliding-window (sliding_window) local "
+                             "attention, not both")
         return self
+
+    def local_layer(self, index: int) -> bool:
+        """Whether decoder layer ``index`` (0-based) attends locally: a sliding window (per
+        sliding_window_every or global_every) or a chunk (the RoPE layers of a chunked model)."""
+        if self.attention_chunk is not None:
+            return self.uses_rope(index)
+        if self.sliding_window is None:
+            return False
+        if self.sliding_window_every is not None:
+            return index % self.sliding_window_every == 0
+        if self.global_every is not None:
+            return (index + 1) % self.global_every != 0
+        return True
+
+    def uses_rope(self, index: int) -> bool:
+        """Whether decoder layer ``index`` (0-based) applies the rotary embedding."""
+        return self.no_rope_every is None or (index + 1) % self.no_rope_every != 0
 
     @property
     def q_width(self) -> int:
@@ -106,6 +150,12 @@ class MLAAttention(Spec):
         # After the up-projection every head has its own K and V (MLA trains like MHA).
         return self.num_heads
 
+    def local_layer(self, index: int) -> bool:
+        return False
+
+    def uses_rope(self, index: int) -> bool:
+        return True
+
 
 Attention = Annotated[GQAAttention | MLAAttention, Field(discriminator="kind")]
 
@@ -113,12 +163,18 @@ Attention = Annotated[GQAAttention | MLAAttention, Field(discriminator="kind")]
 class FFN(Spec):
     """The dense feed-forward block (also the shape of each expert, with its own width)."""
 
-    activation: Literal["swiglu", "gelu"]
-    """swiglu: gate, up and down projections (3 matrices); gelu: up and down (2 matrices)."""
+    activation: Literal["swiglu", "geglu", "gelu"]
+    """swiglu: gate, up and down projections (3 matrices), SiLU-gated; geglu: the same three
+    matrices GELU-gated (Gemma); gelu: up and down (2 matrices)."""
     hidden_size: Width
     """Intermediate width of the dense layers (intermediate_size / d_ff)."""
     bias: bool = False
     """Biases on the MLP projections (GPT-3)."""
+
+    @property
+    def gated(self) -> bool:
+        """A gated linear unit (gate and up projections): SwiGLU or GeGLU."""
+        return self.activation in ("swiglu", "geglu")
 
 
 class MoE(Spec):
@@ -138,6 +194,13 @@ class MoE(Spec):
     """The first k decoder layers use the dense FFN (first_k_dense_replace)."""
     layer_freq: LayerCount = 1
     """After the first k, layer i is MoE when i % layer_freq == 0 (DeepSeek moe_layer_freq)."""
+    layer_pattern: list[Literal[0, 1]] | None = Field(None, max_length=MAX_LAYERS)
+    """One entry per decoder layer, 1 = MoE, 0 = dense (Megatron's --moe-layer-freq list; Llama 4
+    Maverick interleaves, MoE on every second layer from layer 1). Given, it decides alone:
+    first_k_dense and layer_freq must keep their defaults."""
+    routed_scaling_factor: PositiveFloat | None = None
+    """The routed experts' combined output is scaled by this (DeepSeek-V3 2.5, Kimi K2 2.827,
+    GLM-4.5 2.5; Megatron --moe-router-topk-scaling-factor); None: not scaled."""
     router_bias: bool = False
     """DeepSeek-V3's per-expert score-correction bias (aux-loss-free balancing, topk_method
     noaux_tc; Megatron --moe-router-enable-expert-bias, which needs sigmoid scores)."""
@@ -159,6 +222,8 @@ class MoE(Spec):
                 f"top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts}): "
                 "a token cannot be routed to more experts than exist"
             )
+        if self.layer_pattern is not None and (self.first_k_dense or self.layer_freq != 1):
+            raise ValueError("layer_pattern lists every layer's kind: give it without first_k_dense and layer_freq")
         return self
 
     @property
@@ -166,6 +231,41 @@ class MoE(Spec):
         if self.shared_expert_hidden_size is not None:
             return self.shared_expert_hidden_size
         return self.num_shared_experts * self.expert_hidden_size
+
+
+class RoPE(Spec):
+    """Rotary position embedding: base, the rotated share of each head, and the context-extension
+    scaling of config.json's rope_scaling. Changes no memory; the rotated share sets the RoPE
+    kernel's work. Exported as Megatron's rotary flags."""
+
+    theta: PositiveFloat
+    """Base of the rotary frequencies (rope_theta)."""
+    percent: float = Field(1.0, gt=0.0, le=1.0)
+    """Share of each head's query/key width that is rotated (partial_rotary_factor; GLM-4.5: 0.5;
+    Megatron --rotary-percent)."""
+    scaling: Literal["none", "linear", "llama3", "yarn"] = "none"
+    """rope_scaling's type: linear position interpolation (Gemma 3's global layers), Llama 3's
+    frequency bands, or YaRN (DeepSeek-V3, Kimi K2, gpt-oss)."""
+    factor: PositiveFloat | None = None
+    """rope_scaling factor (Llama 3.1: 8, DeepSeek-V3: 40, gpt-oss: 32)."""
+    original_max_position_embeddings: PositiveInt | None = None
+    """The context the scaling extends (Llama 3.1: 8192, DeepSeek-V3 and gpt-oss: 4096)."""
+    low_freq_factor: PositiveFloat | None = None
+    """Llama 3 scaling: the low-frequency band's factor (1)."""
+    high_freq_factor: PositiveFloat | None = None
+    """Llama 3 scaling: the high-frequency band's factor (Llama 3.1: 4; Llama 4 Scout: 1)."""
+    beta_fast: PositiveFloat | None = None
+    """YaRN's fast correction boundary (32)."""
+    beta_slow: PositiveFloat | None = None
+    """YaRN's slow correction boundary (1)."""
+    mscale: float | None = Field(None, ge=0.0, le=1e3)
+    """YaRN attention-scale factor (DeepSeek-V3: 1.0); None: the scaling's default."""
+    mscale_all_dim: float | None = Field(None, ge=0.0, le=1e3)
+    """YaRN attention-scale factor over all dimensions (DeepSeek-V3: 1.0)."""
+    truncate: bool | None = None
+    """YaRN: round the correction range to whole dimensions (gpt-oss: false); None: the default (true)."""
+    local_theta: PositiveFloat | None = None
+    """Base of the sliding-window layers when it differs (Gemma 3's rope_local_base_freq 10000)."""
 
 
 class Published(Spec):
@@ -222,6 +322,19 @@ class ModelSpec(Spec):
     """Longest position the model supports; sizes the learned position table."""
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     """RMSNorm (weight only) or LayerNorm (weight and bias)."""
+    post_norms: bool = False
+    """A norm on the output of the attention block and of the MLP too, before each residual add
+    (Gemma 2/3: four norms per layer, 'sandwich' norms); adds two norms' parameters, work and
+    saved inputs per layer."""
+    rope: RoPE | None = None
+    """Rotary embedding details (base, partial rotation, context-extension scaling); None: not
+    stated (Megatron's defaults)."""
+    logit_softcap: PositiveFloat | None = None
+    """Final logits soft-capped as cap * tanh(logits / cap) (final_logit_softcapping; Gemma 2:
+    30); None: no capping."""
+    attn_logit_softcap: PositiveFloat | None = None
+    """Attention scores soft-capped inside the attention kernel (attn_logit_softcapping; Gemma 2:
+    50); no memory effect, its time is the kernel's."""
     attention: Attention
     """Attention block: GQA/MHA or MLA."""
     ffn: FFN
@@ -250,6 +363,15 @@ class ModelSpec(Spec):
             raise ValueError(
                 f"moe.first_k_dense ({self.moe.first_k_dense}) exceeds num_layers ({self.num_layers})"
             )
+        if self.moe is not None and self.moe.layer_pattern is not None:
+            pattern = self.moe.layer_pattern
+            if len(pattern) != self.num_layers:
+                raise ValueError(f"moe.layer_pattern lists {len(pattern)} layers; the model has {self.num_layers}")
+            if not any(pattern):
+                raise ValueError("moe.layer_pattern has no MoE layer (1): a dense model has no moe block")
+        a = self.attention
+        if a.kind == "gqa" and a.no_rope_every is not None and self.position_embedding != "rope":
+            raise ValueError("attention.no_rope_every needs rotary position embeddings")
         return self
 
     # ---- layer structure -------------------------------------------------------------------
@@ -258,9 +380,14 @@ class ModelSpec(Spec):
         return self.moe is not None
 
     def is_moe_layer(self, index: int) -> bool:
-        """Whether decoder layer ``index`` (0-based) is an MoE layer (DeepSeek's rule)."""
+        """Whether decoder layer ``index`` (0-based) is an MoE layer: moe.layer_pattern when given,
+        else DeepSeek's rule (from first_k_dense on, every layer_freq-th)."""
         m = self.moe
-        return m is not None and index >= m.first_k_dense and index % m.layer_freq == 0
+        if m is None:
+            return False
+        if m.layer_pattern is not None:
+            return bool(m.layer_pattern[index])
+        return index >= m.first_k_dense and index % m.layer_freq == 0
 
     @cached_property
     def layer_kinds(self) -> tuple[str, ...]:

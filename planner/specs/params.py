@@ -4,6 +4,13 @@ Counting convention: every weight, bias and norm parameter is counted once. The 
 excludes MTP modules (reported apart, as DeepSeek does); MTP modules share the embedding and output
 head with the main model, so those are not counted again. Tied embeddings count once.
 
+Active parameters, one rule for every model (catalog or imported): planner's ``active`` is the
+total less the routed experts a token is not sent to (each MoE layer keeps top_k/num_experts of
+its routed experts); the input embedding and the output head are in it, so a dense model's active
+count is its total (:data:`ACTIVE_CONVENTION`). Publishers differ (DeepSeek, Kimi and OpenAI leave
+the input embedding out, Qwen, Mistral and Meta count it): a model's ``published`` block keeps the
+publisher's figure with its convention, and ``active_excl_input_embedding`` gives the other count.
+
 Sharding rules follow Megatron-Core's module construction (and its theoretical-memory estimator
 after PR #4687): column/row-parallel linears are split by TP; norms, the router and MLA's
 down-projections are replicated; routed experts are split by expert-TP x EP; the embedding and
@@ -91,7 +98,7 @@ def attention_components(model: ModelSpec) -> list[Component]:
 def mlp_params(model: ModelSpec, width: int, bias: bool) -> tuple[int, int]:
     """(sharded, replicated) parameters of one MLP of intermediate ``width``."""
     h = model.hidden_size
-    n_in = 2 if model.ffn.activation == "swiglu" else 1
+    n_in = 2 if model.ffn.gated else 1
     sharded = (n_in + 1) * h * width + (n_in * width if bias else 0)
     return sharded, (h if bias else 0)
 
@@ -100,7 +107,8 @@ def layer_block(model: ModelSpec, kind: str) -> Block:
     """One decoder layer: attention, two norms, and a dense MLP or an MoE block."""
     h = model.hidden_size
     comps = attention_components(model)
-    comps.append(Component("norms", 2 * _norm(model, h), "replicated"))
+    # Pre-attention and pre-MLP norms; Gemma's post-attention and post-MLP norms too.
+    comps.append(Component("norms", (4 if model.post_norms else 2) * _norm(model, h), "replicated"))
     if kind == "dense":
         sh, rep = mlp_params(model, model.ffn.hidden_size, model.ffn.bias)
         comps.append(Component("mlp", sh, "tp"))
@@ -168,8 +176,14 @@ class ParamCounts:
     per_layer: dict[str, int] = field(default_factory=dict)
     """Parameters of one layer of each kind ('dense', 'moe')."""
 
-    def active(self, convention: str) -> int:
+    def active(self, convention: str = "incl_embedding") -> int:
+        """Active parameters under ``convention``; planner's own count is the default
+        (:data:`ACTIVE_CONVENTION`)."""
         return self.active_incl_embedding if convention == "incl_embedding" else self.active_excl_input_embedding
+
+
+ACTIVE_CONVENTION = "incl_embedding"
+"""The convention of planner's own active count, for every model (see the module docstring)."""
 
 
 def _active_in_layer(model: ModelSpec, block: Block) -> int:

@@ -34,7 +34,7 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 # Order of keys in the canonical string form.
 KEY_ORDER = (
     "tp", "cp", "pp", "vpp", "dp", "ep", "etp", "edp", "mbs", "sharding", "recompute", "offload",
-    "precision", "moments", "layout", "stage_recompute", "dispatcher", "ep_overlap",
+    "precision", "moments", "grad_reduce", "param_gather", "layout", "stage_recompute", "dispatcher", "ep_overlap",
 )
 
 
@@ -264,6 +264,12 @@ class Plan(Spec):
     None means the job's default."""
     moments: Literal["fp32", "bf16"] = "fp32"
     """Adam moment precision."""
+    grad_reduce: Literal["fp32", "bf16"] = "fp32"
+    """Dtype of the main-gradient buffer and of the data-parallel gradient reduction: fp32 is
+    Megatron's default, bf16 is --grad-reduce-in-bf16 (half the gradient memory and traffic)."""
+    param_gather: Literal["bf16", "fp8"] = "bf16"
+    """Dtype of the data-parallel parameter all-gather: fp8 is Megatron's --fp8-param-gather (FP8
+    primary weights, gathered in FP8; needs precision=fp8 and a sharded optimizer)."""
     layout: str | None = Field(None, max_length=MAX_PLAN_TEXT)
     """A Megatron pipeline layout, e.g. 'Ettt|(tttt|)*14ttmL'; None spreads layers evenly."""
     stage_recompute: StageRecompute | None = None

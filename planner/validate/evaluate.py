@@ -121,11 +121,9 @@ def _round(d: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 def _apply_overrides(model, overrides: dict):
-    if not overrides:
-        return model
-    from planner.specs.catalog import validate_spec
+    from planner.specs.overrides import apply_overrides
 
-    return validate_spec(type(model), {**model.model_dump(), **overrides}, "model", "the run's model_overrides")
+    return apply_overrides(model, overrides, "the run's model_overrides")
 
 
 def _has_architecture(text: str) -> bool:
@@ -251,7 +249,9 @@ def _evaluate(run: RunSpec, calibration) -> RunResult:
     res = RunResult(run.name, "evaluated", None, run, moe=model.is_moe,
                     generation="Hopper" if hw.generation in HOPPER else "Blackwell",
                     plan=setup.plan.to_string(), reader=reader)
-    shape = {k: v for k, v in model.model_dump(mode="json").items() if k not in ("name", "aliases")}
+    # What the prediction depends on: the architecture, not the names and provenance of the spec.
+    shape = {k: v for k, v in model.model_dump(mode="json").items()
+             if k not in ("name", "aliases", "display_name", "source", "notes")}
     res.signature = (repr(sorted(shape.items())), hw.name, job.gpus, job.global_batch, job.seq_len,
                      setup.plan.to_string(), assumptions.model_dump_json())
     pred_tps = t.tokens_per_s_per_gpu

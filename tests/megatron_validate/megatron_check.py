@@ -6,6 +6,7 @@ with the two GPU probes stubbed. Reads one JSON object on stdin:
     {"argv": [...pretrain_gpt.py flags...], "world_size": N, "arch": 9 | 10}
 and prints one JSON object: {"ok": true, ...derived values...} or {"ok": false, "stage", "error"}.
 A JSON list of such objects gives a list of results (one interpreter start for many plans).
+The check appends CPU_FLAGS (--no-rope-fusion) to the arguments and says so in each result.
 "env" in a request sets CUDA_DEVICE_MAX_CONNECTIONS / NVTE_CPU_OFFLOAD_V1 for it (unset when
 absent): the test passes the exported script's own variables, so validate_args's environment
 checks run on them too.
@@ -26,8 +27,24 @@ warnings.filterwarnings("ignore")
 
 # Settings whose TransformerConfig checks import Transformer Engine (absent on the CPU): validated by
 # parse_args/validate_args with the rest, then switched off before the config is built (launchers.md
-# §2). apply_rope_fusion is Megatron's default (on unless --no-rope-fusion); its check needs TE >= 1.4.
-TE_ONLY = ("fp8", "moe_permute_fusion", "apply_rope_fusion")
+# §2), and reported back as "te_flags".
+TE_ONLY = ("fp8", "fp8_param_gather", "moe_permute_fusion")
+
+# What the CPU check passes itself, after the exported arguments, and reports as "cpu_flags": RoPE
+# fusion is Megatron's default (on unless --no-rope-fusion) and TransformerConfig needs Transformer
+# Engine >= 1.4 for it when the config is built. The exported script leaves the fusion on, as a GPU
+# with Transformer Engine runs it; only this check turns it off, and says so.
+CPU_FLAGS = ["--no-rope-fusion"]
+
+# The architecture as Megatron parsed it (args namespace), returned so the tests can compare it with
+# the model planner exported.
+ARCH = ("qk_layernorm", "qk_l2_norm", "add_qkv_bias", "add_bias_linear", "softmax_type", "window_size",
+        "window_attn_skip_freq", "no_rope_freq", "position_embedding_type", "rotary_base", "rotary_percent",
+        "use_rope_scaling", "rope_scaling_factor", "rope_type", "rotary_scaling_factor", "mscale", "mscale_all_dim",
+        "yarn_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow",
+        "yarn_correction_range_round_to_int", "moe_router_topk_scaling_factor", "moe_layer_freq",
+        "moe_shared_expert_intermediate_size", "moe_router_score_function", "moe_router_enable_expert_bias",
+        "mtp_num_layers", "kv_channels", "num_query_groups", "swiglu", "multi_latent_attention")
 
 
 ENV_KEYS = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_CPU_OFFLOAD_V1")
@@ -63,7 +80,7 @@ def check(req: dict) -> dict:
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            sys.argv = ["pretrain_gpt.py", *argv]
+            sys.argv = ["pretrain_gpt.py", *argv, *CPU_FLAGS]
             args = parse_args()
             stage = "validate_args"
             validate_args(args)
@@ -95,8 +112,24 @@ def check(req: dict) -> dict:
         "num_layers_in_last_pipeline_stage": cfg.num_layers_in_last_pipeline_stage,
         "layout": None if layout is None else str(layout),
         "mtp_standalone": getattr(cfg, "mtp_standalone", None),
+        "accumulate_allreduce_grads_in_fp32": args.accumulate_allreduce_grads_in_fp32,
         "te_flags": {k: (v if isinstance(v, (bool, str, type(None))) else str(v)) for k, v in te.items()},
+        "cpu_flags": CPU_FLAGS,
+        "arch": {k: _plain(getattr(args, k, None)) for k in ARCH},
+        "config": {k: _plain(getattr(cfg, k, None)) for k in ("qk_layernorm", "qk_l2_norm", "window_size",
+                                                               "window_attn_skip_freq", "no_rope_freq", "softmax_type",
+                                                               "moe_router_topk_scaling_factor", "rotary_base",
+                                                               "rotary_scaling_factor", "rope_type")},
     }
+
+
+def _plain(v):
+    """A value as JSON can carry it (tuples as lists, enums and callables as text)."""
+    if isinstance(v, (bool, int, float, str, type(None))):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return str(v)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,10 @@ def test_top_plans_pass_megatron_validators(megatron_results):
         assert r["expert_tensor_parallel_size"] == setup.deg.etp, case
         assert r["sequence_parallel"] == (setup.plan.tp > 1), case
         assert r["config_class"] == ("MLATransformerConfig" if setup.model.attention.kind == "mla" else "TransformerConfig")
+        # grad_reduce and param_gather reach Megatron's gradient buffer and FP8 parameter settings.
+        assert r["accumulate_allreduce_grads_in_fp32"] == (setup.plan.grad_reduce == "fp32"), case
+        assert r["te_flags"]["fp8_param_gather"] == (setup.plan.param_gather == "fp8"), case
+    assert {(s.plan.grad_reduce, s.plan.param_gather) for (_, s), _ in megatron_results} >= {("bf16", "fp8"), ("bf16", "bf16")}
 
 
 def _with(argv: list[str], **changes) -> list[str]:
@@ -184,3 +188,112 @@ def test_torchtitan_rejects_what_planner_rejects():
     ]
     results = _run("torchtitan_check.py", [{"argv": a, "world_size": 512} for a in bad])
     assert [r["ok"] for r in results] == [False] * len(bad), results
+
+
+# ---- architecture fidelity (issue 22): every architecture field planner knows and megatron-core
+# 0.19.2 has a flag for is exported, and Megatron parses and builds the same architecture ---------
+
+ARCH_PLANS = [
+    ("deepseek-v3", "gb200-nvl72", (256, 8192), "pp=4,vpp=4,ep=64,mbs=1,recompute=mla_up_proj+moe_act,layout=Et*3|(tttt|)*14ttmL"),
+    ("gpt-oss-120b", "gb200-nvl72", (64, 512), "ep=8,mbs=1,recompute=full"),
+    ("qwen3-235b-a22b", "h100", (256, 2048), "tp=4,pp=8,ep=16,etp=1,mbs=1,recompute=full,layout=Et*11|(t*12|)*6t*11L"),
+    ("llama3.1-8b", "h100", (8, 128), "tp=2,mbs=1,recompute=full"),
+    ("llama3.1-405b", "h100", (1024, 1024), "tp=8,pp=8,vpp=2,cp=2,mbs=1,recompute=full:4,layout=Et*7|(t*8|)*14t*7L"),
+]
+
+
+@pytest.fixture(scope="module")
+def arch_results():
+    cases, reqs = [], []
+    for case in ARCH_PLANS:
+        m, h, j, plan, setup = resolve(case[0], case[1], *case[2], case[3])
+        launch = megatron_launch(setup)
+        cases.append((setup, launch))
+        reqs.append({"argv": launch.argv(), "world_size": j.gpus, "arch": _arch(h), "env": launch.env})
+    return {setup.model.name: (setup, launch, r) for (setup, launch), r in zip(cases, _run("megatron_check.py", reqs))}
+
+
+def test_architecture_flags_pass_megatron_and_build_the_model(arch_results):
+    for name, (setup, launch, r) in arch_results.items():
+        assert r["ok"], (name, r)
+        # The CPU check turned RoPE fusion off itself (Transformer Engine is absent); the script did not.
+        assert r["cpu_flags"] == ["--no-rope-fusion"] and "--no-rope-fusion" not in launch.argv()
+        m = setup.model
+        arch = r["arch"]
+        assert arch["rotary_base"] == int(m.rope.theta), name
+        if m.moe is not None:
+            assert arch["moe_router_topk_scaling_factor"] == m.moe.routed_scaling_factor, name
+
+
+def test_deepseek_v3_latent_norms_routed_scaling_and_yarn(arch_results):
+    setup, launch, r = arch_results["deepseek-v3"]
+    argv, arch, cfg = launch.argv(), r["arch"], r["config"]
+    for flag in ("--qk-layernorm", "--moe-router-topk-scaling-factor", "--rope-type", "--rotary-scaling-factor",
+                 "--mscale", "--mscale-all-dim", "--rotary-base"):
+        assert flag in argv, flag
+    assert cfg["qk_layernorm"] is True and cfg["moe_router_topk_scaling_factor"] == 2.5
+    assert cfg["rope_type"] == "yarn" and cfg["rotary_scaling_factor"] == 40.0 and cfg["rotary_base"] == 10000
+    assert arch["mscale"] == 1.0 and arch["mscale_all_dim"] == 1.0 and r["config_class"] == "MLATransformerConfig"
+    assert arch["moe_router_enable_expert_bias"] and arch["moe_router_score_function"] == "sigmoid"
+
+
+def test_gpt_oss_sliding_window_sinks_and_yarn(arch_results):
+    setup, launch, r = arch_results["gpt-oss-120b"]
+    arch, cfg = r["arch"], r["config"]
+    # config.json's sliding_window 128 (a query and the 127 keys before it) is TE's (127, 0), every
+    # second layer from the first (layer_number % 2 != 0): as Megatron-Bridge's gpt-oss provider.
+    assert cfg["window_size"] == [127, 0] and cfg["window_attn_skip_freq"] == 2
+    assert cfg["softmax_type"] == "learnable"  # the learned sinks
+    assert arch["position_embedding_type"] == "yarn" and arch["rotary_scaling_factor"] == 32.0
+    assert arch["yarn_original_max_position_embeddings"] == 4096 and arch["yarn_beta_fast"] == 32.0
+    assert arch["yarn_correction_range_round_to_int"] is False and arch["rotary_base"] == 150000
+
+
+def test_qwen3_and_llama_rope_and_norms(arch_results):
+    _, launch, r = arch_results["qwen3-235b-a22b"]
+    assert r["config"]["qk_layernorm"] is True and r["arch"]["kv_channels"] == 128 and r["arch"]["rotary_base"] == 1000000
+    for name in ("llama3.1-8b", "llama3.1-405b"):
+        _, launch, r = arch_results[name]
+        assert r["arch"]["use_rope_scaling"] is True and r["arch"]["rope_scaling_factor"] == 8.0
+        assert r["arch"]["rotary_base"] == 500000 and r["arch"]["num_query_groups"] == 8
+
+
+def test_new_families_export_what_megatron_can_express():
+    """Gemma 3's window pattern, Llama 4's no-RoPE layers, L2 QK norm and interleaved MoE layers,
+    GLM-4.5's partial rotary and QKV bias: Megatron parses them and builds the config; what it has no
+    flag for is a note in the script."""
+    from tests._export_specs import job
+    from planner.cost.setup import resolve_setup
+    from planner.launchers.common import export_canonical
+    from planner.specs.catalog import load_hardware
+    from planner.specs.hf_import import import_hf_config
+    from planner.specs.plan import Plan
+
+    public = ROOT / "tests" / "fixtures" / "hf_public"
+    cases = [("gemma-3-27b", "tp=2,pp=2,mbs=1,recompute=full", 16),
+             ("llama-4-maverick-17b-128e-instruct", "tp=2,pp=2,ep=16,etp=1,mbs=1,recompute=full", 64),
+             ("glm-4.5-air", "pp=2,ep=16,mbs=1,recompute=full,layout=Et*22|t*24mL", 64)]
+    launches, reqs = [], []
+    for name, text, gpus in cases:
+        m, h = import_hf_config(public / name / "config.json"), load_hardware("h100")
+        j = job(gpus, 4 * gpus)
+        setup = resolve_setup(m, h, j, export_canonical(Plan.parse(text), m, h, j))
+        launch = megatron_launch(setup)
+        launches.append((name, launch))
+        reqs.append({"argv": launch.argv(), "world_size": gpus, "arch": 9, "env": launch.env})
+    results = dict(zip([n for n, _ in launches], _run("megatron_check.py", reqs)))
+    notes = {n: " ".join(launch.notes) for n, launch in launches}
+    for name, r in results.items():
+        assert r["ok"], (name, r)
+    g = results["gemma-3-27b"]
+    assert g["config"]["window_size"] == [1023, 0] and g["config"]["window_attn_skip_freq"] == 6
+    assert g["config"]["qk_layernorm"] is True
+    assert "GeGLU" in notes["gemma-3-27b"] and "post-attention" in notes["gemma-3-27b"]
+    assert "query_pre_attn_scalar" in notes["gemma-3-27b"] and "10000" in notes["gemma-3-27b"]
+    mv = results["llama-4-maverick-17b-128e-instruct"]
+    assert mv["config"]["no_rope_freq"] == [0, 0, 0, 1] * 12  # TransformerConfig expands --no-rope-freq 4
+    assert mv["arch"]["moe_layer_freq"] == [0, 1] * 24 and mv["arch"]["moe_shared_expert_intermediate_size"] == 8192
+    assert "chunked attention" in notes["llama-4-maverick-17b-128e-instruct"]
+    gl = results["glm-4.5-air"]
+    assert gl["arch"]["rotary_percent"] == 0.5 and gl["arch"]["add_qkv_bias"] and not gl["arch"]["add_bias_linear"]
+    assert gl["arch"]["mtp_num_layers"] == 1 and gl["arch"]["kv_channels"] == 128

@@ -65,7 +65,14 @@ class BridgeLaunch:
         return ["--recipe", self.recipe, "--mode", "pretrain", "--dataset", "mock", *self.overrides]
 
 
-def bridge_violations(model, recipe_override: str | None = None) -> list[Violation]:
+def bridge_violations(model, recipe_override: str | None = None, plan=None) -> list[Violation]:
+    if plan is not None and (plan.grad_reduce != "fp32" or plan.param_gather != "bf16"):
+        return [Violation(
+            "bridge-grad-dtypes",
+            f"grad_reduce={plan.grad_reduce}, param_gather={plan.param_gather}: the Megatron-Bridge export writes fp32 "
+            "gradient reduction and bf16 parameter gathers only (the recipe's mixed-precision settings decide them).",
+            hint="Export --format megatron, which writes --grad-reduce-in-bf16 and --fp8-param-gather, or use the "
+            "defaults (grad_reduce=fp32, param_gather=bf16).")]
     if recipe_for(model, recipe_override) is None:
         return [Violation(
             "bridge-recipe",
@@ -177,7 +184,7 @@ def bridge_launch(setup, *, recipe: str | None = None, nproc_per_node: int | Non
     from planner.rules import violations_error
 
     check_launcher_rules(setup, target="megatron")
-    found = bridge_violations(setup.model, recipe)
+    found = bridge_violations(setup.model, recipe, setup.plan)
     if found:
         raise violations_error(found, "Megatron-Bridge")
     name = recipe_for(setup.model, recipe)

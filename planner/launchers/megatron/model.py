@@ -278,6 +278,7 @@ def model_hints(v: dict) -> dict:
         h["attention"] = {k: val for k, val in dict(
             kind="gqa", num_heads=heads, num_kv_heads=kv, head_dim=hd, qk_norm=bool(v.get("qk_layernorm")),
             qkv_bias=bias or bool(v.get("add_qkv_bias")), output_bias=bias).items() if val is not None}
+        h["attention"].update(_local_attention_hints(v, h.get("num_layers")))
     ffn = int_value("--ffn-hidden-size", v.get("ffn_hidden_size"))
     h["ffn"] = {"activation": "swiglu" if v.get("swiglu") else "gelu", "bias": bias}
     if ffn:
@@ -294,10 +295,11 @@ def model_hints(v: dict) -> dict:
         freq = parse_moe_layer_freq(str(v.get("moe_layer_freq", "1")), h.get("num_layers"))
         if isinstance(freq, list):
             first_dense = next((i for i, x in enumerate(freq) if x), len(freq))
-            moe["first_k_dense"] = first_dense
             rest = freq[first_dense:]
             if rest and not all(rest):
-                moe["layer_pattern"] = freq  # not expressible as first_k_dense + layer_freq: kept raw
+                moe["layer_pattern"] = freq  # not first_k_dense + all MoE: every layer's kind (Llama 4 Maverick)
+            else:
+                moe["first_k_dense"] = first_dense
         elif freq > 1:
             moe["layer_freq"] = freq
         if v.get("moe_router_score_function"):
@@ -308,8 +310,54 @@ def model_hints(v: dict) -> dict:
             moe["num_groups"] = int_value("--moe-router-num-groups", v["moe_router_num_groups"])
         if v.get("moe_router_group_topk"):
             moe["group_top_k"] = int_value("--moe-router-group-topk", v["moe_router_group_topk"])
+        if v.get("moe_router_topk_scaling_factor") is not None:
+            try:
+                f = float(v["moe_router_topk_scaling_factor"])
+            except ValueError:
+                raise PlannerError(f"--moe-router-topk-scaling-factor {v['moe_router_topk_scaling_factor']}: Megatron "
+                                   "expects a number there.") from None
+            if f > 0 and f != 1.0:
+                moe["routed_scaling_factor"] = f
         h["moe"] = moe
     return h
+
+
+def _local_attention_hints(v: dict, num_layers: int | None) -> dict:
+    """Sliding windows, no-RoPE layers, L2 QK norm and learned sinks as the flags give them:
+    --window-size 'L,R' (a query attends L earlier keys: config.json's window W = L + 1), which
+    layers slide (--window-attn-skip-freq N: SWA iff layer_number % N != 0; a list: 1 = SWA),
+    --no-rope-freq N (RoPE skipped on every N-th layer), --qk-l2-norm, --softmax-type learnable."""
+    out: dict[str, Any] = {}
+    if v.get("qk_l2_norm"):
+        out["qk_l2_norm"] = True
+    if v.get("softmax_type") == "learnable":
+        out["sinks"] = True
+    size = v.get("window_size")
+    if size:
+        parts = str(size).strip("()").split(",")
+        left = int_value("--window-size", parts[0].strip())
+        if left is not None and left >= 0:
+            out["sliding_window"] = left + 1
+            freq = v.get("window_attn_skip_freq")
+            if freq is not None:
+                flags = parse_moe_layer_freq(str(freq), num_layers)
+                if isinstance(flags, int):
+                    if flags == 2:
+                        out["sliding_window_every"] = 2
+                    elif flags > 1:
+                        out["global_every"] = flags
+                elif num_layers:
+                    n = flags.index(0) + 1 if 0 in flags else None
+                    if n and flags == [1 if (i + 1) % n else 0 for i in range(num_layers)]:
+                        out["global_every"] = n
+                    elif flags == [1 if i % 2 == 0 else 0 for i in range(num_layers)]:
+                        out["sliding_window_every"] = 2
+    nope = v.get("no_rope_freq")
+    if nope is not None and "[" not in str(nope):
+        n = int_value("--no-rope-freq", nope)
+        if n and n > 1:
+            out["no_rope_every"] = n
+    return out
 
 
 _COMPARED = ("num_layers", "hidden_size", "vocab_size", "mtp_layers", "tie_embeddings", "norm", "position_embedding")
@@ -340,6 +388,9 @@ def hint_mismatches(model, hints: dict) -> list[str]:
     if bool(m) != model.is_moe:
         out.append(f"moe: flags say {'MoE' if m else 'dense'}, {model.name} is {'MoE' if model.is_moe else 'dense'}")
     elif m:
+        if "layer_pattern" in m and [int(k == "moe") for k in model.layer_kinds] != list(m["layer_pattern"]):
+            out.append(f"moe layers: flags say {m['layer_pattern']}, {model.name} has "
+                       f"{[int(k == 'moe') for k in model.layer_kinds]}")
         for key in ("num_experts", "top_k", "expert_hidden_size", "first_k_dense", "shared_expert_hidden_size",
                     "expert_bias"):
             have = model.moe.shared_hidden if key == "shared_expert_hidden_size" else getattr(model.moe, key)
@@ -438,9 +489,12 @@ def model_from_hints(hints: dict, name: str = "megatron-args", *, tokenizer: str
     from planner.specs.catalog import validate_spec
     from planner.specs.model import ModelSpec
 
+    from planner.specs.overrides import describe, merge
+
     data = {k: v for k, v in hints.items() if k not in ("attention", "ffn", "moe")}
     data.update(name=name, source=["Megatron-LM command-line flags"])
-    data.update(overrides or {})
+    top = {k: v for k, v in (overrides or {}).items() if k not in ("attention", "ffn", "moe")}
+    data = merge(data, top)
     if "vocab_size" not in data:
         found = vocab_from_tokenizer(tokenizer) if tokenizer else None
         if found is None:
@@ -460,12 +514,9 @@ def model_from_hints(hints: dict, name: str = "megatron-args", *, tokenizer: str
     if "hidden_size" not in data["ffn"] and hints.get("hidden_size"):
         data["ffn"]["hidden_size"] = 4 * hints["hidden_size"]
     if hints.get("moe"):
-        moe = dict(hints["moe"])
-        if moe.pop("layer_pattern", None) is not None:
-            raise PlannerError(
-                "--moe-layer-freq mixes dense and MoE layers after the first MoE layer; planner models "
-                "first_k_dense dense layers followed by every layer_freq-th layer MoE.",
-                hint="Pass --model with a catalog model or a model YAML instead.",
-            )
-        data["moe"] = moe
+        data["moe"] = dict(hints["moe"])
+    nested = {k: v for k, v in (overrides or {}).items() if k in ("attention", "ffn", "moe")}
+    data = merge(data, nested)
+    if overrides:
+        data["source"] = [*data["source"], "model overrides: " + ", ".join(describe(overrides))]
     return validate_spec(ModelSpec, data, "model", "the Megatron flags")

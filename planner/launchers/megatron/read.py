@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
 from planner.launchers.common import torchrun_options
-from planner.launchers.megatron.flags import FLAGS
+from planner.launchers.megatron.flags import CHOICES, FLAGS, NUMERIC
 from planner.launchers.megatron.model import flag_int as _int
 from planner.launchers.megatron.model import model_hints
 
@@ -135,13 +135,40 @@ def _is_value(tok: str) -> bool:
     return body.replace(".", "", 1).isdigit() or (body[:1] == "." and body[1:].isdigit())
 
 
+def _value_problem(opt: str, value: str) -> str | None:
+    """Why Megatron's argparse would refuse ``value`` for ``opt`` (a choice it does not list, a
+    number int() or float() cannot read), or None."""
+    allowed = CHOICES.get(opt)
+    if allowed is not None and value not in allowed:
+        return (f"{opt} {value} (invalid choice: megatron-core 0.19.2 accepts {', '.join(allowed)}; argparse "
+                "refuses it)")
+    kind = NUMERIC.get(opt)
+    if kind is not None:
+        try:
+            int(value) if kind == "int" else float(value)
+        except ValueError:
+            return f"{opt} {value} (not {'an integer' if kind == 'int' else 'a number'}: argparse refuses it)"
+    return None
+
+
 def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozenset()) -> ParsedArgs:
     """``unknown``: indices of words holding an unresolved value (a '$VAR' standing alone is not
-    mistaken for an option and is reported by its name)."""
+    mistaken for an option and is reported by its name). Values are checked against the parser's
+    choices and numeric types (:data:`~planner.launchers.megatron.flags.CHOICES`, ``NUMERIC``);
+    a value the script leaves to its environment is not."""
     values: dict[str, Any] = {}
     given: dict[str, str] = {}
     bad: list[str] = []
     problems: list[str] = []
+
+    def check(opt: str, vals: list[str], first: int) -> None:
+        for k, val in enumerate(vals):
+            if first + k in unknown or "$" in val or "`" in val:
+                continue
+            why = _value_problem(opt, val)
+            if why:
+                problems.append(why)
+
     i = 0
     while i < len(argv):
         tok = argv[i]
@@ -167,6 +194,7 @@ def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozens
             given[dest] = opt
             continue
         vals = [inline] if eq else []
+        first = i - 1 if eq else i  # argv index of the first value (an inline one is the flag's word)
         if isinstance(arity, int):
             while len(vals) < arity and i < len(argv) and _is_value(argv[i]):
                 vals.append(argv[i])
@@ -185,6 +213,7 @@ def parse_megatron_argv(argv: list[str], unknown: set[int] | frozenset = frozens
                 problems.append(f"{opt} (expects at least one value: argparse refuses it)")
                 continue
             values[dest] = vals if arity in ("+", "*") else (vals[0] if vals else True)
+        check(opt, vals, first)
         given[dest] = opt
     return ParsedArgs(values, given, bad, problems)
 
@@ -224,10 +253,13 @@ _IGNORED_DESTS = {
     "moe_router_topk_scaling_factor", "moe_router_pre_softmax", "moe_router_dtype",
     "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
     "moe_router_group_topk", "micro_batch_size", "global_batch_size",
+    # rotary details: no effect on memory or time (the exporter writes them from the model's rope)
+    "use_rope_scaling", "rope_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast",
+    "yarn_beta_slow", "yarn_correction_range_round_to_int", "rotary_seq_len_interpolation_factor",
 }
 
 # Flags read into the plan, job or model hints. Flags that args_violations checks but planner does
-# not model (--moe-shared-expert-overlap, --tp-comm-overlap, --cp-comm-type, --fp8-param-gather...)
+# not model (--moe-shared-expert-overlap, --tp-comm-overlap, --cp-comm-type, --fp8-output-proj...)
 # are not here: they are listed as "not modeled by planner" and still checked.
 _USED_DESTS = {
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -239,12 +271,13 @@ _USED_DESTS = {
     "recompute_modules", "recompute_activations", "moe_layer_recompute", "optimizer_cpu_offload",
     "optimizer_offload_fraction", "use_precision_aware_optimizer", "fine_grained_activation_offloading",
     "offload_modules", "cpu_offloading_num_layers", "bf16", "fp16", "fp8", "fp8_recipe", "exp_avg_dtype",
-    "exp_avg_sq_dtype", "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
+    "exp_avg_sq_dtype", "grad_reduce_in_bf16", "fp8_param_gather", "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
     "num_distributed_optimizer_instances", "overlap_grad_reduce", "overlap_param_gather",
     "seq_length", "max_position_embeddings", "num_layers", "hidden_size", "ffn_hidden_size",
     "num_attention_heads", "group_query_attention", "num_query_groups", "kv_channels", "swiglu", "normalization",
     "position_embedding_type", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
-    "qk_layernorm", "attention_dropout", "hidden_dropout", "vocab_size", "multi_latent_attention",
+    "qk_layernorm", "qk_l2_norm", "softmax_type", "window_size", "window_attn_skip_freq", "no_rope_freq",
+    "attention_dropout", "hidden_dropout", "vocab_size", "multi_latent_attention",
     "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers",
     "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_layer_freq",
     "moe_shared_expert_intermediate_size", "moe_grouped_gemm", "moe_token_dispatcher_type",
@@ -482,6 +515,13 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     else:
         sharding = "ddp"
 
+    grad_reduce = "bf16" if v.get("grad_reduce_in_bf16") else "fp32"
+    # --fp8-param-gather without FP8 or without a sharded optimizer has no FP8 gather to model
+    # (validate_args refuses the second: args_violations names it).
+    param_gather = "fp8" if v.get("fp8_param_gather") and fp8 and sharding != "ddp" else "bf16"
+    if v.get("fp8_param_gather") and not fp8:
+        notes.append("--fp8-param-gather without --fp8-format: no FP8 weights to gather, modeled as bf16 gathers")
+
     # ---- MoE dispatcher ----------------------------------------------------------------------
     dispatcher = None
     if v.get("num_experts") or v.get("moe_token_dispatcher_type"):
@@ -499,7 +539,8 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
 
     plan_values = dict(
         tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
-        offload=offload, precision=precision, moments=moments, layout=layout, dispatcher=dispatcher,
+        offload=offload, precision=precision, moments=moments, grad_reduce=grad_reduce, param_gather=param_gather,
+        layout=layout, dispatcher=dispatcher,
         ep_overlap="on" if v.get("overlap_moe_expert_parallel_comm") else "off",
     )
     plan = Plan.from_mapping({k: val for k, val in plan_values.items() if val is not None})
@@ -514,7 +555,13 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
                         ignored_flags=ignored, unresolved=list(cmd.unresolved), env=dict(cmd.env),
                         launcher=dict(cmd.launcher), notes=notes, values=dict(v), used_flags=used,
                         not_run=list(cmd.not_run), fp8=fp8, script_line=cmd.line,
-                        refused=[p for p in parsed.problems if "argparse refuses it" in p])
+                        refused=[_unrecognized(f) for f in parsed.not_megatron]
+                        + [p for p in parsed.problems if "argparse refuses it" in p])
+
+
+def _unrecognized(word: str) -> str:
+    what = "not a megatron-core 0.19.2 flag" if word.startswith("-") else "a word that is no flag's value"
+    return f"{word} ({what}: argparse exits with 'unrecognized arguments')"
 
 
 _FSDP_STRATEGIES = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}
@@ -567,9 +614,11 @@ def read_source(source: str | Path) -> tuple[str, str]:
 
 def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: dict | None = None):
     """(model, how it was chosen, note): --model when given, else the catalog model the flags
-    match, else a model built from the flags (asking for the vocabulary when they lack it)."""
+    match, else a model built from the flags (asking for the vocabulary when they lack it); the
+    ``overrides`` (nested model fields, planner.specs.overrides) applied to whichever it is."""
     from planner.launchers.megatron.model import match_catalog_model, model_from_hints
-    from planner.specs.catalog import load_model, validate_spec
+    from planner.specs.catalog import load_model
+    from planner.specs.overrides import apply_overrides
 
     note = None
     if model_name:
@@ -582,9 +631,7 @@ def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: 
             tokenizer = args.values.get("tokenizer_model") or args.values.get("vocab_file")
             model = model_from_hints(args.model_hints, tokenizer=tokenizer, overrides=overrides)
             return model, "built from the flags", None
-    if overrides:
-        model = validate_spec(type(model), {**model.model_dump(), **overrides}, "model", "the model overrides")
-    return model, source, note
+    return apply_overrides(model, overrides), source, note
 
 
 def script_inputs(env: list[str] | None, args_text: str | None) -> tuple[dict[str, str], list[str]]:

@@ -28,6 +28,7 @@ PLAN_RULES: dict[str, str] = {
     "ep-overlap-recompute-moe": "EP A2A overlap forbids 'moe' in --recompute-modules (TransformerConfig)",
     "ep-overlap-mtp": "EP A2A overlap supports at most one MTP layer (TransformerConfig)",
     "precision-aware-needs-dist-opt": "--use-precision-aware-optimizer needs the distributed optimizer (OptimizerConfig)",
+    "offload-fp8-param-gather": "optimizer CPU offload with --fp8-param-gather needs --fp8-recipe delayed (validate_args)",
     "activation-offload-empty": "fine-grained offload needs at least one module left to offload (TransformerConfig)",
     "fp8-delayed-recompute": "delayed-scaling FP8 forbids moe_act/layernorm recompute (TransformerConfig)",
     "expert-bias-score-function": "router expert bias needs sigmoid/sqrtsoftplus scores (TransformerConfig)",
@@ -156,6 +157,13 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "with the distributed optimizer; sharding=ddp has none.",
             hint="Use sharding=dist_opt (or fsdp/zero2/hsdp).",
         ))
+    if plan.param_gather == "fp8" and plan.offload.optimizer and hw is not None and hw.fp8_recipe != "delayed":
+        out.append(Violation(
+            "offload-fp8-param-gather",
+            f"param_gather=fp8 with offload=optimizer: Megatron's optimizer CPU offload takes --fp8-param-gather "
+            f"only with --fp8-recipe delayed, and {hw.name}'s FP8 recipe is {hw.fp8_recipe} (validate_args).",
+            hint="Set param_gather=bf16 or drop the optimizer offload.",
+        ))
     if plan.offload.activations and not megatron_offload_modules(model, plan):
         out.append(Violation(
             "activation-offload-empty",
@@ -283,8 +291,15 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
         out.append(Violation(rule, msg, hint))
 
     for problem in args.refused:
-        add("argparse", f"Megatron's argument parser refuses {problem}.",
-            "Give the flag its value (a variable the script leaves empty?).")
+        hint = ("Remove the flag or use its megatron-core 0.19.2 name (planner check lists the parser's flags in "
+                "planner/launchers/megatron/flags.py)." if "unrecognized arguments" in problem else
+                "Give one of the values listed." if "invalid choice" in problem else
+                "Give the flag its value (a variable the script leaves empty?).")
+        add("argparse", f"Megatron's argument parser refuses {problem}.", hint)
+    if v.get("cross_entropy_loss_fusion") and v.get("cross_entropy_fusion_impl") == "te":
+        add("cross-entropy-te-fusion", "--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: "
+            "validate_args rejects Transformer Engine's cross-entropy fusion ('disabled due to stability issues', "
+            "arguments.py).", "Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion.")
 
     tp = _int(v, "tensor_model_parallel_size", 1)
     pp = _int(v, "pipeline_model_parallel_size", 1)

@@ -17,7 +17,7 @@ from planner.rules import check_launcher_rules
 
 # Flags that need Transformer Engine at config time (TransformerConfig imports TE for them); the
 # CPU validation harness drops these and re-adds them, as launchers.md §2 recommends.
-TE_ONLY_FLAGS = {"--fp8-format": 1, "--fp8-recipe": 1, "--moe-permute-fusion": 0}
+TE_ONLY_FLAGS = {"--fp8-format": 1, "--fp8-recipe": 1, "--fp8-param-gather": 0, "--moe-permute-fusion": 0}
 
 
 @dataclass
@@ -42,14 +42,11 @@ class MegatronLaunch:
         return self.nproc_per_node * self.nnodes
 
 
-def _layer_freq(model) -> str:
-    """--moe-layer-freq: 1 when every layer is MoE, else a Python-list string such as
-    '([0]*3+[1]*58)' (validate_args evaluates it with moe_freq_type)."""
-    kinds = [1 if k == "moe" else 0 for k in model.layer_kinds]
-    if all(kinds):
-        return "1"
+def _pattern(flags: list[int]) -> str:
+    """A per-layer 0/1 list as the Python-list string Megatron's moe_freq_type evaluates, run-length
+    encoded ('([0]*3+[1]*58)'; only the characters _eval_pattern allows)."""
     runs: list[tuple[int, int]] = []
-    for k in kinds:
+    for k in flags:
         if runs and runs[-1][0] == k:
             runs[-1] = (k, runs[-1][1] + 1)
         else:
@@ -57,8 +54,123 @@ def _layer_freq(model) -> str:
     return "(" + "+".join(f"[{k}]*{n}" for k, n in runs) + ")"
 
 
-def architecture_args(model, job) -> list[str]:
-    """Model-shape flags: the same for every plan of a model."""
+def _layer_freq(model) -> str:
+    """--moe-layer-freq: 1 when every layer is MoE, else a Python-list string such as
+    '([0]*3+[1]*58)' (validate_args evaluates it with moe_freq_type)."""
+    kinds = [1 if k == "moe" else 0 for k in model.layer_kinds]
+    if all(kinds):
+        return "1"
+    return _pattern(kinds)
+
+
+def _number(x: float) -> str:
+    """A float flag value without a trailing '.0' where it is whole (Megatron reads it with float())."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def rope_args(model, notes: list[str]) -> list[str]:
+    """Rotary flags: base, partial rotation, and the context-extension scaling (Llama 3's bands,
+    YaRN for MLA through MLATransformerConfig's fields or for GQA through GPTModel's yarn branch,
+    linear interpolation); what Megatron-LM cannot express is a note."""
+    r = model.rope
+    a = model.attention
+    mla = a.kind == "mla"
+    if r is None:
+        return []  # not stated (a model YAML without rope): Megatron's defaults
+    args: list[str] = []
+    if float(r.theta).is_integer():
+        args += ["--rotary-base", str(int(r.theta))]  # argparse type=int
+    else:
+        notes.append(f"rope_theta {r.theta} is not an integer; Megatron's --rotary-base takes one (default 10000 kept)")
+    if r.percent != 1.0:
+        args += ["--rotary-percent", repr(float(r.percent))]
+    if r.scaling == "llama3":
+        args += ["--use-rope-scaling", "--rope-scaling-factor", _number(r.factor or 8.0)]
+        fixed = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+        off = [f"{k} {getattr(r, k)}" for k, v in fixed.items() if getattr(r, k) is not None and getattr(r, k) != v]
+        if off:
+            notes.append("Llama 3 RoPE scaling with " + ", ".join(off) + ": Megatron's apply_rope_scaling fixes "
+                         "low_freq_factor 1, high_freq_factor 4 and 8192 original positions")
+    elif r.scaling == "yarn":
+        args += ["--rotary-scaling-factor", _number(r.factor or 1.0)]
+        if r.mscale is not None:
+            args += ["--mscale", _number(r.mscale)]
+        if r.mscale_all_dim is not None:
+            args += ["--mscale-all-dim", _number(r.mscale_all_dim)]
+        if mla:
+            # MLATransformerConfig reads original_max_position_embeddings, beta_fast and beta_slow
+            # from no flag: its defaults (4096, 32, 1) stand.
+            args += ["--rope-type", "yarn"]
+            fixed = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+            off = [f"{k} {getattr(r, k):g}" for k, v in fixed.items() if getattr(r, k) is not None and getattr(r, k) != v]
+            if off:
+                notes.append("YaRN " + ", ".join(off) + ": MLATransformerConfig takes these from no flag (its "
+                             "defaults 4096, 32, 1 stand)")
+        else:
+            if r.original_max_position_embeddings is not None:
+                args += ["--yarn-original-max-position-embeddings", str(r.original_max_position_embeddings)]
+            if r.beta_fast is not None:
+                args += ["--yarn-beta-fast", _number(r.beta_fast)]
+            if r.beta_slow is not None:
+                args += ["--yarn-beta-slow", _number(r.beta_slow)]
+            if r.truncate is False:
+                args += ["--no-yarn-correction-range-round-to-int"]
+    elif r.scaling == "linear":
+        if r.factor is not None and float(r.factor).is_integer():
+            args += ["--rotary-seq-len-interpolation-factor", str(int(r.factor))]  # argparse type=int
+        else:
+            notes.append(f"linear RoPE scaling factor {r.factor}: --rotary-seq-len-interpolation-factor takes an integer")
+    elif mla:
+        args += ["--rope-type", "rope"]
+    if r.local_theta is not None:
+        notes.append(f"the sliding-window layers' RoPE base {r.local_theta:g}" + (" (without the scaling)" if
+                     r.scaling != "none" else "") + " has no Megatron-LM flag: one base and one scaling for every layer")
+    return args
+
+
+def _not_expressible(model, notes: list[str]) -> None:
+    """Architecture details planner models that megatron-core 0.19.2's command line cannot state."""
+    a = model.attention
+    if model.ffn.activation == "geglu":
+        notes.append("GeGLU MLP: Megatron-LM has no flag for a GELU-gated MLP (--quick-geglu is another GELU); "
+                     "--swiglu builds the same three matrices with SiLU")
+    if model.post_norms:
+        notes.append("post-attention and post-MLP norms (Gemma's four norms per layer) have no Megatron-LM flag")
+    if model.logit_softcap is not None:
+        notes.append(f"final logit soft-capping ({model.logit_softcap:g}) has no Megatron-LM flag")
+    if model.attn_logit_softcap is not None:
+        notes.append(f"attention logit soft-capping ({model.attn_logit_softcap:g}) has no Megatron-LM flag")
+    if a.kind == "gqa":
+        if a.softmax_scale_dim is not None:
+            notes.append(f"attention scale 1/sqrt({a.softmax_scale_dim}) (query_pre_attn_scalar): TransformerConfig's "
+                         "softmax_scale has no command-line flag (1/sqrt(kv-channels) is used)")
+        if a.attention_chunk is not None:
+            notes.append(f"chunked attention ({a.attention_chunk}-token chunks on the RoPE layers) has no Megatron-LM "
+                         "flag: those layers attend globally")
+
+
+def window_args(model) -> list[str]:
+    """Sliding-window flags: --window-size as Transformer Engine's (left, right) window, W-1
+    earlier keys for config.json's W (a query attends itself and W-1 before it; Megatron-Bridge's
+    Gemma 3 and gpt-oss providers map it so), and which layers slide (--window-attn-skip-freq: N
+    gives SWA iff layer_number % N != 0, counted from 1; a list gives 1 = SWA)."""
+    a = model.attention
+    if a.kind != "gqa" or a.sliding_window is None:
+        return []
+    args = ["--window-size", f"{a.sliding_window - 1},0"]
+    flags = [1 if a.local_layer(i) else 0 for i in range(model.num_layers)]
+    if all(flags):
+        return args
+    n = a.global_every or (2 if a.sliding_window_every == 2 else None)
+    if n is not None and flags == [1 if (i + 1) % n else 0 for i in range(model.num_layers)]:
+        return args + ["--window-attn-skip-freq", str(n)]
+    return args + ["--window-attn-skip-freq", _pattern(flags)]
+
+
+def architecture_args(model, job, notes: list[str] | None = None) -> list[str]:
+    """Model-shape flags: the same for every plan of a model. Details Megatron-LM's command line
+    cannot state are appended to ``notes``."""
+    notes = notes if notes is not None else []
     a = model.attention
     args = [
         "--num-layers", str(model.num_layers),
@@ -77,6 +189,9 @@ def architecture_args(model, job) -> list[str]:
             "--qk-pos-emb-head-dim", str(a.qk_rope_head_dim),
             "--v-head-dim", str(a.v_head_dim),
             "--kv-channels", str(a.v_head_dim),
+            # The RMSNorms on the query and key/value latents (q_a_layernorm, kv_a_layernorm) that
+            # planner counts: MLA builds them only with --qk-layernorm.
+            "--qk-layernorm",
         ]
     else:
         args += ["--kv-channels", str(a.head_dim)]
@@ -85,14 +200,30 @@ def architecture_args(model, job) -> list[str]:
             args += ["--group-query-attention", "--num-query-groups", str(a.num_kv_heads)]
         if a.qk_norm:
             args += ["--qk-layernorm"]
+        if a.qk_l2_norm:
+            args += ["--qk-l2-norm"]
         if a.qkv_bias:
             args += ["--add-qkv-bias"]
-    if model.ffn.activation == "swiglu":
+        if a.sinks:
+            args += ["--softmax-type", "learnable"]  # gpt-oss's learned per-head sinks
+        args += window_args(model)
+        if a.no_rope_every is not None:
+            flags = [0 if a.uses_rope(i) else 1 for i in range(model.num_layers)]
+            every = model.num_layers % a.no_rope_every == 0  # TransformerConfig: an int N must divide the layers
+            args += ["--no-rope-freq", str(a.no_rope_every) if every else _pattern(flags)]
+    if model.ffn.gated:
         args += ["--swiglu"]
     args += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
-    args += ["--position-embedding-type", "rope" if model.position_embedding == "rope" else "learned_absolute"]
+    yarn_gqa = a.kind == "gqa" and model.rope is not None and model.rope.scaling == "yarn"
+    args += ["--position-embedding-type", "learned_absolute" if model.position_embedding == "learned" else
+             "yarn" if yarn_gqa else "rope"]
+    if model.position_embedding == "rope":
+        args += rope_args(model, notes)
+    _not_expressible(model, notes)
     if not model.tie_embeddings:
         args += ["--untie-embeddings-and-output-weights"]
+
+
     has_bias = model.ffn.bias or (a.kind == "gqa" and a.output_bias) or (model.moe is not None and model.moe.expert_bias)
     if not has_bias:
         args += ["--disable-bias-linear"]  # Megatron's default adds biases to every linear
@@ -124,9 +255,8 @@ def moe_args(model, plan) -> list[str]:
         args += ["--moe-router-enable-expert-bias"]
     if m.num_groups and m.group_top_k:
         args += ["--moe-router-num-groups", str(m.num_groups), "--moe-router-group-topk", str(m.group_top_k)]
-    scaling = getattr(m, "routed_scaling_factor", None)
-    if scaling:
-        args += ["--moe-router-topk-scaling-factor", repr(float(scaling))]
+    if m.routed_scaling_factor is not None:
+        args += ["--moe-router-topk-scaling-factor", repr(float(m.routed_scaling_factor))]
     if m.top_k == 1 and m.score_function == "softmax":
         args += ["--moe-router-pre-softmax"]  # TransformerConfig: topk 1 with softmax needs it
     # fp32 routing: TransformerConfig warns for >= 32 experts without it.
@@ -218,6 +348,10 @@ def precision_args(hw, plan, job) -> list[str]:
     args = ["--bf16"]
     if plan.precision == "fp8":  # the setup's plan is canonical
         args += ["--fp8-format", "e4m3", "--fp8-recipe", hw.fp8_recipe]
+    if plan.param_gather == "fp8":
+        args += ["--fp8-param-gather"]
+    if plan.grad_reduce == "bf16":
+        args += ["--grad-reduce-in-bf16"]
     if plan.moments == "bf16":
         if not plan.offload.optimizer:
             args += ["--use-precision-aware-optimizer"]
@@ -271,7 +405,7 @@ def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaun
     env, why = environment(hw, plan)
     launch = MegatronLaunch(env=env, env_notes=why, nproc_per_node=nproc, nnodes=job.gpus // nproc)
     launch.groups = [
-        ("MODEL_ARGS", architecture_args(model, job)),
+        ("MODEL_ARGS", architecture_args(model, job, launch.notes)),
         ("MOE_ARGS", moe_args(model, plan)),
         ("PARALLEL_ARGS", parallel_args(model, plan, deg)),
         ("MEMORY_ARGS", memory_args(model, plan)),

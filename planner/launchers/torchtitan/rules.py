@@ -31,6 +31,8 @@ PLAN_RULES: dict[str, str] = {
     "torchtitan-precision": "the registry config applies Float8 converters itself (llama3_405b), so a bf16 plan needs another function",
     "torchtitan-dispatcher": "DeepEP/HybridEP backends are chosen in model_registry(), not on the command line",
     "torchtitan-ep-overlap": "torchtitan has no EP all-to-all / compute overlap schedule",
+    "torchtitan-grad-reduce": "torchtitan reduces gradients in float32 only (training.mixed_precision_reduce)",
+    "torchtitan-param-gather": "Float8 all-gathers are a converter setting in a config_registry function",
     "torchtitan-seq-divisor": "seq % (tp * 2cp) == 0 (Trainer: sequence/context-parallel evenness)",
     "torchtitan-batch": "global % (local_batch * dp) == 0 and local_batch % pp microbatch == 0 (Trainer)",
 }
@@ -183,6 +185,20 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             f"torchtitan's {cfg[0]}.{cfg[1]} applies Float8LinearConverter to the model, so it trains in "
             f"float8, while the plan is {precision}.",
             hint="Pass --torchtitan-config MODULE:FUNCTION naming a function without the converters.",
+        ))
+    if plan.grad_reduce == "bf16":
+        out.append(Violation(
+            "torchtitan-grad-reduce",
+            "grad_reduce=bf16: torchtitan 0.3.0 reduces gradients in float32 only "
+            "(training.mixed_precision_reduce accepts 'float32').",
+            hint="Set grad_reduce=fp32.",
+        ))
+    if plan.param_gather == "fp8" and not custom:
+        out.append(Violation(
+            "torchtitan-param-gather",
+            "param_gather=fp8: torchtitan gathers Float8 weights through the Float8 converter's "
+            "enable_fsdp_float8_all_gather, set in a config_registry function, not on the command line.",
+            hint="Pass --torchtitan-config MODULE:FUNCTION naming such a function, or set param_gather=bf16.",
         ))
     if model.is_moe and deg.ep > 1 and plan.dispatcher in ("deepep", "hybridep") and not custom:
         out.append(Violation(
