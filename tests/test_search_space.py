@@ -126,3 +126,22 @@ def test_pipeline_time_is_monotone_and_smallest_when_balanced():
         up[rng.integers(pp)] += rng.random()
         assert pipeline_time(list(up), m, v) >= base
         assert pipeline_time([t.sum() / pp] * pp, m, v) <= base + 1e-12
+
+
+def test_fixed_levers_the_search_does_not_vary_reach_every_plan():
+    """grad_reduce and param_gather stay at Megatron's defaults unless fixed; fixed, every ranked
+    plan carries them and its numbers are explain's (the tables were costed with them)."""
+    from planner.cost.evaluate import plan_evaluation
+    from planner.cost.setup import resolve_setup
+
+    model, hw, job = load_model("llama3.1-8b"), load_hardware("h100"), Job(gpus=8, global_batch=64, seq_len=4096)
+    plain = run_search(model, hw, job, Options(top=3, per_stage=False, limits=Limits.parse(None, "pp=2")))
+    fixed = run_search(model, hw, job, Options(top=3, per_stage=False, limits=Limits.parse("grad_reduce=bf16", "pp=2")))
+    assert all(p.plan.grad_reduce == "fp32" for p in plain.plans)
+    assert all(p.plan.grad_reduce == "bf16" for p in fixed.plans)
+    assert fixed.space.scope["levers"]["grad_reduce"] == ["bf16"]
+    for p in fixed.plans:
+        again = plan_evaluation(resolve_setup(model, hw, job, p.plan, Assumptions()))
+        assert again["memory"] == p.evaluation["memory"] and again["time"] == p.evaluation["time"]
+    assert fixed.plans[0].evaluation["memory"]["peak_bytes"] < plain.plans[0].evaluation["memory"]["peak_bytes"] \
+        or fixed.plans[0].objective_us <= plain.plans[0].objective_us

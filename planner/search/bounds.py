@@ -54,7 +54,7 @@ def row_variants(space) -> list:
     """Typed levers of every combination of the row levers (the others at their first option)."""
     from planner.search.tables import ROW, lever_setting
 
-    base = {k: v[0] for k, v in space.levers.items()}
+    base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
     return [lever_setting({**base, **dict(zip(ROW, v))}) for v in itertools.product(*(space.levers[k] for k in ROW))]
 
 

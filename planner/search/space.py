@@ -159,6 +159,8 @@ class Space:
     """Each key's row in :attr:`fm_keys`."""
     messages: dict = field(default_factory=dict)
     """For a rule in :attr:`pruned`, the first message it gave (a fixed layout's, say)."""
+    pinned: dict = field(default_factory=dict)
+    """Plan keys the search does not vary but the user fixed (PINNED_KEYS): every plan carries them."""
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -365,6 +367,11 @@ def _layout_options(model, limits: Limits, pps: list[int], pruned: dict) -> tupl
     return vpps, index, layouts
 
 
+PINNED_KEYS = ("grad_reduce", "param_gather")
+"""Levers the search leaves at Megatron's defaults (fp32 gradient reduction, bf16 parameter
+gather) unless ``--fix`` sets them: then every plan of the space carries the fixed value."""
+
+
 def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | None = None,
                 implementation: str = "te", moments: tuple[str, ...] = ("fp32",),
                 check_rules: bool = False) -> Space:
@@ -383,6 +390,7 @@ def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | No
     levers = lever_options(model, hw, job, target, limits, implementation, moments)
     space = Space(model, hw, job, target, limits, keys, layout_of, tuple(layouts), levers, pruned)
     space.messages = messages
+    space.pinned = {k: limits.fix[k] for k in PINNED_KEYS if k in limits.fix}
     space.fm_keys = np.stack([fm[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
     space.fm_of = fm_of
     if check_rules:
@@ -403,7 +411,7 @@ def _rule_checked(space: Space) -> Space:
             keep.append(i)
     return Space(space.model, space.hw, space.job, space.target, space.limits, space.keys[keep],
                  space.layout_of[keep], space.layouts, space.levers, space.pruned, fm_keys=space.fm_keys,
-                 fm_of=space.fm_of[keep])
+                 fm_of=space.fm_of[keep], pinned=space.pinned)
 
 
 def _values(xs) -> list[int]:
@@ -430,6 +438,7 @@ def describe_space(space: Space, opts: dict, vpps: dict) -> dict:
                    "uneven layout (one-layer chunks and, past the layer count, the embedding and the loss in chunks "
                    "of their own)")
     levers = {k: [str(v) if v is not None else "-" for v in vals] for k, vals in space.levers.items()}
+    levers.update({k: [str(v)] for k, v in space.pinned.items()})
     if "sharding" not in lim.fix:
         declared.append("sharding without ddp and hsdp (--fix sharding=... searches them)")
     return {"keys": len(space), "degrees": degrees, "layouts": layouts, "levers": levers, "declared": declared}

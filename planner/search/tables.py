@@ -173,11 +173,12 @@ def lever_setting(values: dict):
 
     offload = values["offload"]
     return Levers(values["recompute"], values["precision"], values["moments"], values["sharding"], offload.optimizer,
-                  offload.activations, values["dispatcher"], values["ep_overlap"])
+                  offload.activations, values["dispatcher"], values["ep_overlap"],
+                  grad_reduce=values.get("grad_reduce", "fp32"), param_gather=values.get("param_gather", "bf16"))
 
 
 def base_levers(space: Space):
-    return lever_setting({k: v[0] for k, v in space.levers.items()})
+    return lever_setting({**space.pinned, **{k: v[0] for k, v in space.levers.items()}})
 
 
 ROW = ("recompute", "precision", "dispatcher", "ep_overlap")
@@ -188,7 +189,7 @@ looped over, one batch per value combination."""
 def batch_plan(space: Space, group: tuple[str, ...]) -> list[tuple[list, np.ndarray]]:
     """How to fill a table over ``group``: per combination of its batch levers, the variants (typed
     levers of each combination of its row levers) and each variant's column in the table."""
-    base = {k: v[0] for k, v in space.levers.items()}
+    base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
     row = tuple(k for k in group if k in ROW)
     rest = tuple(k for k in group if k not in ROW)
     index = {values: ci for ci, values in enumerate(combos(space, group))}
@@ -451,7 +452,7 @@ def lever_indices(space: Space, flat: int) -> dict[str, int]:
 
 
 def lever_values(space: Space, idx: dict[str, int]) -> dict:
-    return {k: space.levers[k][i] for k, i in idx.items()}
+    return {**space.pinned, **{k: space.levers[k][i] for k, i in idx.items()}}
 
 
 __all__ = ["GROUPS", "RULE_GROUPS", "Tables", "build_tables", "combos", "lever_indices", "lever_values", "MiB", "COL"]
