@@ -35,6 +35,7 @@ def search_cmd(
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="How many plans to rank.")] = 10,
     solver: Annotated[str, typer.Option("--solver", help="cpsat (default) or exhaustive (the enumeration oracle).")] = "cpsat",
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds the solver may take.")] = 60.0,
+    per_stage: Annotated[bool, typer.Option("--per-stage/--no-per-stage", help="Refine pipeline layouts stage by stage where a bound says it can win (deterministic; FEASIBLE when a refinement enters the ranking). --no-per-stage keeps the uniform and standard uneven layouts.")] = True,
     sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Re-rank the top plans under perturbed assumptions.")] = False,
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
@@ -61,7 +62,7 @@ def search_cmd(
 
         check_output(save, "saved search")  # before the search runs, and never over a file it read
     opts = Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
-                   limits=Limits.parse(fix, max_), moments=parse_moments(moments))
+                   limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
     _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,
             given=model)

@@ -188,9 +188,10 @@ def print_search(result, out: dict, saved=None) -> None:
             f"precisions {', '.join(j.precisions)} · target {space.target}")
     if j.source:
         c.print(f"job: {esc(j.source)}")
+    from planner.search.status import status_line
+
     sv = out["solver"]
-    c.print(f"solver: {sv['name']} [bold]{sv['status']}[/bold] · {sv['structural_keys']:,} layouts x "
-            f"{sv['lever_combinations']} lever combinations · {sv['keys_in_model']} layouts in the model")
+    c.print("solver: " + esc(status_line(sv)).replace(sv["status"], f"[bold]{sv['status']}[/bold]", 1))
     if out["plans"]:
         c.print(margin_text(h, j, out["plans"][0]["memory"].get("margin_bytes", 0.0)))
     t = Table(title="Ranked plans (peak = worst stage's estimated reserved memory; GiB = 2^30 B)")

@@ -221,9 +221,19 @@ def even_layout_symbols(model: ModelSpec, pp: int, vpp: int) -> tuple[str, ...]:
 
 def suggest_layout(model: ModelSpec, pp: int, vpp: int) -> str:
     """An uneven layout that balances layers, lighter on the first (embedding) and last (loss,
-    MTP) chunks, as the Megatron-Core DeepSeek-V3 recipes do."""
+    MTP) chunks, as the Megatron-Core DeepSeek-V3 recipes do. With more chunks than decoder layers
+    (at most L + 2) the embedding and the loss take chunks of their own, as in the Megatron-Bridge
+    Llama 3.1 405B recipe's ``E|(t|)*126L``."""
     chunks = pp * vpp
     L = model.num_layers
+    tail = "m" * model.mtp_layers + "L"
+    if chunks == L + 2:  # one decoder layer per chunk, the embedding and the loss on their own
+        return format_layout(["E"] + ["t"] * L + [tail])
+    if chunks == L + 1:  # the loss (output projection, MTP) is the heavier end: it gets its own chunk
+        return format_layout(["Et"] + ["t"] * (L - 1) + [tail])
+    if chunks > L + 2:
+        raise _rule("layers-per-chunk", f"{chunks} virtual stages for {L} decoder layers, the embedding and the "
+                    "loss: some stage would be empty.")
     base, extra = divmod(L, chunks)
     counts = [base] * chunks
     # Give the remainder to middle chunks first, the end chunks carry embedding/loss work.
