@@ -114,7 +114,7 @@ def test_saved_bytes_per_layer_match_the_inventory():
         cfg = by_name(name)
         if cfg.recompute != "none" or "inventory" not in r:  # the expert range ran without the inventory
             continue
-        layers = [l for l in memory_report(planner_setup(cfg)).worst.chunks[0].layers if l.name.startswith("layer")]
+        layers = [x for x in memory_report(planner_setup(cfg)).worst.chunks[0].layers if x.name.startswith("layer")]
         assert layers[1].kept == pytest.approx(r["inventory"]["kept_delta"]["layer1"], rel=0.01), name
 
 
@@ -186,7 +186,7 @@ def test_harness_diagnostics_on_the_cpu(tmp_path):
 
 def test_parallel_configurations_match_their_planner_plans():
     """The multi-GPU configurations (issue 13): planner sees the same degrees and world size."""
-    from benchmarks.gpu.configs import PARALLEL, TINY_PARALLEL, planner_plan_string
+    from benchmarks.gpu.configs import PARALLEL, TINY_PARALLEL
 
     assert {"tp", "pp", "ep"} <= {k for c in PARALLEL for k in ("tp", "pp", "ep", "vpp") if getattr(c, k) > 1}
     for c in PARALLEL + TINY_PARALLEL:

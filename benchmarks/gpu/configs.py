@@ -12,7 +12,7 @@ experts with the alltoall dispatcher on EP=1. bf16 parameters, fp32 main gradien
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ tables; `--solver exhaustive` enumerates them instead)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -40,7 +40,7 @@ def search_cmd(
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
-    save: Annotated[Optional[Path], typer.Option("--save", help="Write the ranked plans as JSON (for explain and export).")] = None,
+    save: Annotated[Path | None, typer.Option("--save", help="Write the ranked plans as JSON (for explain and export).")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock timings (JSON output is otherwise byte-stable).")] = False,
     json: JsonOpt = False,
     markdown: MarkdownOpt = False,

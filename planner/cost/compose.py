@@ -25,7 +25,6 @@ as in a one-plan evaluation.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -42,7 +41,7 @@ from planner.cost.pieces import (
     peak_over_profiles, span_crossings, stranded_expert_bytes, workload_reserved,
 )
 from planner.cost.pipeline import (
-    BlockCost, RankCost, data_parallel, dp_exposure, offloaded_optimizer_time, optimizer_shard,
+    BlockCost, RankCost, data_parallel, dp_exposure, optimizer_shard,
     optimizer_step_time, param_tensors, pipeline_time, rank_blocks, rank_p2p, sync_kind,
 )
 from planner.cost.rates import Rates, rates_for
@@ -82,7 +81,7 @@ class Levers:
     """Parameter all-gather dtype: 'bf16' or 'fp8' (--fp8-param-gather)."""
 
     @classmethod
-    def of(cls, plan: Plan) -> "Levers":
+    def of(cls, plan: Plan) -> Levers:
         """The levers of a canonical plan (precision and dispatcher explicit)."""
         return cls(plan.recompute, plan.precision or "bf16", plan.moments, plan.sharding, plan.offload.optimizer,
                    plan.offload.activations, plan.dispatcher, plan.ep_overlap, plan.stage_recompute,
@@ -207,7 +206,7 @@ class KeyTable:
         _, self.pk_first, self.pk_of = unique_rows(bk[:, :5])
 
     @classmethod
-    def of_structs(cls, hw, job, assumptions, structs) -> "KeyTable":
+    def of_structs(cls, hw, job, assumptions, structs) -> KeyTable:
         """From objects with the :data:`KEY_FIELDS` attributes (the search's structural keys)."""
         rows = np.array([[getattr(s, f) for f in KEY_FIELDS] for s in structs], dtype=np.int64)
         return cls(hw, job, assumptions, rows)
@@ -248,7 +247,7 @@ class CostContext:
         self.memo: dict = {}
         self._blocks_from: tuple | None = None
 
-    def share_blocks(self, parent: "CostContext") -> None:
+    def share_blocks(self, parent: CostContext) -> None:
         """Read block costs from ``parent`` (same model, hardware, job, assumptions and rates)
         wherever its block keys hold this context's: what the parent composed is not composed
         again (the search costs subsets of its keys in contexts of their own)."""
@@ -262,7 +261,7 @@ class CostContext:
         self._blocks_from = (parent, idx)
 
     @classmethod
-    def for_structs(cls, model, hw, job, assumptions, structs, calibration=None) -> "CostContext":
+    def for_structs(cls, model, hw, job, assumptions, structs, calibration=None) -> CostContext:
         """A context over structural keys: objects with the :data:`KEY_FIELDS` attributes, or an
         integer array with those columns."""
         if isinstance(structs, np.ndarray):
@@ -394,6 +393,7 @@ def least_constant_bytes(model, layout: PipelineLayout, cols: dict, options) -> 
         total = constant_bytes(rp, dp=deg["dp"], cp=deg["cp"], edp=deg["edp"], sharding=sharding, moments=moments,
                                offload_optimizer=offload.optimizer).total
         floor = total if floor is None else np.minimum(floor, total)
+    assert floor is not None  # at least one lever option
     return np.broadcast_to(floor, (pp * n,)).reshape(pp, n)
 
 
@@ -537,10 +537,10 @@ class PlanBatch:
     def mbs(self) -> np.ndarray:
         return self._tiled("mbs", self.ctx.keys.col["mbs"][self.key_rows])
 
-    def with_levers(self, levers: Levers) -> "PlanBatch":
+    def with_levers(self, levers: Levers) -> PlanBatch:
         return dataclasses.replace(self, variants=(levers,))
 
-    def with_variants(self, variants) -> "PlanBatch":
+    def with_variants(self, variants) -> PlanBatch:
         """The same keys under several lever settings that differ only in :data:`ROW_LEVERS`."""
         return dataclasses.replace(self, variants=tuple(variants))
 
@@ -572,7 +572,7 @@ _CONTEXTS: dict[tuple, CostContext] = {}
 """Recently used one-plan contexts, least recent first."""
 
 
-def costs_of(setup, calibration=None, rates: Rates | None = None) -> "Costs":
+def costs_of(setup, calibration=None, rates: Rates | None = None) -> Costs:
     """The composition of one plan (arrays of length one)."""
     return evaluate_batch(batch_of_setup(setup, calibration, rates))
 
@@ -605,7 +605,7 @@ def layout_batches(ctx: CostContext, structs, base: Levers) -> list[PlanBatch]:
     return out
 
 
-def evaluate_batch(batch: PlanBatch) -> "Costs":
+def evaluate_batch(batch: PlanBatch) -> Costs:
     """Memory and time of every plan of ``batch`` (terms computed when first read)."""
     return Costs(batch)
 
@@ -851,7 +851,6 @@ class Costs:
 
     def _data_parallel(self, kind: str, fsdp: bool) -> DataParallel:
         ctx, b, n = self.ctx, self.batch, self.n
-        spans = self.spans()
         best, seen = None, set()
         for r, rc in enumerate(self.ranks()):
             sig = (id(rc), self._param_signature(r))  # ranks with equal blocks and parameters sync alike
@@ -1046,8 +1045,9 @@ class Costs:
         d = self.key_deg()
         layers = sum(1 for st in b.layout.rank_stages(r) for i in st.layers if ctx.model.layer_kinds[i] == "moe")
         sp = self.ctx.keys.col["mbs"][b.key_rows] * ctx.job.seq_len // d.cp / d.tp
-        return stranded_expert_bytes(ctx.model, layers, d.ep, d.etp, sp, ctx.efficiency.memory.allocator_workload
-                                     .stranding_ratio.value, temps)
+        workload = ctx.efficiency.memory.allocator_workload
+        assert workload is not None  # every generation profile states it (hw_specs/efficiency)
+        return stranded_expert_bytes(ctx.model, layers, d.ep, d.etp, sp, workload.stranding_ratio.value, temps)
 
     def host_bytes(self, r: int) -> np.ndarray:
         """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, and with activation

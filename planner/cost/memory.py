@@ -224,7 +224,7 @@ class MemoryReport:
         """The allocated peak of each phase of the step: the forward-backward passes (where in the
         schedule) and the optimizer step; ``peak_phase`` names the one that sets the overall
         allocated peak. Bytes before the allocator margin (the reserved estimate is of the step)."""
-        fb = {"allocated_peak_bytes": round(s.fwd_bwd_peak_bytes), "activations_bytes": round(s.activation_peak)}
+        fb: dict = {"allocated_peak_bytes": round(s.fwd_bwd_peak_bytes), "activations_bytes": round(s.activation_peak)}
         if s.fwd_bwd_moment is not None:
             fb["moment"] = _moment_json(s.fwd_bwd_moment)
         return {

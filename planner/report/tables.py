@@ -13,7 +13,6 @@ def console():
     import os
     import sys
 
-    from rich.console import Console
 
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
     return _SafeConsole(highlight=False, width=width)

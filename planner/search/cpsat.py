@@ -96,7 +96,7 @@ def _build(tables: Tables, time_cap_us: int | None = None):
         m.add_allowed_assignments([s, *(lv[k] for k in grp)], rows)
     slots = max((len(k) for k in tables.stages_kept), default=0)
     for j in range(slots):
-        def slot_table(T):
+        def slot_table(T, j=j):
             out = np.zeros((nS, T.shape[2]), dtype=np.int64)
             for si, kept in enumerate(tables.stages_kept):
                 if j < len(kept):

@@ -99,7 +99,7 @@ class Limits:
     max: dict = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, fix: str | None, maxes: str | None) -> "Limits":
+    def parse(cls, fix: str | None, maxes: str | None) -> Limits:
         """--fix as typed plan values (read as a plan is), --max as integer bounds on degrees."""
         from planner.specs.plan import parse_pairs
 

@@ -108,7 +108,7 @@ class Tables:
         if self.ids is None:
             self.ids = np.arange(len(self.structs))
 
-    def subset(self, rows) -> "Tables":
+    def subset(self, rows) -> Tables:
         """The tables of some structural keys only (same global ids)."""
         rows = np.asarray(rows, dtype=int)
         return Tables(self.space, [self.structs[i] for i in rows], self.W[rows], self.C[rows], self.A[rows],

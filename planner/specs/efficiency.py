@@ -8,7 +8,7 @@ same constants must predict every model on that generation. Each number carries 
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from planner.specs.common import Sourced, Spec
 
@@ -50,7 +50,7 @@ class MemoryOverheads(Spec):
     allocator_fraction_expandable: Sourced[float]
     """The same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place, so
     transient peaks leave far less stranded memory)."""
-    allocator_workload: "AllocatorWorkload | None" = None
+    allocator_workload: AllocatorWorkload | None = None
     """Reserved above allocated as a function of the workload, default allocator settings (where
     measured); None: ``allocator_fraction`` of the allocated peak."""
     gemm_workspace_bytes: Sourced[float]
@@ -196,7 +196,7 @@ class EfficiencyProfile(Spec):
     """Collective efficiencies for the communication model (required by planner.cost.time)."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_efficiency(generation: str) -> EfficiencyProfile:
     from planner.errors import PlannerError
     from planner.specs.catalog import catalog_root, read_yaml, validate_spec

@@ -275,7 +275,7 @@ def uneven_layout_symbols(model: ModelSpec, pp: int, vpp: int, first: int | None
                 f"Pipeline rank {r} would hold {n} layers, not divisible by vpp={vpp} (TransformerConfig).",
             )
     syms = []
-    for v in range(vpp):
+    for _ in range(vpp):
         for r in range(pp):
             syms.append("t" * (per_rank[r] // vpp))
     syms[0] = "E" + syms[0]

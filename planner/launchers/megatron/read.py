@@ -442,7 +442,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     ep = _int(v, "expert_model_parallel_size", 1)
     etp = _int(v, "expert_tensor_parallel_size")
     mbs = _int(v, "micro_batch_size", 1)
-    L = _int(v, "num_layers")
+    _int(v, "num_layers")  # refused here when not an integer; the layer count is read with the model
 
     # ---- virtual pipeline --------------------------------------------------------------------
     vpp, layout = _pipeline_from_flags(v, pp, notes)
