@@ -326,6 +326,20 @@ class PlanSource:
     """What the torchtitan job said (planner.launchers.torchtitan.read.TorchtitanJob) with --torchtitan."""
 
 
+
+def _read_launch(reader, path, model, hw, args, script_env, script_args, **extra):
+    """A launch file through its launcher's reader (Megatron script, Bridge launch, torchtitan
+    command or job file) with the job options the command line gave, the margin checked once."""
+    from planner.launchers.megatron.read import script_inputs
+
+    environ, argv = script_inputs(script_env, script_args)
+    read = reader(Path(path), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
+                  seq_len=args.seq_len, precision=args.precision, job_file=args.job_file, domain_fill=args.domain_fill,
+                  memory_margin_gib=args.memory_margin, environ=environ, script_args=argv, **extra)
+    check_margin(read.job, read.hardware)
+    return read
+
+
 def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 1, megatron_args: Path | None = None,
                 script_env=None, script_args=None, model: str | None, hw: str | None, args: JobArgs,
                 command: str, model_set: list[str] | None = None, bridge: Path | None = None,
@@ -344,38 +358,21 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
         raise PlannerError(f"--set does not apply to {given[0]} yet: the model overrides reach --plan, --from and "
                            "--megatron-args.", hint="Edit the model in the launch (or a model file it names) instead.")
     if torchtitan is not None:
-        from planner.launchers.megatron.read import script_inputs
         from planner.launchers.torchtitan.read import job_from_torchtitan
 
-        environ, argv = script_inputs(script_env, script_args)
-        tj = job_from_torchtitan(Path(torchtitan), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
-                                 seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
-                                 domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
-                                 script_args=argv)
-        check_margin(tj.job, tj.hardware)
+        tj = _read_launch(job_from_torchtitan, torchtitan, model, hw, args, script_env, script_args)
         return PlanSource(tj.model, tj.hardware, tj.job, tj.plan, torchtitan=tj)
     if bridge is not None:
         from planner.launchers.bridge.read import job_from_bridge
-        from planner.launchers.megatron.read import script_inputs
 
-        environ, argv = script_inputs(script_env, script_args)
-        bj = job_from_bridge(Path(bridge), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
-                             seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
-                             domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
-                             script_args=argv)
-        check_margin(bj.job, bj.hardware)
+        bj = _read_launch(job_from_bridge, bridge, model, hw, args, script_env, script_args)
         return PlanSource(bj.model, bj.hardware, bj.job, bj.plan, bridge=bj)
     if megatron_args is not None:
-        from planner.launchers.megatron.read import job_from_script, script_inputs
-
+        from planner.launchers.megatron.read import job_from_script
         from planner.specs.overrides import parse_set_items
 
-        environ, argv = script_inputs(script_env, script_args)
-        sj = job_from_script(Path(megatron_args), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
-                             seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
-                             domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
-                             script_args=argv, model_overrides=parse_set_items(model_set))
-        check_margin(sj.job, sj.hardware)
+        sj = _read_launch(job_from_script, megatron_args, model, hw, args, script_env, script_args,
+                          model_overrides=parse_set_items(model_set))
         return PlanSource(sj.model, sj.hardware, sj.job, sj.plan, script=sj)
     saved = None
     if from_file is not None:
