@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -26,19 +26,19 @@ HwOpt = Annotated[
     str,
     typer.Option("--hw", help="Hardware catalog name or alias (see 'planner hw'), or a hardware YAML."),
 ]
-GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job (default: the model's reference job).")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", "-n", help="GPUs in the job (default: the model's reference job).")]
 GlobalBatchOpt = Annotated[
-    Optional[int], typer.Option("--global-batch", help="Global batch per step, in sequences.")
+    int | None, typer.Option("--global-batch", help="Global batch per step, in sequences.")
 ]
-SeqLenOpt = Annotated[Optional[int], typer.Option("--seq-len", help="Sequence length in tokens.")]
+SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="Sequence length in tokens.")]
 PrecisionOpt = Annotated[
-    Optional[str], typer.Option("--precision", help="Allowed compute precisions, comma-separated: bf16, fp8 (first is the default).")
+    str | None, typer.Option("--precision", help="Allowed compute precisions, comma-separated: bf16, fp8 (first is the default).")
 ]
 JobFileOpt = Annotated[
-    Optional[Path], typer.Option("--job", help="A job YAML (gpus, global_batch, seq_len, precisions); options given on the line override it.")
+    Path | None, typer.Option("--job", help="A job YAML (gpus, global_batch, seq_len, precisions); options given on the line override it.")
 ]
 DomainFillOpt = Annotated[
-    Optional[int], typer.Option("--domain-fill", help="Use N GPUs of each NVLink domain (e.g. 64 of an NVL72 rack's 72); the rest stay idle.")
+    int | None, typer.Option("--domain-fill", help="Use N GPUs of each NVLink domain (e.g. 64 of an NVL72 rack's 72); the rest stay idle.")
 ]
 DEFAULT_MEMORY_MARGIN = 0.03
 """The default memory margin: 3 % of the usable HBM kept free on every GPU, beyond the allocator
@@ -48,7 +48,7 @@ results/validation/gpu-memory.md) and +0.6 to +2.9 % per rank on two (12 ranks,
 results/validation/multi-gpu.md). ``--memory-margin 0`` ranks plans up to the capacity."""
 
 MemoryMarginOpt = Annotated[
-    Optional[float], typer.Option(
+    float | None, typer.Option(
         "--memory-margin",
         help=f"GiB kept free on every GPU, beyond the allocator margin. Default: {DEFAULT_MEMORY_MARGIN:.0%} of the "
         "usable HBM (planner's largest measured memory error, +2.9 % on H200s); 0 ranks plans up to the capacity.")
@@ -77,7 +77,7 @@ class Implementation(str, Enum):
 SearchTargetOpt = Annotated[Target, typer.Option("--target", help="Only plans this launcher can run.")]
 CheckTargetOpt = Annotated[Target, typer.Option("--target", help="Launcher whose start-up checks apply.")]
 RoutingOpt = Annotated[
-    Optional[float],
+    float | None,
     typer.Option("--routing-imbalance", help="Tokens on the busiest EP rank over the mean (1.0 = balanced)."),
 ]
 ImplOpt = Annotated[
@@ -86,13 +86,13 @@ ImplOpt = Annotated[
                  "the local spec, unfused attention with an fp32 softmax; megatron-local-fused-softmax: unfused "
                  "attention with Megatron's fused softmax (the 2021-22 GPT setups)."),
 ]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
+SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Change a field of the model, KEY=VALUE typed as in a model YAML (repeatable): e.g. --set "
     "mtp_layers=0, --set moe.num_experts=64, --set vocab_size=128256.")]
-FixOpt = Annotated[Optional[str], typer.Option("--fix", help="Pin plan keys (on every hardware), e.g. \"tp=2,recompute=full\".")]
-MaxOpt = Annotated[Optional[str], typer.Option("--max", help="Upper bounds on degrees and mbs, e.g. \"pp=8,tp=4\".")]
+FixOpt = Annotated[str | None, typer.Option("--fix", help="Pin plan keys (on every hardware), e.g. \"tp=2,recompute=full\".")]
+MaxOpt = Annotated[str | None, typer.Option("--max", help="Upper bounds on degrees and mbs, e.g. \"pp=8,tp=4\".")]
 CalibrationOpt = Annotated[
-    Optional[Path], typer.Option("--calibration", help="A calibration file from 'planner calibrate' (measured GEMM, HBM and collective rates).")
+    Path | None, typer.Option("--calibration", help="A calibration file from 'planner calibrate' (measured GEMM, HBM and collective rates).")
 ]
 
 
@@ -326,6 +326,20 @@ class PlanSource:
     """What the torchtitan job said (planner.launchers.torchtitan.read.TorchtitanJob) with --torchtitan."""
 
 
+
+def _read_launch(reader, path, model, hw, args, script_env, script_args, **extra):
+    """A launch file through its launcher's reader (Megatron script, Bridge launch, torchtitan
+    command or job file) with the job options the command line gave, the margin checked once."""
+    from planner.launchers.megatron.read import script_inputs
+
+    environ, argv = script_inputs(script_env, script_args)
+    read = reader(Path(path), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
+                  seq_len=args.seq_len, precision=args.precision, job_file=args.job_file, domain_fill=args.domain_fill,
+                  memory_margin_gib=args.memory_margin, environ=environ, script_args=argv, **extra)
+    check_margin(read.job, read.hardware)
+    return read
+
+
 def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 1, megatron_args: Path | None = None,
                 script_env=None, script_args=None, model: str | None, hw: str | None, args: JobArgs,
                 command: str, model_set: list[str] | None = None, bridge: Path | None = None,
@@ -344,38 +358,21 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
         raise PlannerError(f"--set does not apply to {given[0]} yet: the model overrides reach --plan, --from and "
                            "--megatron-args.", hint="Edit the model in the launch (or a model file it names) instead.")
     if torchtitan is not None:
-        from planner.launchers.megatron.read import script_inputs
         from planner.launchers.torchtitan.read import job_from_torchtitan
 
-        environ, argv = script_inputs(script_env, script_args)
-        tj = job_from_torchtitan(Path(torchtitan), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
-                                 seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
-                                 domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
-                                 script_args=argv)
-        check_margin(tj.job, tj.hardware)
+        tj = _read_launch(job_from_torchtitan, torchtitan, model, hw, args, script_env, script_args)
         return PlanSource(tj.model, tj.hardware, tj.job, tj.plan, torchtitan=tj)
     if bridge is not None:
         from planner.launchers.bridge.read import job_from_bridge
-        from planner.launchers.megatron.read import script_inputs
 
-        environ, argv = script_inputs(script_env, script_args)
-        bj = job_from_bridge(Path(bridge), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
-                             seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
-                             domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
-                             script_args=argv)
-        check_margin(bj.job, bj.hardware)
+        bj = _read_launch(job_from_bridge, bridge, model, hw, args, script_env, script_args)
         return PlanSource(bj.model, bj.hardware, bj.job, bj.plan, bridge=bj)
     if megatron_args is not None:
-        from planner.launchers.megatron.read import job_from_script, script_inputs
-
+        from planner.launchers.megatron.read import job_from_script
         from planner.specs.overrides import parse_set_items
 
-        environ, argv = script_inputs(script_env, script_args)
-        sj = job_from_script(Path(megatron_args), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
-                             seq_len=args.seq_len, precision=args.precision, job_file=args.job_file,
-                             domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin, environ=environ,
-                             script_args=argv, model_overrides=parse_set_items(model_set))
-        check_margin(sj.job, sj.hardware)
+        sj = _read_launch(job_from_script, megatron_args, model, hw, args, script_env, script_args,
+                          model_overrides=parse_set_items(model_set))
         return PlanSource(sj.model, sj.hardware, sj.job, sj.plan, script=sj)
     saved = None
     if from_file is not None:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from planner.cli import main
 from planner.specs.catalog import catalog_names

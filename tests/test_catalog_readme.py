@@ -112,7 +112,14 @@ def test_quick_start_is_two_commands_and_ci_runs_the_second():
     # .ci/run performs command 2 step by step (venv, install with test extras, the test command).
     assert "-m venv" in ci and '. "$VENV/bin/activate"' in ci
     assert "pip install --progress-bar off -e '.[test]'" in ci
-    assert ci.rstrip().splitlines()[-1] == "python -m pytest" == QUICK_START_TEST.split(" && ")[-1]
+    # ... then the README's test command, after the install; only the lint checks follow it.
+    lines = ci.rstrip().splitlines()
+    test_cmd = QUICK_START_TEST.split(" && ")[-1]
+    assert test_cmd == "python -m pytest" and test_cmd in lines
+    after = lines[lines.index(test_cmd) + 1:]
+    assert lines.index(test_cmd) > lines.index("python -m pip install --progress-bar off -e '.[test]'")
+    assert [ln for ln in after if ln and not ln.startswith("#")] == [
+        "python -m pip install --progress-bar off -e '.[lint]'", "ruff check planner tests scripts benchmarks", "mypy"]
 
 
 def test_ci_script_is_executable_bash():

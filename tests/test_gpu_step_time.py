@@ -10,8 +10,10 @@ Dense runs are kernel-bound: flat from step 2 and within 1.5% between leases. Th
 host-bound (SequentialMLP's Python loop over 16 experts): they speed up over their first 50-100
 steps on the device's VMs (steps 2-6 take 1.2-1.6x as long as steps 51-100) and each lease's
 machine runs them at its own pace (steady states 6-31% apart), so they were run for 100 steps on
-two leases and measured on steps 51-100, averaged; the host constants were fit to those six runs,
-the MoE holdout was not used. No GPU needed.
+two leases and measured on steps 51-100, averaged. The expert range (benchmarks/gpu/configs.py
+EXPERTS: 8, 64 and 128 experts, issue 20 phase 2) was measured the same way; the host constants
+(per linear call and per MoE layer) were fit to the six 16-expert runs and the six of the range
+together, the MoE holdout was not used. No GPU needed.
 """
 
 from __future__ import annotations
@@ -43,8 +45,11 @@ HOLDOUTS = [n for n in MEASURED if n.startswith("holdout-")]
 MOE = [n for n in MEASURED if "moe" in n]
 
 
+EXPERT_RANGE = [n for n in MEASURED if n.startswith(("moe8-", "moe64-", "moe128-"))]
+
+
 def test_every_configuration_was_measured():
-    assert len(CALIBRATION_SET) == 18 and len(HOLDOUTS) == 4
+    assert len(CALIBRATION_SET) == 24 and len(HOLDOUTS) == 4 and len(EXPERT_RANGE) == 6
     for name in MOE:  # the host-bound runs: the second half of a 100-step run, on two leases
         m = compare.measured_step(name)
         assert (m["steps"], m["warmup"], m["runs"], len(m["timed"])) == (100, 50, 2, 100), name
@@ -54,6 +59,18 @@ def test_every_configuration_was_measured():
 @pytest.mark.parametrize("name", CALIBRATION_SET)
 def test_step_time_within_10_percent(name):
     assert abs(_error(name)) <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", [n for n in EXPERT_RANGE if not n.startswith("moe8-")])
+def test_64_and_128_experts_within_10_percent_on_each_lease_average(name):
+    """Issue 20's acceptance: the host-bound runs at 64 and 128 experts within 10 % (the 16-expert
+    fit alone over-predicted the 128-expert steps by 19-25 %: results/validation/gpu-experts-predictions.json)."""
+    import json
+
+    before = json.loads((compare.ROOT / "results" / "validation" / "gpu-experts-predictions.json").read_text())
+    assert abs(_error(name)) <= TOLERANCE
+    if name.startswith("moe128-"):
+        assert before["runs"][name]["step_s_calibrated"] / _measured(name) - 1 > 0.15
 
 
 @pytest.mark.parametrize("name", HOLDOUTS)
@@ -78,7 +95,7 @@ def test_kernel_bound_runs_repeat_between_leases():
         assert max(medians) / min(medians) < 1.02, (name, medians)
 
 
-@pytest.mark.parametrize("name", MOE)
+@pytest.mark.parametrize("name", [n for n in MOE if n not in EXPERT_RANGE])
 def test_host_bound_runs_drift_faster_and_the_late_window_is_measured(name):
     """Why the MoE runs are measured late: in every 100-step run, steps 2-6 take at least 1.1x as
     long as steps 51-100 (1.20-1.63x on the first lease)."""
@@ -89,18 +106,29 @@ def test_host_bound_runs_drift_faster_and_the_late_window_is_measured(name):
         assert early > 1.10 * late, (name, early, late)
 
 
+def test_the_expert_range_drifts_too():
+    """Eleven of the twelve expert-range runs (two leases x six) ran steps 2-6 at least 1.2x as long
+    as steps 51-100; one (moe64-s4k-b1-none, second lease) was flat (0.98x)."""
+    ratios = []
+    for name in EXPERT_RANGE:
+        for run in compare.step_runs(name):
+            steps = run["all_step_times_s"]
+            ratios.append(statistics.median(steps[1:6]) / statistics.median(steps[50:]))
+    assert len(ratios) == 12 and sum(r > 1.2 for r in ratios) == 11 and min(ratios) > 0.95
+
+
 def test_host_bound_steady_state_differs_between_leases():
-    """What the averaging is for: the same configuration's steps 51-100 ran 6-31% apart on two
+    """What the averaging is for: the same configuration's steps 51-100 ran up to 31% apart on two
     leases (dense runs: within 1.5%), more than the 10% bound, so one lease alone does not say
     how fast a typical host runs them; each prediction lies between the two leases' values or
-    within 10% of the nearer."""
+    within 10% of the nearer. (The 128-expert runs happened to repeat within 10%.)"""
     spreads = []
     for name in MOE:
         per_run = compare.measured_step(name)["per_run_s"]
         spreads.append(max(per_run) / min(per_run) - 1)
         pred = step_time(planner_setup(by_name(name), calibration=CALIBRATION))
         assert min(per_run) / 1.1 <= pred <= max(per_run) * 1.1, name
-    assert max(spreads) > 0.25 and min(spreads) > 0.05
+    assert max(spreads) > 0.25 and sorted(spreads)[len(spreads) // 2] > 0.05
 
 
 def test_the_five_step_times_would_miss():

@@ -32,8 +32,12 @@ def test_per_rank_allocated_peak_within_8_percent(config):
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-def test_per_rank_reserved_peak_within_the_allocator_margin(config):
-    assert all(r["reserved_within_margin"] for r in ROWS if r["config"] == config)
+def test_per_rank_reserved_peak_from_the_workload(config):
+    """The caching allocator's gap from the workload (hopper.yaml allocator_workload, fit on these
+    ranks and the single-GPU runs): every rank at or above its measured reserved peak, within 10 %."""
+    for r in (r for r in ROWS if r["config"] == config):
+        assert r["reserved_within_margin"], r
+        assert r["predicted_reserved"] <= 1.10 * r["measured_reserved"], r
 
 
 def test_pipeline_ranks_differ_as_predicted():

@@ -11,35 +11,40 @@ import pytest
 from planner.errors import NothingFitsError
 from planner.rules import launcher_violations
 from planner.search.driver import Options, run_search
-from planner.search.space import Limits
+from planner.search.space import Limits, build_space
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.job import Job
 
 
 # (model, hardware, gpus, global batch, seq, max limits): dense and MoE, Hopper and Blackwell,
-# 8 to 16,384 GPUs. Limits keep most spaces small enough for a unit test (three run the whole
-# space); the comparison is of two solvers over the same tables, whatever their size.
+# 8 to 16,384 GPUs. Limits keep most spaces small enough for a unit test (one runs the whole space);
+# the oracle costs every key with no bound, so the comparison checks CP-SAT, the branch and bound
+# and every dominance bound of planner.search.bounds. Several spaces hold one-layer virtual chunks
+# and VPP above 8 (pp=2 on 32-48 layers: VPP up to 16-24).
 CASES = [
     ("llama3.1-8b", "h100", 8, 64, 4096, "pp=2"),
     ("llama3.1-8b", "gb200-nvl72", 16, 64, 8192, "pp=2"),
-    ("llama3.1-70b", "h100", 64, 128, 4096, None),
-    ("llama3.1-70b", "b200", 128, 256, 4096, "pp=4,cp=1"),
+    ("llama3.1-70b", "h100", 64, 128, 4096, "pp=8,mbs=2"),
+    ("llama3.1-70b", "b200", 128, 256, 4096, "pp=4,cp=1,mbs=4"),
     ("llama3.1-405b", "h100", 1024, 1024, 8192, "pp=16,cp=1,vpp=2,tp=8"),
     ("llama3.1-405b", "gb300-nvl72", 16384, 2048, 8192, "pp=16,cp=1,vpp=1,tp=8,mbs=1"),
     ("gpt3-175b", "a100-80gb", 64, 64, 2048, "pp=8,cp=1,vpp=2"),
-    ("mixtral-8x7b", "h100", 32, 128, 4096, "pp=4,cp=1"),
+    ("mixtral-8x7b", "h100", 32, 128, 4096, "pp=4,cp=1,mbs=4"),
     ("mixtral-8x22b", "h200", 64, 256, 4096, "pp=4,cp=1,vpp=2"),
     ("qwen3-30b-a3b", "h100", 16, 128, 4096, None),
-    ("qwen3-30b-a3b", "gb200-nvl72", 64, 256, 4096, "pp=2,cp=1"),
+    ("qwen3-30b-a3b", "gb200-nvl72", 64, 256, 4096, "pp=2,cp=1,mbs=4"),
     ("qwen3-235b-a22b", "h100", 256, 1024, 4096, "pp=8,cp=1,vpp=2,tp=4"),
     ("qwen3-235b-a22b", "gb200-nvl72", 256, 1024, 4096, "pp=4,cp=1,vpp=2,tp=2"),
     ("deepseek-v2", "h800", 256, 1024, 4096, "pp=8,cp=1,vpp=1,tp=2"),
     ("deepseek-v3", "h100", 1024, 4096, 4096, "pp=16,cp=1,vpp=1,tp=2,mbs=1"),
-    ("deepseek-v3", "gb200-nvl72", 256, 8192, 4096, None),
+    ("deepseek-v3", "gb200-nvl72", 256, 8192, 4096, "pp=4,tp=2,cp=1,etp=1,mbs=1"),
     ("deepseek-v3", "gb300-nvl72", 512, 8192, 4096, "pp=8,cp=1,vpp=1,tp=2,mbs=1"),
     ("kimi-k2", "gb200-nvl72", 512, 4096, 4096, "pp=8,cp=1,vpp=1,tp=2,mbs=1"),
-    ("gpt-oss-120b", "h100", 64, 256, 4096, "pp=2,cp=1"),
-    ("gpt-oss-120b", "b200", 16, 128, 4096, "pp=2,cp=2"),
+    ("gpt-oss-120b", "h100", 64, 256, 4096, "pp=2,cp=1,mbs=4"),
+    ("gpt-oss-120b", "b200", 16, 128, 4096, "pp=2,cp=2,mbs=4"),
+    # one-layer chunks and VPP above 8: Calculon's megatron-22B space, Qwen3-30B's published PP2 x VPP24
+    ("korthikanti-megatron-22b", "a100-80gb", 8, 16, 2048, "pp=2"),
+    ("qwen3-30b-a3b", "h100", 16, 1024, 4096, "pp=2,tp=1,cp=1,ep=8"),
 ]
 
 
@@ -65,6 +70,10 @@ def test_cpsat_top_k_equals_the_oracle(case):
 
 def test_at_least_twenty_cases_cover_dense_moe_hopper_blackwell_and_scale():
     assert len(CASES) >= 20
+    spaces = [build_space(load_model(c[0]), load_hardware(c[1]), Job(gpus=c[2], global_batch=c[3], seq_len=c[4]),
+                          limits=Limits.parse(None, c[5])) for c in CASES[-2:]]
+    for sp in spaces:  # one-layer chunks and VPP above 8 are in the compared spaces
+        assert max(sp.col("vpp")) > 8 and (sp.col("pp") * sp.col("vpp") == sp.model.num_layers).any()
     gens = {load_hardware(c[1]).generation for c in CASES}
     assert {"hopper", "blackwell"} <= gens
     assert any(load_model(c[0]).is_moe for c in CASES) and any(not load_model(c[0]).is_moe for c in CASES)
@@ -73,7 +82,7 @@ def test_at_least_twenty_cases_cover_dense_moe_hopper_blackwell_and_scale():
 
 @pytest.mark.parametrize("target", ["megatron", "torchtitan", "any"])
 def test_every_plan_passes_the_target_launchers_rules(target):
-    res = _search("qwen3-30b-a3b", "h100", 16, 128, 4096, "pp=2,cp=2", "cpsat", top=8, target=target)
+    res = _search("qwen3-30b-a3b", "h100", 16, 128, 4096, "pp=2,cp=2,mbs=2", "cpsat", top=8, target=target)
     assert res.plans
     for p in res.plans:
         assert launcher_violations(p.plan, model=res.space.model, job=res.space.job, hw=res.space.hw, target=target) == []

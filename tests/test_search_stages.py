@@ -82,3 +82,38 @@ def test_sensitivity_names_for_each_perturbation_whether_the_winner_changes():
         assert isinstance(row["winner_changes"], bool)
         assert row["winner_changes"] == (row["new_winner"] != rep["winner"])
     assert rep["summary"]
+
+
+GATE_CASES = [  # (model, hardware, gpus, batch, seq, plan): pipelines of several depths and interleavings
+    ("deepseek-v3", "gb200-nvl72", 256, 4096, 4096, "pp=8,ep=32,etp=1,recompute=full"),
+    ("deepseek-v3", "gb200-nvl72", 256, 4096, 4096, "pp=4,vpp=15,ep=64,etp=1,sharding=zero2"),
+    ("deepseek-v3", "gb200-nvl72", 256, 4096, 4096, "pp=4,vpp=2,ep=64,etp=1,recompute=moe_act"),
+    ("llama3.1-70b", "h100", 64, 128, 4096, "tp=8,pp=4,vpp=5"),
+    ("llama3.1-70b", "h100", 64, 128, 4096, "tp=8,pp=8,recompute=full"),
+    ("gpt3-175b", "a100-80gb", 64, 256, 2048, "tp=8,pp=8,vpp=3"),
+    ("qwen3-30b-a3b", "h100", 16, 128, 4096, "pp=4,vpp=3,ep=4,etp=1"),
+]
+
+
+@pytest.mark.parametrize("case", GATE_CASES, ids=lambda c: f"{c[0]}-{c[5]}")
+def test_the_refinement_gate_never_skips_a_win(case, monkeypatch):
+    """Where planner.search.bounds.refinement_can_win says the per-stage model cannot beat the
+    plan's slowest rank, the ungated solver finds no faster layout either."""
+    from planner.cost.setup import Assumptions, resolve_setup
+    from planner.search import bounds
+    from planner.specs.plan import Plan
+
+    from planner.search.space import layouts_for
+
+    model, hw, gpus, gb, seq, plan = case
+    m, p = load_model(model), Plan.parse(plan)
+    layout = layouts_for(m, p.pp, p.vpp)  # the search's own layout for these degrees
+    setup = resolve_setup(m, load_hardware(hw), Job(gpus=gpus, global_batch=gb, seq_len=seq),
+                          p.replace(layout=layout) if layout else p, Assumptions())
+    gated = refine(setup)
+    monkeypatch.setattr(bounds, "refinement_can_win", lambda *a, **k: True)
+    ungated = refine(setup)
+    if gated.skipped:
+        assert not ungated.improved, (plan, ungated.note)
+    else:
+        assert gated.improved == ungated.improved and gated.note == ungated.note

@@ -24,17 +24,29 @@ GiB = 2**30
 
 
 def measured(folder: str = "default-allocator") -> dict[str, dict]:
+    """The measured runs of one folder by configuration; the default folder stands with the expert
+    range (the EXPERTS configurations: 8, 64, 128 experts, measured by run_experts.sh), whose peaks
+    come from its first lease (both leases' peaks agree within 1 MiB)."""
+    from benchmarks.gpu.configs import EXPERTS
+
     out = {}
-    for f in sorted((RAW / folder).glob("*.json")):
+    files = sorted((RAW / folder).glob("*.json"))
+    if folder == "default-allocator":
+        files += [RAW / EXPERT_FOLDERS[0] / f"{c.name}-s100.json" for c in EXPERTS]
+    for f in files:
         r = json.loads(f.read_text())
         if "error" not in r and "peak_allocated" in r:
             out[r["config"]] = r
     return out
 
 
+EXPERT_FOLDERS = ("experts-lease1", "experts-lease2")
+"""benchmarks/gpu/run_experts.sh on two leases (the EXPERTS configurations, 100 steps each)."""
+
+
 # Step-time runs: the same configurations run longer (benchmarks/gpu/run_steptime*.sh), files named
 # CONFIG-sN.json (N steps); CONFIG-routes/-gc/-fresh/-profile30 are diagnostics, not measurements.
-STEP_FOLDERS = ("default-allocator", "steps-40", "steps-100", "steps-100-lease2")
+STEP_FOLDERS = ("default-allocator", "steps-40", "steps-100", "steps-100-lease2") + EXPERT_FOLDERS
 
 
 def step_runs(name: str) -> list[dict]:

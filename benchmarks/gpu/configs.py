@@ -12,7 +12,7 @@ experts with the alltoall dispatcher on EP=1. bf16 parameters, fp32 main gradien
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,23 @@ HOLDOUT: tuple[RunConfig, ...] = (
     RunConfig("holdout-gqa-s3k-b2-full1block", GQA, seq=3072, mbs=2, micro_batches=2, recompute="full:1", recompute_method="block"),
 )
 
+# The expert range (issue 20 phase 2): the single-GPU host mechanism has to hold from 8 to 128
+# experts. Same attention and width as MOE; the routed experts get finer as they multiply (the
+# Mixtral-like 8 x 3072 top-2, the Qwen3-30B-A3B-like 64 / 128 x 768 top-8, without shared
+# experts, as Qwen3 has none). Measured with 100 steps, the first 50 left out, on two leases
+# (benchmarks/gpu/run_experts.sh), chosen before the run.
+MOE8 = replace(MOE, name="moe8-h2048", experts=8, top_k=2, expert_ffn=3072, shared_ffn=0)
+MOE64 = replace(MOE, name="moe64-h2048", experts=64, top_k=8, expert_ffn=768, shared_ffn=0)
+MOE128 = replace(MOE, name="moe128-h2048", experts=128, top_k=8, expert_ffn=768, shared_ffn=0)
+EXPERTS: tuple[RunConfig, ...] = (
+    RunConfig("moe8-s4k-b1-none", MOE8, seq=4096, mbs=1, micro_batches=2),
+    RunConfig("moe8-s2k-b2-full", MOE8, seq=2048, mbs=2, micro_batches=2, recompute="full"),
+    RunConfig("moe64-s4k-b1-none", MOE64, seq=4096, mbs=1, micro_batches=2),
+    RunConfig("moe64-s2k-b4-moe", MOE64, seq=2048, mbs=4, micro_batches=1, recompute="moe"),
+    RunConfig("moe128-s4k-b2-none", MOE128, seq=4096, mbs=2, micro_batches=1),
+    RunConfig("moe128-s2k-b4-full", MOE128, seq=2048, mbs=4, micro_batches=1, recompute="full"),
+)
+
 # Several GPUs of one NVLink domain (issue 13; the device's nvidia-h200-x2 kind): one parallel
 # dimension at a time on the validation models, then a combination. Megatron splits the 4 layers
 # evenly (embedding on the first stage, output layer and loss on the last).
@@ -151,7 +168,7 @@ TINY_CONFIGS: tuple[RunConfig, ...] = (
 
 
 def by_name(name: str) -> RunConfig:
-    for c in CONFIGS + HOLDOUT + PARALLEL + SNAPSHOTS + TINY_CONFIGS + TINY_PARALLEL:
+    for c in CONFIGS + HOLDOUT + EXPERTS + PARALLEL + SNAPSHOTS + TINY_CONFIGS + TINY_PARALLEL:
         if c.name == name:
             return c
     raise KeyError(name)

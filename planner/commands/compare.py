@@ -4,7 +4,7 @@ and why; `--sweep-gpus` for how it changes with scale. `planner results` regener
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -21,7 +21,7 @@ DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
 @app.command("compare")
 def compare_cmd(
     model: ModelOpt,
-    hw: Annotated[Optional[list[str]], typer.Option(
+    hw: Annotated[list[str] | None, typer.Option(
         "--hw", help="A hardware to compare; repeat it (--hw h100 --hw nvl72). The first is the baseline the "
         f"others are explained against. Default: {', '.join(DEFAULT_HW)}.")] = None,
     gpus: GpusOpt = None,
@@ -32,10 +32,10 @@ def compare_cmd(
     domain_fill: DomainFillOpt = None,
     memory_margin: MemoryMarginOpt = None,
     model_set: SetOpt = None,
-    tokens: Annotated[Optional[float], typer.Option(
+    tokens: Annotated[float | None, typer.Option(
         "--tokens", help="Token budget for GPU-hours and days to train, e.g. 15e12 (default: the model's "
         "published pre-training budget).")] = None,
-    sweep_gpus: Annotated[Optional[str], typer.Option(
+    sweep_gpus: Annotated[str | None, typer.Option(
         "--sweep-gpus", help="GPU counts, comma-separated (e.g. 256,1024,4096,16384): the best plan per hardware "
         "at each scale. Without --global-batch the batch is the reference job's, raised to a power of two with "
         "at least 1,024 tokens per GPU where the count needs more (Llama 3's 16K-GPU run).")] = None,
@@ -49,7 +49,7 @@ def compare_cmd(
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG: throughput, step-time breakdown and memory per hardware (with --sweep-gpus: throughput and degrees against the GPU count).")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: throughput, step-time breakdown and memory per hardware (with --sweep-gpus: throughput and degrees against the GPU count).")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock search timings (JSON output is otherwise byte-stable).")] = False,
     json: JsonOpt = False,
     markdown: MarkdownOpt = False,
@@ -164,7 +164,7 @@ def parse_gpu_list(text: str) -> list[int]:
 def results_cmd(
     out: Annotated[Path, typer.Option("--out", help="Folder to write the reports into.")] = Path("results"),
     check: Annotated[bool, typer.Option("--check", help="Regenerate into a temporary folder and compare the Markdown and JSON with --out byte for byte; exit 1 on any difference.")] = False,
-    only: Annotated[Optional[list[str]], typer.Option("--only", help="Only this report (repeatable), e.g. qwen3-235b-a22b-256 or seed-claims.")] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="Only this report (repeatable), e.g. qwen3-235b-a22b-256 or seed-claims.")] = None,
 ) -> None:
     """Regenerate the reports of results/ (Hopper vs Blackwell per model, seed claims, the published-runs validation), or --check them."""
     from planner.errors import PlannerError

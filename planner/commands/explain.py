@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,6 @@ from planner.options import (
     CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
     PrecisionOpt, RoutingOpt, SeqLenOpt, SetOpt, build_assumptions, plan_source, print_json, rule_failures_exit,
 )
-from planner.units import GiB
 
 
 @app.command("explain")
@@ -35,13 +34,13 @@ def explain_cmd(
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
-    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
+    megatron_args: Annotated[Path | None, typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
     bridge: BridgeFileOpt = None,
     torchtitan: TorchtitanFileOpt = None,
     script_env: ScriptEnvOpt = None,
     script_args: ScriptArgsOpt = None,
-    against: Annotated[Optional[Path], typer.Option("--against", help="A 'planner search --save' file: compare this plan with its top plan.")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the worst stage's memory over one step as a PNG.")] = None,
+    against: Annotated[Path | None, typer.Option("--against", help="A 'planner search --save' file: compare this plan with its top plan.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the worst stage's memory over one step as a PNG.")] = None,
     json: JsonOpt = False,
     markdown: MarkdownOpt = False,
 ) -> None:
@@ -55,6 +54,10 @@ def explain_cmd(
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
                           model_set=model_set)
         assumptions = build_assumptions(routing_imbalance, implementation, calibration)
+        if src.script is not None:  # what the launch sets (the FP8 recipe): planner.launchers.megatron.read
+            from planner.launchers.megatron.read import assumptions_from_flags
+
+            assumptions = assumptions.model_copy(update=assumptions_from_flags(src.script.args.values))
         top = _top_of(against) if against is not None else None
         if plot is not None:
             from planner.files import check_output
@@ -88,6 +91,9 @@ def _evaluate(setup, src, top, plot) -> tuple[dict, object]:
     costs = costs_of(setup)
     mem = memory_report(setup, costs)
     result = plan_evaluation(setup, costs=costs, memory=mem)
+    from planner.validate.bands import attach_band
+
+    attach_band(result, setup)
     if src.script is not None and src.script.args.unknown_flags:
         result["unknown_megatron_flags"] = list(src.script.args.unknown_flags)
     if top is not None:

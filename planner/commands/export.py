@@ -5,7 +5,7 @@ checks)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,25 +16,25 @@ from planner.options import (
     SetOpt, plan_source, print_json, rule_failures_exit,
 )
 
-FromOpt = Annotated[Optional[Path], typer.Option("--from", help="A 'planner search --save' file (JSON with a 'plans' list).")]
+FromOpt = Annotated[Path | None, typer.Option("--from", help="A 'planner search --save' file (JSON with a 'plans' list).")]
 RankOpt = Annotated[int, typer.Option("--rank", "-k", help="Which plan of --from, 1-based (file order).")]
-PlanOptional = Annotated[Optional[str], typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,ep=8,mbs=1\".")]
-ModelOptional = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json (default: the --from file's, or read from --megatron-args).")]
-HwOptional = Annotated[Optional[str], typer.Option("--hw", help="Hardware catalog name or YAML (default: the --from file's, else the model's reference job's).")]
-NprocOpt = Annotated[Optional[int], typer.Option("--nproc-per-node", help="GPUs per node for torchrun (default: from the hardware).")]
-TTConfigOpt = Annotated[Optional[str], typer.Option(
+PlanOptional = Annotated[str | None, typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,ep=8,mbs=1\".")]
+ModelOptional = Annotated[str | None, typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json (default: the --from file's, or read from --megatron-args).")]
+HwOptional = Annotated[str | None, typer.Option("--hw", help="Hardware catalog name or YAML (default: the --from file's, else the model's reference job's).")]
+NprocOpt = Annotated[int | None, typer.Option("--nproc-per-node", help="GPUs per node for torchrun (default: from the hardware).")]
+TTConfigOpt = Annotated[str | None, typer.Option(
     "--torchtitan-config", help="torchtitan config_registry function as MODULE:FUNCTION (default: planner's table for the model).")]
-BridgeRecipeOpt = Annotated[Optional[str], typer.Option(
+BridgeRecipeOpt = Annotated[str | None, typer.Option(
     "--bridge-recipe", help="Megatron-Bridge recipe function for --format bridge (default: planner's table for the model).")]
-BridgeFileOpt = Annotated[Optional[Path], typer.Option(
+BridgeFileOpt = Annotated[Path | None, typer.Option(
     "--bridge", help="A Megatron-Bridge launch to read back: a run_recipe.py script, a file of KEY=VALUE overrides, "
     "or a ConfigContainer YAML.")]
-TorchtitanFileOpt = Annotated[Optional[Path], typer.Option(
+TorchtitanFileOpt = Annotated[Path | None, typer.Option(
     "--torchtitan", help="A torchtitan job to read back: a TOML job file (torchtitan <= 0.2.2), or a 0.3.0 launch script "
     "or argument list (--module M --config F with overrides).")]
-ScriptEnvOpt = Annotated[Optional[list[str]], typer.Option(
+ScriptEnvOpt = Annotated[list[str] | None, typer.Option(
     "--script-env", help="NAME=VALUE the --megatron-args script finds in its environment (repeatable).")]
-ScriptArgsOpt = Annotated[Optional[str], typer.Option(
+ScriptArgsOpt = Annotated[str | None, typer.Option(
     "--script-args", help="The --megatron-args script's own arguments ($1 $2 ...), quoted as in a shell.")]
 
 
@@ -99,7 +99,7 @@ def export_cmd(
     model: ModelOptional = None,
     hw: HwOptional = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="megatron (bash script for pretrain_gpt.py), bridge (Megatron-Bridge run_recipe.py with overrides), torchtitan (0.3 --module/--config with overrides), torchtitan-toml (a job file for torchtitan <= 0.2.2), or json.")] = "megatron",
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write here instead of stdout.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write here instead of stdout.")] = None,
     nproc_per_node: NprocOpt = None,
     torchtitan_config: TTConfigOpt = None,
     bridge_recipe: BridgeRecipeOpt = None,
@@ -191,7 +191,7 @@ def check_cmd(
     plan: PlanOptional = None,
     from_file: FromOpt = None,
     rank: RankOpt = 1,
-    megatron_args: Annotated[Optional[Path], typer.Option(
+    megatron_args: Annotated[Path | None, typer.Option(
         "--megatron-args", help="An existing Megatron-LM launch script or argument list to read back and check.")] = None,
     bridge: BridgeFileOpt = None,
     torchtitan: TorchtitanFileOpt = None,
@@ -199,7 +199,7 @@ def check_cmd(
     script_args: ScriptArgsOpt = None,
     model: ModelOptional = None,
     hw: HwOptional = None,
-    target: Annotated[Optional[str], typer.Option(
+    target: Annotated[str | None, typer.Option(
         "--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any (default: torchtitan with "
         "--torchtitan, else megatron).")] = None,
     torchtitan_config: TTConfigOpt = None,

@@ -4,7 +4,7 @@ tables; `--solver exhaustive` enumerates them instead)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -35,11 +35,12 @@ def search_cmd(
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="How many plans to rank.")] = 10,
     solver: Annotated[str, typer.Option("--solver", help="cpsat (default) or exhaustive (the enumeration oracle).")] = "cpsat",
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds the solver may take.")] = 60.0,
+    per_stage: Annotated[bool, typer.Option("--per-stage/--no-per-stage", help="Refine pipeline layouts stage by stage where a bound says it can win (deterministic; FEASIBLE when a refinement enters the ranking). --no-per-stage keeps the uniform and standard uneven layouts.")] = True,
     sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Re-rank the top plans under perturbed assumptions.")] = False,
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
-    save: Annotated[Optional[Path], typer.Option("--save", help="Write the ranked plans as JSON (for explain and export).")] = None,
+    save: Annotated[Path | None, typer.Option("--save", help="Write the ranked plans as JSON (for explain and export).")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock timings (JSON output is otherwise byte-stable).")] = False,
     json: JsonOpt = False,
     markdown: MarkdownOpt = False,
@@ -61,7 +62,7 @@ def search_cmd(
 
         check_output(save, "saved search")  # before the search runs, and never over a file it read
     opts = Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
-                   limits=Limits.parse(fix, max_), moments=parse_moments(moments))
+                   limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
     _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,
             given=model)
@@ -89,9 +90,11 @@ def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, js
             given=None) -> None:
     from planner.cost.evaluate import context_json
     from planner.launchers.common import model_record
+    from planner.validate.bands import attach_band
 
     out = {**context_json(m, h, j, assumptions), "target": opts.target, "solver": result.solver,
-           "plans": [{"rank": r.rank, **r.evaluation} for r in result.plans]}
+           "plans": [attach_band({"rank": r.rank, **r.evaluation, "time": dict(r.evaluation["time"])}, r.setup)
+                     for r in result.plans]}
     # The model the plans were ranked for (spec, and the file it came from with its hash): what
     # 'export --from' exports, whatever the catalog or that file holds later.
     out["model"] = {**out["model"], **model_record(m, given if given is not None else m)}

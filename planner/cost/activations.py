@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 from planner.cost.arrays import Count, Flag, Num, hashable, minimum, where
 
 if TYPE_CHECKING:
-    from planner.cost.setup import Setup
     from planner.specs.model import ModelSpec
 
 BF16 = 2
@@ -294,7 +293,7 @@ def head_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm,
     h = model.hidden_size
     seq_div, _ = _split(sh)
     T = sh.tokens
-    terms = (
+    terms: tuple[ActTerm, ...] = (
         ActTerm("head.norm_input", BF16 * T * h / seq_div, "input"),
         ActTerm("head.norm_output", BF16 * T * h / seq_div, "layer", linear_input=True),
         ActTerm("head.softmax_fp32", FP32 * T * model.vocab_size / vocab_div, "layer"),

@@ -25,7 +25,6 @@ as in a one-plan evaluation.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -39,10 +38,10 @@ from planner.cost.constant import ConstantMemory, RankParams, block_params, cons
 from planner.cost.flops import BF16, Shard, model_shape
 from planner.cost.pieces import (
     ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
-    peak_over_profiles, span_crossings,
+    peak_over_profiles, span_crossings, stranded_expert_bytes, workload_reserved,
 )
 from planner.cost.pipeline import (
-    BlockCost, RankCost, data_parallel, dp_exposure, offloaded_optimizer_time, optimizer_shard,
+    BlockCost, RankCost, data_parallel, dp_exposure, optimizer_shard,
     optimizer_step_time, param_tensors, pipeline_time, rank_blocks, rank_p2p, sync_kind,
 )
 from planner.cost.phases import block_layer, wgrad_bytes
@@ -86,7 +85,7 @@ class Levers:
     """Parameter all-gather dtype: 'bf16' or 'fp8' (--fp8-param-gather)."""
 
     @classmethod
-    def of(cls, plan: Plan) -> "Levers":
+    def of(cls, plan: Plan) -> Levers:
         """The levers of a canonical plan (precision and dispatcher explicit)."""
         return cls(plan.recompute, plan.precision or "bf16", plan.moments, plan.sharding, plan.offload.optimizer,
                    plan.offload.activations, plan.dispatcher, plan.ep_overlap, plan.stage_recompute,
@@ -149,15 +148,32 @@ SPAN_DIMS = ("tp", "cp", "ep", "etp", "pp", "dpcp", "edp")
 BLOCK_SPANS = ("tp", "cp", "ep", "etp")
 
 
+def _codes(col: np.ndarray) -> tuple[int, np.ndarray]:
+    """(distinct values, each entry's rank among them) of an integer column: a lookup table over
+    the value range when it is small (linear time; the search folds columns of up to a few
+    hundred thousand keys), else np.unique."""
+    col = np.asarray(col, dtype=np.int64).reshape(-1)
+    if not len(col):
+        return 0, col
+    lo, hi = int(col.min()), int(col.max())
+    if hi - lo > 1 << 22:
+        u, inv = np.unique(col, return_inverse=True)
+        return len(u), inv.reshape(-1)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[col - lo] = True
+    rank = np.cumsum(present) - 1
+    return int(rank[-1]) + 1, rank[col - lo]
+
+
 def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct rows, first row of each, each row's distinct index) of a small-integer matrix:
     the columns folded into one integer key (np.unique(axis=0) sorts a structured view, slower)."""
     key = np.zeros(len(a), dtype=np.int64)
     radix = 1
     for j in range(a.shape[1]):
-        u, inv = np.unique(a[:, j], return_inverse=True)
-        key = key * len(u) + inv.reshape(-1)
-        radix *= len(u)
+        nu, inv = _codes(a[:, j])
+        key = key * nu + inv
+        radix *= nu
         if radix > 2**40:
             u, key = np.unique(key, return_inverse=True)
             key, radix = key.reshape(-1), len(u)
@@ -174,7 +190,8 @@ class KeyTable:
     def __init__(self, hw, job, assumptions, rows: np.ndarray):
         rows = np.asarray(rows, dtype=np.int64).reshape(-1, len(KEY_FIELDS))
         self.n = len(rows)
-        self.col = c = {f: rows[:, i] for i, f in enumerate(KEY_FIELDS)}
+        cols = np.ascontiguousarray(rows.T)
+        self.col = c = {f: cols[i] for i, f in enumerate(KEY_FIELDS)}
         u4, _, inv4 = unique_rows(np.stack([c["tp"], c["cp"], c["ep"], c["etp"]], 1))
         self.fill = np.array([resolve_domain_fill(hw.domain_size, job.domain_fill, *map(int, r)) for r in u4],
                              dtype=np.int64)[inv4]
@@ -194,9 +211,11 @@ class KeyTable:
         bk = np.stack([c["tp"], c["cp"], c["ep"], c["etp"], c["mbs"]]
                       + [self.span_cols[d][k] for d in BLOCK_SPANS for k in (1, 2)], 1)
         self.bk, self.bk_first, self.bk_of = unique_rows(bk)
+        # Piece keys: what a piece's activation memory depends on (tp, cp, mbs, ep, etp).
+        _, self.pk_first, self.pk_of = unique_rows(bk[:, :5])
 
     @classmethod
-    def of_structs(cls, hw, job, assumptions, structs) -> "KeyTable":
+    def of_structs(cls, hw, job, assumptions, structs) -> KeyTable:
         """From objects with the :data:`KEY_FIELDS` attributes (the search's structural keys)."""
         rows = np.array([[getattr(s, f) for f in KEY_FIELDS] for s in structs], dtype=np.int64)
         return cls(hw, job, assumptions, rows)
@@ -235,10 +254,29 @@ class CostContext:
 
         self.efficiency = load_efficiency(hw.generation)
         self.memo: dict = {}
+        self._blocks_from: tuple | None = None
+
+    def share_blocks(self, parent: CostContext) -> None:
+        """Read block costs from ``parent`` (same model, hardware, job, assumptions and rates)
+        wherever its block keys hold this context's: what the parent composed is not composed
+        again (the search costs subsets of its keys in contexts of their own)."""
+        mine, theirs = self.keys.bk, parent.keys.bk
+        _, _, inv = unique_rows(np.concatenate([theirs, mine]))
+        where = np.full(int(inv.max()) + 1 if len(inv) else 0, -1, dtype=np.int64)
+        where[inv[: len(theirs)]] = np.arange(len(theirs))
+        idx = where[inv[len(theirs):]]
+        if (idx < 0).any():
+            raise ValueError("share_blocks: the parent context lacks some of these block keys")
+        self._blocks_from = (parent, idx)
 
     @classmethod
-    def for_structs(cls, model, hw, job, assumptions, structs, calibration=None) -> "CostContext":
-        keys = KeyTable.of_structs(hw, job, assumptions, structs)
+    def for_structs(cls, model, hw, job, assumptions, structs, calibration=None) -> CostContext:
+        """A context over structural keys: objects with the :data:`KEY_FIELDS` attributes, or an
+        integer array with those columns."""
+        if isinstance(structs, np.ndarray):
+            keys = KeyTable(hw, job, assumptions, structs)
+        else:
+            keys = KeyTable.of_structs(hw, job, assumptions, structs)
         probe = _Probe(model, hw, job, assumptions)
         return cls(model, hw, job, assumptions, keys, rates_for(probe, calibration))
 
@@ -247,6 +285,13 @@ class CostContext:
         """Reserved-over-allocated fraction for these allocator settings (0 with an explicit
         margin in bytes)."""
         return memory_limits(self.hw, self.job, self.assumptions)[1]
+
+    @cached_property
+    def allocator_workload(self):
+        """The workload model of the reserved gap, or None (planner.cost.setup.allocator_workload)."""
+        from planner.cost.setup import allocator_workload
+
+        return allocator_workload(self.efficiency.memory, self.assumptions)
 
     @property
     def cuda_context_bytes(self) -> float:
@@ -268,6 +313,25 @@ class CostContext:
         if hit is _MISSING:
             hit = self.memo[key] = fn()
         return hit
+
+    # ---- what a piece holds, over every piece key ----------------------------------------------
+    def piece_memory(self, lv: Levers) -> PieceMemory:
+        """Per-micro-batch memory of the repeated pieces under ``lv``'s recompute, precision and
+        EP overlap, over the distinct piece keys (tp, cp, mbs, ep, etp) of the context's plans:
+        row ``keys.pk_of[i]`` holds plan ``i``'s numbers."""
+        return self.cached(("pieces", lv.recompute, lv.precision, lv.ep_overlap), lambda: self._piece_memory(lv))
+
+    def _piece_memory(self, lv: Levers) -> PieceMemory:
+        first = self.keys.pk_first
+        c = {f: v[first] for f, v in self.keys.col.items()}
+        a, job = self.assumptions, self.job
+        sp = (c["tp"] > 1) & a.sequence_parallel
+        sh = act.ActShape(tokens=c["mbs"] * job.seq_len // c["cp"], seq=job.seq_len // c["cp"], mbs=c["mbs"],
+                          tp=c["tp"], sp=sp, etp=c["etp"], ep=c["ep"], routing_imbalance=a.routing_imbalance,
+                          implementation=a.implementation,
+                          memory_efficient_permutation=a.memory_efficient_permutation,
+                          ep_overlap=bool(lv.ep_overlap) & (c["ep"] > 1))  # the overlap needs expert parallelism
+        return PieceMemory(self.model, sh, lv.recompute, lv.fp8, c["tp"])
 
     # ---- what a block costs, over every block key -------------------------------------------
     def shard(self, levers: Levers, rows: np.ndarray, with_ep: bool) -> Shard:
@@ -291,6 +355,9 @@ class CostContext:
         """One block's time and communication per micro-batch over every block key (arrays):
         ``compute_rc`` is what its compute recomputes, ``comm_rc`` what its communication sees."""
         key = ("block", name, compute_rc, comm_rc, levers.precision, levers.dispatcher, levers.ep_overlap)
+        if self._blocks_from is not None:
+            parent, idx = self._blocks_from
+            return self.cached(key, lambda: at(parent.block_cost(name, compute_rc, comm_rc, levers), idx))
         return self.cached(key, lambda: self._block_cost(name, compute_rc, comm_rc, levers))
 
     def _block_cost(self, name, compute_rc, comm_rc, levers) -> BlockCost:
@@ -326,6 +393,27 @@ class CostContext:
 _MISSING = object()
 
 
+def least_constant_bytes(model, layout: PipelineLayout, cols: dict, options) -> np.ndarray:
+    """(pp, keys) bytes: per pipeline rank of ``layout`` and key (``cols``: integer columns tp, cp,
+    ep, etp, dp, edp), the least weights, gradients and optimizer states of one GPU over
+    ``options``, (sharding, moments, offload) triples (the search's memory bound)."""
+    from planner.cost.constant import RankParams
+
+    n, pp = len(cols["tp"]), layout.pp
+    per = [rank_params_of(model, layout, r, cols["tp"], cols["etp"], cols["ep"]) for r in range(pp)]
+    # every rank's parameters side by side: one composition per lever option
+    rp = RankParams(*(np.concatenate([np.broadcast_to(np.asarray(getattr(x, f), dtype=float), (n,)) for x in per])
+                      for f in ("dense", "expert", "largest_layer")))
+    deg = {k: np.tile(cols[k], pp) for k in ("dp", "cp", "edp")}
+    floor = None
+    for sharding, moments, offload in options:
+        total = constant_bytes(rp, dp=deg["dp"], cp=deg["cp"], edp=deg["edp"], sharding=sharding, moments=moments,
+                               offload_optimizer=offload.optimizer).total
+        floor = total if floor is None else np.minimum(floor, total)
+    assert floor is not None  # at least one lever option
+    return np.broadcast_to(floor, (pp * n,)).reshape(pp, n)
+
+
 def margin_bytes(hw, job) -> float:
     """The memory the user keeps free on every GPU: the job's margin in bytes plus its fraction of
     the usable HBM (the command line's default margin)."""
@@ -357,7 +445,9 @@ class _Probe:
 
 
 def _scatter(parts: list[tuple[np.ndarray, Num]], n: int) -> np.ndarray:
-    out = np.zeros(n)
+    if len(parts) == 1 and len(parts[0][0]) == n and np.shape(parts[0][1]) == (n,):
+        return np.asarray(parts[0][1], dtype=float)  # one part holding every row, in order
+    out = np.empty(n) if sum(len(rows) for rows, _ in parts) == n else np.zeros(n)
     for rows, values in parts:
         out[rows] = values
     return out
@@ -384,19 +474,25 @@ def _scatter_comm(parts: list[tuple[np.ndarray, tuple[CommCost, ...]]], n: int) 
 def at(obj, idx):
     """The numbers of some plans (an index array) or of one plan (an int) in a batch result:
     array fields of dataclasses and tuples taken at ``idx``, everything else kept."""
-    if isinstance(obj, np.ndarray):
+    kind = type(obj)
+    if kind is np.ndarray:
         return obj[idx]
-    if isinstance(obj, tuple):
-        return tuple(at(x, idx) for x in obj)
-    names = _FIELDS.get(type(obj))
-    if names is None:
-        if not dataclasses.is_dataclass(obj):
-            return obj
-        names = _FIELDS[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
-    return type(obj)(**{n: at(getattr(obj, n), idx) for n in names})
+    if kind is tuple:
+        return tuple([at(x, idx) for x in obj])
+    names = _FIELDS.get(kind)
+    if names is None:  # first sight of this type (the search indexes block costs by the thousand)
+        if isinstance(obj, np.ndarray):
+            return obj[idx]
+        if isinstance(obj, tuple):
+            return kind(*(at(x, idx) for x in obj))
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(obj)) \
+            if dataclasses.is_dataclass(obj) else ()
+    if not names:
+        return obj
+    return kind(**{n: at(getattr(obj, n), idx) for n in names})
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[str, ...]] = {float: (), int: (), str: (), bool: (), type(None): ()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,10 +560,10 @@ class PlanBatch:
     def mbs(self) -> np.ndarray:
         return self._tiled("mbs", self.ctx.keys.col["mbs"][self.key_rows])
 
-    def with_levers(self, levers: Levers) -> "PlanBatch":
+    def with_levers(self, levers: Levers) -> PlanBatch:
         return dataclasses.replace(self, variants=(levers,))
 
-    def with_variants(self, variants) -> "PlanBatch":
+    def with_variants(self, variants) -> PlanBatch:
         """The same keys under several lever settings that differ only in :data:`ROW_LEVERS`."""
         return dataclasses.replace(self, variants=tuple(variants))
 
@@ -499,7 +595,7 @@ _CONTEXTS: dict[tuple, CostContext] = {}
 """Recently used one-plan contexts, least recent first."""
 
 
-def costs_of(setup, calibration=None, rates: Rates | None = None, walk: bool = True) -> "Costs":
+def costs_of(setup, calibration=None, rates: Rates | None = None, walk: bool = True) -> Costs:
     """The composition of one plan (arrays of length one)."""
     return evaluate_batch(batch_of_setup(setup, calibration, rates, walk))
 
@@ -537,7 +633,7 @@ def layout_batches(ctx: CostContext, structs, base: Levers, walk: bool = False) 
     return out
 
 
-def evaluate_batch(batch: PlanBatch) -> "Costs":
+def evaluate_batch(batch: PlanBatch) -> Costs:
     """Memory and time of every plan of ``batch`` (terms computed when first read)."""
     return Costs(batch)
 
@@ -729,7 +825,8 @@ class Costs:
                 continue  # equal to the rank before: never the first slowest
             worst = np.where(times[r] > slow, r, worst)
             slow = np.maximum(slow, times[r])
-        pick = lambda vals: np.choose(worst, [_column(v, n) for v in vals])  # noqa: E731
+        # (np.choose takes at most 64 choices; pipelines run deeper)
+        pick = lambda vals: np.stack([_column(v, n) for v in vals])[worst, np.arange(n)]  # noqa: E731
         fwd, bwd = pick([rc.fwd for rc in ranks]), pick([rc.bwd for rc in ranks])
         layers = pick([sum(ch.num_layers for ch in b.layout.rank_stages(r)) for r in range(b.pp)])
         sp_tokens = b.mbs * ctx.job.seq_len // b.deg.cp / b.deg.tp
@@ -845,7 +942,6 @@ class Costs:
 
     def _data_parallel(self, kind: str, fsdp: bool) -> DataParallel:
         ctx, b, n = self.ctx, self.batch, self.n
-        spans = self.spans()
         best, seen = None, set()
         for r, rc in enumerate(self.ranks()):
             sig = (id(rc), self._param_signature(r))  # ranks with equal blocks and parameters sync alike
@@ -916,21 +1012,9 @@ class Costs:
         return self._pieces(self.lv)
 
     def _pieces(self, lv: Levers):
-        key = ("pieces", lv.recompute, lv.precision, lv.ep_overlap)
-        whole = self.ctx.cached(key, lambda: self._all_pieces(lv))
+        whole = self.ctx.piece_memory(lv)
         return self._memo("pieces", lv.recompute, lv.precision, lv.ep_overlap,
-                          fn=lambda: whole.sliced(self.batch.key_rows))
-
-    def _all_pieces(self, lv: Levers) -> PieceMemory:
-        ctx = self.ctx
-        c, a, job = ctx.keys.col, ctx.assumptions, ctx.job
-        sp = (c["tp"] > 1) & a.sequence_parallel
-        sh = act.ActShape(tokens=c["mbs"] * job.seq_len // c["cp"], seq=job.seq_len // c["cp"], mbs=c["mbs"],
-                          tp=c["tp"], sp=sp, etp=c["etp"], ep=c["ep"], routing_imbalance=a.routing_imbalance,
-                          implementation=a.implementation,
-                          memory_efficient_permutation=a.memory_efficient_permutation,
-                          ep_overlap=bool(lv.ep_overlap) & (c["ep"] > 1))  # the overlap needs expert parallelism
-        return PieceMemory(ctx.model, sh, lv.recompute, lv.fp8, c["tp"])
+                          fn=lambda: whole.sliced(self.ctx.keys.pk_of[self.batch.key_rows]))
 
     def chunks(self, r: int) -> tuple[ChunkMemory, ...]:
         """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``, every plan's."""
@@ -1048,6 +1132,39 @@ class Costs:
         return (const.total + self.comm_buffers() + const.fsdp_buffers
                 + np.maximum(self.activation_peak(r), self.optimizer_transient(r)))
 
+    def reserved_bytes(self, r: int) -> np.ndarray:
+        """Reserved peak of rank ``r``: with the default caching allocator where the profile
+        measured it, the workload model (planner.cost.pieces.workload_reserved: phase peaks,
+        stranded expert blocks, recompute); otherwise the allocated peak times one plus the
+        allocator fraction."""
+        ctx = self.ctx
+        wl = ctx.allocator_workload
+        if wl is None:
+            return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
+        const = self.constant(r)
+        base = const.total + self.comm_buffers() + const.fsdp_buffers
+        act_peak = self.activation_peak(r)
+        stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
+            lambda v: self._stranded(r, v)))
+        recomputes = np.array([v.recompute.kind != "none" for v in self.batch.variants]).repeat(self.batch.n_keys)
+        return workload_reserved(wl, base + act_peak, base + self.optimizer_transient(r), act_peak, stranded,
+                                 recomputes=recomputes, pipelined=self.batch.pp > 1)
+
+    def _stranded(self, r: int, lv: Levers):
+        """Stranded expert blocks of rank ``r`` (pieces.stranded_expert_bytes): on the local spec the
+        torch AdamW temporary (when its foreach step runs: fp32 moments, no FP8) and the unfused
+        weight gradient; none with Transformer Engine (fused Adam in place, fused accumulation)."""
+        ctx, b = self.ctx, self.batch
+        if ctx.assumptions.implementation != "megatron-local":
+            return 0.0
+        temps = (4.0, 2.0) if lv.moments != "bf16" and not lv.fp8 else (2.0,)
+        d = self.key_deg()
+        layers = sum(1 for st in b.layout.rank_stages(r) for i in st.layers if ctx.model.layer_kinds[i] == "moe")
+        sp = self.ctx.keys.col["mbs"][b.key_rows] * ctx.job.seq_len // d.cp / d.tp
+        workload = ctx.efficiency.memory.allocator_workload
+        assert workload is not None  # every generation profile states it (hw_specs/efficiency)
+        return stranded_expert_bytes(ctx.model, layers, d.ep, d.etp, sp, workload.stranding_ratio.value, temps)
+
     def host_bytes(self, r: int) -> np.ndarray:
         """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, and with activation
         offload the activations of the chunks in flight at the end of the warm-up."""
@@ -1146,6 +1263,6 @@ def optimizer_override(efficiency) -> float | None:
     return c.optimizer_bytes_per_param.value if c is not None and c.optimizer_bytes_per_param else None
 
 
-__all__ = ["Levers", "KeyTable", "CostContext", "PlanBatch", "Costs", "evaluate_batch", "batch_of_setup", "costs_of",
+__all__ = ["least_constant_bytes", "Levers", "KeyTable", "CostContext", "PlanBatch", "Costs", "evaluate_batch", "batch_of_setup", "costs_of",
            "plan_spans", "plan_shard",
            "layout_batches", "at", "memory_limits", "DataParallel", "ActOffload", "OptimizerStep"]

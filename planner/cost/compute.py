@@ -211,11 +211,13 @@ def host_times(k: Kernel, rates: Rates) -> tuple[Num, Num]:
     """(forward, backward) host seconds to issue one inventory entry: its kernel launches, plus the
     Python of each Megatron linear-layer call it stands for (``Gemm.linear_calls``, the local
     spec: the module's forward, the autograd function's Python backward and DDP's per-parameter
-    gradient hook)."""
+    gradient hook), and of the non-linear Megatron modules it stands for (``Stream.module_calls``:
+    the local MoE layer's router, dispatcher and expert loop)."""
     lf, lb = launches(k)
     calls = k.linear_calls if isinstance(k, Gemm) else 0
-    return (lf * rates.host_launch_s + calls * rates.linear_host_s[0],
-            lb * rates.host_launch_s + calls * rates.linear_host_s[1])
+    modules = k.module_calls if isinstance(k, Stream) else 0
+    return (lf * rates.host_launch_s + calls * rates.linear_host_s[0] + modules * rates.moe_layer_host_s[0],
+            lb * rates.host_launch_s + calls * rates.linear_host_s[1] + modules * rates.moe_layer_host_s[1])
 
 
 @dataclass(frozen=True)

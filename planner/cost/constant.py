@@ -155,7 +155,7 @@ class ConstantMemory:
         """Weights, gradients and optimizer states (the FSDP buffers count as communication)."""
         return self.weights + self.gradients + self.optimizer
 
-    def at(self, i: int) -> "ConstantMemory":
+    def at(self, i: int) -> ConstantMemory:
         """The bytes of plan ``i`` of a batch (fields may be arrays over plans)."""
         pick = lambda x: float(x[i]) if np.ndim(x) else float(x)  # noqa: E731
         return ConstantMemory(pick(self.weights), pick(self.gradients), pick(self.optimizer),

@@ -187,6 +187,11 @@ class Stream:
     host_sync: bool = False
     """The host waits for the GPU after issuing this kernel in the forward (it reads a
     data-dependent size back): work issued after it cannot overlap the GPU work before it."""
+    module_calls: int = 0
+    """Python bodies of Megatron modules other than linear layers that this entry stands for in
+    each pass (the local spec's MoE layer: TopKRouter, the token dispatcher and SequentialMLP's
+    bookkeeping around its experts), each costing the profile's ``moe_layer_host_*_s`` on the
+    host (:mod:`planner.cost.compute`); 0 where not modeled."""
 
     @property
     def launches_bwd(self) -> int:
@@ -560,7 +565,10 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     # after it; DeepEP/HybridEP fuse the global permutation into their dispatch kernel.
     global_perm = sh.dispatcher in (None, "alltoall")
     perm_bytes = (copies * h * 2 * BF16 if global_perm else 0) + R * h * 2 * BF16
-    ks.append(Stream("permute", perm_bytes, perm_bytes, "moe", kernels=2 if global_perm else 1))
+    # The dispatcher reads the per-expert token counts back on the host (dropless): a host sync,
+    # after which the layer's eager Python runs (ComputeEfficiency.te_moe_layer_host_s).
+    ks.append(Stream("permute", perm_bytes, perm_bytes, "moe", kernels=2 if global_perm else 1, host_sync=True,
+                     module_calls=1))
     local, w, fc1, fc2 = _expert_gemms(ms, sh, R)
     ks += _with_casts([fc1], sh)
     ks.append(_activation("experts.act", R, w, ms.gated, "moe_act"))
@@ -614,7 +622,7 @@ def _local_moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
     # token order (the routing probabilities are applied inside the expert activation).
     unperm = R * h * 2 * BF16 + perm + copies * h * BF16
     ks.append(Stream("unpermute", unperm, unperm, "moe", kernels=LOCAL_UNPERMUTE_KERNELS[0] + 2,
-                     kernels_bwd=LOCAL_UNPERMUTE_KERNELS[1] + 1))
+                     kernels_bwd=LOCAL_UNPERMUTE_KERNELS[1] + 1, module_calls=1))
     if ms.shared_ffn:
         ks += mlp_block(ms, sh, ms.shared_ffn, "shared_experts", "shared")
     return ks

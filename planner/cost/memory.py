@@ -37,6 +37,28 @@ class StageMemory:
     optimizer_transient: float
     host_bytes: float
     """Host memory one GPU of this stage needs (offloaded optimizer state and activations)."""
+    reserved_bytes: float = 0.0
+    """Estimated reserved peak (allocated peak plus what the caching allocator keeps above it:
+    planner.cost.compose.Costs.reserved_bytes)."""
+    activation_peak: float = 0.0
+    """Activations and op temporaries at the forward-backward peak (above the constant bytes)."""
+    fwd_bwd_moment: dict | None = None
+    """Where the forward-backward peak happens (the overall moment unless the optimizer step peaks)."""
+
+    @property
+    def base_bytes(self) -> float:
+        """What both phases hold: weights, gradients, optimizer state and communication buffers."""
+        return self.peak_bytes - max(self.activation_peak, self.optimizer_transient)
+
+    @property
+    def fwd_bwd_peak_bytes(self) -> float:
+        """Allocated peak of the forward-backward passes (the schedule's activation peak)."""
+        return self.base_bytes + self.activation_peak
+
+    @property
+    def optimizer_peak_bytes(self) -> float:
+        """Allocated peak of the optimizer step (its temporaries over the constant bytes)."""
+        return self.base_bytes + self.optimizer_transient
 
     @property
     def max_inflight(self) -> int:
@@ -127,12 +149,11 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     act_peak = _one(costs.activation_peak(rank))
     opt_t = _one(costs.optimizer_transient(rank))
     recomputes = lv.recompute.kind != "none"
-    if opt_t > act_peak:
-        moment = _optimizer_moment(len(kept), opt_t)
-    elif name is not None:
-        moment = _locate_schedule_moment(name, b, rank, chunks, kept, held, act_peak, recomputes=recomputes)
+    if name is not None:
+        fb_moment = _locate_schedule_moment(name, b, rank, chunks, kept, held, act_peak, recomputes=recomputes)
     else:
-        moment = _locate_moment(rank_ops(pp, vpp, m, rank), chunks, held, act_peak, recomputes=recomputes)
+        fb_moment = _locate_moment(rank_ops(pp, vpp, m, rank), chunks, held, act_peak, recomputes=recomputes)
+    moment = _optimizer_moment(len(kept), opt_t) if opt_t > act_peak else fb_moment
     peak = _one(costs.peak_bytes(rank))
     # Activations vs transient at the peak moment: what is stored (including the current chunk's
     # stored part) vs the current op's temporaries.
@@ -151,7 +172,7 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
 
         end_vec = max((vec for _, vec in held_before(name, pp, vpp, m, rank)), key=held)
     return StageMemory(rank, const, comm, chunks, end_vec, held(end_vec), peak, components, moment, opt_t,
-                       _one(costs.host_bytes(rank)))
+                       _one(costs.host_bytes(rank)), _one(costs.reserved_bytes(rank)), act_peak, fb_moment)
 
 
 def stage_memory(setup, rank: int) -> StageMemory:
@@ -178,7 +199,7 @@ class MemoryReport:
         return max(self.stages, key=lambda s: (self.reserved(s), -s.rank))
 
     def reserved(self, stage: StageMemory) -> float:
-        return stage.peak_bytes * (1 + self.allocator_fraction)
+        return stage.reserved_bytes
 
     @property
     def peak_bytes(self) -> float:
@@ -216,7 +237,7 @@ class MemoryReport:
 
     def stage_json(self, s: StageMemory) -> dict:
         comps = dict(s.peak_components)
-        comps["allocator"] = s.peak_bytes * self.allocator_fraction
+        comps["allocator"] = self.reserved(s) - s.peak_bytes
         return {
             "rank": s.rank,
             "peak_bytes": round(self.reserved(s)),
@@ -227,6 +248,22 @@ class MemoryReport:
             "inflight_chunks_end_of_warmup": s.max_inflight,
             "layers": sum(len([layer for layer in c.layers if layer.name.startswith("layer")]) for c in s.chunks),
             "host_optimizer_bytes": round(float(s.constant.host_optimizer)),
+            "phase_peaks": self.phase_peaks_json(s),
+        }
+
+    @staticmethod
+    def phase_peaks_json(s: StageMemory) -> dict:
+        """The allocated peak of each phase of the step: the forward-backward passes (where in the
+        schedule) and the optimizer step; ``peak_phase`` names the one that sets the overall
+        allocated peak. Bytes before the allocator margin (the reserved estimate is of the step)."""
+        fb: dict = {"allocated_peak_bytes": round(s.fwd_bwd_peak_bytes), "activations_bytes": round(s.activation_peak)}
+        if s.fwd_bwd_moment is not None:
+            fb["moment"] = _moment_json(s.fwd_bwd_moment)
+        return {
+            "forward_backward": fb,
+            "optimizer_step": {"allocated_peak_bytes": round(s.optimizer_peak_bytes),
+                               "transient_bytes": round(s.optimizer_transient)},
+            "peak_phase": "optimizer_step" if s.optimizer_transient > s.activation_peak else "forward_backward",
         }
 
     def to_json(self) -> dict:
@@ -241,6 +278,7 @@ class MemoryReport:
             "margin_bytes": round(self.margin_bytes),
             "worst_stage": w.rank,
             "peak_moment": worst["peak_moment"],
+            "phase_peaks": worst["phase_peaks"],
             "components": worst["components"],
             "stages": [self.stage_json(s) for s in self.stages],
             "host": {"needed_bytes": round(self.host_needed_bytes), "capacity_bytes": round(self.host_capacity_bytes)},

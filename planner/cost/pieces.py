@@ -21,13 +21,13 @@ plan's memory from these pieces is :mod:`planner.cost.compose`; its report is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
 
 from planner.cost import activations as act
-from planner.cost.arrays import Num, hashable, maximum, minimum, where
+from planner.cost.arrays import Num, maximum, minimum, where
 from planner.cost.schedule import inflight_profiles
 from planner.cost.schedules import inflight as schedule_inflight
 
@@ -51,7 +51,7 @@ class LayerMemory:
     piece: object = None
     """Identity of the numbers: consecutive layers with the same piece form a run."""
 
-    def at(self, i: int) -> "LayerMemory":
+    def at(self, i: int) -> LayerMemory:
         """The numbers of plan ``i`` of a batch (fields may be arrays over plans)."""
         return LayerMemory(self.name, _at(self.kept, i), _at(self.fwd_transient, i), _at(self.bwd_transient, i),
                            _at(self.full, i), self.piece)
@@ -68,25 +68,25 @@ class ChunkMemory:
     index: int
     layers: tuple[LayerMemory, ...]
 
-    def at(self, i: int) -> "ChunkMemory":
+    def at(self, i: int) -> ChunkMemory:
         """The chunk of plan ``i`` of a batch."""
         return ChunkMemory(self.index, tuple(layer.at(i) for layer in self.layers))
 
     def runs(self) -> list[tuple[LayerMemory, int]]:
         """Consecutive layers with identical numbers, as (layer, count)."""
         out: list[list] = []
-        for l in self.layers:
-            if out and l.piece is not None and out[-1][0].piece == l.piece:
+        for layer in self.layers:
+            if out and layer.piece is not None and out[-1][0].piece == layer.piece:
                 out[-1][1] += 1
             else:
-                out.append([l, 1])
-        return [(l, n) for l, n in out]
+                out.append([layer, 1])
+        return [(layer, n) for layer, n in out]
 
     @cached_property
     def kept(self):
         total = 0.0
-        for l, n in self.runs():
-            total = total + n * l.kept
+        for layer, n in self.runs():
+            total = total + n * layer.kept
         return total
 
     @cached_property
@@ -95,9 +95,9 @@ class ChunkMemory:
         Within a run of identical layers the last one is highest (kept bytes are >= 0)."""
         best: Num = 0.0
         run: Num = 0.0
-        for l, n in self.runs():
-            run = run + n * l.kept
-            best = maximum(best, run + l.fwd_transient)
+        for layer, n in self.runs():
+            run = run + n * layer.kept
+            best = maximum(best, run + layer.fwd_transient)
         return best
 
     @property
@@ -105,10 +105,10 @@ class ChunkMemory:
         best: Num = 0.0
         run: Num = 0.0
         at = 0
-        for i, l in enumerate(self.layers):
-            if run + l.fwd_transient + l.kept > best:
-                best, at = run + l.fwd_transient + l.kept, i
-            run += l.kept
+        for i, layer in enumerate(self.layers):
+            if run + layer.fwd_transient + layer.kept > best:
+                best, at = run + layer.fwd_transient + layer.kept, i
+            run += layer.kept
         return at
 
     @cached_property
@@ -119,9 +119,9 @@ class ChunkMemory:
             return 0.0
         best = None
         freed: Num = 0.0
-        for l, n in reversed(self.runs()):
-            best = l.bwd_transient - freed if best is None else maximum(best, l.bwd_transient - freed)
-            freed = freed + n * l.kept
+        for layer, n in reversed(self.runs()):
+            best = layer.bwd_transient - freed if best is None else maximum(best, layer.bwd_transient - freed)
+            freed = freed + n * layer.kept
         return best
 
     @property
@@ -130,10 +130,10 @@ class ChunkMemory:
         freed: Num = 0.0
         at = len(self.layers) - 1
         for i in range(len(self.layers) - 1, -1, -1):
-            l = self.layers[i]
-            if l.bwd_transient - freed > best:
-                best, at = l.bwd_transient - freed, i
-            freed += l.kept
+            layer = self.layers[i]
+            if layer.bwd_transient - freed > best:
+                best, at = layer.bwd_transient - freed, i
+            freed += layer.kept
         return at
 
 
@@ -388,7 +388,7 @@ class PieceMemory:
             self.cache["L"] = LayerMemory("output+loss", lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, "L")
         return self.cache["L"]
 
-    def sliced(self, idx) -> "_SlicedPieces":
+    def sliced(self, idx) -> _SlicedPieces:
         """The same pieces for a subset of the plans (array entries ``idx``)."""
         return _SlicedPieces(self, idx)
 
@@ -507,6 +507,41 @@ def optimizer_transient_of(hw, assumptions, moments: str, precision: str, optimi
         # steady memory, results/validation/gpu-memory.md).
         return 4.0 * optimizer_bytes / (4.0 + 8.0)
     return optimizer_transient_bytes(hw, moments, precision)
+
+
+def stranded_expert_bytes(model, moe_layers, ep, etp, sp_tokens, ratio: float, temporaries: tuple[float, ...]):
+    """Freed blocks the caching allocator cannot reuse for the activation peak (default allocator
+    settings; MemoryOverheads.allocator_workload): each local expert's weight-sized temporaries,
+    ``temporaries`` bytes per parameter each (the local spec's torch AdamW foreach sqrt(v), 4 B, and
+    its weight gradient written before the main-gradient add, 2 B), whose blocks are small against the step's
+    activation blocks (sp_tokens x hidden, bf16) once experts are fine-grained. A block of size b
+    strands 1 / (1 + (b / (ratio x activation block))^2) of itself."""
+    moe = model.moe
+    if moe is None or not temporaries:
+        return 0.0
+    h = model.hidden_size
+    width = moe.expert_hidden_size / etp
+    block = maximum(1.0, sp_tokens * h * BF16)
+    total = 0.0
+    for numel in ((2 if model.ffn.activation == "swiglu" else 1) * width * h, width * h):
+        for b in temporaries:
+            size = b * numel
+            total = total + size / (1.0 + (size / (ratio * block)) ** 2)
+    return moe_layers * (moe.num_experts // ep) * total
+
+
+def workload_reserved(workload, fwd_bwd_peak, optimizer_peak, activation_peak, stranded, *, recomputes, pipelined):
+    """Reserved peak of the default caching allocator from what drives the gap
+    (MemoryOverheads.allocator_workload): the larger phase peak, the forward-backward one with the
+    stranded blocks on top, its segments' partial use, the fixed small-pool and rounding bytes, and
+    shares of the activation peak where layers recompute (the re-created forward allocates while
+    the backward's gradient blocks are cached) and where a pipeline schedule interleaves
+    micro-batches (one micro-batch's backward frees blocks between the later ones' activations).
+    ``recomputes`` and ``pipelined`` are booleans or per-plan boolean arrays."""
+    base = maximum(fwd_bwd_peak + stranded, optimizer_peak)
+    share = (workload.recompute_fraction.value * np.asarray(recomputes, dtype=float)
+             + workload.pipeline_fraction.value * np.asarray(pipelined, dtype=float))
+    return base * (1.0 + workload.peak_fraction.value) + workload.base_bytes.value + share * activation_peak
 
 
 def optimizer_transient_bytes(hw, moments: str, precision: str) -> Num:

@@ -69,6 +69,10 @@ class Rates:
     """Host seconds per Megatron local linear-layer call in the forward and in the backward
     (ComputeEfficiency.linear_host_fwd_s / linear_host_bwd_s); 0 unless the implementation is
     'megatron-local'."""
+    moe_layer_host_s: tuple[float, float] = (0.0, 0.0)
+    """Host seconds per local-spec MoE layer in the forward and in the backward beyond its linear
+    calls and launches (ComputeEfficiency.moe_layer_host_fwd_s / _bwd_s); 0 unless the
+    implementation is 'megatron-local'."""
     nvlink_op_busbw: tuple[tuple[str, float], ...] = ()
     """Bus bandwidth inside a domain by collective where a calibration file measured it (on two
     H200s NCCL's all-reduce ran at 1.2x the bus bandwidth of all-gather and reduce-scatter);
@@ -168,6 +172,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
 
     s_net = assumptions.network_bandwidth_scale
     host = hw.host
+    te_moe = te_moe_host_s(c, assumptions)
     cpu_rate = (
         host.cpu_adam_params_per_s.value if host.cpu_adam_params_per_s is not None
         else (host.host_memory_bandwidth.value if host.host_memory_bandwidth else 50e9) / CPU_ADAM_BYTES_PER_PARAM
@@ -176,7 +181,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         generation=hw.generation,
         peak_bf16=peak_bf16,
         peak_fp8=peak_fp8,
-        fp8_recipe=hw.fp8_recipe,
+        fp8_recipe=(assumptions.fp8_recipe or hw.fp8_recipe) if hw.fp8_recipe else None,
         gemm_ceiling=tuple(sorted(r.ceilings.items())),
         gemm_scale=assumptions.gemm_efficiency_scale,
         gemm_half_dim=gemm_half,
@@ -184,7 +189,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         flash_fwd=r.flash_fwd, flash_bwd=r.flash_bwd, flash_half_keys=half,
         hbm_bw=r.hbm_bw,
         kernel_overhead_s=r.kernel_overhead,
-        host_launch_s=c.host_launch_s.value,
+        host_launch_s=0.0 if assumptions.cuda_graphs == "full_iteration" else c.host_launch_s.value,
         sustained=c.sustained_fraction.value if gpus > 1 else 1.0,
         nvlink_bw=nv * s_net,
         nvlink_busbw=r.nvlink_busbw * s_net,
@@ -206,6 +211,9 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         linear_host_s=((c.linear_host_fwd_s.value if c.linear_host_fwd_s else 0.0,
                         c.linear_host_bwd_s.value if c.linear_host_bwd_s else 0.0)
                        if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
+        moe_layer_host_s=((c.moe_layer_host_fwd_s.value if c.moe_layer_host_fwd_s else 0.0,
+                           c.moe_layer_host_bwd_s.value if c.moe_layer_host_bwd_s else 0.0)
+                          if assumptions.implementation == "megatron-local" else (te_moe,) * 2),
         torch_optimizer=assumptions.implementation == "megatron-local",
         nvlink_op_busbw=tuple(sorted((k, v * s_net) for k, v in r.op_busbw.items())),
         call_s=tuple(sorted(r.call_s.items())),
@@ -296,6 +304,20 @@ def _latency_hops(op: str, n: int, hop_s: float, a2a_peer_s: float) -> float:
 
 
 _RATES: dict[tuple, tuple[object, object, Rates]] = {}
+
+
+def te_moe_host_s(c, assumptions) -> float:
+    """Host seconds per Transformer Engine MoE layer and pass (ComputeEfficiency.te_moe_layer_host_s)
+    under the run's CUDA graphs: all of it eager; the scoped value where the router and the
+    dispatcher preprocessing are captured; none with full-iteration graphs or a captured layer."""
+    g, mods = assumptions.cuda_graphs, set(assumptions.cuda_graph_modules)
+    if g == "full_iteration" or (g == "scoped" and (not mods or mods & {"moe", "layer"})):
+        return 0.0
+    if g == "scoped" and "moe_router" in mods:
+        v = c.te_moe_layer_host_scoped_s
+        return v.value if v else 0.0
+    v = c.te_moe_layer_host_s
+    return v.value if v else 0.0
 
 
 def rates_for(setup, calibration=None) -> Rates:

@@ -63,6 +63,18 @@ class Assumptions(Spec):
     dp_overlap: bool = True
     """Overlap the data-parallel gradient reduce-scatter with the backward and the parameter
     all-gather with the forward (Megatron --overlap-grad-reduce --overlap-param-gather)."""
+    fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] | None = None
+    """The FP8 recipe of fp8 plans (Megatron --fp8-recipe; read from a run's launch arguments by
+    planner validate): its GEMM ceiling in the generation profile. None: the hardware's recipe
+    (hardware catalog ``fp8_recipe``: blockwise on Hopper, MXFP8 on Blackwell)."""
+    cuda_graphs: Literal["none", "scoped", "full_iteration"] = "none"
+    """CUDA graphs of the run (Megatron --cuda-graph-impl; read from a run's launch arguments):
+    none (eager, Megatron's default), scoped (per-layer graphs of the modules in
+    ``cuda_graph_modules``: --cuda-graph-impl local or transformer_engine) or full_iteration
+    (the whole forward-backward captured: no host work per kernel)."""
+    cuda_graph_modules: tuple[Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "layer"], ...] = ()
+    """The captured modules of scoped graphs (--cuda-graph-modules / --cuda-graph-scope; empty:
+    the whole layer)."""
     rank_order: str = Field("tp-cp-ep-dp-pp", pattern=r"^(tp|cp|ep|dp|pp)(-(tp|cp|ep|dp|pp)){4}$")
     """Order in which ranks are laid out over GPUs, fastest-varying first (Megatron --order);
     GPUs of one NVLink domain get consecutive ranks."""
@@ -134,6 +146,18 @@ class Setup:
 
     def key(self) -> tuple:
         return (self.model.name, self.hw.name, self.job, self.plan)
+
+
+def allocator_workload(mem, assumptions: Assumptions):
+    """The workload model of the reserved-over-allocated gap (MemoryOverheads.allocator_workload)
+    where it applies: the default caching allocator (expandable segments off), no margin given in
+    bytes, and a profile that has it; else None (the allocated peak times one plus the fraction)."""
+    if assumptions.allocator_margin_bytes is not None or mem.allocator_workload is None:
+        return None
+    expandable = assumptions.expandable_segments
+    if expandable is None:
+        expandable = assumptions.implementation == "te"
+    return None if expandable else mem.allocator_workload
 
 
 def allocator_fraction(mem, assumptions: Assumptions) -> float:

@@ -137,6 +137,11 @@ def _progression_span(stride: int, size: int, total: int, fill: int) -> GroupSpa
     return _span("", progression_ranks(stride, size, total), fill, rows_sorted=True)
 
 
+@lru_cache(maxsize=8192)
+def _progression_named(stride: int, size: int, total: int, fill: int, dim: str) -> GroupSpan:
+    return _named(_progression_span(stride, size, total, fill), dim)
+
+
 @lru_cache(maxsize=4096)
 def group_spans(order: str, fill: int, tp: int, cp: int, dp: int, pp: int, etp: int, ep: int, edp: int) -> dict[str, GroupSpan]:
     """Span of every parallel dimension's groups: tp, cp, dp (and 'dpcp', the gradient group of
@@ -145,15 +150,16 @@ def group_spans(order: str, fill: int, tp: int, cp: int, dp: int, pp: int, etp: 
     dense = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     expert = {"etp": etp, "ep": ep, "edp": edp, "pp": pp}
     out: dict[str, GroupSpan] = {}
-    for d in ("tp", "cp", "dp", "pp"):
-        out[d] = _named(_progression_span(*group_stride(dense, dense_order, d), fill), d)
-    # Gradient group of dense parameters: DP x CP (Megatron's data-parallel-with-CP group).
-    if cp > 1:
-        out["dpcp"] = _merged_span(dense_order, fill, tp, cp, dp, pp)
-    else:
-        out["dpcp"] = _named(out["dp"], "dpcp")
-    for d in ("etp", "ep", "edp"):
-        out[d] = _named(_progression_span(*group_stride(expert, expert_order, d), fill), d)
+    for sizes, grid_order in ((dense, dense_order), (expert, expert_order)):
+        total = tp * cp * dp * pp if sizes is dense else etp * ep * edp * pp
+        stride = 1  # group_stride's product of the faster-varying sizes, accumulated in order
+        for d in grid_order:
+            if sizes is dense or d != "pp":  # pp is one grid's dimension (the dense grid's)
+                out[d] = _progression_named(stride, sizes[d], total, fill, d)
+            stride *= sizes[d]
+        if sizes is dense:
+            # Gradient group of dense parameters: DP x CP (Megatron's data-parallel-with-CP group).
+            out["dpcp"] = _merged_span(dense_order, fill, tp, cp, dp, pp) if cp > 1 else _named(out["dp"], "dpcp")
     return out
 
 

@@ -131,7 +131,7 @@ def _name(entry: Any) -> str | None:
 
 
 def resolve_saved(path: Path, rank: int, *, model=None, hw=None, gpus=None, global_batch=None, seq_len=None,
-                  precision=None, domain_fill=None) -> tuple["SavedPlan", tuple]:
+                  precision=None, domain_fill=None) -> tuple[SavedPlan, tuple]:
     """Plan ``rank`` of a ``planner search --save`` file and what to run it with: the command
     line's model, hardware and job options where given, else the saved file's, as
     (model, hw, gpus, global_batch, seq_len, precision, domain_fill)."""

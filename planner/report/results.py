@@ -66,6 +66,8 @@ SEED_CLAIMS = "seed-claims"
 README = "README"
 PUBLISHED_RUNS = "published-runs"
 """planner validate on the bundled published runs: validation/published-runs.{md,json,png}."""
+ERROR_BANDS = "error-bands"
+"""The validation error band per class, from the published-runs report: validation/error-bands.json."""
 COMMAND = "PYTHONPATH=. python -m planner.report.results"
 
 
@@ -296,6 +298,10 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
         (folder / "validation").mkdir(parents=True, exist_ok=True)
         gen.files[f"validation/{PUBLISHED_RUNS}.json"] = dump_json(report)
         gen.files[f"validation/{PUBLISHED_RUNS}.md"] = markdown(report, VALIDATE_COMMAND)
+        from planner.validate.bands import bands_from_report
+
+        # What explain and search print next to a predicted step time (planner.validate.bands).
+        gen.files[f"validation/{ERROR_BANDS}.json"] = dump_json(bands_from_report(json.loads(dump_json(report))))
         if plots:
             plot(report, folder / "validation" / f"{PUBLISHED_RUNS}.png")
     if README in names:

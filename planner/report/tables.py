@@ -13,7 +13,6 @@ def console():
     import os
     import sys
 
-    from rich.console import Console
 
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
     return _SafeConsole(highlight=False, width=width)
@@ -129,6 +128,12 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
     c.print(f"worst stage {worst}: peak {fmt_gib(mj['peak_bytes'])} (allocated {fmt_gib(mj['allocated_peak_bytes'])} + allocator margin) "
             f"vs capacity {fmt_gib(cap)} ({setup.hw.gpu.name} usable HBM less CUDA context and margins): {verdict}")
     c.print(f"peak moment: {moment_text(mj['peak_moment'])}")
+    ph = mj.get("phase_peaks")
+    if ph:
+        fb, opt = ph["forward_backward"], ph["optimizer_step"]
+        c.print(f"phase peaks (allocated, worst stage): forward-backward {fmt_gib(fb['allocated_peak_bytes'])}"
+                + (f" ({moment_text(fb['moment'])})" if "moment" in fb else "")
+                + f" · optimizer step {fmt_gib(opt['allocated_peak_bytes'])}")
     warm = ", ".join(f"{s['rank']}: {s['activations_end_of_warmup_bytes'] / GiB:.1f}" for s in mj["stages"])
     c.print(f"activations held at the end of the warm-up forward, by stage (GiB): {warm}")
     host = mj["host"]
@@ -139,6 +144,10 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
     if tj.get("modeled", True) and "step_time_s" in tj:
         c.print(f"time: step {fmt_time(tj['step_time_s'])} · {tj['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU · "
                 f"{tj['model_tflops_per_gpu']:.0f} model TFLOP/s/GPU · MFU {tj['mfu']:.1%}")
+        if tj.get("error_band"):
+            from planner.validate.bands import band_text
+
+            c.print(f"  {esc(band_text(tj['error_band']))}")
         bd = tj.get("breakdown", {})
         if bd:
             parts = ", ".join(f"{k.replace('_', ' ')} {fmt_time(v)}" for k, v in sorted(bd.items(), key=lambda kv: -kv[1]) if v)
@@ -164,6 +173,15 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
         c.print(f"plot written to {esc(result['plot'])}")
 
 
+def short_band(band: dict | None) -> str:
+    """The error band in a table cell: the class's median signed error [middle half] on the
+    validation runs (planner.validate.bands); '-' without validation runs of the class."""
+    if not band or not band.get("n"):
+        return "-"
+    return (f"{100 * band['median_signed_error']:+.0f}% [{100 * band['p25_signed_error']:+.0f}, "
+            f"{100 * band['p75_signed_error']:+.0f}]")
+
+
 def print_search(result, out: dict, saved=None) -> None:
     from rich.table import Table
 
@@ -175,22 +193,29 @@ def print_search(result, out: dict, saved=None) -> None:
             f"precisions {', '.join(j.precisions)} · target {space.target}")
     if j.source:
         c.print(f"job: {esc(j.source)}")
+    from planner.search.status import status_line
+
     sv = out["solver"]
-    c.print(f"solver: {sv['name']} [bold]{sv['status']}[/bold] · {sv['structural_keys']:,} layouts x "
-            f"{sv['lever_combinations']} lever combinations · {sv['keys_in_model']} layouts in the model")
+    c.print("solver: " + esc(status_line(sv)).replace(sv["status"], f"[bold]{sv['status']}[/bold]", 1))
     if out["plans"]:
         c.print(margin_text(h, j, out["plans"][0]["memory"].get("margin_bytes", 0.0)))
     t = Table(title="Ranked plans (peak = worst stage's estimated reserved memory; GiB = 2^30 B)")
     for col, just in (("#", "right"), ("plan", "left"), ("peak / capacity", "right"), ("headroom", "right"),
-                      ("step", "right"), ("tok/s/GPU", "right"), ("MFU", "right"), ("bottleneck", "left")):
+                      ("step", "right"), ("error band", "right"), ("tok/s/GPU", "right"), ("MFU", "right"),
+                      ("bottleneck", "left")):
         # Plans wrap rather than truncate: every key matters to whoever launches it.
         t.add_column(col, justify=just, overflow="fold")
     for p in out["plans"]:
         mem, tm = p["memory"], p["time"]
         t.add_row(str(p["rank"]), p["plan_string"], f"{mem['peak_bytes'] / GiB:.1f} / {mem['capacity_bytes'] / GiB:.1f}",
-                  headroom_text(mem), fmt_time(tm["step_time_s"]), f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
-                  tm.get("bottleneck", ""))
+                  headroom_text(mem), fmt_time(tm["step_time_s"]), short_band(tm.get("error_band")),
+                  f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}", tm.get("bottleneck", ""))
     c.print(t)
+    bands = {p["time"]["error_band"]["class"]: p["time"]["error_band"] for p in out["plans"] if p["time"].get("error_band")}
+    for band in bands.values():
+        from planner.validate.bands import band_text
+
+        c.print(esc(band_text({k: v for k, v in band.items() if k != "measured_step_time_s_p25_p75"})))
     if out.get("sensitivity"):
         print_sensitivity(out["sensitivity"])
     if saved:

@@ -5,18 +5,42 @@ Each lever group's combination is a linear mixed-radix expression of the lever v
 table lookup is an element constraint on (key, combination). Constraints: every non-dominated
 pipeline stage's peak (constant + communication + max(activation peak, optimizer temporaries))
 within the allocated-memory limit, host memory within the host, and the launcher's rule tables.
-Top-K: the search bounds the K-th best step time from above (the K-th fastest key's best
-plan, from the tables), and CP-SAT enumerates every feasible plan below that bound; they are
-ranked by step time, then by the key's and levers' indices (unique per plan, so the ranking is
-deterministic and equal to the oracle's). A complete enumeration proves the ranking (OPTIMAL).
+Top-K: the search bounds the K-th best step time from above (the K-th fastest plan of the keys
+it costed, planner.search.bnb), and CP-SAT enumerates every feasible plan up to that bound; they
+are ranked by step time and the tie order of planner.search.exhaustive (unique per plan, so the
+ranking is deterministic and equal to the oracle's). A complete enumeration proves the ranking
+(OPTIMAL).
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass
 
 from planner.search.space import LEVERS
 from planner.search.tables import GROUPS, RULE_GROUPS, Tables
+
+
+def cp_model():
+    """OR-Tools' CP-SAT Python module. Importing it imports pandas (about 0.3 s, a sixth of a
+    default search) for its pandas-based helpers (``*_series``), which planner never calls: when
+    pandas is not loaded yet, the import runs against a stand-in holding the two names the module
+    reads at import time, which is then removed, so a later ``import pandas`` loads the real one."""
+    if "ortools.sat.python.cp_model" in sys.modules or "pandas" in sys.modules:
+        from ortools.sat.python import cp_model as module
+
+        return module
+    stub = types.ModuleType("pandas")
+    stub.Index = type("Index", (), {})
+    stub.Series = type("Series", (), {})
+    sys.modules["pandas"] = stub
+    try:
+        from ortools.sat.python import cp_model as module
+    finally:
+        if sys.modules.get("pandas") is stub:
+            del sys.modules["pandas"]
+    return module
 
 
 @dataclass
@@ -32,23 +56,21 @@ class CpSatResult:
 
 def _build(tables: Tables, time_cap_us: int | None = None):
     """The model without an objective: variables, table constraints, memory and rule
-    constraints. Returns (model, struct var, lever vars, time expression, tie-break expression).
+    constraints. Returns (model, struct var, lever vars, time expression).
 
     With ``time_cap_us``, step time is bounded and table rows that cannot meet the bound (their
     value plus the other time terms' minima exceeds it) or the memory limit (likewise) are left
     out: the same feasible set below the cap, a much smaller model."""
-    from ortools.sat.python import cp_model
-
     import numpy as np
 
+    cpm = cp_model()
     space = tables.space
     nS = len(tables.structs)
-    P = space.lever_product_size
-    m = cp_model.CpModel()
+    m = cpm.CpModel()
     s = m.new_int_var(0, max(nS - 1, 0), "struct")
     lv = {k: m.new_int_var(0, len(space.levers[k]) - 1, k) for k in LEVERS}
 
-    def lookup(name: str, table, grp, slack=None, cap=None) -> "cp_model.IntVar":
+    def lookup(name: str, table, grp, slack=None, cap=None) -> object:
         """A variable equal to table[s, combination of grp's levers], as a table constraint over
         (struct, levers..., value): CP-SAT propagates those fully. Rows whose value plus
         ``slack[s]`` exceeds ``cap`` cannot be part of a solution and are left out."""
@@ -74,7 +96,7 @@ def _build(tables: Tables, time_cap_us: int | None = None):
         m.add_allowed_assignments([s, *(lv[k] for k in grp)], rows)
     slots = max((len(k) for k in tables.stages_kept), default=0)
     for j in range(slots):
-        def slot_table(T):
+        def slot_table(T, j=j):
             out = np.zeros((nS, T.shape[2]), dtype=np.int64)
             for si, kept in enumerate(tables.stages_kept):
                 if j < len(kept):
@@ -100,13 +122,7 @@ def _build(tables: Tables, time_cap_us: int | None = None):
             + lookup("TO", tables.TO, GROUPS["TO"], tmins[0] + tmins[1], time_cap_us))
     if time_cap_us is not None:
         m.add(step <= time_cap_us)
-    gid = m.new_int_var(0, max(tables.n_total - 1, 0), "struct_id")
-    m.add_element(s, [int(x) for x in tables.ids], gid)
-    lever_flat = 0
-    for k in LEVERS:
-        lever_flat = lever_flat * len(space.levers[k]) + lv[k]
-    tiebreak = gid * P + lever_flat
-    return m, s, lv, step, tiebreak
+    return m, s, lv, step
 
 
 def enumerate_cpsat(tables: Tables, time_cap_us: int, top: int, *, time_limit_s: float = 30.0) -> CpSatResult:
@@ -115,35 +131,34 @@ def enumerate_cpsat(tables: Tables, time_cap_us: int, top: int, *, time_limit_s:
     enumeration proves the ranking: status OPTIMAL."""
     import time
 
-    from ortools.sat.python import cp_model
+    from planner.search.exhaustive import rank_plans
 
+    cp = cp_model()
     t0 = time.perf_counter()
     if not tables.structs:
         return CpSatResult([], "INFEASIBLE", None, 0.0, 0)
-    m, s, lv, step, tiebreak = _build(tables, time_cap_us)
+    m, s, lv, step = _build(tables, time_cap_us)
     space = tables.space
-    P = space.lever_product_size
-    radix = tables.n_total * P
     decision = [s, *(lv[k] for k in LEVERS)]
     t_var = m.new_int_var(0, max(int(time_cap_us), 0), "step")
     m.add(t_var == step)
-    seen: list[tuple[int, int, int]] = []
+    seen: set[tuple[int, int, int]] = set()
 
-    class Collect(cp_model.CpSolverSolutionCallback):
+    class Collect(cp.CpSolverSolutionCallback):
         def on_solution_callback(self):
             values = [self.value(v) for v in decision]
-            si = int(tables.ids[values[0]])
             flat = 0
             for k, v in zip(LEVERS, values[1:]):
                 flat = flat * len(space.levers[k]) + int(v)
-            seen.append((int(self.value(t_var)) * radix + si * P + flat, si, flat))
+            seen.add((int(values[0]), flat, int(self.value(t_var))))
 
-    solver = cp_model.CpSolver()
+    solver = cp.CpSolver()
     solver.parameters.enumerate_all_solutions = True
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = time_limit_s
     st = solver.solve(m, Collect())
-    status = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
-              cp_model.INFEASIBLE: "INFEASIBLE"}.get(st, "UNKNOWN")
-    found = sorted(set(seen))[:top]
+    status = {cp.OPTIMAL: "OPTIMAL", cp.FEASIBLE: "FEASIBLE", cp.INFEASIBLE: "INFEASIBLE"}.get(st, "UNKNOWN")
+    # Every plan up to the cap is enumerated; the ranking's tie order is applied to all of them.
+    rows, flats, times = zip(*sorted(seen)) if seen else ((), (), ())
+    found = rank_plans(tables, rows, flats, times, top)
     return CpSatResult(found, status, found[0][0] if found else None, time.perf_counter() - t0, 1)

@@ -1,26 +1,33 @@
 """The exhaustive oracle: every structural key times every lever combination, over the same
 integer tables as the CP-SAT model, vectorized with numpy. Tests compare the two rankings; the
-search also uses it to bound each key's best plan."""
+search also uses it to bound each key's best plan.
+
+The ranking (both solvers): step time in microseconds (the tables' rounding), then, among equal
+times, less offload (nothing, then one of optimizer/activations, then both), less recompute (the
+recompute options in order: none, the selective module sets, full), the lower peak (the worst
+stage's allocated MiB in the tables), fewer parallel dimensions (how many of TP, CP, PP, VPP, EP
+and expert TP exceed 1), and last the key's and the levers' positions in the space (unique per
+plan, so the order is total and deterministic).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from planner.search.space import LEVERS
-from planner.search.tables import GROUPS, RULE_GROUPS, Tables
-from planner.search.tables import MAX_TABLE_US
+from planner.search.tables import GROUPS, MAX_TABLE_US, RULE_GROUPS, Tables
 
 CHUNK = 1024
 
 
 def group_index_vectors(tables: Tables) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """For every combination of the full lever product (LEVERS order, mixed radix), the index of
-    its combination in each group's table."""
+    its combination in each group's table (and, under each lever's name, its own index)."""
     space = tables.space
     sizes = [len(space.levers[k]) for k in LEVERS]
     grids = np.indices(sizes).reshape(len(LEVERS), -1)  # row i: index of lever i
     lever_idx = {k: grids[i] for i, k in enumerate(LEVERS)}
-    out = {}
+    out = dict(lever_idx)
     for name, grp in {**GROUPS, **RULE_GROUPS}.items():
         idx = np.zeros(grids.shape[1], dtype=np.int64)
         for k in grp:
@@ -29,16 +36,20 @@ def group_index_vectors(tables: Tables) -> tuple[dict[str, np.ndarray], np.ndarr
     return out, np.arange(grids.shape[1], dtype=np.int64)
 
 
+def _stage_slots(tables: Tables, rows: np.ndarray):
+    """Per slot j, (stage of each row's j-th kept stage or 0, whether the row has one)."""
+    slots = max((len(tables.stages_kept[i]) for i in rows), default=0)
+    for j in range(slots):
+        r = np.array([tables.stages_kept[i][j] if j < len(tables.stages_kept[i]) else -1 for i in rows])
+        yield np.where(r >= 0, r, 0), r >= 0
+
+
 def plan_costs(tables: Tables, rows: np.ndarray, gi: dict) -> tuple[np.ndarray, np.ndarray]:
     """(feasible, step time in us) for every lever combination of the keys ``rows``: arrays of
     shape (len(rows), lever product). Feasible: launcher rules, every stage's peak within the
     allocation limit, host memory within the host."""
     ok = tables.R1[rows][:, gi["R1"]] & tables.R2[rows][:, gi["R2"]]
-    slots = max((len(tables.stages_kept[i]) for i in rows), default=0)
-    for j in range(slots):
-        r = np.array([tables.stages_kept[i][j] if j < len(tables.stages_kept[i]) else -1 for i in rows])
-        live = r >= 0
-        rr = np.where(live, r, 0)
+    for rr, live in _stage_slots(tables, rows):
         w = tables.W[rows, rr][:, gi["W"]]
         c = tables.C[rows, rr][:, gi["C"]]
         a = tables.A[rows, rr][:, gi["A"]]
@@ -63,22 +74,136 @@ def best_per_key(tables: Tables) -> np.ndarray:
     return out
 
 
+def plan_peaks(tables: Tables, rows: np.ndarray, flats: np.ndarray, gi: dict) -> np.ndarray:
+    """The worst stage's allocated MiB (tables) of each plan (key ``rows[i]``, levers ``flats[i]``)."""
+    peak = np.zeros(len(rows), dtype=np.int64)
+    if not len(rows):
+        return peak
+    for rr, live in _stage_slots(tables, rows):
+        w = tables.W[rows, rr, gi["W"][flats]]
+        c = tables.C[rows, rr, gi["C"][flats]]
+        a = np.maximum(tables.A[rows, rr, gi["A"][flats]], tables.OT[rows, rr, gi["OT"][flats]])
+        peak = np.where(live, np.maximum(peak, w.astype(np.int64) + c + a), peak)
+    return peak
+
+
+def rank_plans(tables: Tables, rows, flats, times, top: int) -> list[tuple[int, int, int]]:
+    """The ``top`` first of these plans in the ranking's order (see the module docstring), as
+    (step time us, global key index, lever index)."""
+    rows, flats, times = (np.asarray(x, dtype=np.int64) for x in (rows, flats, times))
+    if not len(rows):
+        return []
+    gi, _ = group_index_vectors(tables)
+    space = tables.space
+    offload = np.array([int(o.optimizer) + int(o.activations) for o in space.levers["offload"]])[gi["offload"][flats]]
+    recompute = gi["recompute"][flats]
+    dims = np.array([sum(int(getattr(s, k) > 1) for k in ("tp", "cp", "pp", "vpp", "ep", "etp"))
+                     for s in tables.structs], dtype=np.int64)[rows]
+    gid = tables.ids[rows]
+    peak = plan_peaks(tables, rows, flats, gi)
+    order = np.lexsort((flats, gid, dims, peak, recompute, offload, times))[:top]
+    return [(int(times[o]), int(gid[o]), int(flats[o])) for o in order]
+
+
 def solve_exhaustive(tables: Tables, top: int) -> list[tuple[int, int, int]]:
-    """The ``top`` best plans as (objective key, global struct index, lever flat index). The key
-    is step time (us), then the key's global index, then the lever combination's index: unique per
-    plan, so the ranking has no ties and simpler plans (earlier options) win equal times."""
-    gi, flat = group_index_vectors(tables)
-    P = len(flat)
-    radix = tables.n_total * P
-    best: list[tuple[int, int, int]] = []
-    for a in range(0, len(tables.structs), CHUNK):
-        rows = np.arange(a, min(a + CHUNK, len(tables.structs)))
+    """The ``top`` best plans in the ranking's order, as (step time us, global key index, lever
+    index): every feasible plan of every key, the ``top``-th fastest time found first, then every
+    plan up to it ranked."""
+    gi, _ = group_index_vectors(tables)
+    n = len(tables.structs)
+    cap = None
+    fastest = np.zeros(0, dtype=np.int64)
+    for a in range(0, n, CHUNK):
+        rows = np.arange(a, min(a + CHUNK, n))
         ok, t = plan_costs(tables, rows, gi)
-        si, li = np.nonzero(ok & (t < MAX_TABLE_US))
-        if not len(si):
-            continue
-        keys = t[si, li] * radix + tables.ids[rows][si] * P + li
-        order = np.argsort(keys, kind="stable")[:top]
-        best += [(int(keys[o]), int(tables.ids[rows][si[o]]), int(li[o])) for o in order]
-        best = sorted(best)[:top]
-    return best
+        t = t[ok & (t < MAX_TABLE_US)]
+        fastest = np.sort(np.concatenate([fastest, np.partition(t, min(top, len(t)) - 1)[:top] if len(t) else t]))[:top]
+    if not len(fastest):
+        return []
+    cap = int(fastest[-1])
+    keep_r, keep_f, keep_t = [], [], []
+    for a in range(0, n, CHUNK):
+        rows = np.arange(a, min(a + CHUNK, n))
+        ok, t = plan_costs(tables, rows, gi)
+        si, li = np.nonzero(ok & (t <= cap))
+        keep_r.append(rows[si])
+        keep_f.append(li)
+        keep_t.append(t[si, li])
+    return rank_plans(tables, np.concatenate(keep_r), np.concatenate(keep_f), np.concatenate(keep_t), top)
+
+
+def oracle(space, assumptions, want: int, valid, say=None):
+    """The oracle's search: every key of the space costed (no bound), layout by layout, and every
+    feasible plan of every valid key enumerated. Returns (tables of the keys that can hold a
+    top-``want`` plan, the ranked plans, tables of the key with the smallest peak when nothing
+    fits). Keys are kept while their fastest plan is within the ``want``-th fastest plan seen so
+    far (a running top-``want``: memory stays bounded however large the space)."""
+    import heapq
+
+    from planner.cost.compose import CostContext, KeyTable
+    from planner.search import tables as tb
+
+    cap = tb.capacities(space, assumptions)
+    rules, plans = tb.RuleTables(space), tb.batch_plans(space)
+    probe = CostContext.for_structs(space.model, space.hw, space.job, assumptions, space.fm_keys)
+    top: list[int] = []  # max-heap (negated) of the want fastest plan times of valid keys
+    kept: list[dict] = []
+    smallest = None
+    for (pp, vpp, li, sched), rows in space.groups():
+        if say:
+            say(f"oracle: layout pp={pp} vpp={vpp} ({len(rows):,} keys)")
+        ctx = CostContext(space.model, space.hw, space.job, assumptions,
+                          KeyTable(space.hw, space.job, assumptions, space.keys[rows]), probe.rates)
+        ctx.share_blocks(probe)
+        lay = tb.layout_of(space, pp, vpp, li, sched)
+        local = np.arange(len(rows))
+        part = {**tb.time_phase(ctx, space, lay, local, plans), **tb.memory_phase(ctx, space, lay, local, plans)}
+        part["structs"] = [space.struct(int(i)) for i in rows]
+        part["R1"], part["R2"] = tb.rule_tables(rules, part["structs"])
+        part["ids"] = np.asarray(rows)
+        part["kept"] = tb.undominated_stages([pp] * len(rows), *(part[k] for k in tb.MEMORY_TERMS))
+        t = tb.assemble(space, [part], cap)
+        gi, _ = group_index_vectors(t)
+        ok, times = plan_costs(t, np.arange(len(rows)), gi)
+        times = np.where(ok & (times < MAX_TABLE_US), times, np.iinfo(np.int64).max)
+        best = times.min(axis=1)
+        for i in np.argsort(best, kind="stable"):
+            if best[i] == np.iinfo(np.int64).max or (len(top) == want and best[i] > -top[0]):
+                break
+            if valid(int(rows[i])):
+                for x in np.sort(times[i])[:want]:
+                    if len(top) == want and x >= -top[0]:
+                        break
+                    heapq.heappush(top, -int(x)) if len(top) < want else heapq.heappushpop(top, -int(x))
+        bound = -top[0] if len(top) == want else np.iinfo(np.int64).max
+        sel = [i for i in np.flatnonzero((best <= bound) & (best < np.iinfo(np.int64).max)) if valid(int(rows[i]))]
+        kept = [p for p in (_subset(p, p["best"] <= bound) for p in kept) if p is not None]
+        if sel:
+            part["best"] = best
+            kept.append(_subset(part, np.isin(np.arange(len(rows)), sel)))
+        if not top:
+            smallest = _smaller_peak(smallest, part, t)
+    tables = tb.assemble(space, kept, cap)
+    tables = tables.subset(np.argsort(tables.ids, kind="stable"))
+    return tables, solve_exhaustive(tables, want), smallest
+
+
+def _subset(part: dict, mask: np.ndarray) -> dict | None:
+    sel = np.flatnonzero(mask)
+    if not len(sel):
+        return None
+    out = {k: (v[sel] if isinstance(v, np.ndarray) else v) for k, v in part.items()}
+    out["structs"] = [part["structs"][i] for i in sel]
+    out["kept"] = [part["kept"][i] for i in sel]
+    return out
+
+
+def _smaller_peak(current, part: dict, t: Tables):
+    """The one-key tables of whichever of ``current`` and this layout's keys reaches the
+    smallest peak over every lever choice (what the nothing-fits diagnosis reports)."""
+    from planner.search.diagnose import smallest_peak
+
+    peak, s, _, _ = smallest_peak(t, range(len(t.structs)))
+    if s is None or (current is not None and current[0] <= peak):
+        return current
+    return peak, t.subset([s])

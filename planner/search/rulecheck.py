@@ -59,7 +59,7 @@ def lever_allowed(space, rep_struct, group: tuple[str, ...]) -> dict[tuple, bool
     from planner.search.space import make_plan
 
     neutral, _ = neutral_levers(space.model, space.hw, space.job, rep_struct, space.target)
-    base = {k: v[0] for k, v in space.levers.items()}
+    base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
     for k, v in (neutral or {}).items():
         if v in space.levers.get(k, ()):
             base[k] = v

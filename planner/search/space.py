@@ -6,23 +6,54 @@ lever *groups* (see tables.py), so the CP-SAT model and the oracle never need th
 Which lever values a launcher accepts is decided by the real rule functions
 (:mod:`planner.rules`), evaluated once per structural *signature* (the few properties of the
 degrees the lever rules look at), so the search never restates a rule.
+
+The structural keys are every combination the target launcher can start, within the declared
+scope below, held as integer columns (a DeepSeek-V3 job has a few hundred thousand of them; the
+search bounds them without costing most, see planner.search.bounds):
+
+- TP and expert TP up to the NVLink domain (their collectives run every layer), CP keeping at
+  least 512 tokens per CP rank: the declared scope, lifted by ``--max``/``--fix``;
+- PP up to the layer count, VPP up to (layers + 2) / PP (one-layer virtual chunks, the embedding
+  and the loss in chunks of their own at the limit),
+  every EP that divides the experts and the GPUs, every micro-batch size that divides the batch
+  per data-parallel rank (the memory bound of planner.search.bounds leaves out the sizes at which
+  nothing can fit, and every larger one);
+- per (PP, VPP) the layout Megatron uses (an even split where the layers divide) or the
+  balanced uneven layout of :func:`planner.specs.layout.suggest_layout`; a ``--fix layout=`` is
+  used as given (the launcher rules validate it) and sets VPP from its stage count;
+- per key, the pipeline schedules of ``--target`` that run its VPP (:data:`SCHEDULE_OPTIONS`):
+  Megatron's default for the degrees, and under torchtitan and ``any`` the zero-bubble and
+  DualPipe schedules.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
+
 from planner.errors import PlannerError
-from planner.specs.layout import even_layout_symbols, format_layout, suggest_layout
+from planner.specs.layout import parse_layout, suggest_layout
 from planner.specs.plan import Plan, default_schedule
 
 LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap")
 
+KEY_COLUMNS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp", "edp", "micro_batches")
+"""The integer columns of a structural key (the cost model's planner.cost.compose.KEY_FIELDS)."""
+COL = {name: i for i, name in enumerate(KEY_COLUMNS)}
+
+MIN_TOKENS_PER_CP_RANK = 512
+"""Declared scope: CP splits the sequence so that each CP rank keeps at least this many tokens."""
+
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    out, i = [], 1
+    while i * i <= n:
+        if n % i == 0:
+            out += [i] if i * i == n else [i, n // i]
+        i += 1
+    return sorted(out)
 
 
 @dataclass(frozen=True)
@@ -53,7 +84,7 @@ class Struct:
     """Micro-batches per pipeline per step: global batch / (mbs * dp)."""
     schedule: str | None = None
     """The pipeline schedule (planner.specs.plan.SCHEDULES); None: Megatron's default for the
-    degrees (1F1B, or interleaved with vpp > 1). It sets where the layout's stages sit."""
+    degrees (1F1B, or interleaved with vpp > 1). It sets which rank holds each layout stage."""
 
     def plan_fields(self) -> dict:
         d = dict(tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, ep=self.ep, etp=self.etp, mbs=self.mbs)
@@ -65,7 +96,7 @@ class Struct:
 
     def signature(self) -> tuple:
         """The structural properties lever rules depend on (ep>1, pp>1, vpp>1, tp>1, cp>1, etp>1,
-        the schedule)."""
+        dp*cp>1, the schedule)."""
         return (self.ep > 1, self.pp > 1, self.vpp > 1, self.tp > 1, self.cp > 1, self.etp > 1, self.dp * self.cp > 1,
                 self.schedule)
 
@@ -78,7 +109,7 @@ class Limits:
     max: dict = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, fix: str | None, maxes: str | None) -> "Limits":
+    def parse(cls, fix: str | None, maxes: str | None) -> Limits:
         """--fix as typed plan values (read as a plan is), --max as integer bounds on degrees."""
         from planner.specs.plan import parse_pairs
 
@@ -97,21 +128,84 @@ class Limits:
             return False
         return True
 
+    def pins(self, key: str) -> bool:
+        """Whether the user bounded ``key`` (a declared cap then gives way to the user's)."""
+        return key in self.fix or key in self.max
+
+    def mask(self, key: str, values: np.ndarray) -> np.ndarray:
+        """:meth:`allows` over an integer column."""
+        ok = np.ones(len(values), dtype=bool)
+        if key in self.fix and self.fix[key] is not None:
+            ok &= values == int(self.fix[key])
+        if key in self.max:
+            ok &= values <= self.max[key]
+        return ok
+
 
 @dataclass
 class Space:
-    """The structural keys and lever options for one model/hardware/job/target."""
+    """The structural keys (integer columns) and lever options for one model/hardware/job/target."""
 
     model: object
     hw: object
     job: object
     target: str
     limits: Limits
-    structs: list[Struct]
+    keys: np.ndarray
+    """(keys, len(KEY_COLUMNS)) int64: each structural key's degrees, micro-batch size and count."""
+    layout_of: np.ndarray
+    """Each key's index into :attr:`layouts`."""
+    layouts: tuple
+    """Layout strings (None: Megatron's even split)."""
     levers: dict[str, tuple]
-    """Option values per lever, preferred (simplest) first: ties in step time go to earlier values."""
+    """Option values per lever, preferred (simplest) first."""
     pruned: dict = field(default_factory=dict)
-    """Why structural candidates were dropped: rule name -> count."""
+    """Structural candidates the launcher's divisibility and layout rules reject: rule -> count."""
+    scope: dict = field(default_factory=dict)
+    """What the space is (see :func:`describe_space`)."""
+    fm_keys: np.ndarray | None = None
+    """Each distinct (degrees, micro-batch size) once, VPP 1: what block costs depend on."""
+    fm_of: np.ndarray | None = None
+    """Each key's row in :attr:`fm_keys`."""
+    messages: dict = field(default_factory=dict)
+    """For a rule in :attr:`pruned`, the first message it gave (a fixed layout's, say)."""
+    pinned: dict = field(default_factory=dict)
+    """Plan keys the search does not vary but the user fixed (PINNED_KEYS): every plan carries them."""
+    schedule_of: np.ndarray | None = None
+    """Each key's index into :attr:`schedules` (None: every key runs the default schedule)."""
+    schedules: tuple = (None,)
+    """Schedule names (None: Megatron's default for the degrees)."""
+
+    def schedule(self, i: int) -> str | None:
+        return None if self.schedule_of is None else self.schedules[int(self.schedule_of[i])]
+
+    def schedule_col(self) -> np.ndarray:
+        return np.zeros(len(self), dtype=np.int64) if self.schedule_of is None else self.schedule_of
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def col(self, name: str) -> np.ndarray:
+        return self.keys[:, COL[name]]
+
+    def struct(self, i: int) -> Struct:
+        """Key ``i`` as a :class:`Struct` (built on first use)."""
+        hit = self._structs.get(i)
+        if hit is None:
+            r = self.keys[i]
+            hit = self._structs[i] = Struct(*(int(r[COL[k]]) for k in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")),
+                                            self.layouts[int(self.layout_of[i])], int(r[COL["dp"]]),
+                                            int(r[COL["edp"]]), int(r[COL["micro_batches"]]), self.schedule(i))
+        return hit
+
+    @cached_property
+    def _structs(self) -> dict[int, Struct]:
+        return {}
+
+    @property
+    def structs(self) -> list[Struct]:
+        """Every key as a Struct (small spaces: tests and diagnostics)."""
+        return [self.struct(i) for i in range(len(self))]
 
     @cached_property
     def lever_product_size(self) -> int:
@@ -119,6 +213,23 @@ class Space:
         for v in self.levers.values():
             n *= len(v)
         return n
+
+    def groups(self) -> list[tuple[tuple, np.ndarray]]:
+        """The pipeline layouts ``(pp, vpp, layout index, schedule)`` and their keys (ascending
+        rows), in order of first appearance (the schedule places the layout's stages on ranks)."""
+        pp, vpp, sc = self.col("pp"), self.col("vpp"), self.schedule_col()
+        code = ((pp * 4096 + vpp) * (len(self.layouts) + 1) + self.layout_of) * len(self.schedules) + sc
+        _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rows = np.argsort(inv.reshape(-1), kind="stable")
+        bounds = np.cumsum(np.bincount(inv.reshape(-1), minlength=len(first)))
+        out = []
+        for g in order:
+            lo = bounds[g - 1] if g else 0
+            r = rows[lo:bounds[g]]
+            i = r[0]
+            out.append(((int(pp[i]), int(vpp[i]), int(self.layout_of[i]), self.schedule(i)), r))
+        return out
 
 
 def recompute_options(model, implementation: str = "te") -> list[str]:
@@ -136,10 +247,6 @@ def recompute_options(model, implementation: str = "te") -> list[str]:
         opts.append("mlp")
     opts.append("full")
     return opts
-
-
-def _degree_options(n: int, cap: int) -> list[int]:
-    return [d for d in divisors(n) if d <= cap]
 
 
 SCHEDULE_OPTIONS = {
@@ -163,6 +270,41 @@ def schedule_options(target: str, pp: int, vpp: int) -> list[str | None]:
     return [None] + [s for s in SCHEDULE_OPTIONS.get(target, ()) if schedule_fits_vpp(s, vpp)]
 
 
+def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target: str, limits: Limits,
+                    pruned: dict) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None, tuple]:
+    """Every key once per schedule of :func:`schedule_options` the user's limits allow: (columns,
+    layout of each row, family index of each row, schedule index of each row, schedule names).
+    Under Megatron, interleaved keys whose micro-batches are not whole groups of PP are dropped
+    here, before the tables rank them (rule megatron-interleaved-groups, whatever the levers)."""
+    pp, vpp, m = rows["pp"], rows["vpp"], rows["micro_batches"]
+    if target == "megatron":
+        ok = (vpp == 1) | (pp == 1) | (m % np.maximum(pp, 1) == 0)
+        if (~ok).any():
+            pruned["megatron-interleaved-groups"] = int((~ok).sum())
+        rows, layout_of, fm_of = _take(rows, ok), layout_of[ok], fm_of[ok]
+        pp, vpp = rows["pp"], rows["vpp"]
+    names: list = [None]
+    parts: list[tuple[np.ndarray, int]] = []
+    fixed = limits.fix.get("schedule")
+    pairs = {(int(p), int(v)) for p, v in zip(pp, vpp)}
+    for p, v in sorted(pairs):
+        sel = np.flatnonzero((pp == p) & (vpp == v))
+        for name in schedule_options(target, p, v):
+            if fixed is not None and fixed != (name or default_schedule(p, v)):
+                continue
+            if name not in names:
+                names.append(name)
+            parts.append((sel, names.index(name)))
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return _take(rows, empty), layout_of[empty], fm_of[empty], empty, tuple(names)
+    idx = np.concatenate([sel for sel, _ in parts])
+    sched = np.concatenate([np.full(len(sel), k, dtype=np.int64) for sel, k in parts])
+    order = np.lexsort((sched, idx))  # keep the rows' own order, schedules side by side
+    idx, sched = idx[order], sched[order]
+    return _take(rows, idx), layout_of[idx], fm_of[idx], (sched if len(names) > 1 else None), tuple(names)
+
+
 def layouts_for(model, pp: int, vpp: int) -> str | None:
     """The layout a structural key uses: None (even split) when the layers divide, else a balanced
     uneven layout with the embedding first and MTP/loss last."""
@@ -173,95 +315,214 @@ def layouts_for(model, pp: int, vpp: int) -> str | None:
     return suggest_layout(model, pp, vpp)
 
 
-def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | None = None,
-                implementation: str = "te", moments: tuple[str, ...] = ("fp32",),
-                check_rules: bool = True) -> Space:
-    """Enumerate the structural keys that satisfy the divisibility rules (and, with
-    ``check_rules``, every launcher rule; the search checks those lazily, best candidates first),
-    and the lever options. Degrees that can never be useful are bounded here with the reason stated:
-    TP within one NVLink domain (TP all-reduces every layer), CP keeping at least 512 tokens per
-    GPU, PP at most one layer per stage, VPP at most 8 chunks per rank."""
-    from planner.launchers.megatron.rules import interleaved_groups_fit
-    from planner.search.rulecheck import struct_violations
+# ---------------------------------------------------------------------------------------------
+# Degree options.
+# ---------------------------------------------------------------------------------------------
+def _capped(limits: Limits, key: str, values: list[int], cap: int | None) -> list[int]:
+    """Values the user's limits allow; the declared ``cap`` applies unless the user bounds the key."""
+    if cap is not None and not limits.pins(key):
+        values = [v for v in values if v <= cap]
+    return [v for v in values if limits.allows(key, v)]
 
-    limits = limits or Limits()
-    N = job.gpus
-    D = hw.domain_size
-    L = model.num_layers
-    a = model.attention
-    pruned: dict[str, int] = {}
 
-    def count(rule: str) -> None:
-        pruned[rule] = pruned.get(rule, 0) + 1
-
-    # TP all-reduces activations in every layer: beyond 8 GPUs its messages shrink while their count
-    # stays, and published recipes stop at 8 even inside NVL72; --max tp lifts the cap.
-    tp_cap = min(D, a.num_heads, limits.max.get("tp", 8))
-    nkv = a.num_kv_heads
+def degree_options(model, hw, job, limits: Limits) -> dict[str, list[int]]:
+    """The values each degree may take on its own (the model's shape rules and the declared scope)."""
+    N, a = job.gpus, model.attention
     dense_ffn = any(k == "dense" for k in model.layer_kinds)
-    tps = [t for t in _degree_options(N, tp_cap)
-           if limits.allows("tp", t) and a.num_heads % t == 0 and (nkv % t == 0 or t % nkv == 0)
-           and (not dense_ffn or model.ffn.hidden_size % t == 0)]
-    cps = [c for c in _degree_options(N, 64)
-           if job.seq_len // c >= 512 and (c == 1 or job.seq_len % (2 * c) == 0) and limits.allows("cp", c)]
-    pps = [p for p in divisors(N) if p <= L and limits.allows("pp", p)]
-    vpps = [v for v in range(1, 9) if limits.allows("vpp", v)]
-    mbss = [b for b in (1, 2, 4) if limits.allows("mbs", b)]
+    tps = _capped(limits, "tp", [t for t in divisors(N) if t <= a.num_heads and a.num_heads % t == 0
+                                 and (a.num_kv_heads % t == 0 or t % a.num_kv_heads == 0)
+                                 and (not dense_ffn or model.ffn.hidden_size % t == 0)], hw.domain_size)
+    cp_cap = max(1, job.seq_len // MIN_TOKENS_PER_CP_RANK)
+    cps = _capped(limits, "cp", [c for c in divisors(N) if c == 1 or job.seq_len % (2 * c) == 0], cp_cap)
+    pps = [p for p in divisors(N) if p <= model.num_layers and limits.allows("pp", p)]
     if model.is_moe:
         eps = [e for e in divisors(model.moe.num_experts) if N % e == 0 and limits.allows("ep", e)]
-        etps = [t for t in _degree_options(N, min(D, 8))
-                if limits.allows("etp", t) and model.moe.expert_hidden_size % t == 0]
+        etps = _capped(limits, "etp", [t for t in divisors(N) if model.moe.expert_hidden_size % t == 0], hw.domain_size)
     else:
-        eps, etps = [1], [None]
-    structs: list[Struct] = []
-    for tp, cp, pp in itertools.product(tps, cps, pps):
-        if N % (tp * cp * pp):
-            continue
-        dp = N // (tp * cp * pp)
-        if not limits.allows("dp", dp):
-            continue
-        for vpp in vpps:
-            if vpp > 1 and pp == 1:
-                continue
-            # At least two decoder layers per model chunk on average (Megatron's DeepSeek-V3 recipes
-            # go down to two); smaller chunks only add pipeline communication.
-            if pp * vpp * 2 > L:
-                count("layers-per-chunk")
-                continue
-            layout = layouts_for(model, pp, vpp)
-            for ep, etp in itertools.product(eps, etps):
-                etp_ = tp if etp is None else etp
-                if etp_ > tp:
-                    continue  # expert TP wider than attention TP only thins the expert GEMMs further
-                if N % (etp_ * ep * pp):
+        eps, etps = [1], []
+    return {"tp": tps, "cp": cps, "pp": pps, "ep": eps, "etp": etps}
+
+
+def _product(**cols: list[int]) -> dict[str, np.ndarray]:
+    grids = np.meshgrid(*(np.asarray(v, dtype=np.int64) for v in cols.values()), indexing="ij")
+    return {k: g.reshape(-1) for k, g in zip(cols, grids)}
+
+
+def _take(cols: dict[str, np.ndarray], mask) -> dict[str, np.ndarray]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
+def _families(model, job, limits: Limits, opts: dict) -> dict[str, np.ndarray]:
+    """Every (tp, cp, pp, ep, etp) the divisibility rules allow, with dp and edp."""
+    N = job.gpus
+    c = _product(tp=opts["tp"], cp=opts["cp"], pp=opts["pp"])
+    c = _take(c, N % (c["tp"] * c["cp"] * c["pp"]) == 0)
+    c["dp"] = N // (c["tp"] * c["cp"] * c["pp"])
+    c = _take(c, limits.mask("dp", c["dp"]))
+    if model.is_moe:
+        e = _product(ep=opts["ep"], etp=opts["etp"])
+        n = len(c["tp"])
+        c = {**{k: np.repeat(v, len(e["ep"])) for k, v in c.items()}, "ep": np.tile(e["ep"], n),
+             "etp": np.tile(e["etp"], n)}
+    else:
+        c.update(ep=np.ones_like(c["tp"]), etp=c["tp"].copy())
+    c = _take(c, N % (c["etp"] * c["ep"] * c["pp"]) == 0)
+    c["edp"] = N // (c["etp"] * c["ep"] * c["pp"])
+    return _take(c, limits.mask("edp", c["edp"]))
+
+
+def _with_mbs(fam: dict, job, limits: Limits) -> tuple[dict, int]:
+    """Every family once per micro-batch size that divides its batch per data-parallel rank;
+    also the number of families whose data-parallel degree does not divide the global batch."""
+    gb = job.global_batch
+    cands = np.array([b for b in divisors(gb) if limits.allows("mbs", b)], dtype=np.int64)
+    divides = gb % fam["dp"] == 0
+    per = np.where(divides, gb // fam["dp"], 1)
+    fi, ci = np.nonzero(divides[:, None] & (per[:, None] % cands[None, :] == 0)) if len(cands) else ((), ())
+    fm = _take(fam, np.asarray(fi, dtype=np.int64))
+    fm["mbs"] = cands[np.asarray(ci, dtype=np.int64)] if len(cands) else np.zeros(0, dtype=np.int64)
+    fm["micro_batches"] = gb // (fm["mbs"] * fm["dp"])
+    fm["vpp"] = np.ones_like(fm["mbs"])
+    return fm, int((~divides).sum())
+
+
+def _with_vpp(fm: dict, pps: list[int], vpps: dict, layout_index: dict) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Every family and micro-batch size once per VPP of its PP: (columns, layout of each row,
+    family-and-micro-batch index of each row)."""
+    vmax = max((max(v) for v in vpps.values() if v), default=1)
+    allowed = np.zeros((len(pps), vmax + 1), dtype=bool)
+    lut = np.zeros((len(pps), vmax + 1), dtype=np.int64)
+    for i, p in enumerate(pps):
+        for v in vpps[p]:
+            allowed[i, v] = True
+            lut[i, v] = layout_index[p, v]
+    pi = np.searchsorted(np.asarray(pps, dtype=np.int64), fm["pp"])
+    fi, v = np.nonzero(allowed[pi])
+    rows = _take(fm, fi)
+    rows["vpp"] = v.astype(np.int64)
+    return rows, lut[pi[fi], v], fi.astype(np.int64)
+
+
+def _layout_options(model, limits: Limits, pps: list[int], pruned: dict) -> tuple[dict[int, list[int]], dict, list]:
+    """Per pp, the vpp values; the layout of each (pp, vpp); the layout strings. A fixed layout
+    is checked against the model as Megatron's validate_layer_layout does (``pruned`` counts the
+    (pp, vpp) it rules out, by rule)."""
+    from planner.errors import PlanRuleError
+    from planner.specs.layout import build_layout
+
+    L = model.num_layers
+    fixed = limits.fix.get("layout")
+    layouts: list = [None]
+    index: dict[tuple[int, int], int] = {}
+    vpps: dict[int, list[int]] = {}
+    if fixed:
+        stages = len(parse_layout(fixed))
+        layouts.append(fixed)
+        for p in pps:
+            v = stages // p if stages % p == 0 else 0
+            vpps[p] = [v] if v and (v == 1 or p > 1) and limits.allows("vpp", v) else []
+            if vpps[p]:
+                try:
+                    build_layout(model, p, v, fixed)
+                except PlanRuleError as exc:
+                    pruned[exc.rule] = pruned.get(exc.rule, 0) + 1
+                    pruned.setdefault("messages", {}).setdefault(exc.rule, exc.paragraph())
+                    vpps[p] = []
                     continue
-                edp = N // (etp_ * ep * pp)
-                if not limits.allows("edp", edp):
-                    continue  # --fix/--max edp, like dp above
-                for mbs in mbss:
-                    if job.global_batch % (mbs * dp):
-                        count("global-batch-divisible")
-                        continue
-                    m = job.global_batch // (mbs * dp)
-                    if target == "megatron" and not interleaved_groups_fit(pp, vpp, m):
-                        # Refused by Megatron whatever the levers: dropped here, before the tables
-                        # rank it (the lazy rule check would drop it only after it took a place).
-                        count("megatron-interleaved-groups")
-                        continue
-                    for schedule in schedule_options(target, pp, vpp):
-                        if not limits.allows("schedule", schedule or default_schedule(pp, vpp)):
-                            continue
-                        s = Struct(tp, cp, pp, vpp, ep, etp_, mbs, layout, dp, edp, m, schedule)
-                        if check_rules:
-                            bad = struct_violations(model, hw, job, s, target)
-                            if bad:
-                                count(bad[0])
-                                continue
-                        if "layout" in limits.fix and s.layout != limits.fix["layout"]:
-                            continue
-                        structs.append(s)
+                index[p, v] = 1
+        return vpps, index, layouts
+    for p in pps:
+        # At most L + 2 chunks: one decoder layer each, the embedding and the loss on their own
+        # (Megatron refuses an empty virtual stage, planner.specs.layout.build_layout).
+        vpps[p] = [v for v in (range(1, (L + 2) // p + 1) if p > 1 else [1]) if limits.allows("vpp", v)]
+        for v in vpps[p]:
+            text = layouts_for(model, p, v)
+            if text not in layouts:
+                layouts.append(text)
+            index[p, v] = layouts.index(text)
+    return vpps, index, layouts
+
+
+PINNED_KEYS = ("grad_reduce", "param_gather")
+"""Levers the search leaves at Megatron's defaults (fp32 gradient reduction, bf16 parameter
+gather) unless ``--fix`` sets them: then every plan of the space carries the fixed value."""
+
+
+def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | None = None,
+                implementation: str = "te", moments: tuple[str, ...] = ("fp32",),
+                check_rules: bool = False) -> Space:
+    """Enumerate the structural keys that satisfy the divisibility and layout rules (and, with
+    ``check_rules``, every launcher rule: small spaces only; the search checks those lazily, best
+    candidates first), and the lever options."""
+    limits = limits or Limits()
+    opts = degree_options(model, hw, job, limits)
+    fam = _families(model, job, limits, opts)
+    fm, bad = _with_mbs(fam, job, limits)
+    pruned: dict = {"global-batch-divisible": bad} if bad else {}
+    vpps, layout_index, layouts = _layout_options(model, limits, opts["pp"], pruned)
+    messages = pruned.pop("messages", {})
+    rows, layout_of, fm_of = _with_vpp(fm, opts["pp"], vpps, layout_index)
+    rows, layout_of, fm_of, schedule_of, schedules = _with_schedules(rows, layout_of, fm_of, target, limits, pruned)
+    keys = np.stack([rows[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
     levers = lever_options(model, hw, job, target, limits, implementation, moments)
-    return Space(model, hw, job, target, limits, structs, levers, pruned)
+    space = Space(model, hw, job, target, limits, keys, layout_of, tuple(layouts), levers, pruned)
+    space.messages = messages
+    space.pinned = {k: limits.fix[k] for k in PINNED_KEYS if k in limits.fix}
+    space.fm_keys = np.stack([fm[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
+    space.fm_of = fm_of
+    space.schedule_of, space.schedules = schedule_of, schedules
+    if check_rules:
+        space = _rule_checked(space)
+    space.scope = describe_space(space, opts, vpps)
+    return space
+
+
+def _rule_checked(space: Space) -> Space:
+    from planner.search.rulecheck import struct_violations
+
+    keep = []
+    for i in range(len(space)):
+        bad = struct_violations(space.model, space.hw, space.job, space.struct(i), space.target)
+        if bad:
+            space.pruned[bad[0]] = space.pruned.get(bad[0], 0) + 1
+        else:
+            keep.append(i)
+    return Space(space.model, space.hw, space.job, space.target, space.limits, space.keys[keep],
+                 space.layout_of[keep], space.layouts, space.levers, space.pruned, fm_keys=space.fm_keys,
+                 fm_of=space.fm_of[keep], pinned=space.pinned,
+                 schedule_of=None if space.schedule_of is None else space.schedule_of[keep], schedules=space.schedules)
+
+
+def _values(xs) -> list[int]:
+    return [int(x) for x in np.unique(xs)]
+
+
+def describe_space(space: Space, opts: dict, vpps: dict) -> dict:
+    """What the space holds, for the status line and the JSON: each degree's values, the layouts,
+    the levers, and the declared limits that are scope rather than proofs."""
+    lim, hw, job = space.limits, space.hw, space.job
+    degrees = {k: _values(space.col(k)) for k in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")}
+    declared = []
+    if not lim.pins("tp"):
+        declared.append(f"tp <= {hw.domain_size} (the NVLink domain)")
+    if space.model.is_moe and not lim.pins("etp"):
+        declared.append(f"etp <= {hw.domain_size} (the NVLink domain)")
+    if not lim.pins("cp"):
+        declared.append(f"cp <= {max(1, job.seq_len // MIN_TOKENS_PER_CP_RANK)} "
+                        f"(at least {MIN_TOKENS_PER_CP_RANK} tokens per CP rank)")
+    if "layout" in lim.fix:
+        layouts = f"the fixed layout {lim.fix['layout']}"
+    else:
+        layouts = ("per (pp, vpp): Megatron's even split where pp*vpp divides the layers, else the balanced "
+                   "uneven layout (one-layer chunks and, past the layer count, the embedding and the loss in chunks "
+                   "of their own)")
+    levers = {k: [str(v) if v is not None else "-" for v in vals] for k, vals in space.levers.items()}
+    levers.update({k: [str(v)] for k, v in space.pinned.items()})
+    if "sharding" not in lim.fix:
+        declared.append("sharding without ddp and hsdp (--fix sharding=... searches them)")
+    schedules = sorted({space.schedule(i) or "default" for i in np.unique(space.schedule_col(), return_index=True)[1]})
+    return {"keys": len(space), "degrees": degrees, "layouts": layouts, "schedules": schedules, "levers": levers,
+            "declared": declared}
 
 
 def lever_options(model, hw, job, target, limits: Limits, implementation: str, moments) -> dict[str, tuple]:

@@ -31,6 +31,8 @@ class StageRefinement:
     setup: object
     improved: bool
     note: str
+    skipped: bool = False
+    """The bound of planner.search.bounds.refinement_can_win showed the solver cannot win."""
 
 
 def _kinds_prefix(model) -> tuple[int, str, str] | None:
@@ -72,6 +74,8 @@ class Coefficients:
     """The same under full recompute."""
     p2p: list
     """Exposed pipeline send/receive seconds per micro-batch of each rank."""
+    slowest: float
+    """The plan's own slowest rank: seconds per micro-batch (blocks and exposed send/receive)."""
 
 
 def coefficients(setup, stage_recompute: bool, own=None) -> Coefficients:
@@ -111,7 +115,7 @@ def coefficients(setup, stage_recompute: bool, own=None) -> Coefficients:
         comm=one(own.comm_buffers()) + max(one(own.constant(r).fsdp_buffers) for r in range(setup.deg.pp)),
         cap=own.ctx.capacity_bytes / (1 + own.ctx.allocator_fraction),
         t_base=unit_times(base), t_full=unit_times(whole),
-        p2p=[one(rc_.p2p_exposed) for rc_ in own.ranks()])
+        p2p=[one(rc_.p2p_exposed) for rc_ in own.ranks()], slowest=max(one(t) for t in own.rank_times()))
 
 
 def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -> StageRefinement:
@@ -131,9 +135,13 @@ def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -
         return StageRefinement(setup, False, "fewer layers than virtual stages")
     if stage_recompute and setup.recompute.kind not in ("none", "full"):
         stage_recompute = False  # per-stage full recompute replaces, not mixes with, selective recompute
+    from planner.search.bounds import refinement_can_win
+
     own = costs_of(setup)
     base_mem, base_time = memory_report(setup, own), float(own.step_s()[0])
     co = coefficients(setup, stage_recompute, own)
+    if not refinement_can_win(co, model, deg.pp, stage_recompute, base_mem.fits, pat, deg.vpp):
+        return StageRefinement(setup, False, "no layout can make the slowest rank faster (bound)", skipped=True)
     solved = _solve(setup, co, pat, stage_recompute, base_time, time_limit_s)
     if isinstance(solved, str):
         return StageRefinement(setup, False, solved)
@@ -176,10 +184,9 @@ class _Vars:
     """The per-stage model's variables: layers per virtual stage, of each kind, and recomputed."""
 
     def __init__(self, m, L: int, D: int, V: int, pp: int, vpp: int, stage_recompute: bool):
-        # Every virtual stage holds decoder layers. With interleaving, a rank's chunks stay within
-        # one layer of the average: the pipeline formula prices the bubble in average chunk times,
-        # which an empty or outsized chunk would make optimistic.
-        lo, hi = (max(1, L // V - 1), -(-L // V) + 1) if vpp > 1 else (1, L)
+        from planner.search.bounds import chunk_layer_bounds
+
+        lo, hi = chunk_layer_bounds(L, V, vpp)
         self.n = n = [m.new_int_var(lo, hi, f"n{i}") for i in range(V)]
         m.add(sum(n) == L)
         b = [m.new_int_var(0, L, f"b{i}") for i in range(V + 1)]  # chunk i holds [b_i, b_{i+1})

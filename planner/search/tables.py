@@ -13,9 +13,13 @@ W is constant memory (weights, gradients, optimizer), C communication and FSDP b
 activation-and-transient peak over the schedule, OT optimizer-step temporaries; TP the pipeline
 (compute, exposed TP/CP/EP/PP communication, bubble), TD exposed data-parallel communication, TO
 the optimizer step and offload traffic. Every entry is read from the one composition
-(:func:`planner.cost.compose.evaluate_batch`): per pipeline layout, one batch of its structural keys
-per lever combination of the term's group. Memory is in MiB rounded up, time in microseconds
-rounded; CP-SAT and the exhaustive oracle read the same integers.
+(:func:`planner.cost.compose.evaluate_batch`): per pipeline layout, one batch of some of its
+structural keys per lever combination of the term's group. Memory is in MiB rounded up, time in
+microseconds rounded; CP-SAT and the exhaustive oracle read the same integers.
+
+The search fills the tables of a layout in phases (:func:`time_phase`, :func:`memory_phase`,
+:func:`rule_tables`), each over the keys its bounds have not ruled out; :func:`build_tables`
+fills every phase for given keys (the oracle, tests, the nothing-fits diagnosis).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.search.space import LEVERS, Space, Struct
+from planner.search.space import COL, KEY_COLUMNS, LEVERS, Space, Struct
 
 MiB = 2**20
 
@@ -43,6 +47,9 @@ RULE_GROUPS = {
     "R1": ("recompute", "offload", "ep_overlap", "dispatcher"),
     "R2": ("sharding", "precision", "moments", "offload"),
 }
+TIME_TERMS = ("TP", "TD", "TO")
+MEMORY_TERMS = ("W", "C", "A", "OT", "HW", "HA")
+TERM_GROUP = {**{k: k for k in GROUPS}, "HW": "W", "HA": "A"}
 
 
 def combos(space: Space, group: tuple[str, ...]) -> list[tuple]:
@@ -95,13 +102,13 @@ class Tables:
     stages_kept: list[list[int]] = field(default_factory=list)
     """For each structural key, the pipeline ranks whose constraints are not dominated."""
     ids: np.ndarray | None = None
-    """Global index of each structural key in the space (the objective's tie-break)."""
+    """Global index of each structural key in the space (the ranking's last tie-break)."""
 
     def __post_init__(self):
         if self.ids is None:
             self.ids = np.arange(len(self.structs))
 
-    def subset(self, rows) -> "Tables":
+    def subset(self, rows) -> Tables:
         """The tables of some structural keys only (same global ids)."""
         rows = np.asarray(rows, dtype=int)
         return Tables(self.space, [self.structs[i] for i in rows], self.W[rows], self.C[rows], self.A[rows],
@@ -112,7 +119,7 @@ class Tables:
     @property
     def n_total(self) -> int:
         """Structural keys in the whole space (the objective's radix)."""
-        return len(self.space.structs)
+        return len(self.space)
 
     def time_lower_bound(self) -> np.ndarray:
         """Per structural key, a lower bound on step time (us): each time term at its minimum."""
@@ -166,7 +173,12 @@ def lever_setting(values: dict):
 
     offload = values["offload"]
     return Levers(values["recompute"], values["precision"], values["moments"], values["sharding"], offload.optimizer,
-                  offload.activations, values["dispatcher"], values["ep_overlap"])
+                  offload.activations, values["dispatcher"], values["ep_overlap"],
+                  grad_reduce=values.get("grad_reduce", "fp32"), param_gather=values.get("param_gather", "bf16"))
+
+
+def base_levers(space: Space):
+    return lever_setting({**space.pinned, **{k: v[0] for k, v in space.levers.items()}})
 
 
 ROW = ("recompute", "precision", "dispatcher", "ep_overlap")
@@ -174,10 +186,10 @@ ROW = ("recompute", "precision", "dispatcher", "ep_overlap")
 looped over, one batch per value combination."""
 
 
-def _plan(space: Space, group: tuple[str, ...]) -> list[tuple[list, np.ndarray]]:
+def batch_plan(space: Space, group: tuple[str, ...]) -> list[tuple[list, np.ndarray]]:
     """How to fill a table over ``group``: per combination of its batch levers, the variants (typed
     levers of each combination of its row levers) and each variant's column in the table."""
-    base = {k: v[0] for k, v in space.levers.items()}
+    base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
     row = tuple(k for k in group if k in ROW)
     rest = tuple(k for k in group if k not in ROW)
     index = {values: ci for ci, values in enumerate(combos(space, group))}
@@ -192,93 +204,233 @@ def _plan(space: Space, group: tuple[str, ...]) -> list[tuple[list, np.ndarray]]
     return out
 
 
-def fill_tables(space: Space, structs: list[Struct], assumptions, T: dict[str, np.ndarray]) -> None:
-    """Fill every cost table ``T`` (name -> array) for ``structs`` from the one composition: per
-    pipeline layout, one batch per value combination of the table's batch levers, every
-    combination of its row levers side by side."""
-    from planner.cost.compose import CostContext, evaluate_batch, layout_batches
+# ---------------------------------------------------------------------------------------------
+# Filling the tables of one pipeline layout, phase by phase.
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Layout:
+    """The keys of one pipeline layout ``(pp, vpp, layout)`` in a cost context."""
 
-    ctx = CostContext.for_structs(space.model, space.hw, space.job, assumptions, structs)
-    base = lever_setting({k: v[0] for k, v in space.levers.items()})
-    plans = {name: _plan(space, grp) for name, grp in GROUPS.items()}
-    terms = {
-        "TP": lambda c: _us(c.pipeline_s()),
-        "TD": lambda c: _us(c.data_parallel().exposed),
-        "TO": lambda c: _us(c.optimizer().seconds),
-    }
-    per_rank = {
-        "W": lambda c, r: _mib(c.constant(r).total), "HW": lambda c, r: _mib(c.constant(r).host_optimizer),
-        "C": lambda c, r: _mib(c.comm_buffers() + c.constant(r).fsdp_buffers),
-        "A": lambda c, r: _mib(c.activation_peak(r)), "OT": lambda c, r: _mib(c.optimizer_transient(r)),
-        "HA": lambda c, r: _mib(c.host_activation_bytes(r)) if c.lv.offload_activations else 0,
-    }
-    for batch in layout_batches(ctx, structs, base):
-        rows, n = batch.key_rows, batch.n_keys
-        for name, fn in terms.items():
-            for variants, cols in plans[name]:
-                vals = np.broadcast_to(fn(evaluate_batch(batch.with_variants(variants))), (len(cols) * n,))
-                T[name][rows[None, :], cols[:, None]] = vals.reshape(len(cols), n)
-        for name, fn in per_rank.items():
-            grp = "W" if name == "HW" else "A" if name == "HA" else name
-            for variants, cols in plans[grp]:
-                c = evaluate_batch(batch.with_variants(variants))
-                for r in range(batch.pp):
-                    vals = np.broadcast_to(fn(c, r), (len(cols) * n,))
-                    T[name][rows[None, :], r, cols[:, None]] = vals.reshape(len(cols), n)
+    pp: int
+    vpp: int
+    text: str | None
+    layout: object
+    """The planner.specs.layout.PipelineLayout."""
+    schedule: str | None = None
+    """The pipeline schedule (None: Megatron's default for the degrees)."""
+
+
+def layout_of(space, pp: int, vpp: int, li: int, schedule: str | None) -> Layout:
+    """Group ``(pp, vpp, layout index, schedule)`` of :meth:`Space.groups` as a :class:`Layout`
+    (the schedule resolved to Megatron's default when None, its placement in the layout)."""
+    from planner.specs.layout import build_layout
+    from planner.specs.plan import default_schedule
+
+    text = space.layouts[li]
+    name = schedule or default_schedule(pp, vpp)
+    return Layout(pp, vpp, text, build_layout(space.model, pp, vpp, text, name), name)
+
+
+_BATCHES = itertools.count()
+
+
+def _batch(ctx, lay: Layout, rows: np.ndarray, base):
+    """A batch of context rows ``rows`` (sorted by micro-batch count, as compose's own layout
+    batches are) and the order that sorts them."""
+    from planner.cost.compose import PlanBatch
+
+    order = np.argsort(ctx.keys.col["micro_batches"][rows], kind="stable")
+    group = (lay.pp, lay.vpp, lay.text, "search", next(_BATCHES))
+    # The schedules the closed forms do not cover are estimated, not walked (planner.cost.walked);
+    # the search re-evaluates the plans it ranks with the walk.
+    return PlanBatch(ctx, np.asarray(rows)[order], lay.layout, (base,), group, lay.schedule, False), order
+
+
+def _fill(batch, order, plans, fn, shape_tail: tuple, per_rank: bool) -> np.ndarray:
+    """One table of the batch's keys (in the caller's row order): ``fn(costs)`` (or
+    ``fn(costs, r)`` per rank) for every batch-lever combination, the row levers side by side."""
+    from planner.cost.compose import evaluate_batch
+
+    n = batch.n_keys
+    out = np.zeros((n, *shape_tail), dtype=np.int64)
+    back = np.empty(n, dtype=np.int64)
+    back[order] = np.arange(n)
+    for variants, cols in plans:
+        c = evaluate_batch(batch.with_variants(variants))
+        for r in (range(batch.pp) if per_rank else (None,)):
+            vals = fn(c) if r is None else fn(c, r)
+            vals = np.broadcast_to(vals, (len(cols) * n,)).reshape(len(cols), n)[:, back].T
+            if r is None:
+                out[:, cols] = vals
+            else:
+                out[:, r, cols] = vals
+    return out
+
+
+TIME_FNS = {
+    "TP": lambda c: _us(c.pipeline_s()),
+    "TD": lambda c: _us(c.data_parallel().exposed),
+    "TO": lambda c: _us(c.optimizer().seconds),
+}
+MEMORY_FNS = {
+    "W": lambda c, r: _mib(c.constant(r).total), "HW": lambda c, r: _mib(c.constant(r).host_optimizer),
+    "C": lambda c, r: _mib(c.comm_buffers() + c.constant(r).fsdp_buffers),
+    "A": lambda c, r: _mib(c.activation_peak(r)), "OT": lambda c, r: _mib(c.optimizer_transient(r)),
+    "HA": lambda c, r: _mib(c.host_activation_bytes(r)) if c.lv.offload_activations else 0,
+}
+
+
+def time_phase(ctx, space: Space, lay: Layout, rows: np.ndarray, plans: dict) -> dict[str, np.ndarray]:
+    """TP, TD and TO (microseconds) of context rows ``rows`` of one layout."""
+    batch, order = _batch(ctx, lay, rows, base_levers(space))
+    try:
+        return {k: _fill(batch, order, plans[k], TIME_FNS[k], (len(combos(space, GROUPS[k])),), False)
+                for k in TIME_TERMS}
+    finally:
         ctx.forget(batch.group)
 
 
-def rule_tables(space: Space, structs: list[Struct], R1, R2) -> None:
-    """Which lever combinations the launcher accepts, per structural signature (planner.rules)."""
-    from planner.search.rulecheck import lever_allowed
-
-    cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-    # Dispatcher and EP overlap do nothing without EP: keys with ep=1 keep only their first values,
-    # so the same canonical plan is not listed twice.
-    no_ep = np.array([d == space.levers["dispatcher"][0] and not o
-                      for d, o in (tuple(dict(zip(RULE_GROUPS["R1"], v))[k] for k in ("dispatcher", "ep_overlap"))
-                                   for v in combos(space, RULE_GROUPS["R1"]))], dtype=bool)
-    for si, s in enumerate(structs):
-        sig = (s.signature(), s.ep == 1 and space.model.is_moe)
-        if sig not in cache:
-            r1 = np.array(list(lever_allowed(space, s, RULE_GROUPS["R1"]).values()), dtype=bool)
-            cache[sig] = (r1 & no_ep if sig[1] else r1,
-                          np.array(list(lever_allowed(space, s, RULE_GROUPS["R2"]).values()), dtype=bool))
-        R1[si], R2[si] = cache[sig]
+def memory_phase(ctx, space: Space, lay: Layout, rows: np.ndarray, plans: dict) -> dict[str, np.ndarray]:
+    """W, C, A, OT, HW and HA (MiB, per pipeline rank) of context rows ``rows`` of one layout."""
+    batch, order = _batch(ctx, lay, rows, base_levers(space))
+    try:
+        return {k: _fill(batch, order, plans[TERM_GROUP[k]], MEMORY_FNS[k],
+                         (lay.pp, len(combos(space, GROUPS[TERM_GROUP[k]]))), True).astype(np.int32)
+                for k in MEMORY_TERMS}
+    finally:
+        ctx.forget(batch.group)
 
 
-def build_tables(space: Space, *, assumptions=None, structs: list[Struct] | None = None) -> Tables:
-    """Evaluate the structural keys' lever-group tables with the cost model."""
+def batch_plans(space: Space) -> dict:
+    return {name: batch_plan(space, grp) for name, grp in GROUPS.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Launcher rules per signature.
+# ---------------------------------------------------------------------------------------------
+class RuleTables:
+    """Which lever combinations the launcher accepts, per structural signature (planner.rules),
+    computed when a signature is first met, from a key of it the launcher accepts."""
+
+    def __init__(self, space: Space):
+        self.space = space
+        self.cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        # Dispatcher and EP overlap do nothing without EP: keys with ep=1 keep only their first
+        # values, so the same canonical plan is not listed twice.
+        r1 = [dict(zip(RULE_GROUPS["R1"], v)) for v in combos(space, RULE_GROUPS["R1"])]
+        self.no_ep = np.array([v["dispatcher"] == space.levers["dispatcher"][0] and not v["ep_overlap"] for v in r1])
+
+    def signature(self, s: Struct) -> tuple:
+        return s.signature(), s.ep == 1 and self.space.model.is_moe
+
+    def of(self, s: Struct) -> tuple[np.ndarray, np.ndarray]:
+        from planner.search.rulecheck import lever_allowed
+
+        sig = self.signature(s)
+        if sig not in self.cache:
+            r1 = np.array(list(lever_allowed(self.space, s, RULE_GROUPS["R1"]).values()), dtype=bool)
+            self.cache[sig] = (r1 & self.no_ep if sig[1] else r1,
+                               np.array(list(lever_allowed(self.space, s, RULE_GROUPS["R2"]).values()), dtype=bool))
+        return self.cache[sig]
+
+    def known(self, s: Struct) -> bool:
+        return self.signature(s) in self.cache
+
+
+def rule_tables(rules: RuleTables, structs: list[Struct]) -> tuple[np.ndarray, np.ndarray]:
+    space = rules.space
+    R1 = np.zeros((len(structs), len(combos(space, RULE_GROUPS["R1"]))), dtype=bool)
+    R2 = np.zeros((len(structs), len(combos(space, RULE_GROUPS["R2"]))), dtype=bool)
+    for i, s in enumerate(structs):
+        R1[i], R2[i] = rules.of(s)
+    return R1, R2
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole tables.
+# ---------------------------------------------------------------------------------------------
+def key_rows(structs: list[Struct]) -> np.ndarray:
+    return np.array([[getattr(s, f) for f in KEY_COLUMNS] for s in structs], dtype=np.int64).reshape(-1, len(KEY_COLUMNS))
+
+
+def layouts_of(model, structs: list[Struct]) -> dict[tuple, tuple[Layout, np.ndarray]]:
+    """The structs' pipeline layouts and each layout's structs (positions)."""
+    from planner.specs.layout import build_layout
+    from planner.specs.plan import default_schedule
+
+    out: dict[tuple, list[int]] = {}
+    for i, s in enumerate(structs):
+        out.setdefault((s.pp, s.vpp, s.layout, s.schedule or default_schedule(s.pp, s.vpp)), []).append(i)
+    return {k: (Layout(k[0], k[1], k[2], build_layout(model, *k), k[3]), np.array(v)) for k, v in out.items()}
+
+
+def assemble(space: Space, parts: list[dict], cap: tuple[int, int]) -> Tables:
+    """One Tables from per-layout parts (each a dict of arrays over its keys, 'structs', 'ids',
+    'kept'), memory arrays padded to the deepest pipeline."""
+    structs = [s for p in parts for s in p["structs"]]
+    maxR = max((s.pp for s in structs), default=1)
+    T: dict[str, np.ndarray] = {}
+    for k in MEMORY_TERMS:
+        arrs = []
+        for p in parts:
+            a = p[k]
+            pad = np.zeros((a.shape[0], maxR, a.shape[2]), dtype=np.int32)
+            pad[:, :a.shape[1]] = a
+            arrs.append(pad)
+        T[k] = np.concatenate(arrs) if arrs else np.zeros((0, maxR, len(combos(space, GROUPS[TERM_GROUP[k]]))),
+                                                            dtype=np.int32)
+    for k in TIME_TERMS:
+        T[k] = np.concatenate([p[k] for p in parts]) if parts else np.zeros((0, len(combos(space, GROUPS[k]))),
+                                                                            dtype=np.int64)
+    for k in RULE_GROUPS:
+        T[k] = np.concatenate([p[k] for p in parts]) if parts else np.zeros((0, len(combos(space, RULE_GROUPS[k]))),
+                                                                            dtype=bool)
+    ids = np.concatenate([p["ids"] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    kept = [k for p in parts for k in p["kept"]]
+    return Tables(space, structs, T["W"], T["C"], T["A"], T["HW"], T["HA"], T["OT"], T["TP"], T["TD"], T["TO"],
+                  T["R1"], T["R2"], cap[0], cap[1], kept, ids)
+
+
+def build_tables(space: Space, *, assumptions=None, structs: list[Struct] | None = None, ids=None,
+                 rules: RuleTables | None = None) -> Tables:
+    """Evaluate the structural keys' lever-group tables with the cost model (every key of the
+    space, or ``structs`` with their global ``ids``), in their order."""
+    from planner.cost.compose import CostContext
     from planner.cost.setup import Assumptions
 
     assumptions = assumptions or Assumptions()
-    structs = space.structs if structs is None else structs
-    g = {name: combos(space, grp) for name, grp in GROUPS.items()}
-    nS = len(structs)
-    maxR = max((s.pp for s in structs), default=1)
-    # MiB fit int32 (up to 2 PiB per GPU); microseconds stay int64.
-    T = {name: np.zeros((nS, maxR, len(g[name])), dtype=np.int32) for name in ("W", "C", "A", "OT")}
-    T["HW"], T["HA"] = np.zeros_like(T["W"]), np.zeros_like(T["A"])
-    T.update({name: np.zeros((nS, len(g[name])), dtype=np.int64) for name in ("TP", "TD", "TO")})
-    R1 = np.zeros((nS, len(combos(space, RULE_GROUPS["R1"]))), dtype=bool)
-    R2 = np.zeros((nS, len(combos(space, RULE_GROUPS["R2"]))), dtype=bool)
-    if structs:
-        fill_tables(space, structs, assumptions, T)
-    rule_tables(space, structs, R1, R2)
-    kept = undominated_stages(structs, *(T[k] for k in ("W", "C", "A", "OT", "HW", "HA")))
-    cap, host_cap = _capacities(space, assumptions)
-    return Tables(space, structs, T["W"], T["C"], T["A"], T["HW"], T["HA"], T["OT"], T["TP"], T["TD"], T["TO"],
-                  R1, R2, cap, host_cap, kept)
+    if structs is None:
+        structs, ids = space.structs, np.arange(len(space))
+    ids = np.arange(len(structs)) if ids is None else np.asarray(ids)
+    rules = rules or RuleTables(space)
+    cap = capacities(space, assumptions)
+    if not structs:
+        return assemble(space, [], cap)
+    ctx = CostContext.for_structs(space.model, space.hw, space.job, assumptions, key_rows(structs))
+    plans = batch_plans(space)
+    parts, where = [], []
+    for lay, pos in layouts_of(space.model, structs).values():
+        part = {**time_phase(ctx, space, lay, pos, plans), **memory_phase(ctx, space, lay, pos, plans)}
+        part["structs"] = [structs[i] for i in pos]
+        part["R1"], part["R2"] = rule_tables(rules, part["structs"])
+        part["ids"] = ids[pos]
+        part["kept"] = undominated_stages([lay.pp] * len(pos), *(part[k] for k in MEMORY_TERMS))
+        parts.append(part)
+        where.append(pos)
+    tables = assemble(space, parts, cap)
+    back = np.empty(len(structs), dtype=np.int64)
+    back[np.concatenate(where)] = np.arange(len(structs))
+    return tables.subset(back)
 
 
-def undominated_stages(structs, W, C, A, OT, HW, HA, chunk: int = 256) -> list[list[int]]:
+def undominated_stages(pps, W, C, A, OT, HW, HA, chunk: int = 256) -> list[list[int]]:
     """Per structural key, the pipeline ranks whose memory constraint another rank's does not
     imply: rank r is dropped when some rank q has every table entry >= r's (ties keep the lower
     rank). Vectorized over keys with the same pipeline depth."""
-    out: list[list[int]] = [[] for _ in structs]
+    out: list[list[int]] = [[] for _ in pps]
     by_pp: dict[int, list[int]] = {}
-    for i, s in enumerate(structs):
-        by_pp.setdefault(s.pp, []).append(i)
+    for i, p in enumerate(pps):
+        by_pp.setdefault(int(p), []).append(i)
     for pp, rows in by_pp.items():
         order = np.arange(pp)
         lower = order[:, None] < order[None, :]  # q < r
@@ -294,7 +446,7 @@ def undominated_stages(structs, W, C, A, OT, HW, HA, chunk: int = 256) -> list[l
     return out
 
 
-def _capacities(space: Space, assumptions) -> tuple[int, int]:
+def capacities(space: Space, assumptions) -> tuple[int, int]:
     """(allocated-memory limit, host memory) in MiB: the reserved capacity of the composition over
     one plus the allocator fraction, rounded down."""
     from planner.cost.compose import memory_limits
@@ -316,4 +468,7 @@ def lever_indices(space: Space, flat: int) -> dict[str, int]:
 
 
 def lever_values(space: Space, idx: dict[str, int]) -> dict:
-    return {k: space.levers[k][i] for k, i in idx.items()}
+    return {**space.pinned, **{k: space.levers[k][i] for k, i in idx.items()}}
+
+
+__all__ = ["GROUPS", "RULE_GROUPS", "Tables", "build_tables", "combos", "lever_indices", "lever_values", "MiB", "COL"]

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import sys
-from functools import lru_cache
+from functools import lru_cache, cache
 from pathlib import Path
 from typing import TypeVar
 
@@ -255,7 +255,7 @@ def spec_hash(spec: BaseModel) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _catalog(kind: str) -> dict[str, Path]:
     """name or alias (lower-case) -> file, for 'models' or 'hw_specs'."""
     folder = catalog_root() / kind
@@ -286,7 +286,7 @@ def catalog_names(kind: str) -> list[str]:
     return sorted({p.stem for p in _catalog(kind).values()})
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_catalog_file(kind: str, path: Path):
     from planner.specs.hardware import HardwareSpec
     from planner.specs.model import ModelSpec

@@ -8,9 +8,35 @@ same constants must predict every model on that generation. Each number carries 
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from planner.specs.common import Sourced, Spec
+
+
+class AllocatorWorkload(Spec):
+    """The caching allocator's reserved-over-allocated gap from what drives it (default settings,
+    PyTorch's CUDACachingAllocator: requests up to 1 MiB from 2 MiB segments, 1-10 MiB from 20 MiB
+    segments, larger ones rounded to 2 MiB in their own segments; a cached block serves a later
+    request only if it is at least as large). Reserved peak = max(forward-backward peak + stranded
+    blocks, optimizer-step peak) x (1 + ``peak_fraction``) + ``base_bytes`` + (``recompute_fraction``
+    when layers recompute + ``pipeline_fraction`` with pipeline parallelism) x the activation peak. Stranded blocks: per-expert tensors the step frees
+    before its activation peak (the optimizer's per-tensor temporaries, the weight gradients written
+    before their accumulation) that the activation blocks, sequence x hidden in bf16, are too large
+    to reuse: a block of size b strands 1 / (1 + (b / (``stranding_ratio`` x activation block))^2)
+    of itself. See planner.cost.compose.Costs.reserved_bytes."""
+
+    base_bytes: Sourced[float]
+    """Cached blocks of the small pool and the allocator's rounding, whatever the workload."""
+    peak_fraction: Sourced[float]
+    """Share of the peak the allocator keeps in partially used segments."""
+    recompute_fraction: Sourced[float]
+    """Share of the activation peak re-created in the backward that recompute adds (the recomputed
+    forward allocates while the backward's gradient blocks are cached)."""
+    pipeline_fraction: Sourced[float]
+    """Share of the activation peak a pipeline schedule adds (1F1B interleaves micro-batches: the
+    blocks one micro-batch's backward frees sit between the later ones' activations)."""
+    stranding_ratio: Sourced[float]
+    """Block size over the activation block at which half of a freed block is stranded."""
 
 
 class MemoryOverheads(Spec):
@@ -24,6 +50,9 @@ class MemoryOverheads(Spec):
     allocator_fraction_expandable: Sourced[float]
     """The same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place, so
     transient peaks leave far less stranded memory)."""
+    allocator_workload: AllocatorWorkload | None = None
+    """Reserved above allocated as a function of the workload, default allocator settings (where
+    measured); None: ``allocator_fraction`` of the allocated peak."""
     gemm_workspace_bytes: Sourced[float]
     """cuBLAS/cuBLASLt workspace per stream that runs GEMMs (Transformer Engine's size)."""
     gemm_workspace_streams: Sourced[int]
@@ -106,6 +135,20 @@ class ComputeEfficiency(Spec):
     linear_host_bwd_s: Sourced[float] | None = None
     """The same in the backward (the autograd function's Python backward, DDP's per-parameter
     gradient hook, the compiled activation's backward wrapper). None: 0."""
+    moe_layer_host_fwd_s: Sourced[float] | None = None
+    """Host (Python) seconds of one local-spec MoE layer in the forward beyond its linear calls and
+    kernel launches: TopKRouter (scores, top-k, aux-loss tracker), the alltoall dispatcher's
+    permutation bookkeeping and SequentialMLP's split and concatenation around its experts; fixed
+    per layer, whatever the expert count. None: 0."""
+    moe_layer_host_bwd_s: Sourced[float] | None = None
+    """The same in the backward (the autograd nodes of those modules). None: 0."""
+    te_moe_layer_host_s: Sourced[float] | None = None
+    """Host seconds per MoE layer and pass with Transformer Engine when nothing of the layer is
+    captured in a CUDA graph (eager router, dispatcher preprocessing and bookkeeping, permutation,
+    grouped-GEMM splits, unpermutation), after the dispatcher's host sync."""
+    te_moe_layer_host_scoped_s: Sourced[float] | None = None
+    """The same with the router and the dispatcher preprocessing captured (CUDA graph scopes
+    moe_router and moe_preprocess): the dispatch, experts and unpermutation stay eager."""
     optimizer_bytes_per_param: Sourced[float] | None = None
     """Override of the optimizer-step HBM traffic per locally updated parameter (otherwise derived
     from the precision of master weights, gradients and moments)."""
@@ -153,7 +196,7 @@ class EfficiencyProfile(Spec):
     """Collective efficiencies for the communication model (required by planner.cost.time)."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_efficiency(generation: str) -> EfficiencyProfile:
     from planner.errors import PlannerError
     from planner.specs.catalog import catalog_root, read_yaml, validate_spec

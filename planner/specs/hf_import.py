@@ -92,7 +92,8 @@ class _Config:
             raise self.error(field, "is missing", hint=f"A {self.model_type} config.json must give '{field}'.")
         return default
 
-    def number(self, field: str, default: Any = _MISSING) -> float:
+    def number(self, field: str, default: Any = _MISSING) -> float | None:
+        """A finite number; None only when the field is absent and the default is None."""
         value = self._get(field, default)
         if value is None:
             return value
@@ -396,7 +397,7 @@ def _llama4(c: _Config) -> dict:
             raise c.error("no_rope_layers", f"must list 0 or 1 for each of the {L} layers, not {_short(listed)}")
         nope = [i for i, x in enumerate(listed) if x == 0]
         step = nope[0] + 1 if nope else None
-        if nope and nope != list(range(step - 1, L, step)):
+        if step is not None and nope != list(range(step - 1, L, step)):
             raise c.error("no_rope_layers", "has no-RoPE layers planner cannot express: it models every n-th layer "
                           "(n-1, 2n-1, ...)")
     else:
@@ -648,7 +649,8 @@ def _model_type(path: Path, data: dict) -> str:
 def _looks_like_llama(data: dict) -> str | None:
     """'dense' or 'moe' when a config has the fields of a Llama-shaped decoder, else None."""
     keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    nested = data.get("text_config")
+    text = nested if isinstance(nested, dict) else data
     if not all(isinstance(text.get(k), int) and not isinstance(text.get(k), bool) for k in keys):
         return None
     return "moe" if any(k in text for k in ("num_local_experts", "num_experts", "n_routed_experts")) else "dense"
@@ -681,14 +683,14 @@ def import_hf_config(path: str | Path):
     model_type = _model_type(path, data)
     family, text, prefix = model_type, data, ""
     if model_type in _NESTED:
-        text = data.get("text_config")
-        if not isinstance(text, dict):
+        nested = data.get("text_config")
+        if not isinstance(nested, dict):
             raise PlannerError(
                 f"HuggingFace config '{path}' (model_type {model_type}): field 'text_config' is "
-                + ("missing" if text is None else f"{_short(text)}, not a mapping")
+                + ("missing" if nested is None else f"{_short(nested)}, not a mapping")
                 + f": a {model_type} config nests its text model there.",
                 hint="Give the model's published config.json.")
-        family, prefix = _NESTED[model_type], "text_config."
+        family, text, prefix = _NESTED[model_type], nested, "text_config."
         inner = text.get("model_type")
         if inner is not None and inner != family and not (family == "kimi_k2" and inner == "deepseek_v3"):
             raise PlannerError(

@@ -254,9 +254,19 @@ def even_layout_symbols(model: ModelSpec, pp: int, vpp: int) -> tuple[str, ...]:
 
 def suggest_layout(model: ModelSpec, pp: int, vpp: int) -> str:
     """An uneven layout that balances layers, lighter on the first (embedding) and last (loss,
-    MTP) chunks, as the Megatron-Core DeepSeek-V3 recipes do."""
+    MTP) chunks, as the Megatron-Core DeepSeek-V3 recipes do. With more chunks than decoder layers
+    (at most L + 2) the embedding and the loss take chunks of their own, as in the Megatron-Bridge
+    Llama 3.1 405B recipe's ``E|(t|)*126L``."""
     chunks = pp * vpp
     L = model.num_layers
+    tail = "m" * model.mtp_layers + "L"
+    if chunks == L + 2:  # one decoder layer per chunk, the embedding and the loss on their own
+        return format_layout(["E"] + ["t"] * L + [tail])
+    if chunks == L + 1:  # the loss (output projection, MTP) is the heavier end: it gets its own chunk
+        return format_layout(["Et"] + ["t"] * (L - 1) + [tail])
+    if chunks > L + 2:
+        raise _rule("layers-per-chunk", f"{chunks} virtual stages for {L} decoder layers, the embedding and the "
+                    "loss: some stage would be empty.")
     base, extra = divmod(L, chunks)
     counts = [base] * chunks
     # Give the remainder to middle chunks first, the end chunks carry embedding/loss work.
@@ -298,7 +308,7 @@ def uneven_layout_symbols(model: ModelSpec, pp: int, vpp: int, first: int | None
                 f"Pipeline rank {r} would hold {n} layers, not divisible by vpp={vpp} (TransformerConfig).",
             )
     syms = []
-    for v in range(vpp):
+    for _ in range(vpp):
         for r in range(pp):
             syms.append("t" * (per_rank[r] // vpp))
     syms[0] = "E" + syms[0]
@@ -316,10 +326,28 @@ def _rank_and_chunk(i: int, pp: int, placement: str) -> tuple[int, int]:
     return i % pp, i // pp
 
 
+_BUILT: dict[tuple, tuple[object, PipelineLayout]] = {}
+"""Layouts built, by (model identity, pp, vpp, layout, placement): the launcher rules of a search
+resolve the same few layouts for every lever combination they check. The model object is kept
+with each entry, so an identity is never reused while its entry lives."""
+
+
 def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None, schedule: str | None = None) -> PipelineLayout:
     """Resolve the plan's layout (or the even default) into virtual stages, checking it against
     the model the way Megatron's PipelineParallelLayerLayout.validate_layer_layout does; the
     schedule's placement says which rank holds each stage."""
+    key = (id(model), pp, vpp, layout, placement_of(schedule))
+    hit = _BUILT.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    built = _build_layout(model, pp, vpp, layout, schedule)
+    if len(_BUILT) > 4096:
+        _BUILT.clear()
+    _BUILT[key] = (model, built)
+    return built
+
+
+def _build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None, schedule: str | None) -> PipelineLayout:
     placement = placement_of(schedule)
     syms = parse_layout(layout) if layout else even_layout_symbols(model, pp, vpp)
     empty = [i for i, st in enumerate(syms) if not st]

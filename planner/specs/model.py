@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from planner.specs.common import (
-    MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_SEQ_LEN, GpuCount, LayerCount, NonNegInt, NotBool, PositiveFloat, PositiveInt, Sourced, Spec,
+    MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_SEQ_LEN, GpuCount, LayerCount, NotBool, PositiveFloat, PositiveInt, Sourced, Spec,
 )
 
 Width = Annotated[int, NotBool, Field(gt=0, le=2**20)]
@@ -78,7 +78,7 @@ class GQAAttention(Spec):
     query_pre_attn_scalar 168); no effect on memory or time."""
 
     @model_validator(mode="after")
-    def _kv_heads_divide(self) -> "GQAAttention":
+    def _kv_heads_divide(self) -> GQAAttention:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads ({self.num_heads}) must be divisible by num_kv_heads "
@@ -216,7 +216,7 @@ class MoE(Spec):
     """Groups each token may use (topk_group)."""
 
     @model_validator(mode="after")
-    def _topk_fits(self) -> "MoE":
+    def _topk_fits(self) -> MoE:
         if self.top_k > self.num_experts:
             raise ValueError(
                 f"top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts}): "
@@ -358,7 +358,7 @@ class ModelSpec(Spec):
     """Anything about the architecture the fields above do not capture."""
 
     @model_validator(mode="after")
-    def _moe_layers_fit(self) -> "ModelSpec":
+    def _moe_layers_fit(self) -> ModelSpec:
         if self.moe is not None and self.moe.first_k_dense > self.num_layers:
             raise ValueError(
                 f"moe.first_k_dense ({self.moe.first_k_dense}) exceeds num_layers ({self.num_layers})"

@@ -404,7 +404,7 @@ class Plan(Spec):
 
     # ---- string form -----------------------------------------------------------------------
     @classmethod
-    def parse(cls, text: str) -> "Plan":
+    def parse(cls, text: str) -> Plan:
         """Read 'key=value,key=value' (see :func:`parse_pairs`)."""
         return cls.from_mapping(parse_pairs(text))
 
@@ -416,7 +416,7 @@ class Plan(Spec):
         return {k: getattr(plan, k) for k in pairs}
 
     @classmethod
-    def from_mapping(cls, values: dict) -> "Plan":
+    def from_mapping(cls, values: dict) -> Plan:
         """Build from a dict (JSON form or parsed string), with errors that name the key."""
         unknown = [k for k in values if k not in cls.model_fields]
         if unknown:
@@ -445,10 +445,10 @@ class Plan(Spec):
         dumped = self.model_dump(mode="json")
         return {k: dumped[k] for k in KEY_ORDER if dumped[k] is not None}
 
-    def replace(self, **changes) -> "Plan":
+    def replace(self, **changes) -> Plan:
         return Plan.model_validate({**self.model_dump(), **changes})
 
-    def canonical_for(self, model, hw, job) -> "Plan":
+    def canonical_for(self, model, hw, job) -> Plan:
         """The canonical plan on this model, hardware (its default dispatcher; alltoall without
         hardware) and job (its default precision)."""
         return self.canonical(is_moe=model.is_moe,
@@ -456,7 +456,7 @@ class Plan(Spec):
                               default_precision=job.default_precision)
 
     def canonical(self, *, is_moe: bool, default_dispatcher: str | None = None,
-                  default_precision: str | None = None) -> "Plan":
+                  default_precision: str | None = None) -> Plan:
         """Normalize so that plans which run identically compare equal: vpp=1 without PP, no expert
         keys on dense models, etp written out, dp dropped (derived), the dispatcher and precision
         made explicit, EP overlap off where there is no EP, the default schedule left out."""

@@ -174,6 +174,11 @@ def resolve_run(run: RunSpec):
         sj = job_from_script(run.megatron_args, model=None if arch else run.model, hw=run.hardware, gpus=run.gpus,
                              model_overrides=dict(run.model_overrides) or None, memory_margin_gib=0.0)
         model, job, plan = sj.model, sj.job, sj.plan
+        from planner.launchers.megatron.read import assumptions_from_flags
+
+        flagged = {k: v for k, v in assumptions_from_flags(sj.args.values).items() if k not in run.assumptions}
+        if flagged:
+            assumptions = assumptions.model_copy(update=flagged)
         # Without architecture flags the reader's model hints are Megatron's defaults, not the run's.
         disagree = list(sj.mismatches) if arch else []
         base = model.name.split("-mtp")[0] if model.name.startswith(run.model) else model.name

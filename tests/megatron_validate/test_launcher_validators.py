@@ -159,7 +159,7 @@ def test_torchtitan_accepts_exported_invocations():
         launch = torchtitan_launch(setup, torchtitan_config=cfg)
         launches.append((setup, launch))
         reqs.append({"argv": launch.argv(), "world_size": g})
-    for (setup, launch), r in zip(launches, _run("torchtitan_check.py", reqs)):
+    for (setup, _launch), r in zip(launches, _run("torchtitan_check.py", reqs)):
         assert r["ok"], (setup.plan.to_string(), r)
         assert r["dp_replicate"] * r["dp_shard"] == setup.deg.dp
         assert (r["tp"], r["cp"], r["pp"]) == (setup.deg.tp, setup.deg.cp, setup.deg.pp)

@@ -374,23 +374,46 @@ def _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) -> list[dict]:
 
 def item_times(name, p, v, ms, chunks, delay_wgrad, pair_overlap, rank_keys=None) -> list[dict]:
     """Per rank, the :class:`ItemTime` of every item kind it runs with any of the micro-batch
-    counts ``ms`` (an item's timing does not depend on m); ranks with equal ``rank_keys`` have
-    equal chunks and share their items."""
-    rank_keys = list(range(p)) if rank_keys is None else rank_keys
+    counts ``ms`` (an item's timing does not depend on m). An item reads only the chunks it runs
+    (:func:`local_item`): items whose chunks hold equal layer times, on any rank, share one
+    timing (``rank_keys`` is accepted for callers that know ranks alike; the content key finds
+    them as well)."""
     seen: dict = {}
     out = []
     for r in range(p):
         kinds = dict.fromkeys(k for m in ms for k in item_counts(name, p, v, m, r, pair_overlap))
+        prints = [_fingerprint(ch) for ch in chunks[r]]
         probe = None
         per = {}
         for k in kinds:
-            key = (rank_keys[r], k)
+            local, used = local_item(k)
+            key = (local, tuple(prints[c] for c in used))
             if key not in seen:
                 probe = _probe(chunks[r]) if probe is None else probe
-                seen[key] = item_time(k, chunks[r], delay_wgrad, pair_overlap, probe)
+                seen[key] = item_time(local, tuple(chunks[r][c] for c in used), delay_wgrad, pair_overlap,
+                                      tuple(probe[c] for c in used))
             per[k] = seen[key]
         out.append(per)
     return out
+
+
+def local_item(key: tuple) -> tuple[tuple, tuple[int, ...]]:
+    """An item kind with its chunks renumbered 0, 1 in the order it reads them, and those chunks:
+    an item's graph reads its own chunks' layers only (:func:`item_graph`), so equal layers give
+    equal timings whichever chunks hold them."""
+    used = tuple(dict.fromkeys((key[1], key[3]) if key[0] == "pair" else (key[2],)))
+    at = {c: i for i, c in enumerate(used)}
+    local = ("pair", at[key[1]], key[2], at[key[3]]) if key[0] == "pair" else ("op", key[1], at[key[2]])
+    return local, used
+
+
+def _fingerprint(layers) -> tuple:
+    """A chunk's layer times as a hashable value (fields' numbers, arrays by their bytes)."""
+    def one(x):
+        a = np.asarray(x, dtype=float)
+        return (a.shape, a.tobytes())
+
+    return tuple(tuple(one(getattr(lt, f.name)) for f in dataclasses.fields(LayerTimes)) for lt in layers)
 
 
 def slice_items(items: list[dict], idx) -> list[dict]:

@@ -33,8 +33,10 @@ def width(name: str, v: int) -> int:
     return s.chunks(v) * (2 if s.splits_backward else 1)
 
 
-def held_before(name: str, p: int, v: int, m: int, rank: int) -> list[tuple[object, tuple[int, ...]]]:
-    """(op, held vector just before it) for every op of the rank, in order."""
+@lru_cache(maxsize=1024)
+def held_before(name: str, p: int, v: int, m: int, rank: int) -> tuple[tuple[object, tuple[int, ...]], ...]:
+    """(op, held vector just before it) for every op of the rank, in order (cached: the memory
+    tables ask for the same rank's vectors once per lever combination)."""
     n = schedule(name).chunks(v)
     held = [0] * width(name, v)
     out = []
@@ -52,7 +54,7 @@ def held_before(name: str, p: int, v: int, m: int, rank: int) -> list[tuple[obje
             else:
                 held[n + c] -= 1
     assert not any(held), f"{name}: rank {rank} ends the step holding {held}"
-    return out
+    return tuple(out)
 
 
 def profiles(name: str, p: int, v: int, m: int, rank: int):

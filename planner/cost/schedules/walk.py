@@ -230,7 +230,7 @@ class _Builder:
             xf = self.tasks.add(src, f"p2p:{dst}", self.times.p2p, deps, "p2p")
             self.tasks.outputs[("X", *key)] = self.tasks.outputs[key] = [xf]
 
-    def join(self, rank: int, *chains: "Chain") -> None:
+    def join(self, rank: int, *chains: Chain) -> None:
         """The compute stream waits for the item's communication (``StepTimes.join_items``)."""
         ends = [t for ch in chains for t in ch.last if self.tasks.stream[t] != COMPUTE]
         if self.times.join_items and ends:

@@ -442,7 +442,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     ep = _int(v, "expert_model_parallel_size", 1)
     etp = _int(v, "expert_tensor_parallel_size")
     mbs = _int(v, "micro_batch_size", 1)
-    L = _int(v, "num_layers")
+    _int(v, "num_layers")  # refused here when not an integer; the layer count is read with the model
 
     # ---- virtual pipeline --------------------------------------------------------------------
     vpp, layout = _pipeline_from_flags(v, pp, notes)
@@ -700,3 +700,35 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
         plan = plan.replace(vpp=vpp, layout=layout)
     canon = export_canonical(plan, m, h, j)
     return ScriptJob(label, args, m, model_source, h, hardware_source, j, canon, mismatches, notes)
+
+
+def assumptions_from_flags(values: dict) -> dict:
+    """The planner Assumptions fields a Megatron launch sets (lever specs in
+    docs/research/levers-2026.md): ``fp8_recipe`` from ``--fp8-recipe`` when FP8 is on (Megatron's
+    default recipe is delayed scaling). Only what the flags state; the caller's own settings win."""
+    out: dict = {}
+    if values.get("fp8"):
+        recipe = values.get("fp8_recipe") or "delayed"
+        if recipe in ("tensorwise", "delayed", "blockwise", "mxfp8"):
+            out["fp8_recipe"] = recipe
+    impl = values.get("cuda_graph_impl")
+    if impl is None and values.get("enable_cuda_graph"):
+        impl = "local"
+    if impl is None and values.get("external_cuda_graph"):
+        impl = "transformer_engine"
+    if impl == "full_iteration":
+        out["cuda_graphs"] = "full_iteration"
+    elif impl in ("local", "transformer_engine"):
+        mods = values.get("cuda_graph_modules") or values.get("cuda_graph_scope_deprecated") or []
+        mods = [mods] if isinstance(mods, str) else list(mods)
+        mods = ["layer" if m == "full" else m for m in mods]  # the older scope name of the whole layer
+        if "full_iteration" in mods:
+            out["cuda_graphs"] = "full_iteration"
+        else:
+            out["cuda_graphs"] = "scoped"
+            out["cuda_graph_modules"] = tuple(m for m in mods if m in ("attn", "mlp", "moe", "moe_router",
+                                                                       "moe_preprocess", "mamba", "layer"))
+    else:
+        out["cuda_graphs"] = "none"
+    return out
+

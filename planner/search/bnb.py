@@ -1,0 +1,343 @@
+"""Best-first branch and bound over pipeline layouts: the keys whose bounds can reach the K-th
+best plan are costed, the rest are proven out (planner.search.bounds says why each bound holds).
+
+1. Every distinct (degrees, micro-batch size) is costed once at the block level (a context over
+   those rows only): each block's least time and each layer's least kept memory.
+2. Memory: keys whose largest chunk alone exceeds the allocation limit are dropped (with them
+   every larger micro-batch size of the same degrees).
+3. Every layout's keys get the step-time floor of their blocks; layouts are visited in order of
+   their smallest floor.
+4. A visited layout gets its time tables for the keys whose floor is within the bound U (the
+   K-th best plan found so far); their exact time minima (each time term at its minimum over the
+   levers) are floors too, and those keys go back into the queue under them.
+5. Visited again, keys within U get memory and rule tables: their feasible plans lower U.
+The search stops when the next floor exceeds U: no plan of those keys can be among the K best
+(ties at U are visited). CP-SAT then ranks every feasible plan of the keys costed, up to U.
+
+Until U is known, keys are costed a few at a time in small contexts of their own; then one
+context holds every key whose floor is within U. All of them read the block costs of step 1.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.search.tables import (
+    MAX_TABLE_US, MEMORY_TERMS, TIME_TERMS, Layout, RuleTables, Tables, assemble, batch_plans, capacities, layout_of,
+    memory_phase, rule_tables, time_phase, undominated_stages,
+)
+
+INF = np.iinfo(np.int64).max
+
+
+@dataclass
+class Chunk:
+    """Keys of one layout costed together in one context."""
+
+    ctx: object
+    local: np.ndarray
+    """Their rows in ``ctx``."""
+    rows: np.ndarray
+    """Their rows in the space."""
+    time: dict
+    exact_floor: np.ndarray
+    done: np.ndarray
+    """Which are costed in full."""
+
+
+@dataclass
+class LayoutState:
+    """One pipeline layout's keys (space rows, by ascending floor) and what was computed."""
+
+    lay: Layout
+    rows: np.ndarray
+    floor: np.ndarray
+    """Step-time floor (us) of each row from its blocks."""
+    any_floor: np.ndarray
+    """The same for any layout of its degrees (the per-stage refinement's)."""
+    timed: int = 0
+    """rows[:timed] have time tables."""
+    chunks: list = field(default_factory=list)
+    parts: list = field(default_factory=list)
+    """Memory, rule and time tables of the rows costed in full (see tables.assemble), with each
+    row's fastest feasible plan under 'best'."""
+
+
+class BranchAndBound:
+    """The search's lazy tables (see the module docstring)."""
+
+    FIRST_TIMED = 256
+    FIRST_COSTED = 64
+    """Before U is known, a layout's keys get time tables this many at a time and memory tables
+    this many at a time (the fastest by their floors first)."""
+
+    def __init__(self, space, assumptions, want: int, valid, say=None, first_fit: bool = False):
+        self.space, self.assumptions, self.want, self.valid = space, assumptions, want, valid
+        self.first_fit = first_fit
+        """Stop at the first feasible plan of a valid key (whether anything fits, not the best)."""
+        self.say = say or (lambda msg: None)
+        self.cap = capacities(space, assumptions)
+        self.rules = RuleTables(space)
+        self.plans = batch_plans(space)
+        self.dominated = {"memory": 0, "step_time": 0}
+        """Keys proven out: by the memory bound, by a step-time bound (never costed in full)."""
+        self.U = INF
+        self.pool: list[int] = []
+        """Step times (us) of the best plans of valid keys seen, at most ``want`` (a max-heap)."""
+        self.layouts: list[LayoutState] = []
+        self.probe = self.main = None
+        self.main_local: np.ndarray | None = None
+        self.mem_floor = np.zeros(len(space), dtype=np.int64)
+        self.visits = {"time": 0, "memory": 0}
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    def _context(self, keys: np.ndarray):
+        from planner.cost.compose import CostContext, KeyTable
+
+        sp = self.space
+        if self.probe is None:
+            return CostContext.for_structs(sp.model, sp.hw, sp.job, self.assumptions, keys)
+        ctx = CostContext(sp.model, sp.hw, sp.job, self.assumptions, KeyTable(sp.hw, sp.job, self.assumptions, keys),
+                          self.probe.rates)
+        ctx.share_blocks(self.probe)
+        return ctx
+
+    def _layout(self, pp: int, vpp: int, li: int, schedule: str | None) -> Layout:
+        return layout_of(self.space, pp, vpp, li, schedule)
+
+    def setup(self) -> None:
+        from planner.search.bounds import block_floors, constant_floors, kept_floors, memory_floors, time_floors
+
+        sp = self.space
+        self.say(f"bounding {len(sp):,} structural keys")
+        self.probe = self._context(sp.fm_keys)
+        kept = kept_floors(self.probe, sp)
+        floors = block_floors(self.probe, sp)
+        for (pp, vpp, li, sched), rows in sp.groups():
+            lay = self._layout(pp, vpp, li, sched)
+            fmi = sp.fm_of[rows]
+            ufm, inv = np.unique(fmi, return_inverse=True)
+            constant = constant_floors(sp, lay.layout, sp.fm_keys[ufm])[:, inv.reshape(-1)]
+            mem = memory_floors(self.probe, kept, sp.model, lay.layout, fmi, constant)
+            self.mem_floor[rows] = mem
+            keep = mem <= self.cap[0]
+            self.dominated["memory"] += int((~keep).sum())
+            rows, fmi = rows[keep], fmi[keep]
+            if not len(rows):
+                continue
+            this, anyl = time_floors(self.probe, floors, lay.layout, fmi, lay.schedule)
+            order = np.argsort(this, kind="stable")
+            self.layouts.append(LayoutState(lay, rows[order], this[order], anyl[order]))
+
+    # ---- the visit ------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.setup()
+        seq = itertools.count()
+        heap = [(int(st.floor[0]), next(seq), 0, g, 0) for g, st in enumerate(self.layouts)]
+        heapq.heapify(heap)
+        while heap:
+            bound, _, kind, g, c = heapq.heappop(heap)
+            if bound > self.U or (self.first_fit and self.U < INF):
+                break
+            st = self.layouts[g]
+            if kind == 0:
+                for item in self._time(st, g):
+                    heapq.heappush(heap, (item[0], next(seq), *item[1:]))
+            else:
+                nxt = self._memory(st, st.chunks[c])
+                if nxt is not None:
+                    heapq.heappush(heap, (nxt, next(seq), 1, g, c))
+        costed = sum(len(p["ids"]) for p in self.parts())
+        self.dominated["step_time"] = sum(len(st.rows) for st in self.layouts) - costed
+
+    def _time(self, st: LayoutState, g: int) -> list[tuple]:
+        """Time tables of the next rows within U: heap items for their memory visit and, when
+        rows are left, the layout's next time visit."""
+        hi = int(np.searchsorted(st.floor, self.U, side="right")) if self.U < INF else len(st.rows)
+        if self.main is None:
+            hi = min(hi, st.timed + self.FIRST_TIMED)
+        if hi <= st.timed:
+            return []
+        rows = st.rows[st.timed:hi]
+        st.timed = hi
+        self.visits["time"] += 1
+        if self.main is not None:
+            ctx, local = self.main, self.main_local[rows]
+        else:
+            ctx, local = self._context(self.space.keys[rows]), np.arange(len(rows))
+        time = time_phase(ctx, self.space, st.lay, local, self.plans)
+        floor = sum(time[k].min(axis=1) for k in TIME_TERMS)
+        st.chunks.append(Chunk(ctx, local, rows, time, floor, np.zeros(len(rows), dtype=bool)))
+        out = [(int(floor.min()), 1, g, len(st.chunks) - 1)]
+        if hi < len(st.rows):
+            out.append((int(st.floor[hi]), 0, g, 0))
+        return out
+
+    def _memory(self, st: LayoutState, ch: Chunk) -> int | None:
+        """Memory and rule tables of the chunk's rows within U (a few while U is unknown);
+        returns the chunk's next bound when rows are left, else None."""
+        pending = np.flatnonzero(~ch.done & (ch.exact_floor <= self.U))
+        if not len(pending):
+            return None
+        if self.U == INF:
+            pending = pending[np.argsort(ch.exact_floor[pending], kind="stable")][:self.FIRST_COSTED]
+        sel = np.sort(pending)
+        ch.done[sel] = True
+        self.visits["memory"] += 1
+        part = {k: v[sel] for k, v in ch.time.items()}
+        part.update(memory_phase(ch.ctx, self.space, st.lay, ch.local[sel], self.plans))
+        part["structs"] = [self.space.struct(int(i)) for i in ch.rows[sel]]
+        part["R1"], part["R2"] = rule_tables(self.rules, part["structs"])
+        part["ids"] = ch.rows[sel]
+        part["kept"] = undominated_stages([st.lay.pp] * len(sel), *(part[k] for k in MEMORY_TERMS))
+        part["best"], smallest = self._plan_times(part)
+        st.parts.append(part)
+        had = self.U
+        self._lower_bound(part["ids"], part["best"], smallest)
+        if had == INF and self.U < INF:
+            self._main_context()
+        left = ~ch.done & (ch.exact_floor <= self.U)
+        return int(ch.exact_floor[left].min()) if left.any() else None
+
+    def _main_context(self) -> None:
+        """One context for every key not yet timed whose floor is within U (U only decreases)."""
+        rows = [st.rows[st.timed:int(np.searchsorted(st.floor, self.U, side="right"))] for st in self.layouts]
+        rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        if not len(rows):
+            return
+        self.main = self._context(self.space.keys[rows])
+        self.main_local = np.full(len(self.space), -1, dtype=np.int64)
+        self.main_local[rows] = np.arange(len(rows))
+
+    def _plan_times(self, part: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's fastest feasible plan and its ``want`` fastest (us; INF when fewer)."""
+        from planner.search.exhaustive import group_index_vectors, plan_costs
+
+        t = assemble(self.space, [part], self.cap)
+        gi, _ = group_index_vectors(t)
+        ok, times = plan_costs(t, np.arange(len(t.structs)), gi)
+        times = np.where(ok & (times < MAX_TABLE_US), times, INF)
+        k = min(self.want, times.shape[1])
+        smallest = np.sort(np.partition(times, k - 1, axis=1)[:, :k], axis=1)
+        return smallest[:, 0], smallest
+
+    def _lower_bound(self, gids: np.ndarray, best: np.ndarray, smallest: np.ndarray) -> None:
+        """Merge the plans of valid rows into the pool; U becomes the want-th best time."""
+        for i in np.argsort(best, kind="stable"):
+            if best[i] >= INF or best[i] > self.U:
+                break
+            if not self.valid(int(gids[i])):
+                continue
+            for t in smallest[i]:
+                if t > self.U or t >= INF:
+                    break
+                if len(self.pool) < self.want:
+                    heapq.heappush(self.pool, -int(t))
+                else:
+                    heapq.heappushpop(self.pool, -int(t))
+                if len(self.pool) == self.want:
+                    self.U = -self.pool[0]
+
+    # ---- results --------------------------------------------------------------------------------
+    def parts(self) -> list[dict]:
+        return [p for st in self.layouts for p in st.parts]
+
+    def candidates(self) -> Tables:
+        """The tables of the valid costed keys whose fastest plan is within U, in global order."""
+        parts = []
+        for p in self.parts():
+            sel = np.flatnonzero((p["best"] <= self.U) & (p["best"] < INF))
+            sel = [i for i in sel if self.valid(int(p["ids"][i]))]
+            if sel:
+                parts.append(_part_subset(p, np.array(sel)))
+        return _ordered(assemble(self.space, parts, self.cap))
+
+    DIAGNOSIS_KEYS = 4096
+    DIAGNOSIS_LAYOUTS = 16
+    """When nothing fits, the keys the memory bound left out are costed for the diagnosis, best
+    first by their floors, while they hold at most this many keys and pipeline layouts (a
+    layout's tables cost the same for one key or a thousand of it)."""
+
+    def all_costed(self) -> Tables:
+        """Every costed key's tables and, when no plan fits, those of the keys the memory bound
+        left out whose floor is below the smallest peak found (see DIAGNOSIS_KEYS):
+        :attr:`exact_peak` says whether that smallest peak is the whole space's."""
+        parts = self.parts()
+        self.exact_peak = True
+        if self.U < INF:
+            return _ordered(assemble(self.space, parts, self.cap))
+        from planner.search.diagnose import smallest_peak
+        from planner.search.tables import build_tables
+
+        sp = self.space
+        t = assemble(sp, parts, self.cap)
+        best = smallest_peak(t, range(len(t.structs)))[0] if parts else np.inf
+        costed = {int(g) for p in parts for g in p["ids"]}
+        order = [int(i) for i in np.argsort(self.mem_floor, kind="stable") if int(i) not in costed]
+        extra, layouts, i = [], set(), 0
+        pp, vpp, lo, sc = sp.col("pp"), sp.col("vpp"), sp.layout_of, sp.schedule_col()
+        while i < len(order) and self.mem_floor[order[i]] < best:
+            chunk = []
+            while i < len(order) and len(chunk) < 64 and self.mem_floor[order[i]] < best:
+                g = order[i]
+                lay = (int(pp[g]), int(vpp[g]), int(lo[g]), int(sc[g]))
+                if lay not in layouts and len(layouts) >= self.DIAGNOSIS_LAYOUTS or i >= self.DIAGNOSIS_KEYS:
+                    break
+                layouts.add(lay)
+                chunk.append(g)
+                i += 1
+            if not chunk:
+                self.exact_peak = False
+                break
+            rows = np.sort(np.array(chunk))
+            part = build_tables(sp, assumptions=self.assumptions, ids=rows, rules=self.rules,
+                                structs=[sp.struct(int(g)) for g in rows])
+            extra.append(part)
+            best = min(best, smallest_peak(part, range(len(rows)))[0])
+        tables = [t] + extra
+        return _ordered(_concat(self.space, tables, self.cap))
+
+    def best_of(self) -> dict[int, int]:
+        """Fastest feasible plan (us) of every costed key (INF when none fits)."""
+        return {int(g): int(b) for p in self.parts() for g, b in zip(p["ids"], p["best"])}
+
+    def timed_floors(self) -> list[tuple[int, int]]:
+        """(exact time floor us, global id) of every key with time tables, ascending."""
+        out = []
+        for st in self.layouts:
+            for ch in st.chunks:
+                out += [(int(f), int(r)) for f, r in zip(ch.exact_floor, ch.rows)]
+        return sorted(out)
+
+    def row_tables(self, gid: int) -> Tables | None:
+        """The full tables of one costed key, or None."""
+        for p in self.parts():
+            hit = np.flatnonzero(p["ids"] == gid)
+            if len(hit):
+                return assemble(self.space, [_part_subset(p, hit)], self.cap)
+        return None
+
+
+def _concat(space, tables: list[Tables], cap) -> Tables:
+    parts = []
+    for t in tables:
+        if len(t.structs):
+            p = {k: getattr(t, k) for k in (*MEMORY_TERMS, *TIME_TERMS, "R1", "R2")}
+            p.update(structs=t.structs, ids=t.ids, kept=t.stages_kept)
+            parts.append(p)
+    return assemble(space, parts, cap)
+
+
+def _ordered(t: Tables) -> Tables:
+    return t.subset(np.argsort(t.ids, kind="stable"))
+
+
+def _part_subset(part: dict, sel: np.ndarray) -> dict:
+    out = {k: (v[sel] if isinstance(v, np.ndarray) else v) for k, v in part.items()}
+    out["structs"] = [part["structs"][i] for i in sel]
+    out["kept"] = [part["kept"][i] for i in sel]
+    return out

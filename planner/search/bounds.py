@@ -1,0 +1,255 @@
+"""Bounds that leave structural keys out of the search, each a dominance proof inside planner's
+own model: a key is left out only when no lever choice of it can fit, or none can be among the
+K fastest, as computed by the same composition (planner.cost.compose) that fills the tables. The
+oracle (``--solver exhaustive``) applies none of them; the tests compare the two on small spaces.
+
+**Memory** (:func:`memory_floors`). On every pipeline rank the allocated peak is at least its
+constant memory plus its activation peak, and the activation peak is at least each of the rank's
+chunks' forward rise with nothing else held (every chunk runs a forward; the in-flight counts
+before it are >= 0, and activation offload scales held chunks, never the running one), which is
+at least the kept bytes of the chunk's decoder layers for one micro-batch. Each layer's kept bytes
+are taken at their least over the space's recompute, precision and EP-overlap options, constant
+memory (each rank's own parameters) at its least over sharding, moments and offload
+(:func:`constant_floors`). A key whose bound exceeds the allocation limit
+fits under no lever choice. The bound grows with the micro-batch size (every activation term
+scales with the micro-batch's tokens, constant memory does not change), so when a micro-batch
+size exceeds the limit, every larger one does too: the search's micro-batch sizes end where memory
+does.
+
+**Step time** (:func:`time_floors`). A rank's time per micro-batch is the sum of its blocks'
+compute and exposed communication, plus its exposed pipeline send/receive (>= 0); each block is
+taken at its least over the row levers (recompute, precision, dispatcher, EP overlap: the other
+levers do not change a block). The pipeline phase is :func:`planner.cost.pipeline.pipeline_time`
+of the rank times (plus fill/drain latency >= 0 and activation-offload stalls >= 0), which does not
+decrease when any rank's time grows; the data-parallel sync and the optimizer step are >= 0. So
+``pipeline_time`` of the least rank times bounds every plan of the key from below. Under the
+schedules the closed forms do not cover (zero bubble, DualPipe, DualPipeV: planner.cost.walked)
+a rank still runs its own chunks' compute one op at a time on its compute stream, every pass of
+them (all micro-batches, half with DualPipe's two directions), and the overlap there hides
+communication only: each rank's least compute times its passes bounds those plans. For any other
+layout of the same degrees (the per-stage refinement's), the rank times still sum to at least the
+blocks' total, and ``pipeline_time`` (m * max + (sum - max) / v) is smallest for a given sum when
+the ranks are balanced: that is ``any_layout``. The search costs a layout's keys only while their
+bound is within the K-th best plan found so far (best first); the rest are proven out.
+
+**Per-stage refinement** (:func:`refinement_can_win`). The per-stage model keeps the degrees and
+levers and minimizes the slowest rank's time per micro-batch; with integer layers it can do no
+better than spreading the layers of the most common kind alone (each at its least time, the
+others ignored) over the ranks, each rank carrying its fixed embedding/head/MTP and send/receive
+times, nor better than the ranks' total over the ranks, nor better than any rank's time with the
+least layers the model lets each of its chunks hold (the cheaper kind wherever the layer order
+lets it be: chunk c starts at layer c * least or later). When that bound is no better than the
+plan's own slowest rank, and the plan fits, the solver cannot win and is not run
+(tests/test_search_stages.py checks the gate against the ungated solver).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+
+import numpy as np
+
+MiB = 2**20
+
+
+def row_variants(space) -> list:
+    """Typed levers of every combination of the row levers (the others at their first option)."""
+    from planner.search.tables import ROW, lever_setting
+
+    base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
+    return [lever_setting({**base, **dict(zip(ROW, v))}) for v in itertools.product(*(space.levers[k] for k in ROW))]
+
+
+def _layer_settings(lv) -> list[tuple]:
+    """(compute recompute, communication recompute) pairs a decoder layer of ``lv`` is costed with
+    (planner.cost.compose: full:N and per-stage counts recompute some layers fully, not others)."""
+    setting = lv.recompute_setting()
+    if lv.recompute.kind == "full" and setting is None:
+        return [(None, None), ("full", "full")]
+    return [(setting, setting)]
+
+
+def block_names(model) -> list[str]:
+    return sorted(set(model.layer_kinds)) + ["embedding", "head"] + (["mtp"] if model.mtp_layers else [])
+
+
+def block_floors(ctx, space) -> dict[str, np.ndarray]:
+    """Per block name, the least seconds of one block per micro-batch (compute and exposed
+    communication) over every row-lever variant of the space, per block key of ``ctx``."""
+    kinds = set(space.model.layer_kinds)
+    floors: dict[str, np.ndarray] = {}
+    for lv in row_variants(space):
+        setting = lv.recompute_setting()
+        for name in block_names(space.model):
+            pairs = _layer_settings(lv) if name in kinds else [(None, setting)]
+            for compute_rc, comm_rc in pairs:
+                bc = ctx.block_cost(name, compute_rc, comm_rc, lv)
+                for key, t in ((name, bc.compute + bc.exposed), (name + "/compute", bc.compute)):
+                    t = np.asarray(t, dtype=float)
+                    floors[key] = t if key not in floors else np.minimum(floors[key], t)
+    return floors
+
+
+def rank_block_counts(ctx, layout) -> tuple[list[str], np.ndarray]:
+    """(block names, (pp, names) counts): the blocks each pipeline rank of ``layout`` runs."""
+    from planner.cost.pipeline import chunk_blocks
+
+    names = block_names(ctx.model)
+    counts = np.zeros((layout.pp, len(names)))
+    for r in range(layout.pp):
+        c: Counter = Counter()
+        for ch in layout.rank_stages(r):
+            for name, n, _ in chunk_blocks(ctx.ms, ch.layers, ch.embedding, ch.loss, ch.mtp, 0):
+                c[name] += n
+        counts[r] = [c[n] for n in names]
+    return names, counts
+
+
+def time_floors(ctx, floors: dict, layout, rows: np.ndarray, schedule: str | None = None,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(this layout, any layout of the same degrees): lower bounds in microseconds on the step
+    time of every plan of context rows ``rows`` of ``layout`` under ``schedule``."""
+    from planner.cost.pipeline import pipeline_time
+
+    walked = schedule not in (None, "1f1b", "interleaved")
+    names, counts = rank_block_counts(ctx, layout)
+    bk = ctx.keys.bk_of[rows]
+    per = np.stack([floors[n + "/compute" if walked else n][bk] for n in names])  # (blocks, keys)
+    T = counts @ per  # (pp, keys): each rank's least time per micro-batch
+    m = ctx.keys.col["micro_batches"][rows]
+    total = T.sum(axis=0)
+    if walked:
+        passes = np.asarray(layout.passes(m), dtype=float)
+        this, anyl = passes * T.max(axis=0), passes * total / layout.pp
+    else:
+        this = pipeline_time(list(T), m, layout.vpp)
+        anyl = pipeline_time([total / layout.pp] * layout.pp, m, layout.vpp)
+    # One microsecond of slack for the tables' rounding of each term and summation order.
+    return (np.maximum(np.rint(np.asarray(this) * 1e6) - 1, 0).astype(np.int64),
+            np.maximum(np.rint(np.asarray(anyl) * 1e6) - 1, 0).astype(np.int64))
+
+
+def kept_floors(ctx, space) -> dict[str, np.ndarray]:
+    """Per decoder-layer kind, the least kept bytes of one layer for one micro-batch over the
+    space's recompute, precision and EP-overlap options, per piece key of ``ctx``."""
+    kinds = sorted(set(space.model.layer_kinds))
+    out: dict[str, np.ndarray] = {}
+    seen = set()
+    for lv in row_variants(space):
+        key = (lv.recompute, lv.precision, lv.ep_overlap)
+        if key in seen:
+            continue
+        seen.add(key)
+        pm = ctx.piece_memory(lv)
+        rc_kinds = {lv.recompute.kind} | ({"none"} if lv.recompute.kind == "full" and lv.recompute.layers else set())
+        for kind in kinds:
+            for rk in rc_kinds:
+                kept = np.broadcast_to(np.asarray(pm.layer(kind, rk, kind).kept, dtype=float), (len(ctx.keys.pk_first),))
+                out[kind] = kept if kind not in out else np.minimum(out[kind], kept)
+    return out
+
+
+def chunk_layer_counts(model, layout) -> tuple[list[str], np.ndarray]:
+    """(kinds, (chunks, kinds) counts): the decoder layers of each virtual stage."""
+    kinds = sorted(set(model.layer_kinds))
+    counts = np.array([[sum(1 for i in st.layers if model.layer_kinds[i] == k) for k in kinds]
+                       for st in layout.stages], dtype=float)
+    return kinds, counts
+
+
+def constant_floors(space, layout, keys: np.ndarray) -> np.ndarray:
+    """Per pipeline rank of ``layout`` and key (rows of ``keys``, the space's columns), the least
+    bytes of one GPU's weights, gradients and optimizer states over the space's sharding, moments
+    and offload options: (pp, keys)."""
+    from planner.cost.compose import least_constant_bytes
+    from planner.search.space import COL
+
+    cols = {k: keys[:, COL[k]] for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
+    options = itertools.product(*(space.levers[k] for k in ("sharding", "moments", "offload")))
+    return least_constant_bytes(space.model, layout, cols, options)
+
+
+def memory_floors(ctx, kept: dict, model, layout, rows: np.ndarray, constant: np.ndarray) -> np.ndarray:
+    """Lower bound (MiB, rounded up like the tables) on the allocated peak of every plan of
+    context rows ``rows`` of ``layout``: over the ranks, the most of a rank's least constant
+    memory (``constant``, (pp, keys) bytes: :func:`constant_floors`) plus the kept bytes of its
+    largest chunk."""
+    kinds, counts = chunk_layer_counts(model, layout)
+    pk = ctx.keys.pk_of[rows]
+    per = np.stack([kept[k][pk] for k in kinds])  # (kinds, keys)
+    chunk = counts @ per  # (chunks, keys)
+    rank = np.stack([chunk[[st.index for st in layout.rank_stages(r)]].max(axis=0) for r in range(layout.pp)])
+    held = (constant + rank).max(axis=0)
+    return np.ceil(held / MiB - 1e-9).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-stage refinement's gate.
+# ---------------------------------------------------------------------------------------------
+def spread(n: int, unit: float, fixed: list[float]) -> float:
+    """The least possible slowest-rank time when ``n`` identical layers of ``unit`` seconds are
+    placed on ranks that already carry ``fixed`` seconds (placing each layer on the least loaded
+    rank is optimal for identical items)."""
+    heap = list(fixed)
+    heapq.heapify(heap)
+    for _ in range(n):
+        heapq.heapreplace(heap, heap[0] + unit)
+    return max(heap) if heap else 0.0
+
+
+def slowest_rank_floor(layers: dict[str, int], unit: dict[str, float], fixed: list[float]) -> float:
+    """Lower bound on the slowest rank's time per micro-batch over every layout: the most common
+    layer kind spread alone, every layer at the cheapest kind's time spread, and the average."""
+    kind = max(layers, key=lambda k: (layers[k], k))
+    cheapest = min(unit[k] for k in layers)
+    total = sum(layers[k] * unit[k] for k in layers) + sum(fixed)
+    return max(spread(layers[kind], unit[kind], fixed), spread(sum(layers.values()), cheapest, fixed),
+               total / max(len(fixed), 1))
+
+
+def chunk_layer_bounds(L: int, chunks: int, vpp: int) -> tuple[int, int]:
+    """(least, most) decoder layers of one virtual stage in the per-stage model: every stage holds
+    one at least; with interleaving a rank's chunks stay within one layer of the average (the
+    pipeline formula prices the bubble in average chunk times, which an empty or outsized chunk
+    would make optimistic)."""
+    return (max(1, L // chunks - 1), -(-L // chunks) + 1) if vpp > 1 else (1, L)
+
+
+def rank_floors(pat: tuple[int, str, str], unit: dict, fixed: list[float], pp: int, vpp: int, L: int) -> list[float]:
+    """Per pipeline rank, the least time per micro-batch any layout of the per-stage model gives
+    it: its fixed blocks plus, on each of its chunks (r, r + pp, ...), the least layers a chunk
+    holds (:func:`chunk_layer_bounds`), as many of them of the cheaper kind as can be there. The
+    layers are D of the first kind, then the rest (the model's pattern): chunk c starts at layer
+    c * least or later, so it holds at most max(0, D - c * least) first-kind layers."""
+    D, first, rest = pat
+    lo, _ = chunk_layer_bounds(L, pp * vpp, vpp)
+    cheap, dear = sorted((unit[first], unit[rest]))
+    out = []
+    for r in range(pp):
+        t = fixed[r]
+        for c in range(r, pp * vpp, pp):
+            a = min(lo, max(0, D - c * lo)) if unit[first] <= unit[rest] else 0
+            t += a * unit[first] + (lo - a) * (dear if unit[first] <= unit[rest] else cheap)
+        out.append(t)
+    return out
+
+
+def refinement_can_win(co, model, pp: int, stage_recompute: bool, fits: bool, pat=None, vpp: int = 1) -> bool:
+    """Whether the per-stage model could beat the plan's own layout (see the module docstring):
+    always when the plan does not fit (a layout that fits is the gain); else only when the
+    slowest rank's floor is below the plan's slowest rank. The floor is the most of: the layer
+    spread's bound (:func:`slowest_rank_floor`) and each rank's least time with the least layers
+    its chunks hold (:func:`rank_floors`, with the layer pattern ``pat``)."""
+    if not fits:
+        return True
+    kinds = Counter(model.layer_kinds)
+    unit = {k: co.t_base[k] for k in kinds}  # per-stage recompute only adds time to a layer
+    fixed = [co.p2p[r] + (co.t_base.get("embedding", 0.0) if r == 0 else 0.0)
+             + ((co.t_base.get("head", 0.0) + co.t_base.get("mtp", 0.0) * model.mtp_layers) if r == pp - 1 else 0.0)
+             for r in range(pp)]
+    floor = slowest_rank_floor(dict(kinds), unit, fixed)
+    if pat is not None:
+        floor = max([floor] + rank_floors(pat, unit, fixed, pp, vpp, model.num_layers))
+    return floor < co.slowest * (1 - 1e-9)

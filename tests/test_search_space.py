@@ -1,0 +1,147 @@
+"""The search's space and its bounds (issue 19): every plan the launcher accepts is in the space
+(one-layer chunks, VPP up to the layer count, TP up to the NVLink domain, every micro-batch size
+memory allows), what the user pins wins, and each bound that leaves keys out is a lower bound on
+what the tables (the exhaustive oracle's numbers) give for every key of small spaces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.cost.pipeline import pipeline_time
+from planner.cost.setup import Assumptions
+from planner.errors import NothingFitsError
+from planner.search.driver import Options, run_search
+from planner.search.bnb import BranchAndBound
+from planner.search.exhaustive import group_index_vectors, plan_peaks
+from planner.search.space import COL, Limits, build_space
+from planner.search.tables import build_tables
+from planner.specs.catalog import load_hardware, load_model
+from planner.specs.job import Job
+
+
+def _space(model, hw, gpus, gb, seq=4096, fix=None, maxes=None, precisions=("bf16",)):
+    job = Job(gpus=gpus, global_batch=gb, seq_len=seq, precisions=list(precisions))
+    return build_space(load_model(model), load_hardware(hw), job, limits=Limits.parse(fix, maxes))
+
+
+def _keys(space) -> set[tuple]:
+    cols = [COL[k] for k in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")]
+    return {tuple(int(x) for x in r) for r in space.keys[:, cols]}
+
+
+# ---- what the space holds ---------------------------------------------------------------------
+def test_one_layer_chunks_vpp_beyond_eight_tp_to_the_domain_and_large_micro_batches_are_in():
+    space = _space("korthikanti-megatron-22b", "a100-80gb", 8, 16, 2048)
+    keys = _keys(space)
+    assert (4, 1, 2, 24, 1, 4, 2) in keys  # Calculon's best: tp=4, pp=2, vpp=24 (one layer per chunk), mbs=2
+    # 48 layers: up to 50 chunks on pp=2 (one layer each, the embedding and the loss on their own)
+    assert max(space.col("vpp")) == 25 and max(space.col("tp")) == 8
+    assert max(space.col("mbs")) == 16  # every size dividing the batch per data-parallel rank
+    nvl = _space("deepseek-v3", "gb200-nvl72", 256, 8192)
+    assert max(nvl.col("tp")) == 64 and max(nvl.col("etp")) == 64  # within the 72-GPU domain
+    assert {int(v) for v in nvl.col("vpp")} == set(range(1, 32))  # up to (61 layers + 2) / pp=2
+    assert any("tp <= 72" in d for d in nvl.scope["declared"])
+
+
+def test_fix_and_max_override_every_cap():
+    space = _space("llama3.1-8b", "h100", 512, 256, fix="tp=16,cp=16,vpp=3,pp=2")
+    assert _keys(space) and {(k[0], k[1], k[2], k[3]) for k in _keys(space)} == {(16, 16, 2, 3)}
+    assert not any("tp <=" in d or "cp <=" in d for d in space.scope["declared"])
+    space = _space("llama3.1-8b", "h100", 64, 256, maxes="tp=16,mbs=2")
+    assert max(space.col("tp")) == 16 and max(space.col("mbs")) == 2
+
+
+def test_a_fixed_layout_is_used_as_given():
+    # Megatron-LM's DeepSeek-V3 GB200 guide: 32 stages, the last one without decoder layers (the
+    # guide's run has no MTP; the catalog model has one MTP module, which joins the loss)
+    with pytest.raises(NothingFitsError, match="layout-mtp.*MTP modules"):
+        run_search(load_model("deepseek-v3"), load_hardware("gb200-nvl72"), Job(gpus=256, global_batch=2048, seq_len=4096),
+                   Options(limits=Limits.parse("layout=Et|(tt|)*30L,pp=8,ep=32", None)))
+    layout = "Et|(tt|)*30mL"
+    space = _space("deepseek-v3", "gb200-nvl72", 256, 2048, fix=f"layout={layout},ep=32,tp=1,cp=1,etp=1,mbs=1")
+    assert set(space.layouts) - {None} == {layout}
+    # pp * vpp = 32 stages; pp=1 cannot interleave, pp >= 16 leaves too few GPUs for EP32
+    assert {(int(p), int(v)) for p, v in zip(space.col("pp"), space.col("vpp"))} == {(2, 16), (4, 8), (8, 4)}
+    assert all(space.struct(i).layout == layout for i in range(len(space)))
+
+
+# ---- the bounds against the tables ------------------------------------------------------------
+SMALL = [
+    ("llama3.1-8b", "h100", 8, 64, 4096, "pp=2", "bf16,fp8"),
+    ("qwen3-30b-a3b", "h100", 16, 128, 4096, "pp=4,tp=2,cp=1,ep=8", "bf16"),
+    ("deepseek-v3", "h100", 256, 512, 4096, "pp=8,tp=1,cp=1,ep=32,vpp=4,mbs=2", "bf16"),
+]
+
+
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_bounds_never_exceed_what_the_tables_give(case):
+    model, hw, gpus, gb, seq, maxes, prec = case
+    space = _space(model, hw, gpus, gb, seq, maxes=maxes, precisions=prec.split(","))
+    tables = build_tables(space)
+    bb = BranchAndBound(space, Assumptions(), 10, lambda i: True)
+    bb.setup()
+    gi, flats = group_index_vectors(tables)
+    P = len(flats)
+    exact = tables.time_lower_bound()
+    # memory: the floor is below the smallest peak any lever choice reaches on the worst stage
+    rows = np.repeat(np.arange(len(space)), P)
+    peaks = plan_peaks(tables, rows, np.tile(flats, len(space)), gi).reshape(len(space), P).min(axis=1)
+    assert (bb.mem_floor <= peaks).all()
+    assert bb.mem_floor.max() > 0
+    # time: this layout's floor <= the exact time floor (each term at its minimum) <= every plan;
+    # the any-layout floor <= this layout's
+    seen = 0
+    for st in bb.layouts:
+        assert (st.floor <= exact[st.rows]).all()
+        assert (st.any_floor <= st.floor).all()
+        seen += len(st.rows)
+    assert seen + bb.dominated["memory"] == len(space)
+
+
+def test_the_memory_floor_grows_with_the_micro_batch_size():
+    space = _space("llama3.1-70b", "h100", 8, 256, 8192, maxes="pp=4")
+    bb = BranchAndBound(space, Assumptions(), 10, lambda i: True)
+    bb.setup()
+    key = [COL[k] for k in ("tp", "cp", "pp", "vpp", "ep", "etp")]
+    by: dict[tuple, list] = {}
+    for i in range(len(space)):
+        by.setdefault(tuple(space.keys[i, key]), []).append((int(space.keys[i, COL["mbs"]]), int(bb.mem_floor[i])))
+    assert max(len(v) for v in by.values()) >= 4
+    for series in by.values():
+        floors = [f for _, f in sorted(series)]
+        assert floors == sorted(floors)
+    # a micro-batch size nothing fits is dropped with every larger one
+    assert bb.dominated["memory"] > 0
+
+
+def test_pipeline_time_is_monotone_and_smallest_when_balanced():
+    """What the step-time floors rely on (planner.search.bounds)."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        pp, m, v = int(rng.integers(1, 9)), int(rng.integers(1, 64)), int(rng.integers(1, 9))
+        t = rng.random(pp)
+        base = pipeline_time(list(t), m, v)
+        up = t.copy()
+        up[rng.integers(pp)] += rng.random()
+        assert pipeline_time(list(up), m, v) >= base
+        assert pipeline_time([t.sum() / pp] * pp, m, v) <= base + 1e-12
+
+
+def test_fixed_levers_the_search_does_not_vary_reach_every_plan():
+    """grad_reduce and param_gather stay at Megatron's defaults unless fixed; fixed, every ranked
+    plan carries them and its numbers are explain's (the tables were costed with them)."""
+    from planner.cost.evaluate import plan_evaluation
+    from planner.cost.setup import resolve_setup
+
+    model, hw, job = load_model("llama3.1-8b"), load_hardware("h100"), Job(gpus=8, global_batch=64, seq_len=4096)
+    plain = run_search(model, hw, job, Options(top=3, per_stage=False, limits=Limits.parse(None, "pp=2")))
+    fixed = run_search(model, hw, job, Options(top=3, per_stage=False, limits=Limits.parse("grad_reduce=bf16", "pp=2")))
+    assert all(p.plan.grad_reduce == "fp32" for p in plain.plans)
+    assert all(p.plan.grad_reduce == "bf16" for p in fixed.plans)
+    assert fixed.space.scope["levers"]["grad_reduce"] == ["bf16"]
+    for p in fixed.plans:
+        again = plan_evaluation(resolve_setup(model, hw, job, p.plan, Assumptions()))
+        assert again["memory"] == p.evaluation["memory"] and again["time"] == p.evaluation["time"]
+    assert fixed.plans[0].evaluation["memory"]["peak_bytes"] < plain.plans[0].evaluation["memory"]["peak_bytes"] \
+        or fixed.plans[0].objective_us <= plain.plans[0].objective_us
