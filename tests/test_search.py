@@ -68,6 +68,25 @@ def test_cpsat_top_k_equals_the_oracle(case):
     assert cp.solver["status"] == "OPTIMAL"
 
 
+SCHEDULE_CASES = [
+    (("llama3.1-8b", "h100", 8, 64, 4096, "pp=4"), "torchtitan"),
+    (("qwen3-30b-a3b", "h100", 16, 128, 4096, "pp=4,cp=1,mbs=2"), "any"),
+    (("deepseek-v3", "gb200-nvl72", 256, 8192, 4096, "pp=4,tp=2,cp=1,etp=1,mbs=1"), "any"),
+]
+"""Spaces with the zero-bubble and DualPipe schedules (torchtitan: ZB-H1, ZB-V, DualPipeV; any:
+also DualPipe), whose step-time floors are the ranks' compute (planner.search.bounds)."""
+
+
+@pytest.mark.parametrize("case,target", SCHEDULE_CASES, ids=lambda c: c if isinstance(c, str) else c[0])
+def test_cpsat_top_k_equals_the_oracle_with_every_schedule(case, target):
+    cp = _search(*case, solver="cpsat", target=target)
+    ex = _search(*case, solver="exhaustive", target=target)
+    assert [p.plan.to_string() for p in cp.plans] == [p.plan.to_string() for p in ex.plans]
+    assert [p.objective_us for p in cp.plans] == [p.objective_us for p in ex.plans]
+    assert cp.solver["status"] == "OPTIMAL"
+    assert len(cp.space.schedules) > 1  # the space holds schedules beyond Megatron's defaults
+
+
 def test_at_least_twenty_cases_cover_dense_moe_hopper_blackwell_and_scale():
     assert len(CASES) >= 20
     spaces = [build_space(load_model(c[0]), load_hardware(c[1]), Job(gpus=c[2], global_batch=c[3], seq_len=c[4]),
@@ -167,3 +186,22 @@ def test_ranking_holds_no_dominated_twins():
         for b in res.plans[i + 1:]:
             assert not (a.objective_us == b.objective_us and
                         a.evaluation["memory"]["peak_bytes"] <= b.evaluation["memory"]["peak_bytes"])
+
+
+def test_the_space_drops_exactly_the_micro_batch_counts_a_schedule_refuses():
+    """space.schedule_runs (vectorized, before the tables) against planner.rules.schedule_violations."""
+    import numpy as np
+
+    from planner.rules import schedule_violations
+    from planner.search.space import schedule_runs
+    from planner.specs.plan import Plan
+
+    shape_rules = {"dualpipe-shape", "dualpipev-microbatches", "zero-bubble-rounds"}
+    for name, vpp in (("dualpipe", 1), ("dualpipev", 2), ("zb-h1", 1), ("zbv", 2), ("1f1b", 1)):
+        for p in (2, 3, 4, 8):
+            ms = np.arange(1, 70)
+            got = schedule_runs(name, p, ms)
+            for m, ok in zip(ms, got):
+                plan = Plan.parse(f"pp={p},vpp={vpp},schedule={name}")
+                bad = {v.rule for v in schedule_violations(plan, plan.degrees(p * 8), int(m))} & shape_rules
+                assert bool(ok) == (not bad), (name, p, int(m), bad)

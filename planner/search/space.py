@@ -270,6 +270,20 @@ def schedule_options(target: str, pp: int, vpp: int) -> list[str | None]:
     return [None] + [s for s in SCHEDULE_OPTIONS.get(target, ()) if schedule_fits_vpp(s, vpp)]
 
 
+def schedule_runs(name: str | None, p: int, m: np.ndarray) -> np.ndarray:
+    """Whether schedule ``name`` runs ``m`` micro-batches on ``p`` stages, whatever the levers
+    (planner.rules.schedule_violations: DualPipe an even pp and an even m >= 2 pp, DualPipeV
+    m >= 2 pp, zero bubble whole rounds)."""
+    m = np.asarray(m, dtype=np.int64)
+    if name == "dualpipe":
+        return (p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p)
+    if name == "dualpipev":
+        return m >= 2 * p
+    if name == "zb-h1":
+        return m % np.maximum(1, m // p) == 0
+    return np.ones(len(m), dtype=bool)
+
+
 def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target: str, limits: Limits,
                     pruned: dict) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None, tuple]:
     """Every key once per schedule of :func:`schedule_options` the user's limits allow: (columns,
@@ -287,14 +301,21 @@ def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target
     parts: list[tuple[np.ndarray, int]] = []
     fixed = limits.fix.get("schedule")
     pairs = {(int(p), int(v)) for p, v in zip(pp, vpp)}
+    m = rows["micro_batches"]
     for p, v in sorted(pairs):
         sel = np.flatnonzero((pp == p) & (vpp == v))
         for name in schedule_options(target, p, v):
             if fixed is not None and fixed != (name or default_schedule(p, v)):
                 continue
+            ok = schedule_runs(name, p, m[sel])
+            if (~ok).any():
+                rule = f"{name}-microbatches"
+                pruned[rule] = pruned.get(rule, 0) + int((~ok).sum())
+            if not ok.any():
+                continue
             if name not in names:
                 names.append(name)
-            parts.append((sel, names.index(name)))
+            parts.append((sel[ok], names.index(name)))
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return _take(rows, empty), layout_of[empty], fm_of[empty], empty, tuple(names)
