@@ -28,7 +28,7 @@ import numpy as np
 
 from planner.cost import activations as act
 from planner.cost.arrays import Num, maximum, minimum, where
-from planner.cost.schedule import inflight_profiles
+from planner.cost.schedule import inflight_profiles, profile_microbatches
 from planner.cost.schedules import inflight as schedule_inflight
 
 BF16 = 2
@@ -564,6 +564,10 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
     1F1B or interleaved by ``vpp``, as always); for a schedule that splits the backward ``kept``
     has a second row per chunk, the bytes held between its input- and weight-gradient passes."""
     best = None
+    if schedule in (None, "1f1b", "interleaved", "combined-1f1b"):
+        # Megatron's orders repeat: a capped count shows the same vectors (planner.cost.schedule
+        # .profile_microbatches), so keys with many micro-batch counts share one matrix.
+        m = int(profile_microbatches(pp, 1 if schedule == "1f1b" else vpp, m))
     for N, chunk, rise in ((*profile_matrix(pp, vpp, m, rank, 0, offload, schedule), fwd_rise),
                            (*profile_matrix(pp, vpp, m, rank, 1, offload, schedule), bwd_rise)):
         if N is None:
