@@ -20,6 +20,8 @@ experts, BF16 back).
 
 from __future__ import annotations
 
+from planner.cost.arrays import Num
+
 from planner.cost.compute import BlockTime, KernelTime, recomputed
 from planner.cost.schedules.timing import LayerTimes
 
@@ -39,7 +41,9 @@ def block_layer(kts: tuple[KernelTime, ...], bt: BlockTime, comm, recompute, ep_
     """The walk's pieces of one block for one micro-batch (arrays over block keys allowed):
     ``comm`` its CommCosts, ``recompute`` what its compute recomputes, ``ep_parts`` one
     dispatch's and one combine's seconds (None without expert parallelism)."""
-    f, i, w = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+    f: list[Num] = [0.0, 0.0]
+    i: list[Num] = [0.0, 0.0]
+    w: list[Num] = [0.0, 0.0]
     for kt in kts:
         s = _side(kt)
         f[s] = f[s] + kt.fwd

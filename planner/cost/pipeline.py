@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -60,10 +61,10 @@ class BlockCost:
     count: Count
     time: BlockTime
     comm: tuple[CommCost, ...]
-    layer: object = None
+    layer: Any = None
     """The block's pieces as the schedule walk cuts them (planner.cost.phases.block_layer): a
     LayerTimes whose fields are arrays over block keys like ``time``'s."""
-    wgrad_kept: object = 0.0
+    wgrad_kept: Any = 0.0
     """Bytes one micro-batch holds between the block's input- and weight-gradient passes under a
     schedule that splits them (planner.cost.phases.wgrad_bytes)."""
 
@@ -90,7 +91,7 @@ class RankCost:
     blocks: tuple[BlockCost, ...]
     p2p_total: Num
     p2p_exposed: Num
-    keys: object = None
+    keys: Any = None
 
     def _plans(self, x):
         return x[self.keys] if self.keys is not None and np.ndim(x) else x

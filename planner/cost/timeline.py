@@ -8,12 +8,14 @@ equals the stage's peak by construction (a test checks it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass
 
 from planner.cost.arrays import Num
 from planner.cost.memory import stage_memory
 from planner.cost.pieces import held_of
-from planner.cost.schedule import rank_ops
+from planner.cost.schedule import Op, rank_ops
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ def stage_timeline(setup, rank: int) -> list[Event]:
     walked = costs.schedule_columns()
     name = walked[0][0] if walked else None
     if name is None:
-        ops = [(op, None) for op in rank_ops(setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)]
+        ops: Sequence[tuple[Op, Any]] = [(op, None) for op in rank_ops(setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)]
     else:  # the walked schedule's own order and held vectors (planner.cost.schedules.inflight)
         from planner.cost.schedules.inflight import held_before
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.pipeline import rank_blocks
+from planner.cost.pipeline import BlockCost, rank_blocks
 from planner.cost.schedules.batch import (
     StepResult, item_counts, item_times, pipeline_estimate, pipeline_step, slice_items,
 )
@@ -52,7 +52,7 @@ class Walked:
     """Read from the closed forms (the search's tables) rather than walked."""
 
 
-def chunk_blocks_of(costs, r: int, variant) -> list[list[tuple[object, int]]]:
+def chunk_blocks_of(costs, r: int, variant) -> list[list[tuple[BlockCost, int]]]:
     """Rank ``r``'s chunks as (stacked BlockCost, count) in layer order, for one variant (the
     blocks of :meth:`Costs.ranks`, whose numbers are over the rank's stacked block keys)."""
     ctx, b = costs.ctx, costs.batch

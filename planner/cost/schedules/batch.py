@@ -48,15 +48,15 @@ class Lin:
         self.probe = probe
 
     @classmethod
-    def var(cls, name, probe: float) -> "Lin":
+    def var(cls, name, probe: float) -> Lin:
         return cls({name: 1.0}, probe)
 
-    def _lift(self, other) -> "Lin":
+    def _lift(self, other) -> Lin:
         if isinstance(other, Lin):
             return other
         return Lin({None: float(other)} if other else {}, float(other))
 
-    def __add__(self, other) -> "Lin":
+    def __add__(self, other) -> Lin:
         o = self._lift(other)
         terms = dict(self.terms)
         for k, c in o.terms.items():
@@ -65,7 +65,7 @@ class Lin:
 
     __radd__ = __add__
 
-    def __mul__(self, k) -> "Lin":
+    def __mul__(self, k) -> Lin:
         k = float(k)
         return Lin({n: c * k for n, c in self.terms.items()} if k else {}, self.probe * k)
 

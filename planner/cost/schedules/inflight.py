@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.cost.schedule import inflight_profiles, profile_microbatches
+from planner.cost.schedule import Op, inflight_profiles, profile_microbatches
 from planner.cost.schedules import rank_items, schedule
 from planner.cost.schedules.ops import ops_of
 
@@ -34,7 +34,7 @@ def width(name: str, v: int) -> int:
 
 
 @lru_cache(maxsize=1024)
-def held_before(name: str, p: int, v: int, m: int, rank: int) -> tuple[tuple[object, tuple[int, ...]], ...]:
+def held_before(name: str, p: int, v: int, m: int, rank: int) -> tuple[tuple[Op, tuple[int, ...]], ...]:
     """(op, held vector just before it) for every op of the rank, in order (cached: the memory
     tables ask for the same rank's vectors once per lever combination)."""
     n = schedule(name).chunks(v)

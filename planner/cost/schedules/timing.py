@@ -14,27 +14,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.cost.arrays import Num
+
 
 @dataclass(frozen=True)
 class LayerTimes:
     """Seconds of one layer (or any piece of a chunk: embedding, head) for one micro-batch."""
 
-    attn_f: float = 0.0
+    attn_f: Num = 0.0
     """Attention, norms and router forward (Megatron's pre_dispatch_computation)."""
-    attn_b: float = 0.0
+    attn_b: Num = 0.0
     """Its input gradient."""
-    attn_w: float = 0.0
+    attn_w: Num = 0.0
     """Its weight gradient."""
-    mlp_f: float = 0.0
+    mlp_f: Num = 0.0
     """Experts (or the dense MLP) forward."""
-    mlp_b: float = 0.0
-    mlp_w: float = 0.0
-    dispatch_f: float = 0.0
+    mlp_b: Num = 0.0
+    mlp_w: Num = 0.0
+    dispatch_f: Num = 0.0
     """EP all-to-all seconds (communication stream): forward dispatch and combine, and the
     backward's two (the gradient of the combine is a dispatch, and the reverse)."""
-    combine_f: float = 0.0
-    dispatch_b: float = 0.0
-    combine_b: float = 0.0
+    combine_f: Num = 0.0
+    dispatch_b: Num = 0.0
+    combine_b: Num = 0.0
 
     @property
     def f(self) -> float:
