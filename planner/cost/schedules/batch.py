@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -114,6 +114,12 @@ class Graph:
     def n(self) -> int:
         return len(self.rank)
 
+    @cached_property
+    def order(self) -> tuple[list[int], list[list[int]]]:
+        """(tasks in topological order, each task's predecessors) as Python lists, for walking one
+        plan: a loop over a few thousand tasks beats a numpy call per level there."""
+        return np.concatenate(self.levels).tolist() if self.levels else [], self.preds.tolist()
+
 
 def graph_of(tasks: Tasks, marks: dict | None = None) -> Graph:
     """The array form of a task graph whose durations are :class:`Lin` (or numbers)."""
@@ -195,10 +201,23 @@ def longest_paths(g: Graph, values: np.ndarray) -> np.ndarray:
     if len(values) > rows:
         return np.concatenate([longest_paths(g, values[i:i + rows]) for i in range(0, len(values), rows)])
     dur = durations(g, values)
+    if len(values) == 1:
+        return _longest_path_one(g, dur[0])
     finish = np.zeros((len(values), g.n + 1))
     for lv in g.levels:
         finish[:, lv] = finish[:, g.preds[lv]].max(axis=2) + dur[:, lv]
     return finish
+
+
+def _longest_path_one(g: Graph, dur: np.ndarray) -> np.ndarray:
+    """:func:`longest_paths` of one plan, task by task (the same maxima and sums, so the same
+    numbers)."""
+    order, preds = g.order
+    d = dur.tolist()
+    fin = [0.0] * (g.n + 1)  # the last entry is the padding sentinel, finished at 0
+    for t in order:
+        fin[t] = max(fin[p] for p in preds[t]) + d[t]
+    return np.array(fin)[None, :]
 
 
 # ---------------------------------------------------------------------------------------------
