@@ -153,12 +153,13 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     peak_bf16 = hw.peak("bf16")
     peak_fp8 = hw.gpu.peak_flops["fp8"].value if "fp8" in hw.gpu.peak_flops else peak_bf16
     half = c.flash_half_keys.value
+    flash = _flash_fractions(profile, assumptions)
     nv = hw.nvlink.bandwidth_per_direction.value
     nic = hw.scale_out.bandwidth_per_direction.value
     r = _Measurable(
         ceilings={recipe: g.fraction for recipe, g in c.gemm.items()},
         hbm_bw=hw.gpu.hbm_bandwidth.value * c.hbm_fraction.value,
-        flash_fwd=c.flash_fwd_fraction.value, flash_bwd=c.flash_bwd_fraction.value,
+        flash_fwd=flash[0], flash_bwd=flash[1],
         kernel_overhead=c.kernel_overhead_s.value,
         nvlink_busbw=nv * m.nvlink_fraction.value,
         nvls=nv * m.nvls_fraction.value if hw.nvlink.in_switch_reduction.value else None,
@@ -318,6 +319,20 @@ def te_moe_host_s(c, assumptions) -> float:
         return v.value if v else 0.0
     v = c.te_moe_layer_host_s
     return v.value if v else 0.0
+
+
+def _flash_fractions(profile, assumptions) -> tuple[float, float]:
+    """(forward, backward) fraction of the BF16 peak of the run's fused attention kernel."""
+    c = profile.compute
+    if assumptions.attention_kernel == "flash2":
+        if c.flash2_fwd_fraction is None or c.flash2_bwd_fraction is None:
+            raise PlannerError(
+                f"attention_kernel=flash2: the '{profile.generation}' efficiency profile has no FlashAttention-2 "
+                "rates (flash2_fwd_fraction, flash2_bwd_fraction).",
+                hint="Use attention_kernel=fused, or add the measured fractions with their source to "
+                     f"hw_specs/efficiency/{profile.generation}.yaml.")
+        return c.flash2_fwd_fraction.value, c.flash2_bwd_fraction.value
+    return c.flash_fwd_fraction.value, c.flash_bwd_fraction.value
 
 
 def rates_for(setup, calibration=None) -> Rates:

@@ -55,6 +55,11 @@ class Assumptions(Spec):
     calibration: str | None = Field(None, max_length=4096)
     """Path of a calibration file from `planner calibrate` whose measured rates override the
     generation profile in the time model (see planner.specs.calibration)."""
+    attention_kernel: Literal["fused", "flash2"] = "fused"
+    """The fused attention kernel: 'fused' is Transformer Engine's cuDNN fused attention (Megatron-
+    Core; FlashAttention-3-class on Hopper), 'flash2' PyTorch SDPA's FlashAttention-2 backend (what
+    torchtitan's sdpa attention ran on Hopper with torch 2.5-2.7). Read from the launcher and
+    software a run used; the rates are the generation profile's flash_* or flash2_* fractions."""
     tp_comm_overlap: bool | None = None
     """Overlap TP/SP all-gathers and reduce-scatters with the neighbouring GEMMs (Megatron
     --tp-comm-overlap, Transformer Engine userbuffers). None: on with implementation 'te', off

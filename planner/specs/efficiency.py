@@ -108,6 +108,12 @@ class ComputeEfficiency(Spec):
     flash_half_keys: Sourced[float]
     """Keys per query at which the fused attention kernel reaches half its asymptotic rate (tile
     setup, softmax rescaling and the causal diagonal dominate short rows)."""
+    flash2_fwd_fraction: Sourced[float] | None = None
+    """FlashAttention-2's forward (PyTorch SDPA's flash backend, what torchtitan's sdpa attention
+    ran on this generation before cuDNN attention became its default): fraction of the BF16 peak
+    at long sequences. None: not measured on this generation."""
+    flash2_bwd_fraction: Sourced[float] | None = None
+    """FlashAttention-2's backward, with the 2.5x-forward FLOPs convention."""
     hbm_fraction: Sourced[float]
     """Achievable fraction of the HBM bandwidth for streaming element-wise, norm, permute, softmax
     and optimizer kernels."""
