@@ -60,3 +60,23 @@ def test_streaming_bandwidth_below_measured_copy(hopper):
     0.9 of the H200's 4.8 TB/s (the H100 spec used here has 3.35 TB/s: compare fractions)."""
     measured_fraction = DATA["hbm_copy_bytes_per_s"] / 4.8e12
     assert 0.75 * measured_fraction < hopper.hbm_bw / 3.35e12 <= measured_fraction
+
+
+def test_flash2_attention_runs_at_the_flashattention2_rates_of_the_profile():
+    """attention_kernel=flash2 (torchtitan's sdpa on Hopper with torch 2.5-2.7) reads the Hopper
+    profile's FlashAttention-2 fractions (FlashAttention-3 paper Fig. 5-6); a generation without
+    them refuses it."""
+    from planner.errors import PlannerError
+    from planner.specs.efficiency import load_efficiency
+    from tests._models import setup_for
+
+    plan = "tp=1,cp=1,pp=1,mbs=1"
+    fused = rates_for(setup_for("llama3.1-8b", "h100", plan, gpus=8, global_batch=8, seq_len=8192))
+    fa2 = rates_for(setup_for("llama3.1-8b", "h100", plan, gpus=8, global_batch=8, seq_len=8192,
+                              attention_kernel="flash2"))
+    c = load_efficiency("hopper").compute
+    assert (fa2.flash_fwd, fa2.flash_bwd) == (c.flash2_fwd_fraction.value, c.flash2_bwd_fraction.value)
+    assert (fused.flash_fwd, fused.flash_bwd) == (c.flash_fwd_fraction.value, c.flash_bwd_fraction.value)
+    with pytest.raises(PlannerError, match="FlashAttention-2"):
+        rates_for(setup_for("llama3.1-8b", "b200", plan, gpus=8, global_batch=8, seq_len=8192,
+                            attention_kernel="flash2"))
