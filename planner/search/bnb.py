@@ -205,8 +205,8 @@ class BranchAndBound:
 
     def _main_context(self) -> None:
         """One context for every key not yet timed whose floor is within U (U only decreases)."""
-        rows = [st.rows[st.timed:int(np.searchsorted(st.floor, self.U, side="right"))] for st in self.layouts]
-        rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        spans = [st.rows[st.timed:int(np.searchsorted(st.floor, self.U, side="right"))] for st in self.layouts]
+        rows = np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64)
         if not len(rows):
             return
         self.main = self._context(self.space.keys[rows])
@@ -250,8 +250,8 @@ class BranchAndBound:
         """The tables of the valid costed keys whose fastest plan is within U, in global order."""
         parts = []
         for p in self.parts():
-            sel = np.flatnonzero((p["best"] <= self.U) & (p["best"] < INF))
-            sel = [i for i in sel if self.valid(int(p["ids"][i]))]
+            within = np.flatnonzero((p["best"] <= self.U) & (p["best"] < INF))
+            sel = [i for i in within if self.valid(int(p["ids"][i]))]
             if sel:
                 parts.append(_part_subset(p, np.array(sel)))
         return _ordered(assemble(self.space, parts, self.cap))
@@ -278,10 +278,12 @@ class BranchAndBound:
         best = smallest_peak(t, range(len(t.structs)))[0] if parts else np.inf
         costed = {int(g) for p in parts for g in p["ids"]}
         order = [int(i) for i in np.argsort(self.mem_floor, kind="stable") if int(i) not in costed]
-        extra, layouts, i = [], set(), 0
+        extra: list[Tables] = []
+        layouts: set[tuple[int, int, int, int]] = set()
+        i = 0
         pp, vpp, lo, sc = sp.col("pp"), sp.col("vpp"), sp.layout_of, sp.schedule_col()
         while i < len(order) and self.mem_floor[order[i]] < best:
-            chunk = []
+            chunk: list[int] = []
             while i < len(order) and len(chunk) < 64 and self.mem_floor[order[i]] < best:
                 g = order[i]
                 lay = (int(pp[g]), int(vpp[g]), int(lo[g]), int(sc[g]))
@@ -333,6 +335,7 @@ def _concat(space, tables: list[Tables], cap) -> Tables:
 
 
 def _ordered(t: Tables) -> Tables:
+    assert t.ids is not None  # set in Tables.__post_init__
     return t.subset(np.argsort(t.ids, kind="stable"))
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.rules import Target
+
 DEGREES = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "mbs")
 """Plan keys counted among the top K and compared between best plans (edp, ep, etp: MoE only)."""
 LEVERS = ("recompute", "sharding", "offload", "precision", "moments", "dispatcher", "ep_overlap")
@@ -157,7 +159,7 @@ def search_one(model, hw, job, options, assumptions, tokens: float, progress=Non
     return entry
 
 
-def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: str, tokens: float) -> dict:
+def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: Target, tokens: float) -> dict:
     """One system's best plan evaluated on another (the swap test)."""
     from planner.cost.evaluate import plan_evaluation
     from planner.cost.setup import resolve_setup
@@ -215,7 +217,7 @@ def run_compare(model, hws: list, job, options, assumptions, *, tokens: float | 
     return out
 
 
-def swap_tests(base: dict, other: dict, model, hw_by_name: dict, job, assumptions, target: str,
+def swap_tests(base: dict, other: dict, model, hw_by_name: dict, job, assumptions, target: Target,
                tokens: float) -> dict:
     """Each system's best plan evaluated on the other one (when both have a plan and they differ)."""
     b, o = base["hardware"]["name"], other["hardware"]["name"]

@@ -17,9 +17,13 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.search.space import LEVERS
 from planner.search.tables import GROUPS, RULE_GROUPS, Tables
+
+if TYPE_CHECKING:
+    from ortools.sat.python.cp_model import IntVar
 
 
 def cp_model():
@@ -70,7 +74,7 @@ def _build(tables: Tables, time_cap_us: int | None = None):
     s = m.new_int_var(0, max(nS - 1, 0), "struct")
     lv = {k: m.new_int_var(0, len(space.levers[k]) - 1, k) for k in LEVERS}
 
-    def lookup(name: str, table, grp, slack=None, cap=None) -> object:
+    def lookup(name: str, table, grp, slack=None, cap=None) -> IntVar:
         """A variable equal to table[s, combination of grp's levers], as a table constraint over
         (struct, levers..., value): CP-SAT propagates those fully. Rows whose value plus
         ``slack[s]`` exceeds ``cap`` cannot be part of a solution and are left out."""
@@ -133,7 +137,10 @@ def enumerate_cpsat(tables: Tables, time_cap_us: int, top: int, *, time_limit_s:
 
     from planner.search.exhaustive import rank_plans
 
-    cp = cp_model()
+    if TYPE_CHECKING:  # what cp_model() returns, so that the callback's base class is a type
+        from ortools.sat.python import cp_model as cp
+    else:
+        cp = cp_model()
     t0 = time.perf_counter()
     if not tables.structs:
         return CpSatResult([], "INFEASIBLE", None, 0.0, 0)

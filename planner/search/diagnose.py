@@ -34,10 +34,10 @@ def smallest_peak(tables: Tables, rows):
     from planner.search.exhaustive import group_index_vectors
 
     gi, _ = group_index_vectors(tables)
-    best = (math.inf, None, None, None)
+    best: tuple[float, int | None, int | None, dict[str, int] | None] = (math.inf, None, None, None)
     for s in rows:
         peak = np.zeros(len(gi["W"]), dtype=np.int64)
-        parts = {}
+        parts: dict[str, np.ndarray] = {}
         for r in tables.stages_kept[s]:
             ot = tables.OT[s, r][gi["OT"]]
             w, c, a = tables.W[s, r][gi["W"]], tables.C[s, r][gi["C"]], np.maximum(tables.A[s, r][gi["A"]], ot)
@@ -162,7 +162,7 @@ def constant_shards_with_gpus(space: Space, plan) -> list[str]:
     if pp < space.model.num_layers and lim.allows("pp", pp * 2) and "pp" not in lim.fix:
         out.append("pipeline stages")
     ep = plan.ep if plan is not None else 1
-    if space.model.is_moe and "ep" not in lim.fix and lim.allows("ep", ep * 2) \
+    if space.model.moe is not None and "ep" not in lim.fix and lim.allows("ep", ep * 2) \
             and ep * 2 <= space.model.moe.num_experts:
         out.append("expert parallelism")
     return out

@@ -12,20 +12,27 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.rules import Target
 from planner.search.diagnose import diagnose_nothing_fits, no_structure
 from planner.search.rulecheck import rule_violations, struct_violations
 from planner.search.space import Limits, Space, build_space, make_plan
 from planner.search.tables import MAX_TABLE_US, Tables, lever_indices, lever_values
+from planner.specs.plan import Plan
+
+if TYPE_CHECKING:
+    from planner.cost.setup import Setup
 
 
 @dataclass
 class Options:
-    target: str = "megatron"
+    target: Target = "megatron"
     top: int = 10
     solver: str = "cpsat"
     time_limit_s: float = 60.0
@@ -40,8 +47,8 @@ class Options:
 @dataclass
 class Ranked:
     rank: int
-    plan: object
-    setup: object
+    plan: Plan
+    setup: Setup
     objective_us: int
     evaluation: dict
 
@@ -64,7 +71,7 @@ class Costed:
     best: dict
     floors: list
     """(time floor us, global key index), ascending."""
-    row_tables: object
+    row_tables: Callable[[int], Tables | None]
     """gid -> Tables of that key, or None."""
     exact_peak: bool = True
     """Whether ``tables`` hold the space's smallest peak (when nothing fits)."""
@@ -77,6 +84,16 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     return _Run(model, hw, job, options or Options(), assumptions or Assumptions(), progress).search()
 
 
+class PerStageInfo(TypedDict):
+    """What the per-stage refinement did (the solver JSON's ``per_stage``)."""
+
+    enabled: bool
+    tried: int
+    skipped_by_bound: int
+    improved: int
+    why: NotRequired[str]
+
+
 class _Run:
     """One search: its space, its timings and its cache of launcher checks per key."""
 
@@ -86,7 +103,7 @@ class _Run:
         self.timings: dict[str, float] = {}
         self.t0 = self.t = time.perf_counter()
         self.checked: dict[int, bool] = {}
-        self.info = {"enabled": options.per_stage, "tried": 0, "skipped_by_bound": 0, "improved": 0}
+        self.info: PerStageInfo = {"enabled": options.per_stage, "tried": 0, "skipped_by_bound": 0, "improved": 0}
         self.dominated: dict = {}
 
     def lap(self, name: str) -> None:
@@ -120,7 +137,7 @@ class _Run:
         self.lap("rank_s")
         uniform = [p.plan.to_string() for p in plans]
         if "layout" in o.limits.fix:  # what the user pins wins: the layout is used as given
-            self.info.update(enabled=False, why="the layout is fixed")
+            self.info["enabled"], self.info["why"] = False, "the layout is fixed"
         elif o.per_stage and self.model.num_layers > 1:
             self.say("per-stage layouts (CP-SAT)")
             plans = self._per_stage(costed, plans, want)
@@ -198,7 +215,7 @@ class _Run:
         stage_rc = self.options.target == "any"
         # Plans keyed by canonical string: (step time in us, order of arrival, setup, evaluation).
         # Ties in time keep the uniform ranking's order; refinements follow their seeds.
-        pool: dict[str, tuple[int, int, object, dict]] = {}
+        pool: dict[str, tuple[int, int, Setup, dict]] = {}
         for r in plans:
             pool[r.plan.to_string()] = (r.objective_us, len(pool), r.setup, r.evaluation)
         kth = max(v[0] for v in pool.values()) / 1e6 if len(pool) >= top else math.inf
@@ -219,10 +236,10 @@ class _Run:
         ranked = sorted(pool.values(), key=lambda v: (v[0], v[1]))[:top]
         return [Ranked(k + 1, s.plan, s, t, ev) for k, (t, _, s, ev) in enumerate(ranked)]
 
-    def _rescue_seeds(self, costed: Costed, kth: float) -> list:
+    def _rescue_seeds(self, costed: Costed, kth: float) -> list[Setup]:
         """Layouts whose best lever choice, ignoring memory, could beat the K-th plan: the uniform
         split may be what keeps them out (the first stages hold the most micro-batches)."""
-        seeds = []
+        seeds: list[Setup] = []
         for lower, gid in costed.floors:
             if len(seeds) >= self.options.per_stage_keys or lower / 1e6 >= kth or lower >= MAX_TABLE_US:
                 break
@@ -277,7 +294,7 @@ def _drop_dominated(plans: list[Ranked], top: int) -> tuple[list[Ranked], list[s
     return [replace(p, rank=i + 1) for i, p in enumerate(kept)], dropped
 
 
-def _fastest_ignoring_memory(space, tables: Tables, assumptions):
+def _fastest_ignoring_memory(space, tables: Tables, assumptions) -> Setup | None:
     """The launcher-valid lever choice with the fastest step for the one key of ``tables``,
     memory ignored."""
     from planner.cost.setup import resolve_setup

@@ -12,6 +12,8 @@ plan, so the order is total and deterministic).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from planner.search.space import LEVERS
@@ -99,6 +101,7 @@ def rank_plans(tables: Tables, rows, flats, times, top: int) -> list[tuple[int, 
     recompute = gi["recompute"][flats]
     dims = np.array([sum(int(getattr(s, k) > 1) for k in ("tp", "cp", "pp", "vpp", "ep", "etp"))
                      for s in tables.structs], dtype=np.int64)[rows]
+    assert tables.ids is not None  # set in Tables.__post_init__
     gid = tables.ids[rows]
     peak = plan_peaks(tables, rows, flats, gi)
     order = np.lexsort((flats, gid, dims, peak, recompute, offload, times))[:top]
@@ -157,7 +160,8 @@ def oracle(space, assumptions, want: int, valid, say=None):
         ctx.share_blocks(probe)
         lay = tb.layout_of(space, pp, vpp, li, sched)
         local = np.arange(len(rows))
-        part = {**tb.time_phase(ctx, space, lay, local, plans), **tb.memory_phase(ctx, space, lay, local, plans)}
+        # The layout's tables (arrays over its keys) and its 'structs', 'R1'/'R2', 'ids', 'kept', 'best'.
+        part: dict[str, Any] = {**tb.time_phase(ctx, space, lay, local, plans), **tb.memory_phase(ctx, space, lay, local, plans)}
         part["structs"] = [space.struct(int(i)) for i in rows]
         part["R1"], part["R2"] = tb.rule_tables(rules, part["structs"])
         part["ids"] = np.asarray(rows)
@@ -180,10 +184,13 @@ def oracle(space, assumptions, want: int, valid, say=None):
         kept = [p for p in (_subset(p, p["best"] <= bound) for p in kept) if p is not None]
         if sel:
             part["best"] = best
-            kept.append(_subset(part, np.isin(np.arange(len(rows)), sel)))
+            sub = _subset(part, np.isin(np.arange(len(rows)), sel))
+            assert sub is not None  # sel is not empty
+            kept.append(sub)
         if not top:
             smallest = _smaller_peak(smallest, part, t)
     tables = tb.assemble(space, kept, cap)
+    assert tables.ids is not None  # set in Tables.__post_init__
     tables = tables.subset(np.argsort(tables.ids, kind="stable"))
     return tables, solve_exhaustive(tables, want), smallest
 

@@ -9,25 +9,25 @@ from __future__ import annotations
 
 import itertools
 
-from planner.rules import launcher_violations
+from planner.rules import Target, launcher_violations
 from planner.specs.plan import Recompute, Sharding
 
 
-def rule_violations(model, hw, job, plan, target: str) -> list:
+def rule_violations(model, hw, job, plan, target: Target) -> list:
     """All violations of ``plan`` for ``target``: the model's shape rules and the launcher's."""
     return launcher_violations(plan, model=model, job=job, hw=hw, target=target)
 
 
 # Lever values tried, in order, to check a structural key on its own: the first combination a
 # launcher accepts (torchtitan, for one, has no distributed optimizer, only FSDP).
-_NEUTRAL = [
+_NEUTRAL: list[dict] = [
     {},
     {"sharding": Sharding("fsdp")},
     {"sharding": Sharding("fsdp"), "recompute": Recompute("full")},
 ]
 
 
-def neutral_levers(model, hw, job, s, target: str) -> tuple[dict | None, list[str]]:
+def neutral_levers(model, hw, job, s, target: Target) -> tuple[dict | None, list[str]]:
     """The first neutral lever choice under which the launcher accepts structural key ``s``
     (None and the rule names of the first rejection when none does)."""
     from planner.search.space import make_plan
@@ -42,7 +42,7 @@ def neutral_levers(model, hw, job, s, target: str) -> tuple[dict | None, list[st
     return None, first
 
 
-def struct_violations(model, hw, job, s, target: str) -> list[str]:
+def struct_violations(model, hw, job, s, target: Target) -> list[str]:
     """Rule names that reject structural key ``s`` under every neutral lever choice."""
     return neutral_levers(model, hw, job, s, target)[1]
 

@@ -34,7 +34,11 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.rules import Target
+from planner.specs.hardware import HardwareSpec
+from planner.specs.job import Job
 from planner.specs.layout import parse_layout, suggest_layout
+from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan, default_schedule
 
 LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap")
@@ -87,7 +91,8 @@ class Struct:
     degrees (1F1B, or interleaved with vpp > 1). It sets which rank holds each layout stage."""
 
     def plan_fields(self) -> dict:
-        d = dict(tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, ep=self.ep, etp=self.etp, mbs=self.mbs)
+        d: dict[str, int | str] = dict(tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, ep=self.ep, etp=self.etp,
+                                       mbs=self.mbs)
         if self.layout:
             d["layout"] = self.layout
         if self.schedule:
@@ -146,10 +151,10 @@ class Limits:
 class Space:
     """The structural keys (integer columns) and lever options for one model/hardware/job/target."""
 
-    model: object
-    hw: object
-    job: object
-    target: str
+    model: ModelSpec
+    hw: HardwareSpec
+    job: Job
+    target: Target
     limits: Limits
     keys: np.ndarray
     """(keys, len(KEY_COLUMNS)) int64: each structural key's degrees, micro-batch size and count."""
@@ -193,7 +198,8 @@ class Space:
         hit = self._structs.get(i)
         if hit is None:
             r = self.keys[i]
-            hit = self._structs[i] = Struct(*(int(r[COL[k]]) for k in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")),
+            tp, cp, pp, vpp, ep, etp, mbs = (int(r[COL[k]]) for k in ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs"))
+            hit = self._structs[i] = Struct(tp, cp, pp, vpp, ep, etp, mbs,
                                             self.layouts[int(self.layout_of[i])], int(r[COL["dp"]]),
                                             int(r[COL["edp"]]), int(r[COL["micro_batches"]]), self.schedule(i))
         return hit
@@ -469,7 +475,7 @@ PINNED_KEYS = ("grad_reduce", "param_gather")
 gather) unless ``--fix`` sets them: then every plan of the space carries the fixed value."""
 
 
-def build_space(model, hw, job, *, target: str = "megatron", limits: Limits | None = None,
+def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits | None = None,
                 implementation: str = "te", moments: tuple[str, ...] = ("fp32",),
                 check_rules: bool = False) -> Space:
     """Enumerate the structural keys that satisfy the divisibility and layout rules (and, with
@@ -508,6 +514,7 @@ def _rule_checked(space: Space) -> Space:
             space.pruned[bad[0]] = space.pruned.get(bad[0], 0) + 1
         else:
             keep.append(i)
+    assert space.fm_of is not None  # build_space sets it before checking rules
     return Space(space.model, space.hw, space.job, space.target, space.limits, space.keys[keep],
                  space.layout_of[keep], space.layouts, space.levers, space.pruned, fm_keys=space.fm_keys,
                  fm_of=space.fm_of[keep], pinned=space.pinned,

@@ -21,6 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planner.cost.arrays import Num
+    from planner.cost.pieces import LayerMemory
+    from planner.cost.setup import Setup
 
 KIB = 1024
 TIME_UNIT = 1e-8  # 10 ns
@@ -28,7 +34,7 @@ TIME_UNIT = 1e-8  # 10 ns
 
 @dataclass
 class StageRefinement:
-    setup: object
+    setup: Setup
     improved: bool
     note: str
     skipped: bool = False
@@ -53,17 +59,17 @@ def _kinds_prefix(model) -> tuple[int, str, str] | None:
 class Coefficients:
     """What the per-stage model needs of one plan, from its composition (bytes and seconds)."""
 
-    layer: dict
+    layer: dict[str, LayerMemory]
     """Per decoder-layer kind: its LayerMemory under the plan's recompute (none when per-rank
     recompute is being chosen)."""
-    layer_full: dict
+    layer_full: dict[str, LayerMemory]
     """Per kind: its LayerMemory under full recompute."""
     const: dict
     """Per kind: constant bytes of one layer; also 'embedding', 'head', 'mtp' (all MTP layers) and
     'embedding_copy' (the word embedding a last rank with MTP keeps)."""
-    embedding: object
-    head: object
-    mtp: object | None
+    embedding: LayerMemory
+    head: LayerMemory
+    mtp: LayerMemory | None
     comm: float
     """Communication and FSDP buffers of the busiest rank."""
     cap: float
@@ -118,7 +124,7 @@ def coefficients(setup, stage_recompute: bool, own=None) -> Coefficients:
         p2p=[one(rc_.p2p_exposed) for rc_ in own.ranks()], slowest=max(one(t) for t in own.rank_times()))
 
 
-def refine(setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -> StageRefinement:
+def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -> StageRefinement:
     """Best uneven layout (and per-rank recompute) for ``setup``'s degrees and levers."""
     from planner.cost.compose import costs_of
     from planner.cost.memory import memory_report
@@ -164,7 +170,7 @@ def _plan_changes(model, counts: list[int], rhos: list[int], stage_recompute: bo
     syms = ["t" * c for c in counts]
     syms[0] = "E" + syms[0]
     syms[-1] = syms[-1] + "m" * model.mtp_layers + "L"
-    changes = {"layout": format_layout(syms)}
+    changes: dict[str, str | None] = {"layout": format_layout(syms)}
     if stage_recompute and any(rhos):
         changes.update(recompute="full", stage_recompute="/".join(map(str, rhos)))
     elif stage_recompute:
@@ -172,8 +178,9 @@ def _plan_changes(model, counts: list[int], rhos: list[int], stage_recompute: bo
     return changes
 
 
-def _kib(x: float) -> int:
-    return int(round(x / KIB))
+def _kib(x: Num) -> int:
+    # The coefficients hold one plan's numbers (LayerMemory.at): floats, so float() is exact.
+    return int(round(float(x) / KIB))
 
 
 def _tu(x: float) -> int:

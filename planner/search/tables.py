@@ -27,10 +27,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from planner.search.space import COL, KEY_COLUMNS, LEVERS, Space, Struct
+
+if TYPE_CHECKING:
+    from planner.specs.layout import PipelineLayout
 
 MiB = 2**20
 
@@ -111,6 +115,7 @@ class Tables:
     def subset(self, rows) -> Tables:
         """The tables of some structural keys only (same global ids)."""
         rows = np.asarray(rows, dtype=int)
+        assert self.ids is not None  # set in __post_init__
         return Tables(self.space, [self.structs[i] for i in rows], self.W[rows], self.C[rows], self.A[rows],
                       self.HW[rows], self.HA[rows], self.OT[rows], self.TP[rows], self.TD[rows], self.TO[rows],
                       self.R1[rows], self.R2[rows], self.cap_mib, self.host_cap_mib,
@@ -214,7 +219,7 @@ class Layout:
     pp: int
     vpp: int
     text: str | None
-    layout: object
+    layout: PipelineLayout
     """The planner.specs.layout.PipelineLayout."""
     schedule: str | None = None
     """The pipeline schedule (None: Megatron's default for the degrees)."""
@@ -410,7 +415,8 @@ def build_tables(space: Space, *, assumptions=None, structs: list[Struct] | None
     plans = batch_plans(space)
     parts, where = [], []
     for lay, pos in layouts_of(space.model, structs).values():
-        part = {**time_phase(ctx, space, lay, pos, plans), **memory_phase(ctx, space, lay, pos, plans)}
+        # The layout's tables (arrays over its keys) and its 'structs', 'R1'/'R2', 'ids', 'kept'.
+        part: dict[str, Any] = {**time_phase(ctx, space, lay, pos, plans), **memory_phase(ctx, space, lay, pos, plans)}
         part["structs"] = [structs[i] for i in pos]
         part["R1"], part["R2"] = rule_tables(rules, part["structs"])
         part["ids"] = ids[pos]
