@@ -64,6 +64,20 @@ def schedule_fits_vpp(schedule: str, vpp: int) -> bool:
             "dualpipe": vpp == 1}.get(schedule, True)
 
 
+def schedule_runs(name: str | None, p: int, m):
+    """Whether schedule ``name`` takes ``m`` micro-batches on ``p`` stages, whatever the levers (an
+    integer or an integer array: the search drops the keys before costing them): DualPipe an even
+    pp and an even m >= 2 pp (DualPipe.step asserts), DualPipeV m >= 2 pp (DualPipeV.step; torch's
+    ScheduleDualPipeV), zero bubble whole rounds of m // p (torch's ScheduleInterleavedZeroBubble)."""
+    if name == "dualpipe":
+        return (p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p)
+    if name == "dualpipev":
+        return m >= 2 * p
+    if name == "zb-h1":
+        return m % ((m // p) + (m < p)) == 0  # at least one round
+    return m == m
+
+
 def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Violation]:
     """A plan's schedule against its degrees and micro-batch count (the schedules' own checks)."""
     from planner.specs.plan import default_schedule
@@ -79,13 +93,13 @@ def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Vi
     if not schedule_fits_vpp(name, plan.vpp):
         out.append(Violation("schedule-vpp", f"schedule={name} runs {SCHEDULE_VPP[name]}; the plan has vpp={plan.vpp}.",
                              hint=f"Set {SCHEDULE_VPP[name]}."))
-    if name == "dualpipe" and (p % 2 or m % 2 or m < 2 * p):
+    if name == "dualpipe" and not schedule_runs(name, p, m):
         out.append(Violation("dualpipe-shape", f"DualPipe needs an even pp, an even micro-batch count and at least "
                              f"2 pp micro-batches (DualPipe.step asserts); the plan has pp={p} and {m} micro-batches."))
-    if name == "dualpipev" and m < 2 * p:
+    if name == "dualpipev" and not schedule_runs(name, p, m):
         out.append(Violation("dualpipev-microbatches", f"DualPipeV needs at least 2 pp = {2 * p} micro-batches, one per "
                              f"stage (DualPipeV.step; torch's ScheduleDualPipeV); the plan has {m}."))
-    if name == "zb-h1" and m % max(1, m // p):
+    if name == "zb-h1" and not schedule_runs(name, p, m):
         out.append(Violation("zero-bubble-rounds", f"Zero bubble runs rounds of micro-batches: {m} micro-batches are not "
                              f"a multiple of the {max(1, m // p)} rounds (torch's ScheduleInterleavedZeroBubble raises)."))
     if plan.ep_overlap and name not in OVERLAP_SCHEDULES:

@@ -191,19 +191,22 @@ def test_ranking_holds_no_dominated_twins():
 
 
 def test_the_space_drops_exactly_the_micro_batch_counts_a_schedule_refuses():
-    """space.schedule_runs (vectorized, before the tables) against planner.rules.schedule_violations."""
+    """planner.rules.schedule_runs, the one rule the search's space (over arrays, before the tables)
+    and the launcher check (one plan, with its message) both read: the schedules' own asserts."""
     import numpy as np
 
-    from planner.rules import schedule_violations
-    from planner.search.space import schedule_runs
-    from planner.specs.plan import Plan
+    from planner.rules import schedule_runs
 
-    shape_rules = {"dualpipe-shape", "dualpipev-microbatches", "zero-bubble-rounds"}
-    for name, vpp in (("dualpipe", 1), ("dualpipev", 2), ("zb-h1", 1), ("zbv", 2), ("1f1b", 1)):
-        for p in (2, 3, 4, 8):
-            ms = np.arange(1, 70)
-            got = schedule_runs(name, p, ms)
-            for m, ok in zip(ms, got):
-                plan = Plan.parse(f"pp={p},vpp={vpp},schedule={name}")
-                bad = {v.rule for v in schedule_violations(plan, plan.degrees(p * 8), int(m))} & shape_rules
-                assert bool(ok) == (not bad), (name, p, int(m), bad)
+    cases = {("dualpipe", 4): {8: True, 12: True, 6: False, 9: False, 10: True},
+             ("dualpipe", 3): {6: False, 12: False},
+             ("dualpipev", 3): {6: True, 5: False, 7: True},
+             ("zb-h1", 4): {3: True, 6: True, 10: True, 9: False, 8: True},
+             ("zbv", 4): {1: True}}
+    for (name, p), want in cases.items():
+        ms = np.array(sorted(want))
+        assert schedule_runs(name, p, ms).tolist() == [want[m] for m in ms.tolist()], (name, p)
+        assert [bool(schedule_runs(name, p, int(m))) for m in ms] == [want[m] for m in ms.tolist()], (name, p)
+    space = build_space(load_model("llama3.1-8b"), load_hardware("h100"), Job(gpus=8, global_batch=6, seq_len=4096),
+                        target="any", limits=Limits.parse(None, "pp=4,tp=1,cp=1"))
+    names = [space.schedule(i) for i in range(len(space)) if space.col("pp")[i] == 4]
+    assert "dualpipe" not in names and space.pruned.get("dualpipe-microbatches")  # m = 6 < 2 pp = 8

@@ -276,26 +276,14 @@ def schedule_options(target: str, pp: int, vpp: int) -> list[str | None]:
     return [None] + [s for s in SCHEDULE_OPTIONS.get(target, ()) if schedule_fits_vpp(s, vpp)]
 
 
-def schedule_runs(name: str | None, p: int, m: np.ndarray) -> np.ndarray:
-    """Whether schedule ``name`` runs ``m`` micro-batches on ``p`` stages, whatever the levers
-    (planner.rules.schedule_violations: DualPipe an even pp and an even m >= 2 pp, DualPipeV
-    m >= 2 pp, zero bubble whole rounds)."""
-    m = np.asarray(m, dtype=np.int64)
-    if name == "dualpipe":
-        return (p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p)
-    if name == "dualpipev":
-        return m >= 2 * p
-    if name == "zb-h1":
-        return m % np.maximum(1, m // p) == 0
-    return np.ones(len(m), dtype=bool)
-
-
 def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target: str, limits: Limits,
                     pruned: dict) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None, tuple]:
     """Every key once per schedule of :func:`schedule_options` the user's limits allow: (columns,
     layout of each row, family index of each row, schedule index of each row, schedule names).
     Under Megatron, interleaved keys whose micro-batches are not whole groups of PP are dropped
     here, before the tables rank them (rule megatron-interleaved-groups, whatever the levers)."""
+    from planner.rules import schedule_runs
+
     pp, vpp, m = rows["pp"], rows["vpp"], rows["micro_batches"]
     if target == "megatron":
         ok = (vpp == 1) | (pp == 1) | (m % np.maximum(pp, 1) == 0)
@@ -313,7 +301,7 @@ def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target
         for name in schedule_options(target, p, v):
             if fixed is not None and fixed != (name or default_schedule(p, v)):
                 continue
-            ok = schedule_runs(name, p, m[sel])
+            ok = np.asarray(schedule_runs(name, p, m[sel]), dtype=bool)
             if (~ok).any():
                 rule = f"{name}-microbatches"
                 pruned[rule] = pruned.get(rule, 0) + int((~ok).sum())
