@@ -103,14 +103,13 @@ def walk_plans(costs) -> list[Walked]:
             sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
             if name is None or not len(sel) or (name == "combined-1f1b" and not b.walk):
                 continue  # the tables read Megatron's overlap from the closed forms (module docstring)
-            # Item times do not depend on the micro-batch count: once for all of them, ranks with
-            # the same blocks sharing theirs.
+            # Item times do not depend on the micro-batch count: once for all of them (items of
+            # equal chunks share theirs, batch.item_times).
             blocks = [chunk_blocks_of(costs, r, lv) for r in range(b.pp)]
-            rank_keys = [tuple(tuple((id(blk), n) for blk, n in ch) for ch in bl) for bl in blocks]
             chunks = [chunk_layers(costs, r, lv, sel, blocks[r]) for r in range(b.pp)]
             ms = tuple(int(x) for x in np.unique(m[sel]))
             v_, pair = b.layout.chunks_per_rank, bool(lv.ep_overlap)
-            items = item_times(name, b.pp, v_, ms, chunks, lv.delay_wgrad, pair, rank_keys)
+            items = item_times(name, b.pp, v_, ms, chunks, lv.delay_wgrad, pair)
             for mi in ms:
                 idx = np.flatnonzero(m[sel] == mi)
                 cols = sel[idx]

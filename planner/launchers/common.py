@@ -245,6 +245,20 @@ def saved_model(m, path: Path):
     return spec
 
 
+def launch_hardware(hw: str | None, model, what: str) -> tuple[object, str]:
+    """(HardwareSpec, where it came from) for a launch read back: --hw, else the model's
+    reference job; ``what`` names the launch in the error ("the script", "the launch")."""
+    from planner.specs.catalog import load_hardware
+
+    source = "--hw"
+    if not hw:
+        hw = model.reference_job.hardware if model.reference_job and model.reference_job.hardware else None
+        source = "the model's reference job"
+    if not hw:
+        raise PlannerError("No hardware given.", hint=f"Pass --hw: {what} does not say which GPUs it runs on.")
+    return load_hardware(hw), source
+
+
 def export_canonical(plan: Plan, model, hw, job) -> Plan:
     """The canonical plan (Plan.canonical) with two more normalizations that export and read-back
     agree on: the layout written in planner's compact form, or dropped when it equals the even

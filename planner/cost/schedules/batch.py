@@ -391,12 +391,11 @@ def _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) -> list[dict]:
     return item_times(name, p, v, (m,), chunks, delay_wgrad, pair_overlap)
 
 
-def item_times(name, p, v, ms, chunks, delay_wgrad, pair_overlap, rank_keys=None) -> list[dict]:
+def item_times(name, p, v, ms, chunks, delay_wgrad, pair_overlap) -> list[dict]:
     """Per rank, the :class:`ItemTime` of every item kind it runs with any of the micro-batch
     counts ``ms`` (an item's timing does not depend on m). An item reads only the chunks it runs
     (:func:`local_item`): items whose chunks hold equal layer times, on any rank, share one
-    timing (``rank_keys`` is accepted for callers that know ranks alike; the content key finds
-    them as well)."""
+    timing."""
     seen: dict = {}
     out = []
     for r in range(p):

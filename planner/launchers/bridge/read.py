@@ -525,9 +525,9 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
                     environ: dict | None = None, script_args=()) -> BridgeJob:
     """Read a Bridge launch (a Path, or its text) into the model, hardware, job and plan it runs;
     options given here win over what the file says."""
-    from planner.launchers.common import export_canonical
+    from planner.launchers.common import export_canonical, launch_hardware
     from planner.options import resolve_job
-    from planner.specs.catalog import load_hardware, load_model
+    from planner.specs.catalog import load_model
     from planner.specs.plan import Plan
 
     text, label = read_source(source)
@@ -546,13 +546,7 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
     if args.recipe and args.recipe not in RECIPE_DEFAULTS and args.kind != "yaml":
         args.notes.append(f"{args.recipe} is not a recipe planner knows the defaults of: what the file leaves out is "
                           "read as Megatron-Core's default")
-    hardware_source = "--hw"
-    if not hw:
-        hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
-        hardware_source = "the model's reference job"
-    if not hw:
-        raise PlannerError("No hardware given.", hint="Pass --hw: the launch does not say which GPUs it runs on.")
-    h = load_hardware(hw)
+    h, hardware_source = launch_hardware(hw, m, "the launch")
     plan_map, job_map, notes, defaults_used = plan_values(args, m)
     world = gpus
     if world is None:

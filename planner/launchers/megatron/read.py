@@ -661,23 +661,16 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
 
     Options given here win over what the script says; ``environ`` and ``script_args`` are the
     script's environment and $1, $2, ...; ``model_overrides`` sets model fields (vocab_size)."""
-    from planner.launchers.common import export_canonical
+    from planner.launchers.common import export_canonical, launch_hardware
     from planner.launchers.megatron.model import hint_mismatches
     from planner.options import resolve_job
-    from planner.specs.catalog import load_hardware
 
     text, label = read_source(source)
     args = plan_from_megatron_args(text, gpus=gpus, environ=environ, args=script_args)
     m, model_source, note = resolve_model(args, model, model_overrides)
     notes = list(args.notes) + ([note] if note else [])
     mismatches = hint_mismatches(m, args.model_hints) if model_source == "--model" else []
-    hardware_source = "--hw"
-    if not hw:
-        hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
-        hardware_source = "the model's reference job"
-    if not hw:
-        raise PlannerError("No hardware given.", hint="Pass --hw: the script does not say which GPUs it runs on.")
-    h = load_hardware(hw)
+    h, hardware_source = launch_hardware(hw, m, "the script")
     pj = args.job
     missing = [opt for key, opt, given in (("gpus", "--gpus", gpus), ("seq_len", "--seq-len", seq_len))
                if pj.get(key) is None and given is None]

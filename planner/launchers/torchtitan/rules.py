@@ -249,6 +249,21 @@ def _schedule_violations(plan: Plan) -> list[Violation]:
     return []
 
 
+def torchtitan_batch(plan, deg, job, where: str) -> tuple[int, int]:
+    """(training.local_batch_size, parallelism.pipeline_parallel_microbatch_size) of a plan: with
+    pipeline parallelism the data-parallel rank's whole batch split into micro-batches of mbs,
+    else one micro-batch of mbs; refused (``where`` names the launcher in the message) when
+    torchtitan's Trainer would refuse the split."""
+    from planner.rules import violations_error
+
+    dims = torchtitan_dims(plan, deg)
+    local, pp_micro = (job.global_batch // deg.dp, plan.mbs) if plan.pp > 1 else (plan.mbs, 1)
+    batch = torchtitan_batch_violations(job.global_batch, local, dims["dp_replicate"] * dims["dp_shard"], plan.pp, pp_micro)
+    if batch:
+        raise violations_error(batch, where)
+    return local, pp_micro
+
+
 def torchtitan_batch_violations(global_batch: int, local_batch: int, batch_degree: int,
                                 pp: int, pp_microbatch: int) -> list[Violation]:
     """torchtitan Trainer.Config.__post_init__ and Trainer.__init__ batch checks."""

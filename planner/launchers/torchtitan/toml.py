@@ -78,7 +78,7 @@ def _toml(value) -> str:
 
 def toml_sections(setup) -> dict[str, dict[str, object]]:
     """The job file as {section: {key: value}} (section names dotted as in TOML)."""
-    from planner.launchers.torchtitan.rules import torchtitan_batch_violations, torchtitan_dims
+    from planner.launchers.torchtitan.rules import torchtitan_batch, torchtitan_dims
     from planner.launchers.torchtitan.write import _fqns
 
     found = toml_violations(setup)
@@ -87,13 +87,7 @@ def toml_sections(setup) -> dict[str, dict[str, object]]:
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
     name, flavor = flavor_for(model)
     dims = torchtitan_dims(plan, deg)
-    if plan.pp > 1:
-        local, pp_micro = job.global_batch // deg.dp, plan.mbs
-    else:
-        local, pp_micro = plan.mbs, 1
-    batch = torchtitan_batch_violations(job.global_batch, local, dims["dp_replicate"] * dims["dp_shard"], plan.pp, pp_micro)
-    if batch:
-        raise violations_error(batch, f"torchtitan {TORCHTITAN_TOML_VERSION}")
+    local, pp_micro = torchtitan_batch(plan, deg, job, f"torchtitan {TORCHTITAN_TOML_VERSION}")
     fp8 = (plan.precision or job.default_precision) == "fp8"
     sections: dict[str, dict[str, object]] = {
         "job": {"dump_folder": "./outputs", "description": f"{model.name}: {plan.to_string()} (planner)"},

@@ -28,9 +28,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from planner.launchers.torchtitan.rules import (
-    TORCHTITAN_SCHEDULES, torchtitan_batch_violations, torchtitan_config_for, torchtitan_dims,
+    TORCHTITAN_SCHEDULES, torchtitan_batch, torchtitan_config_for, torchtitan_dims,
 )
-from planner.rules import check_launcher_rules, violations_error
+from planner.rules import check_launcher_rules
 
 
 @dataclass
@@ -72,13 +72,7 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
     model, job, plan, deg = setup.model, setup.job, setup.plan, setup.deg
     module, config = torchtitan_config_for(model, torchtitan_config)
     dims = torchtitan_dims(plan, deg)
-    if plan.pp > 1:
-        local, pp_micro = job.global_batch // deg.dp, plan.mbs
-    else:
-        local, pp_micro = plan.mbs, 1
-    batch = torchtitan_batch_violations(job.global_batch, local, dims["dp_replicate"] * dims["dp_shard"], plan.pp, pp_micro)
-    if batch:
-        raise violations_error(batch, "torchtitan")
+    local, pp_micro = torchtitan_batch(plan, deg, job, "torchtitan")
     ov = [
         "--parallelism.data_parallel_replicate_degree", str(dims["dp_replicate"]),
         "--parallelism.data_parallel_shard_degree", str(dims["dp_shard"]),
