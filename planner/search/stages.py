@@ -124,8 +124,10 @@ def coefficients(setup, stage_recompute: bool, own=None) -> Coefficients:
         p2p=[one(rc_.p2p_exposed) for rc_ in own.ranks()], slowest=max(one(t) for t in own.rank_times()))
 
 
-def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0) -> StageRefinement:
-    """Best uneven layout (and per-rank recompute) for ``setup``'s degrees and levers."""
+def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float = 5.0, own=None) -> StageRefinement:
+    """Best uneven layout (and per-rank recompute) for ``setup``'s degrees and levers (``own``: the
+    plan's composition, when the caller has it). The plan's exact step time (for a walked schedule,
+    its walk) is computed only when a candidate layout can beat it."""
     from planner.cost.compose import costs_of
     from planner.cost.memory import memory_report
 
@@ -143,23 +145,27 @@ def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float =
         stage_recompute = False  # per-stage full recompute replaces, not mixes with, selective recompute
     from planner.search.bounds import refinement_can_win
 
-    own = costs_of(setup)
-    base_mem, base_time = memory_report(setup, own), float(own.step_s()[0])
+    own = own or costs_of(setup)
+    base_mem = memory_report(setup, own)
     co = coefficients(setup, stage_recompute, own)
     if not refinement_can_win(co, model, deg.pp, stage_recompute, base_mem.fits, pat, deg.vpp):
         return StageRefinement(setup, False, "no layout can make the slowest rank faster (bound)", skipped=True)
-    solved = _solve(setup, co, pat, stage_recompute, base_time, time_limit_s)
+    solved = _solve(setup, co, pat, stage_recompute, time_limit_s)
     if isinstance(solved, str):
         return StageRefinement(setup, False, solved)
-    status, counts, rhos = solved
+    status, counts, rhos, slowest = solved
     changes = _plan_changes(model, counts, rhos, stage_recompute)
+    if base_mem.fits and slowest >= co.slowest * (1 - 1e-9):
+        # The same argument as refinement_can_win's: at an equal slowest rank the layout gains
+        # nothing, so neither plan is walked.
+        return StageRefinement(setup, False, f"{status}: candidate {changes['layout']} no faster (slowest rank)")
     from planner.cost.setup import resolve_setup
 
     new = resolve_setup(model, setup.hw, setup.job, setup.plan.replace(**changes), setup.assumptions)
     costs = costs_of(new)
     mem, t_new = memory_report(new, costs), float(costs.step_s()[0])
-    if mem.fits and (t_new < base_time * (1 - 1e-9) or not base_mem.fits):
-        return StageRefinement(new, True, f"{status}: step {base_time:.4f}s -> {t_new:.4f}s")
+    if mem.fits and (not base_mem.fits or t_new < float(own.step_s()[0]) * (1 - 1e-9)):
+        return StageRefinement(new, True, f"{status}: step {float(own.step_s()[0]):.4f}s -> {t_new:.4f}s")
     why = "no faster" if mem.fits else "exact memory model rejects it"
     return StageRefinement(setup, False, f"{status}: candidate {changes['layout']} {why}")
 
@@ -287,8 +293,9 @@ def _rank_constraints(m, v: _Vars, co: Coefficients, setup, kinds, memory, T) ->
         m.add(T >= t)
 
 
-def _solve(setup, co: Coefficients, pat, stage_recompute: bool, base_time: float, time_limit_s: float):
-    """(status, layers per virtual stage, recomputed layers per rank), or why nothing was found."""
+def _solve(setup, co: Coefficients, pat, stage_recompute: bool, time_limit_s: float):
+    """(status, layers per virtual stage, recomputed layers per rank, the slowest rank's seconds per
+    micro-batch in the linear model), or why nothing was found."""
     from ortools.sat.python import cp_model
 
     D, k0, k1 = pat
@@ -298,7 +305,10 @@ def _solve(setup, co: Coefficients, pat, stage_recompute: bool, base_time: float
     v = _Vars(m, L, D, V, pp, vpp, stage_recompute)
     big = _kib(co.cap) * 4 + 1
     memory = _chunk_memory(m, v, co, (k0, k1), V, big)
-    T = m.new_int_var(0, _tu(base_time) * 10 + 1, "T")
+    # No rank can take longer than every block on it, each fully recomputed, with the largest send.
+    kinds = list(setup.model.layer_kinds) + ["embedding", "head"] + ["mtp"] * setup.model.mtp_layers
+    most = sum(_tu(co.t_base.get(k, 0.0)) + abs(_tu(co.t_full.get(k, 0.0) - co.t_base.get(k, 0.0))) for k in kinds)
+    T = m.new_int_var(0, 2 * (most + max(_tu(p) for p in co.p2p)) + 1, "T")
     _rank_constraints(m, v, co, setup, (k0, k1), memory, T)
     m.minimize(T)
     for i, st in enumerate(setup.layout.stages):  # start from the plan's own layout
@@ -316,7 +326,8 @@ def _solve(setup, co: Coefficients, pat, stage_recompute: bool, base_time: float
     # ones hold the most micro-batches): one canonical answer.
     counts = [int(solver.value(x)) for x in v.n]
     rhos = [int(solver.value(x)) for x in v.rho]
-    m.add(T == int(solver.value(T)))
+    slowest = int(solver.value(T))
+    m.add(T == slowest)
     m.minimize(sum((V - i) * v.n[i] for i in range(V)) + sum(v.rho))
     m.clear_hints()
     for i in range(V):
@@ -326,4 +337,4 @@ def _solve(setup, co: Coefficients, pat, stage_recompute: bool, base_time: float
     if solver.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         counts = [int(solver.value(x)) for x in v.n]
         rhos = [int(solver.value(x)) for x in v.rho]
-    return solver.status_name(status), counts, rhos
+    return solver.status_name(status), counts, rhos, slowest * TIME_UNIT
