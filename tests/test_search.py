@@ -65,7 +65,8 @@ def test_cpsat_top_k_equals_the_oracle(case):
     ex = _search(*case, solver="exhaustive")
     assert [p.plan.to_string() for p in cp.plans] == [p.plan.to_string() for p in ex.plans]
     assert [p.objective_us for p in cp.plans] == [p.objective_us for p in ex.plans]
-    assert cp.solver["status"] == "OPTIMAL"
+    # proven over the tables; FEASIBLE only where the walked times shown leave the tables' estimate
+    assert cp.solver["status"] == ("FEASIBLE" if cp.solver["estimate_gap"] > 1e-4 else "OPTIMAL")
 
 
 SCHEDULE_CASES = [
@@ -85,7 +86,8 @@ def test_cpsat_top_k_equals_the_oracle_with_every_schedule(case, target):
     ex = _search(*case, solver="exhaustive", target=target)
     assert [p.plan.to_string() for p in cp.plans] == [p.plan.to_string() for p in ex.plans]
     assert [p.objective_us for p in cp.plans] == [p.objective_us for p in ex.plans]
-    assert cp.solver["status"] == "OPTIMAL"
+    # proven over the tables; FEASIBLE only where the walked times shown leave the tables' estimate
+    assert cp.solver["status"] == ("FEASIBLE" if cp.solver["estimate_gap"] > 1e-4 else "OPTIMAL")
     assert len(cp.space.schedules) > 1  # the space holds schedules beyond Megatron's defaults
 
 

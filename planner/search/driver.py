@@ -51,6 +51,10 @@ class Ranked:
     setup: Setup
     objective_us: int
     evaluation: dict
+    """plan_evaluation's JSON; while ranking, memory only (the time report, with its schedule walk,
+    is added by :func:`_with_time` to the plans that are kept)."""
+    costs: object = field(default=None, repr=False, compare=False)
+    """The plan's composed costs, kept until its time report is written."""
 
 
 @dataclass
@@ -197,13 +201,18 @@ class _Run:
         return found, "OPTIMAL", None, Costed(tables, best_of, floors, rows)
 
     def _ranked(self, rank: int, t: int, gid: int, flat: int) -> Ranked:
+        """One ranked plan with its memory report; its time report waits until it is kept (the
+        walk of a pipeline schedule is most of a plan's evaluation, and of the 2K plans ranked
+        only K are shown)."""
+        from planner.cost.compose import batch_of_setup, evaluate_batch
         from planner.cost.evaluate import plan_evaluation
         from planner.cost.setup import resolve_setup
 
         sp = self.space
         plan = make_plan(sp.struct(gid), lever_values(sp, lever_indices(sp, flat)))
         setup = resolve_setup(sp.model, sp.hw, sp.job, plan, self.assumptions)
-        return Ranked(rank, setup.plan, setup, t, plan_evaluation(setup))
+        costs = evaluate_batch(batch_of_setup(setup))
+        return Ranked(rank, setup.plan, setup, t, plan_evaluation(setup, costs=costs, time=False), costs)
 
     # ---- the per-stage refinement -----------------------------------------------------------
     def _per_stage(self, costed: Costed, plans: list[Ranked], top: int) -> list[Ranked]:
@@ -213,18 +222,19 @@ class _Run:
         from planner.search.stages import refine
 
         stage_rc = self.options.target == "any"
-        # Plans keyed by canonical string: (step time in us, order of arrival, setup, evaluation).
+        # Plans keyed by canonical string: (step time in us, order of arrival, plan).
         # Ties in time keep the uniform ranking's order; refinements follow their seeds.
-        pool: dict[str, tuple[int, int, Setup, dict]] = {}
+        pool: dict[str, tuple[int, int, Ranked]] = {}
         for r in plans:
-            pool[r.plan.to_string()] = (r.objective_us, len(pool), r.setup, r.evaluation)
+            pool[r.plan.to_string()] = (r.objective_us, len(pool), r)
         kth = max(v[0] for v in pool.values()) / 1e6 if len(pool) >= top else math.inf
-        for setup in [r.setup for r in plans] + self._rescue_seeds(costed, kth):
+        seeds = [(r.setup, r.costs) for r in plans] + [(s, None) for s in self._rescue_seeds(costed, kth)]
+        for setup, own in seeds:
             self.info["tried"] += 1
             # A deterministic budget per model (CP-SAT's deterministic time), not the wall clock,
             # so the same input ranks the same plans on a busy machine too.
             res = refine(setup, stage_recompute=stage_rc and setup.recompute.kind in ("none", "full"),
-                         time_limit_s=5.0)
+                         time_limit_s=5.0, own=own)
             self.info["skipped_by_bound"] += res.skipped
             if res.improved:
                 ev = plan_evaluation(res.setup)
@@ -232,9 +242,10 @@ class _Run:
                 if key not in pool and not rule_violations(self.model, self.hw, self.job, res.setup.plan,
                                                            self.options.target):
                     self.info["improved"] += 1
-                    pool[key] = (int(round(ev["time"]["step_time_s"] * 1e6)), len(pool), res.setup, ev)
+                    t = int(round(ev["time"]["step_time_s"] * 1e6))
+                    pool[key] = (t, len(pool), Ranked(0, res.setup.plan, res.setup, t, ev))
         ranked = sorted(pool.values(), key=lambda v: (v[0], v[1]))[:top]
-        return [Ranked(k + 1, s.plan, s, t, ev) for k, (t, _, s, ev) in enumerate(ranked)]
+        return [replace(r, rank=k + 1) for k, (_, _, r) in enumerate(ranked)]
 
     def _rescue_seeds(self, costed: Costed, kth: float) -> list[Setup]:
         """Layouts whose best lever choice, ignoring memory, could beat the K-th plan: the uniform
@@ -266,15 +277,46 @@ class _Run:
             raise diagnose_nothing_fits(self.space, costed.tables, o, list(range(len(costed.tables.structs))),
                                         self.assumptions, self.say, exact=costed.exact_peak)
         plans, dominated = _drop_dominated(plans, o.top)
+        plans, gap = _walked_order([_with_time(p) for p in plans])
+        if gap > ESTIMATE_TOLERANCE and status == "OPTIMAL":
+            status = "FEASIBLE"  # proven over the tables' estimate, not over the walked times shown
         self.lap("evaluate_s")
         self.timings["total_s"] = round(time.perf_counter() - self.t0, 4)
         from planner.search.status import solver_json
 
-        solver = solver_json(self, plans, status, bound, dropped={
+        solver = solver_json(self, plans, status, bound, estimate_gap=gap, dropped={
             "dropped_by_rules": [p.plan.to_string() for p in bad],
             "dropped_by_exact_memory": [p.plan.to_string() for p in unfit],
             "dropped_as_dominated": dominated})
         return SearchResult(self.space, costed.tables, plans, solver, self.timings)
+
+
+ESTIMATE_TOLERANCE = 1e-4
+"""Relative difference between a plan's walked step time and its table time above the tables'
+rounding (each term to the microsecond)."""
+
+
+def _walked_order(plans: list[Ranked]) -> tuple[list[Ranked], float]:
+    """The plans by their exact (walked) step time, ties in the search's order, and the largest
+    relative excess of a walked time over its table time. The tables estimate the schedules the
+    closed forms do not cover (Megatron's combined 1F1B under EP overlap, zero bubble, DualPipe:
+    planner.cost.walked); the walk can put a plan above the estimate (on uneven chunks, such as
+    one-layer chunks next to the embedding, dense or MTP ones, its stalls grow with VPP), so the
+    estimate's order is not the walk's."""
+    walked = [int(round(p.evaluation["time"]["step_time_s"] * 1e6)) for p in plans]
+    gap = max((w / p.objective_us - 1 for w, p in zip(walked, plans) if p.objective_us > 0), default=0.0)
+    order = sorted(range(len(plans)), key=lambda i: (walked[i], i))
+    return [replace(plans[i], rank=k + 1) for k, i in enumerate(order)], max(gap, 0.0)
+
+
+def _with_time(r: Ranked) -> Ranked:
+    """The plan with its time report (from the costs composed when it was ranked)."""
+    if "time" in r.evaluation:
+        return r
+    from planner.cost.time import time_report
+
+    ev = {**r.evaluation, "time": time_report(r.setup, costs=r.costs).to_json()}
+    return replace(r, evaluation=ev, costs=None)
 
 
 def _drop_dominated(plans: list[Ranked], top: int) -> tuple[list[Ranked], list[str]]:

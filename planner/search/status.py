@@ -8,12 +8,17 @@ STATUS_SCOPE = (
     "alone exceeds the allocation limit, which also ends the micro-batch sizes; 'step_time', their step-time floor "
     "exceeds the K-th plan's time), and CP-SAT enumerated every feasible plan of the rest up to that time. "
     "FEASIBLE: per-stage refinements (uneven layouts, per-rank recompute: a heuristic, optimal for each layout and "
-    "levers but not searched over every layout) entered the ranking, or a time limit was hit."
+    "levers but not searched over every layout) entered the ranking, or a time limit was hit, or the plans' "
+    "schedules are estimated in the tables ('estimate_gap' above 0: Megatron's combined 1F1B under EP overlap, zero "
+    "bubble, DualPipe): the proof holds for the tables' closed-form estimate, the plans are shown with their "
+    "walked step times and ordered by them, and a plan the estimate ranked lower may walk faster."
 )
 
 
-def solver_json(run, plans, status: str, bound, dropped: dict) -> dict:
-    """The ``solver`` object: status, what it holds over, what was proven out, what was dropped."""
+def solver_json(run, plans, status: str, bound, dropped: dict, estimate_gap: float = 0.0) -> dict:
+    """The ``solver`` object: status, what it holds over, what was proven out, what was dropped
+    (``estimate_gap``: the largest relative excess of a shown plan's walked step time over the
+    tables' estimate the search ranked it by)."""
     sp, o, d = run.space, run.options, run.dominated
     return {
         "name": o.solver,
@@ -28,6 +33,7 @@ def solver_json(run, plans, status: str, bound, dropped: dict) -> dict:
         "rejected_by_rules": dict(sorted(sp.pruned.items())),
         **dropped,
         "per_stage": dict(run.info),
+        "estimate_gap": round(estimate_gap, 4),
         "space": sp.scope,
         "status_scope": STATUS_SCOPE,
     }
@@ -56,4 +62,7 @@ def status_line(sv: dict) -> str:
     return (f"{sv['name']} {sv['status']} over {sv['structural_keys']:,} layouts x {sv['lever_combinations']} "
             f"lever combinations ({degrees}); proven out: {dom.get('memory', 0):,} by memory, "
             f"{dom.get('step_time', 0):,} by step time; {sv['keys_costed']:,} costed, {sv['keys_in_model']} in the "
-            f"model; {refine}")
+            f"model; {refine}"
+            + (f"; ranked by the tables' estimate of the pipeline schedule: the walked step times shown are up to "
+               f"{100 * sv['estimate_gap']:.1f}% above it, so the order is the walk's among these plans only"
+               if sv.get("estimate_gap", 0) > 0.001 else ""))
