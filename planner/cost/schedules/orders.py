@@ -94,17 +94,26 @@ def zbv(p: int, m: int, rank: int) -> tuple:
     for _ in range(2 * (p - rank) - 1):
         take("F", 0)
     for _ in range(rank):
-        take("F", 1), take("F", 0)
+        take("F", 1)
+        take("F", 0)
     for _ in range(p - rank):
-        take("F", 1), take("I", 1), take("W", 1)
+        take("F", 1)
+        take("I", 1)
+        take("W", 1)
     while cnt["F", 1] < cnt["F", 0] or cnt["F", 0] < n:
         if cnt["F", 0] < n:
             take("F", 0)
-        take("I", 0), take("W", 0), take("F", 1), take("I", 1), take("W", 1)
+        take("I", 0)
+        take("W", 0)
+        take("F", 1)
+        take("I", 1)
+        take("W", 1)
     for _ in range(rank):
-        take("I", 0), take("I", 1)
+        take("I", 0)
+        take("I", 1)
     for _ in range(p - rank):
-        take("I", 0), take("W", 0)
+        take("I", 0)
+        take("W", 0)
     while cnt["W", 1] < cnt["I", 1]:
         take("W", 1)
     while cnt["W", 0] < cnt["I", 0]:
@@ -209,7 +218,8 @@ def _dual_steps(s: _DualPipeRank, n: int, h: int, chunks: int, edge: bool, dual:
             s.fb(0, 1, recv0=i > 0)
         s.fb(1, 0)
     for _ in range(n - h - 1):  # 5: nB1F1B0
-        s.b(1), s.fb(1, 0)
+        s.b(1)
+        s.fb(1, 0)
     zb = False
     for i in range(h + 1):  # 6: nB1B0, the second half with zero bubble
         if i == (h + 1) // 2 and h % 2 == 1:
@@ -219,7 +229,8 @@ def _dual_steps(s: _DualPipeRank, n: int, h: int, chunks: int, edge: bool, dual:
             zb = True
         s.b(0, zb)
     for _ in range(n - h - 1):  # 7: nWB0
-        s.w(), s.b(0, zb=True)
+        s.w()
+        s.b(0, zb=True)
     for _ in range(h + 1):  # 8: nW
         s.w()
     s.commit()
