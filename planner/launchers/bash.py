@@ -3240,27 +3240,10 @@ def _printf(fmt: str, args: list[str], sh: Shell) -> str:
             while j < n and fmt[j] in "-+ #0":
                 flags += fmt[j]
                 j += 1
-            width = ""
-            if j < n and fmt[j] == "*":
-                width = args[k] if k < len(args) else "0"
-                k += 1
-                j += 1
-            else:
-                while j < n and fmt[j] in _DIGITS:
-                    width += fmt[j]
-                    j += 1
+            width, j, k = _printf_number(fmt, j, args, k)
             prec = None
             if j < n and fmt[j] == ".":
-                j += 1
-                prec = ""
-                if j < n and fmt[j] == "*":
-                    prec = args[k] if k < len(args) else "0"
-                    k += 1
-                    j += 1
-                else:
-                    while j < n and fmt[j] in _DIGITS:
-                        prec += fmt[j]
-                        j += 1
+                prec, j, k = _printf_number(fmt, j + 1, args, k)
             if j >= n:
                 raise ValueError(f"'{fmt[i:]}': missing format character")
             conv = fmt[j]
@@ -3313,6 +3296,18 @@ def _printf(fmt: str, args: list[str], sh: Shell) -> str:
         if k == used_before:
             break
     return _check_len("".join(out))
+
+
+def _printf_number(fmt: str, j: int, args: list[str], k: int) -> tuple[str, int, int]:
+    """A width or a precision at ``fmt[j]``: ``*`` takes the next argument (``"0"`` when none is
+    left), else the digits there ("" when none). Returns it with where the format and the
+    arguments go on."""
+    if j < len(fmt) and fmt[j] == "*":
+        return (args[k] if k < len(args) else "0"), j + 1, k + 1
+    start = j
+    while j < len(fmt) and fmt[j] in _DIGITS:
+        j += 1
+    return fmt[start:j], j, k
 
 
 def _printf_int(arg: str | None) -> int:
