@@ -263,6 +263,17 @@ def parse_moments(text: str) -> tuple[str, ...]:
     return mom
 
 
+def search_options(target: Target, top: int, time_limit: float, fix: str | None, max_: str | None, moments: str,
+                   per_stage: bool, solver: str = "cpsat"):
+    """The search's options from the flags 'planner search' and 'planner compare' share (--target,
+    --top, --time-limit, --fix, --max, --moments, --per-stage; --solver is search's alone)."""
+    from planner.search.driver import Options
+    from planner.search.space import Limits
+
+    return Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
+                   limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage)
+
+
 def build_assumptions(routing_imbalance: float | None = None, implementation: str = "te", calibration: Path | None = None):
     """The modeling assumptions a command line sets, validated once."""
     from planner.cost.setup import Assumptions

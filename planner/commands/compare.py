@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MaxOpt,
     MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt, build_assumptions,
-    SetOpt, parse_moments, print_json, resolve_model, resolve_specs,
+    SetOpt, print_json, resolve_model, resolve_specs, search_options,
 )
 
 DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
@@ -56,8 +56,6 @@ def compare_cmd(
 ) -> None:
     """Compare the best plan of one job across hardware (Hopper vs Blackwell): speed, memory, cost to train, and why the plans differ."""
     from planner.options import finite_option
-    from planner.search.driver import Options
-    from planner.search.space import Limits
 
     finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
     if tokens is not None:
@@ -71,8 +69,7 @@ def compare_cmd(
         from planner.files import check_output
 
         check_output(plot, "plot", suffixes=(".png",))  # before the searches run
-    opts = Options(target=target.value, top=top, time_limit_s=time_limit, limits=Limits.parse(fix, max_),
-                   moments=parse_moments(moments), per_stage=per_stage)
+    opts = search_options(target, top, time_limit, fix, max_, moments, per_stage)
     out = _run(m, hws, j, opts, assumptions, counts, tokens, global_batch, plot)
     _output(out, counts, plot, timings, json, markdown)
 

@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, HwOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt,
     MarkdownOpt, MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
-    SetOpt, build_assumptions, parse_moments, print_json, resolve_specs,
+    SetOpt, build_assumptions, print_json, resolve_specs, search_options,
 )
 
 
@@ -48,8 +48,6 @@ def search_cmd(
     """Rank feasible plans: parallel degrees, layout, recompute, offload, precision, sharding."""
     from planner.errors import PlannerError
     from planner.options import finite_option
-    from planner.search.driver import Options
-    from planner.search.space import Limits
 
     finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
     if solver not in ("cpsat", "exhaustive"):
@@ -61,8 +59,7 @@ def search_cmd(
         from planner.files import check_output
 
         check_output(save, "saved search")  # before the search runs, and never over a file it read
-    opts = Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
-                   limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage)
+    opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, solver)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
     _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,
             given=model)

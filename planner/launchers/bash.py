@@ -2402,22 +2402,28 @@ class Shell:
             self.vars, self.exported, self.positional, self.funcs = saved
 
     def _loop(self, node, items, body_fn) -> int | None:
-        status = 0
-        for k, item in enumerate(items):
-            if k >= MAX_LOOP:
-                self.st.note(f"line {node.line}: the loop stopped after {MAX_LOOP:,} iterations (planner reads no further)")
+        status: int | None = 0
+        for item, _ in zip(items, self._loop_guard(node)):  # items first: no note when they run out
+            status, stop = self._pass(status, body_fn, item)
+            if stop:
                 break
-            self.st.step()
-            try:
-                status = body_fn(item)
-            except _Break as exc:
-                if exc.n > 1:
-                    raise _Break(exc.n - 1) from None
-                break
-            except _Continue as exc:
-                if exc.n > 1:
-                    raise _Continue(exc.n - 1) from None
         return status
+
+    @staticmethod
+    def _pass(status: int | None, body, arg) -> tuple[int | None, bool]:
+        """One pass of a loop's body, ``body(arg)``, for every kind of loop: (the loop's status
+        after it, whether the loop stops). ``break N`` / ``continue N`` with N > 1 end this loop and act on the
+        enclosing one (raised again with N - 1); a pass ended by either keeps the status before it."""
+        try:
+            return body(arg), False
+        except _Break as exc:
+            if exc.n > 1:
+                raise _Break(exc.n - 1) from None
+            return status, True
+        except _Continue as exc:
+            if exc.n > 1:
+                raise _Continue(exc.n - 1) from None
+            return status, False
 
     def _run_for(self, node: ForBody) -> int | None:
         if node.var == "\x00select":
@@ -2448,7 +2454,7 @@ class Shell:
         if self.arith_text(self.expand_text(node.init, bash=True), True, node.line) is None and node.init.parts:
             self._undecided(node, "the 'for ((...))' loop starts from an unknown value: skipped")
             return 0
-        status = 0
+        status: int | None = 0
         for _ in self._loop_guard(node):
             c = self.arith_text(self.expand_text(node.cond, bash=True), True, node.line) if node.cond.parts else 1
             if c is None:
@@ -2456,15 +2462,9 @@ class Shell:
                 break
             if c == 0:
                 break
-            try:
-                status = self.run(node.body)
-            except _Break as exc:
-                if exc.n > 1:
-                    raise _Break(exc.n - 1) from None
+            status, stop = self._pass(status, self.run, node.body)
+            if stop:
                 break
-            except _Continue as exc:
-                if exc.n > 1:
-                    raise _Continue(exc.n - 1) from None
             self.arith_text(self.expand_text(node.step, bash=True), True, node.line)
         return status
 
@@ -2477,7 +2477,7 @@ class Shell:
             yield k
 
     def _run_while(self, node: While) -> int | None:
-        status = 0
+        status: int | None = 0
         for _ in self._loop_guard(node):
             c = self.run(node.cond)
             if c is None:
@@ -2486,15 +2486,9 @@ class Shell:
                 break
             if (c == 0) == node.until:
                 break
-            try:
-                status = self.run(node.body)
-            except _Break as exc:
-                if exc.n > 1:
-                    raise _Break(exc.n - 1) from None
+            status, stop = self._pass(status, self.run, node.body)
+            if stop:
                 break
-            except _Continue as exc:
-                if exc.n > 1:
-                    raise _Continue(exc.n - 1) from None
         return status
 
     def _run_case(self, node: Case) -> int | None:
@@ -3246,27 +3240,10 @@ def _printf(fmt: str, args: list[str], sh: Shell) -> str:
             while j < n and fmt[j] in "-+ #0":
                 flags += fmt[j]
                 j += 1
-            width = ""
-            if j < n and fmt[j] == "*":
-                width = args[k] if k < len(args) else "0"
-                k += 1
-                j += 1
-            else:
-                while j < n and fmt[j] in _DIGITS:
-                    width += fmt[j]
-                    j += 1
+            width, j, k = _printf_number(fmt, j, args, k)
             prec = None
             if j < n and fmt[j] == ".":
-                j += 1
-                prec = ""
-                if j < n and fmt[j] == "*":
-                    prec = args[k] if k < len(args) else "0"
-                    k += 1
-                    j += 1
-                else:
-                    while j < n and fmt[j] in _DIGITS:
-                        prec += fmt[j]
-                        j += 1
+                prec, j, k = _printf_number(fmt, j + 1, args, k)
             if j >= n:
                 raise ValueError(f"'{fmt[i:]}': missing format character")
             conv = fmt[j]
@@ -3319,6 +3296,18 @@ def _printf(fmt: str, args: list[str], sh: Shell) -> str:
         if k == used_before:
             break
     return _check_len("".join(out))
+
+
+def _printf_number(fmt: str, j: int, args: list[str], k: int) -> tuple[str, int, int]:
+    """A width or a precision at ``fmt[j]``: ``*`` takes the next argument (``"0"`` when none is
+    left), else the digits there ("" when none). Returns it with where the format and the
+    arguments go on."""
+    if j < len(fmt) and fmt[j] == "*":
+        return (args[k] if k < len(args) else "0"), j + 1, k + 1
+    start = j
+    while j < len(fmt) and fmt[j] in _DIGITS:
+        j += 1
+    return fmt[start:j], j, k
 
 
 def _printf_int(arg: str | None) -> int:

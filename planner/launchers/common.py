@@ -321,6 +321,15 @@ def script_header(setup, title: str, plan_text: str, pred_lines: list[str]) -> l
     return out + [f"# predicted: {comment_text(ln)}" for ln in pred_lines]
 
 
+def script_opening(setup, title: str, plan_text: str, pred_lines: list[str], about: list[str], notes: list[str],
+                   nnodes: int, master_port: int, checkout: str | None = None) -> list[str]:
+    """How the Megatron-LM and Megatron-Bridge scripts open: :func:`script_header`, the comment
+    lines ``about`` (what the script runs and how to run it), a ``# note:`` line per launch note,
+    then :func:`node_lines`."""
+    return (script_header(setup, title, plan_text, pred_lines) + about
+            + [f"# note: {comment_text(n)}" for n in notes] + node_lines(nnodes, master_port, checkout))
+
+
 def node_lines(nnodes: int, master_port: int, checkout: str | None = None) -> list[str]:
     """Strict mode and the rendezvous variables a multi-node launch reads from the scheduler
     (defaults for one node), with the launcher checkout's variable first where the script needs one."""

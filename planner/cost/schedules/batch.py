@@ -326,7 +326,8 @@ class Coarse(_Builder):
 
     def pair(self, rank: int, item: Pair) -> None:
         if not self.times.pair_overlap:
-            self.op(rank, item.fwd), self.op(rank, item.bwd)
+            self.op(rank, item.fwd)
+            self.op(rank, item.bwd)
             return
         if not self.times.p2p_overlap:
             raise ValueError("the coarse walk sends after a pair's last task; blocking sends start at its compute's end")

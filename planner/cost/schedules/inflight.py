@@ -98,7 +98,7 @@ def peak_moment(name: str, p: int, v: int, m: int, rank: int, kept) -> tuple[int
     """(op index, op, bytes held) where the rank's held bytes peak: ``kept[i]`` are the bytes one
     micro-batch holds in held-vector entry i (activations per chunk, then what W needs per chunk),
     the op being computed counted with what it holds when it ends (first of equal peaks)."""
-    best = (0, None, -1.0)
+    best: tuple[int, Op | None, float] = (0, None, -1.0)
     for i, (op, vec) in enumerate(held_before(name, p, v, m, rank)):
         total = sum(n * k for n, k in zip(vec, kept)) + (kept[op.chunk] if op.kind == "F" else 0.0)
         if total > best[2]:

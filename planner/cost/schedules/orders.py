@@ -85,30 +85,33 @@ def zbv(p: int, m: int, rank: int) -> tuple:
     cnt = {("F", 0): 0, ("F", 1): 0, ("I", 0): 0, ("I", 1): 0, ("W", 0): 0, ("W", 1): 0}
     items: list = []
 
-    def take(kind: str, c: int) -> None:
-        mb = cnt[kind, c]
-        if mb < m:
-            items.append(Op(kind, c, mb))
-        cnt[kind, c] = mb + 1
+    def take(*ops: str) -> None:
+        """Run ops in the docstring's notation, kind then chunk ('F0', 'I1', ...)."""
+        for op in ops:
+            kind, c = op[0], int(op[1])
+            mb = cnt[kind, c]
+            if mb < m:
+                items.append(Op(kind, c, mb))
+            cnt[kind, c] = mb + 1
 
     for _ in range(2 * (p - rank) - 1):
-        take("F", 0)
+        take("F0")
     for _ in range(rank):
-        take("F", 1), take("F", 0)
+        take("F1", "F0")
     for _ in range(p - rank):
-        take("F", 1), take("I", 1), take("W", 1)
+        take("F1", "I1", "W1")
     while cnt["F", 1] < cnt["F", 0] or cnt["F", 0] < n:
         if cnt["F", 0] < n:
-            take("F", 0)
-        take("I", 0), take("W", 0), take("F", 1), take("I", 1), take("W", 1)
+            take("F0")
+        take("I0", "W0", "F1", "I1", "W1")
     for _ in range(rank):
-        take("I", 0), take("I", 1)
+        take("I0", "I1")
     for _ in range(p - rank):
-        take("I", 0), take("W", 0)
+        take("I0", "W0")
     while cnt["W", 1] < cnt["I", 1]:
-        take("W", 1)
+        take("W1")
     while cnt["W", 0] < cnt["I", 0]:
-        take("W", 0)
+        take("W0")
     return tuple(items)
 
 
@@ -209,7 +212,8 @@ def _dual_steps(s: _DualPipeRank, n: int, h: int, chunks: int, edge: bool, dual:
             s.fb(0, 1, recv0=i > 0)
         s.fb(1, 0)
     for _ in range(n - h - 1):  # 5: nB1F1B0
-        s.b(1), s.fb(1, 0)
+        s.b(1)
+        s.fb(1, 0)
     zb = False
     for i in range(h + 1):  # 6: nB1B0, the second half with zero bubble
         if i == (h + 1) // 2 and h % 2 == 1:
@@ -219,7 +223,8 @@ def _dual_steps(s: _DualPipeRank, n: int, h: int, chunks: int, edge: bool, dual:
             zb = True
         s.b(0, zb)
     for _ in range(n - h - 1):  # 7: nWB0
-        s.w(), s.b(0, zb=True)
+        s.w()
+        s.b(0, zb=True)
     for _ in range(h + 1):  # 8: nW
         s.w()
     s.commit()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.cost.schedules.timing import seconds
 from planner.cost.schedules.walk import COMPUTE, Tasks
 
 
@@ -89,7 +90,7 @@ def rank_time(tasks: Tasks, start: list[float], finish: list[float], rank: int, 
     for t in mine:
         if _is_compute(tasks, t):
             if tasks.cause[t] not in ("post", "wait", "join"):  # zero-length synchronisation points
-                by_kind[tasks.cause[t]] = by_kind.get(tasks.cause[t], 0.0) + tasks.dur[t]
+                by_kind[tasks.cause[t]] = by_kind.get(tasks.cause[t], 0.0) + seconds(tasks.dur[t])
         else:
             comm.setdefault(tasks.cause[t], []).append((start[t], finish[t]))
     spans = {k: union(v) for k, v in comm.items()}

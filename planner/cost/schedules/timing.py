@@ -13,45 +13,62 @@ DeepSeek's dedicated communication SMs), the pipeline send/receive on a stream p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from planner.cost.arrays import Num
+
+if TYPE_CHECKING:
+    from planner.cost.schedules.batch import Lin
+
+Seconds = Union[Num, "Lin"]
+"""A duration: seconds (a number, or one per plan of a batch) or, while
+:mod:`~planner.cost.schedules.batch` builds a graph with the walk's builder, the
+:class:`~planner.cost.schedules.batch.Lin` standing for them."""
+
+
+def seconds(d: Seconds) -> float:
+    """``d`` as the one-plan walk times it: a number (arrays over plans and symbolic durations are
+    :mod:`~planner.cost.schedules.batch`'s to evaluate, by longest paths)."""
+    if isinstance(d, (int, float)):  # numpy's float64 is a float
+        return d
+    raise TypeError(f"the time walk takes a number of seconds, not {type(d).__name__}")
 
 
 @dataclass(frozen=True)
 class LayerTimes:
     """Seconds of one layer (or any piece of a chunk: embedding, head) for one micro-batch."""
 
-    attn_f: Num = 0.0
+    attn_f: Seconds = 0.0
     """Attention, norms and router forward (Megatron's pre_dispatch_computation)."""
-    attn_b: Num = 0.0
+    attn_b: Seconds = 0.0
     """Its input gradient."""
-    attn_w: Num = 0.0
+    attn_w: Seconds = 0.0
     """Its weight gradient."""
-    mlp_f: Num = 0.0
+    mlp_f: Seconds = 0.0
     """Experts (or the dense MLP) forward."""
-    mlp_b: Num = 0.0
-    mlp_w: Num = 0.0
-    dispatch_f: Num = 0.0
+    mlp_b: Seconds = 0.0
+    mlp_w: Seconds = 0.0
+    dispatch_f: Seconds = 0.0
     """EP all-to-all seconds (communication stream): forward dispatch and combine, and the
     backward's two (the gradient of the combine is a dispatch, and the reverse)."""
-    combine_f: Num = 0.0
-    dispatch_b: Num = 0.0
-    combine_b: Num = 0.0
+    combine_f: Seconds = 0.0
+    dispatch_b: Seconds = 0.0
+    combine_b: Seconds = 0.0
 
     @property
-    def f(self) -> float:
+    def f(self) -> Seconds:
         return self.attn_f + self.mlp_f
 
     @property
-    def i(self) -> float:
+    def i(self) -> Seconds:
         return self.attn_b + self.mlp_b
 
     @property
-    def w(self) -> float:
+    def w(self) -> Seconds:
         return self.attn_w + self.mlp_w
 
     @property
-    def a2a(self) -> float:
+    def a2a(self) -> Seconds:
         return self.dispatch_f + self.combine_f + self.dispatch_b + self.combine_b
 
 
@@ -75,7 +92,7 @@ class StepTimes:
 
     chunks: tuple[tuple[tuple[LayerTimes, ...], ...], ...]
     """``chunks[rank][chunk]``: the chunk's layers in forward order."""
-    p2p: float = 0.0
+    p2p: Seconds = 0.0
     """Seconds of one activation (or gradient) send between neighbouring ranks."""
     p2p_overlap: bool = True
     """True: sends run on their own stream (Megatron's overlap_p2p_comm, torch's async p2p) and

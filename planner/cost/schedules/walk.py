@@ -40,7 +40,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from planner.cost.schedules.ops import Commit, Pair, Placement, Post
-from planner.cost.schedules.timing import LayerTimes, StepTimes
+from planner.cost.schedules.timing import LayerTimes, Seconds, StepTimes, seconds
 
 COMPUTE, A2A = "compute", "a2a"
 
@@ -51,7 +51,7 @@ class Tasks:
     def __init__(self):
         self.rank: list[int] = []
         self.stream: list[str] = []
-        self.dur: list[float] = []
+        self.dur: list[Seconds] = []
         self.deps: list[list] = []
         self.cause: list[str] = []
         self.op: list = []
@@ -60,9 +60,13 @@ class Tasks:
         self.last_compute: dict[int, int] = {}
         """Each rank's latest task on its compute stream (where the next item is issued)."""
 
-    def add(self, rank: int, stream: str, dur: float, deps, cause: str, op=None) -> int:
-        self.rank.append(rank), self.stream.append(stream), self.dur.append(dur)
-        self.deps.append(list(deps)), self.cause.append(cause), self.op.append(op)
+    def add(self, rank: int, stream: str, dur: Seconds, deps, cause: str, op=None) -> int:
+        self.rank.append(rank)
+        self.stream.append(stream)
+        self.dur.append(dur)
+        self.deps.append(list(deps))
+        self.cause.append(cause)
+        self.op.append(op)
         t = len(self.dur) - 1
         if stream == COMPUTE:
             self.last_compute[rank] = t
@@ -93,13 +97,13 @@ class Chain:
         self.tasks, self.rank, self.last, self.op = tasks, rank, list(deps), op
         self.any = False
 
-    def run(self, stream: str, dur: float, cause: str | None = None) -> None:
+    def run(self, stream: str, dur: Seconds, cause: str | None = None) -> None:
         if dur <= 0.0 and (stream != COMPUTE or self.any):
             return
         self.last = [self.tasks.add(self.rank, stream, dur, self.last, cause or self.op.kind, self.op)]
         self.any = True
 
-    def side(self, dur: float, cause: str) -> None:
+    def side(self, dur: Seconds, cause: str) -> None:
         """Compute that follows the chain's last piece but that nothing later in the chain waits
         for (a weight gradient Megatron's --delay-wgrad-compute moves off the data path)."""
         if dur > 0.0:
@@ -112,29 +116,29 @@ class Chain:
         return self.last
 
 
-def _forward_pieces(layers: tuple[LayerTimes, ...]) -> list[tuple[str, float]]:
-    segs: list[tuple[str, float]] = []
+def _forward_pieces(layers: tuple[LayerTimes, ...]) -> list[tuple[str, Seconds]]:
+    segs: list[tuple[str, Seconds]] = []
     for lt in layers:
         segs += [(COMPUTE, lt.attn_f), (A2A, lt.dispatch_f), (COMPUTE, lt.mlp_f), (A2A, lt.combine_f)]
     return segs
 
 
-def _backward_pieces(layers: tuple[LayerTimes, ...], kind: str) -> list[tuple[str, float]]:
+def _backward_pieces(layers: tuple[LayerTimes, ...], kind: str) -> list[tuple[str, Seconds]]:
     """The backward of a chunk, last layer first: I (input gradient), B (input and weight
     gradients of each piece together) or W (weight gradients only)."""
     if kind == "W":
         return [(COMPUTE, sum(lt.w for lt in layers))]
     full = kind == "B"
-    segs: list[tuple[str, float]] = []
+    segs: list[tuple[str, Seconds]] = []
     for lt in reversed(layers):
         segs += [(A2A, lt.combine_b), (COMPUTE, lt.mlp_b + full * lt.mlp_w), (A2A, lt.dispatch_b),
                  (COMPUTE, lt.attn_b + full * lt.attn_w)]
     return segs
 
 
-def _merged(segs: list[tuple[str, float]]) -> list[tuple[str, float]]:
+def _merged(segs: list[tuple[str, Seconds]]) -> list[tuple[str, Seconds]]:
     """Adjacent compute pieces as one task (the walk's result is the same, with fewer events)."""
-    out: list[tuple[str, float]] = []
+    out: list[tuple[str, Seconds]] = []
     for stream, dur in segs:
         if stream != COMPUTE and dur <= 0.0:
             continue
@@ -152,7 +156,9 @@ class _Builder:
     ``explicit``: the schedule posts its own sends and receives (:class:`Post`, :class:`Commit`)."""
 
     tasks: Tasks
-    place: Placement
+    place: Placement | None
+    """Where the chunks sit; None for a builder of one item alone (its inputs are ready and its
+    outputs go nowhere: :class:`_Lone`, batch.py's ``_Alone``)."""
     times: StepTimes
     explicit: bool = False
     pending: dict = field(default_factory=dict)
@@ -163,29 +169,39 @@ class _Builder:
     def layers(self, rank: int, chunk: int) -> tuple[LayerTimes, ...]:
         return self.times.chunks[rank][chunk]
 
+    @property
+    def placed(self) -> Placement:
+        """:attr:`place`, for what reads the pipeline around an op (a builder of one item alone
+        overrides those reads)."""
+        if self.place is None:
+            raise ValueError("a builder of one item alone has no pipeline placement to read")
+        return self.place
+
     def inputs(self, rank: int, op) -> list:
-        route, pos = self.place.route_pos[rank][op.chunk]
+        place = self.placed
+        route, pos = place.route_pos[rank][op.chunk]
         if op.kind == "F":
             return [("F", route, pos - 1, op.microbatch)] if pos > 0 else []
         if op.kind == "W":
             return [("I", route, pos, op.microbatch)]
-        last = pos == self.place.positions[route] - 1
+        last = pos == place.positions[route] - 1
         own = ("Fdone", route, pos, op.microbatch)
         return [own] if last else [("G", route, pos + 1, op.microbatch), own]
 
     def produced(self, rank: int, op, done: list[int]) -> None:
         """Register the op's outputs: at once where the consumer is on the same rank; through a
         send otherwise (posted now, or at the schedule's own :class:`Post` and :class:`Commit`)."""
-        route, pos = self.place.route_pos[rank][op.chunk]
+        place = self.placed
+        route, pos = place.route_pos[rank][op.chunk]
         mb = op.microbatch
         if op.kind == "F":
             self.tasks.outputs[("Fdone", route, pos, mb)] = done
-            if pos + 1 < self.place.positions[route]:
-                self.hand_over(rank, ("F", route, pos, mb), self.place.at(route, pos + 1)[0], done)
+            if pos + 1 < place.positions[route]:
+                self.hand_over(rank, ("F", route, pos, mb), place.at(route, pos + 1)[0], done)
         elif op.kind in ("I", "B"):
             self.tasks.outputs[("I", route, pos, mb)] = done
             if pos > 0:
-                self.hand_over(rank, ("G", route, pos, mb), self.place.at(route, pos - 1)[0], done)
+                self.hand_over(rank, ("G", route, pos, mb), place.at(route, pos - 1)[0], done)
 
     def hand_over(self, src: int, key: tuple, dst: int, done: list[int]) -> None:
         t = self.times
@@ -199,16 +215,17 @@ class _Builder:
 
     def post(self, rank: int, item: Post) -> None:
         """Queue a send or receive for the rank's next commit (no-op without a peer elsewhere)."""
-        route, pos = self.place.route_pos[rank][item.chunk]
+        place = self.placed
+        route, pos = place.route_pos[rank][item.chunk]
         send = item.what.startswith("send")
         other = pos + 1 if item.what in ("sendF", "recvG") else pos - 1
-        if not 0 <= other < self.place.positions[route] or self.place.at(route, other)[0] == rank:
+        if not 0 <= other < place.positions[route] or place.at(route, other)[0] == rank:
             return
         src_pos = pos if send else other
         key = ("F" if item.what.endswith("F") else "G", route, src_pos, item.microbatch)
         self.pending.setdefault(rank, []).append((key, "send" if send else "recv"))
         if send:
-            self.links[key] = (rank, self.place.at(route, other)[0])
+            self.links[key] = (rank, place.at(route, other)[0])
 
     def commit(self, rank: int) -> None:
         """Post the queued sends and receives together, then wait for all of them."""
@@ -250,7 +267,8 @@ class _Builder:
         """Megatron's layer-by-layer interleave of a forward and a backward (layer i of the
         forward with layer n-1-i of the backward), then the layers left over of the longer one."""
         if not self.times.pair_overlap:
-            self.op(rank, item.fwd), self.op(rank, item.bwd)
+            self.op(rank, item.fwd)
+            self.op(rank, item.bwd)
             return
         f_layers, b_layers = self.layers(rank, item.fwd.chunk), self.layers(rank, item.bwd.chunk)
         # Both micro-batches' receives are waited for before the pair's first layer (Megatron's
@@ -325,7 +343,7 @@ def simulate(tasks: Tasks) -> tuple[list[float], list[float]]:
     done = 0
     while heap:
         s, t = heapq.heappop(heap)
-        start[t], finish[t] = s, s + tasks.dur[t]
+        start[t], finish[t] = s, s + seconds(tasks.dur[t])
         done += 1
         for u in after[t]:
             ready_at[u] = max(ready_at[u], finish[t])

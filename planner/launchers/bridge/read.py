@@ -333,8 +333,8 @@ def _int(values: dict, key: str, default=None):
 
 def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[str]]:
     """(plan mapping, job mapping, notes, fields taken from the recipe's defaults)."""
-    from planner.launchers.megatron.read import _pipeline_from_flags
-    from planner.specs.plan import RECOMPUTE_MODULES
+    from planner.launchers.megatron.read import _pipeline_from_flags, full_recompute, selective_recompute
+    from planner.specs.plan import Offload
 
     given = args.values
     defaults = RECIPE_DEFAULTS.get(args.recipe or "", {}) if args.kind != "yaml" else {}
@@ -383,17 +383,10 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     if gran == "selective":
         mods = val("model.recompute_modules") or ["core_attn"]
         mods = [str(m) for m in (mods if isinstance(mods, list) else [mods])]
-        kept = [m for m in mods if m in RECOMPUTE_MODULES]
-        args.unknown += [f"model.recompute_modules {m} (not modeled by planner)" for m in mods if m not in kept]
-        recompute = "+".join(kept) if kept else "none"
+        recompute = selective_recompute(mods, "model.recompute_modules", args.unknown)
     elif gran == "full":
-        method, n = val("model.recompute_method"), _int({"v": val("model.recompute_num_layers")}, "v")
-        if method == "block" and n is not None:
-            recompute = f"full:{n}"
-        else:
-            recompute = "full"
-            if method == "uniform" and n and n > 1:
-                notes.append(f"full recompute in uniform groups of {n} layers modeled as per-layer full recompute")
+        recompute = full_recompute(val("model.recompute_method"), _int({"v": val("model.recompute_num_layers")}, "v"),
+                                   notes)
     elif gran not in (None, "null"):
         raise PlannerError(f"model.recompute_granularity={gran!r}: Megatron-Core accepts full, selective or null.")
 
@@ -405,8 +398,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     act_off = bool(val("model.fine_grained_activation_offloading", False)) or bool(val("model.cpu_offloading", False))
     if val("model.cpu_offloading", False):
         notes.append("model.cpu_offloading (layer-level offload) modeled as offload=activations")
-    offload = {(False, False): "none", (True, False): "optimizer", (False, True): "activations",
-               (True, True): "optimizer+activations"}[(opt_off, act_off)]
+    offload = str(Offload(optimizer=opt_off, activations=act_off))
 
     mp = val("mixed_precision", "bf16_mixed")
     mp_name = mp if isinstance(mp, str) else "bf16_mixed"

@@ -205,20 +205,19 @@ def export_bridge(setup, *, predictions: dict | None = None, recipe: str | None 
     """A bash script running Megatron-Bridge's run_recipe.py with the plan's overrides."""
     from planner import __version__
     from planner.launchers.common import comment_text as _c
-    from planner.launchers.common import node_lines, prediction_lines, script_header
+    from planner.launchers.common import prediction_lines, script_opening
 
     launch = bridge_launch(setup, recipe=recipe, nproc_per_node=nproc_per_node)
-    lines = script_header(setup, f"Megatron-Bridge {BRIDGE_VERSION} launch written by planner {_c(__version__)} "
-                          "(planner export --format bridge).", setup.plan.to_string(),
-                          prediction_lines(predictions or {}))
-    lines += [
+    about = [
         f"# recipe: {_c(launch.recipe)} builds the model from its HuggingFace config and sets the data, optimizer",
         "# and schedule; every override below sets what the plan depends on (later overrides win). Run on every",
         "# node with NODE_RANK, MASTER_ADDR and MASTER_PORT from your scheduler and MEGATRON_BRIDGE pointing at a",
         "# Megatron-Bridge checkout (its scripts/training/run_recipe.py); --dataset mock: put your data there.",
     ]
-    lines += [f"# note: {_c(n)}" for n in launch.notes]
-    lines += node_lines(launch.nnodes, 6000, "MEGATRON_BRIDGE")
+    lines = script_opening(setup, f"Megatron-Bridge {BRIDGE_VERSION} launch written by planner {_c(__version__)} "
+                           "(planner export --format bridge).", setup.plan.to_string(),
+                           prediction_lines(predictions or {}), about, launch.notes, launch.nnodes, 6000,
+                           "MEGATRON_BRIDGE")
     for k, v in launch.env.items():
         lines += ["# Transformer Engine >= 2.10 needs it for fine-grained activation offloading",
                   f"export {k}={shlex.quote(v)}", ""]

@@ -392,6 +392,30 @@ def _pipeline_from_flags(v: dict, pp: int, notes: list[str]) -> tuple[int, str |
     return vpp, layout
 
 
+def selective_recompute(mods: list[str], flag: str, unknown: list[str]) -> str:
+    """The plan's recompute for Megatron-Core's selective recompute of ``mods`` (what
+    --recompute-modules gives; Megatron-Bridge passes model.recompute_modules to the same
+    TransformerConfig): the modules planner models joined by '+', each other one added to
+    ``unknown`` under ``flag``."""
+    from planner.specs.plan import RECOMPUTE_MODULES
+
+    kept = [m for m in mods if m in RECOMPUTE_MODULES]
+    unknown += [f"{flag} {m} (not modeled by planner)" for m in mods if m not in kept]
+    return "+".join(kept) if kept else "none"
+
+
+def full_recompute(method, n: int | None, notes: list[str]) -> str:
+    """The plan's recompute for Megatron-Core's full recompute with ``method`` and ``n`` layers
+    (--recompute-method / --recompute-num-layers; Bridge's model.recompute_method and
+    model.recompute_num_layers): block recompute of N layers per stage is 'full:N'; otherwise
+    every layer, uniform groups of more than one layer noted as modeled per layer."""
+    if method == "block" and n is not None:
+        return f"full:{n}"
+    if method == "uniform" and n and n > 1:
+        notes.append(f"full recompute in uniform groups of {n} layers modeled as per-layer full recompute")
+    return "full"
+
+
 def _needs_layer_count(v: dict, pp: int) -> bool:
     """Whether the pipeline flags need --num-layers, which the flags lack (a launch whose model
     comes from elsewhere, e.g. a Megatron-Bridge recipe's model provider)."""
@@ -408,7 +432,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     ``gpus`` overrides the world size (otherwise torchrun's --nproc-per-node x --nnodes, or
     WORLD_SIZE from the script, or None); ``environ`` and ``args`` are the script's environment
     and positional arguments."""
-    from planner.specs.plan import Plan
+    from planner.specs.plan import Offload, Plan
 
     if isinstance(text_or_argv, str):
         cmd = read_script(text_or_argv, environ, args)
@@ -456,21 +480,9 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
         mods = list(v.get("recompute_modules") or ["core_attn"])
         if v.get("moe_layer_recompute") and "moe" not in mods:
             mods.append("moe")
-        from planner.specs.plan import RECOMPUTE_MODULES
-
-        kept = [m for m in mods if m in RECOMPUTE_MODULES]
-        for m in mods:
-            if m not in RECOMPUTE_MODULES:
-                unknown.append(f"--recompute-modules {m} (not modeled by planner)")
-        recompute = "+".join(kept) if kept else "none"
+        recompute = selective_recompute(mods, "--recompute-modules", unknown)
     elif gran == "full":
-        method, n = v.get("recompute_method"), _int(v, "recompute_num_layers")
-        if method == "block" and n is not None:
-            recompute = f"full:{n}"
-        else:
-            recompute = "full"
-            if method == "uniform" and n and n > 1:
-                notes.append(f"full recompute in uniform groups of {n} layers modeled as per-layer full recompute")
+        recompute = full_recompute(v.get("recompute_method"), _int(v, "recompute_num_layers"), notes)
     elif v.get("moe_layer_recompute"):
         recompute = "moe"
 
@@ -481,8 +493,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     act_off = bool(v.get("fine_grained_activation_offloading")) or (_int(v, "cpu_offloading_num_layers", 0) or 0) > 0
     if _int(v, "cpu_offloading_num_layers", 0):
         notes.append("--cpu-offloading-num-layers (layer-level offload) modeled as offload=activations")
-    offload = {(False, False): "none", (True, False): "optimizer", (False, True): "activations",
-               (True, True): "optimizer+activations"}[(opt_off, act_off)]
+    offload = str(Offload(optimizer=opt_off, activations=act_off))
     precision = "fp8" if v.get("fp8") else "bf16"
     fp8 = {"format": v["fp8"], "recipe": v.get("fp8_recipe") or "delayed"} if v.get("fp8") else None
     if fp8 and not v.get("fp8_recipe"):

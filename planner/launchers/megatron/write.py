@@ -457,17 +457,16 @@ def _bash_array(name: str, args: list[str]) -> str:
 
 def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: list[str], version: str) -> str:
     from planner.launchers.common import comment_text as _c  # no value may end a comment line early
-    from planner.launchers.common import node_lines, script_header
+    from planner.launchers.common import script_opening
 
-    out = script_header(setup, f"Megatron-LM launch script written by planner {_c(version)} "
-                        "(planner export --format megatron).", plan_text, pred_lines)
-    out += [
+    about = [
         "# Flags as in megatron-core 0.19.2. Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT",
         "# set by your scheduler, and MEGATRON_LM pointing at a Megatron-LM checkout. DATA_ARGS uses mock",
         "# data: put your --data-path and tokenizer there; TRAINING_ARGS holds placeholder hyperparameters.",
     ]
-    out += [f"# note: {_c(n)}" for n in launch.notes]
-    out += node_lines(launch.nnodes, 6000, "MEGATRON_LM")
+    out = script_opening(setup, f"Megatron-LM launch script written by planner {_c(version)} "
+                         "(planner export --format megatron).", plan_text, pred_lines, about, launch.notes,
+                         launch.nnodes, 6000, "MEGATRON_LM")
     for k, v in launch.env.items():
         out.append(f"# {_c(launch.env_notes.get(k, ''))}")
         out.append(f"export {_env_name(k)}={shlex.quote(v)}")
