@@ -27,6 +27,7 @@ from planner.search.tables import MAX_TABLE_US, Tables, lever_indices, lever_val
 from planner.specs.plan import Plan
 
 if TYPE_CHECKING:
+    from planner.cost.compose import Costs
     from planner.cost.setup import Setup
 
 
@@ -53,7 +54,7 @@ class Ranked:
     evaluation: dict
     """plan_evaluation's JSON; while ranking, memory only (the time report, with its schedule walk,
     is added by :func:`_with_time` to the plans that are kept)."""
-    costs: object = field(default=None, repr=False, compare=False)
+    costs: Costs | None = field(default=None, repr=False, compare=False)
     """The plan's composed costs, kept until its time report is written."""
 
 
