@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
+from planner.cost.setup import Assumptions
 from planner.errors import NothingFitsError
 from planner.rules import launcher_violations
 from planner.search.driver import Options, run_search
@@ -212,3 +215,32 @@ def test_the_space_drops_exactly_the_micro_batch_counts_a_schedule_refuses():
                         target="any", limits=Limits.parse(None, "pp=4,tp=1,cp=1"))
     names = [space.schedule(i) for i in range(len(space)) if space.col("pp")[i] == 4]
     assert "dualpipe" not in names and space.pruned.get("dualpipe-microbatches")  # m = 6 < 2 pp = 8
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[4], CASES[7], CASES[11], ("deepseek-v3", "gb200-nvl72", 256, 8192,
+                                                                          4096, "pp=4,tp=2,cp=1,etp=1,mbs=1")],
+                         ids=lambda c: f"{c[0]}-{c[1]}")
+def test_block_floors_without_recompute_are_the_least_over_every_variant(case):
+    """bounds.floor_variants: recompute only adds work, so the floors from the variants without
+    recompute equal the minima over every row-lever variant (recompute, precision, dispatcher, EP
+    overlap), block key by block key."""
+    from planner.cost.compose import CostContext
+    from planner.search import bounds
+    from planner.search.space import build_space
+
+    model, hw, gpus, gb, seq, maxes = case
+    h = load_hardware(hw)
+    job = Job(gpus=gpus, global_batch=gb, seq_len=seq, precisions=["bf16", "fp8"] if hw != "a100-80gb" else ["bf16"])
+    sp = build_space(load_model(model), h, job, limits=Limits.parse(None, maxes))
+    ctx = CostContext.for_structs(sp.model, h, job, Assumptions(), sp.fm_keys)
+    assert len(bounds.floor_variants(sp)) < len(bounds.row_variants(sp))
+    fast = bounds.block_floors(ctx, sp)
+    every = bounds.floor_variants
+    try:
+        bounds.floor_variants = bounds.row_variants
+        slow = bounds.block_floors(ctx, sp)
+    finally:
+        bounds.floor_variants = every
+    assert fast.keys() == slow.keys()
+    for k in fast:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)

@@ -355,9 +355,11 @@ class CostContext:
         """One block's time and communication per micro-batch over every block key (arrays):
         ``compute_rc`` is what its compute recomputes, ``comm_rc`` what its communication sees."""
         key = ("block", name, compute_rc, comm_rc, levers.precision, levers.dispatcher, levers.ep_overlap)
-        if self._blocks_from is not None:
+        if self._blocks_from is not None and key in self._blocks_from[0].memo:
+            # Composed over the parent's keys already: read this context's rows. What the parent
+            # has not composed is composed here, over this context's (fewer) block keys.
             parent, idx = self._blocks_from
-            return self.cached(key, lambda: at(parent.block_cost(name, compute_rc, comm_rc, levers), idx))
+            return self.cached(key, lambda: at(parent.memo[key], idx))
         return self.cached(key, lambda: self._block_cost(name, compute_rc, comm_rc, levers))
 
     def _block_cost(self, name, compute_rc, comm_rc, levers) -> BlockCost:

@@ -75,12 +75,26 @@ def block_names(model) -> list[str]:
     return sorted(set(model.layer_kinds)) + ["embedding", "head"] + (["mtp"] if model.mtp_layers else [])
 
 
+def floor_variants(space) -> list:
+    """The row-lever variants whose block costs bound every variant's from below: those without
+    recompute, when the space offers it. Recompute only adds work: a block's compute grows by the
+    recomputed seconds Δ, its communication can only grow (a recomputed MoE forward dispatches
+    again), and what overlap hides grows by at most Δ (a collective hides behind the block's own
+    compute, planner.cost.comm.overlapped: exposed = comm - (1 - interference) min(comm,
+    capacity)); so compute + exposed grows by at least interference x Δ >= 0. (A test compares
+    these floors with the minima over every variant.)"""
+    every = row_variants(space)
+    plain = [lv for lv in every if lv.recompute.kind == "none" and lv.stage_recompute is None]
+    return plain or every
+
+
 def block_floors(ctx, space) -> dict[str, np.ndarray]:
     """Per block name, the least seconds of one block per micro-batch (compute and exposed
-    communication) over every row-lever variant of the space, per block key of ``ctx``."""
+    communication) over every row-lever variant of the space (:func:`floor_variants`), per block
+    key of ``ctx``."""
     kinds = set(space.model.layer_kinds)
     floors: dict[str, np.ndarray] = {}
-    for lv in row_variants(space):
+    for lv in floor_variants(space):
         setting = lv.recompute_setting()
         for name in block_names(space.model):
             pairs = _layer_settings(lv) if name in kinds else [(None, setting)]
