@@ -153,31 +153,12 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     peak_bf16 = hw.peak("bf16")
     peak_fp8 = hw.gpu.peak_flops["fp8"].value if "fp8" in hw.gpu.peak_flops else peak_bf16
     half = c.flash_half_keys.value
-    flash = _flash_fractions(profile, assumptions)
     nv = hw.nvlink.bandwidth_per_direction.value
     nic = hw.scale_out.bandwidth_per_direction.value
-    r = _Measurable(
-        ceilings={recipe: g.fraction for recipe, g in c.gemm.items()},
-        hbm_bw=hw.gpu.hbm_bandwidth.value * c.hbm_fraction.value,
-        flash_fwd=flash[0], flash_bwd=flash[1],
-        kernel_overhead=c.kernel_overhead_s.value,
-        nvlink_busbw=nv * m.nvlink_fraction.value,
-        nvls=nv * m.nvls_fraction.value if hw.nvlink.in_switch_reduction.value else None,
-        nic_busbw=nic * m.nic_fraction.value,
-        a2a_nvl={d: nv * f.value for d, f in m.a2a_nvlink_fraction.items()},
-        a2a_nic={d: nic * f.value for d, f in m.a2a_nic_fraction.items()},
-        p2p_fraction=m.p2p_fraction.value,
-    )
+    r = _measurable(hw, profile, assumptions)
     if calibration is not None:
         _calibrate(r, calibration, hw, m, (gemm_half, gemm_exp), (peak_bf16, peak_fp8), half)
-
     s_net = assumptions.network_bandwidth_scale
-    host = hw.host
-    te_moe = te_moe_host_s(c, assumptions)
-    cpu_rate = (
-        host.cpu_adam_params_per_s.value if host.cpu_adam_params_per_s is not None
-        else (host.host_memory_bandwidth.value if host.host_memory_bandwidth else 50e9) / CPU_ADAM_BYTES_PER_PARAM
-    )
     return Rates(
         generation=hw.generation,
         peak_bf16=peak_bf16,
@@ -205,19 +186,54 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         p2p_fraction=r.p2p_fraction,
         overlap_interference=m.overlap_interference.value,
         domain_size=hw.domain_size,
+        **_host_rates(hw, c, assumptions),
+        nvlink_op_busbw=tuple(sorted((k, v * s_net) for k, v in r.op_busbw.items())),
+        call_s=tuple(sorted(r.call_s.items())),
+    )
+
+
+def _measurable(hw, profile, assumptions) -> _Measurable:
+    """The profile's rates that a calibration file may replace."""
+    c, m = profile.compute, profile.comm
+    flash = _flash_fractions(profile, assumptions)
+    nv = hw.nvlink.bandwidth_per_direction.value
+    nic = hw.scale_out.bandwidth_per_direction.value
+    return _Measurable(
+        ceilings={recipe: g.fraction for recipe, g in c.gemm.items()},
+        hbm_bw=hw.gpu.hbm_bandwidth.value * c.hbm_fraction.value,
+        flash_fwd=flash[0], flash_bwd=flash[1],
+        kernel_overhead=c.kernel_overhead_s.value,
+        nvlink_busbw=nv * m.nvlink_fraction.value,
+        nvls=nv * m.nvls_fraction.value if hw.nvlink.in_switch_reduction.value else None,
+        nic_busbw=nic * m.nic_fraction.value,
+        a2a_nvl={d: nv * f.value for d, f in m.a2a_nvlink_fraction.items()},
+        a2a_nic={d: nic * f.value for d, f in m.a2a_nic_fraction.items()},
+        p2p_fraction=m.p2p_fraction.value,
+    )
+
+
+def _host_rates(hw, c, assumptions) -> dict:
+    """The host side of :class:`Rates`: the host link, CPU Adam, and the per-call host costs of
+    the implementation (the local spec's linear and MoE-layer launches, Transformer Engine's eager
+    MoE layer)."""
+    host = hw.host
+    local = assumptions.implementation == "megatron-local"
+    cpu_rate = (
+        host.cpu_adam_params_per_s.value if host.cpu_adam_params_per_s is not None
+        else (host.host_memory_bandwidth.value if host.host_memory_bandwidth else 50e9) / CPU_ADAM_BYTES_PER_PARAM
+    )
+    te_moe = te_moe_host_s(c, assumptions)
+    return dict(
         host_kind=host.kind,
         host_bw=host.bandwidth_per_direction.value,
         cpu_adam_params_per_s=cpu_rate,
         unvectorized_fraction=c.unvectorized_fraction.value if c.unvectorized_fraction else 1.0,
         linear_host_s=((c.linear_host_fwd_s.value if c.linear_host_fwd_s else 0.0,
-                        c.linear_host_bwd_s.value if c.linear_host_bwd_s else 0.0)
-                       if assumptions.implementation == "megatron-local" else (0.0, 0.0)),
+                        c.linear_host_bwd_s.value if c.linear_host_bwd_s else 0.0) if local else (0.0, 0.0)),
         moe_layer_host_s=((c.moe_layer_host_fwd_s.value if c.moe_layer_host_fwd_s else 0.0,
-                           c.moe_layer_host_bwd_s.value if c.moe_layer_host_bwd_s else 0.0)
-                          if assumptions.implementation == "megatron-local" else (te_moe,) * 2),
-        torch_optimizer=assumptions.implementation == "megatron-local",
-        nvlink_op_busbw=tuple(sorted((k, v * s_net) for k, v in r.op_busbw.items())),
-        call_s=tuple(sorted(r.call_s.items())),
+                           c.moe_layer_host_bwd_s.value if c.moe_layer_host_bwd_s else 0.0) if local
+                          else (te_moe,) * 2),
+        torch_optimizer=local,
     )
 
 
