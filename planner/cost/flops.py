@@ -247,6 +247,16 @@ class ModelShape:
     """Norms on the attention and MLP outputs too (Gemma 2/3)."""
     logit_softcap: bool = False
     """The final logits are soft-capped (three element-wise passes over them)."""
+    rope_unfused: bool = False
+    """Megatron-Core applies RoPE unfused although fusion is on: TE's fused RoPE takes no mscale,
+    and YaRN's concentration factor is not 1 (gpt-oss; rope_utils.apply_rotary_pos_emb, core 0.16-0.18:
+    'mscale=... is not supported by TE's fused RoPE. Using unfused implementation.')."""
+    glu_clamp: bool = False
+    """The experts' gated unit is clamped (gpt-oss): the clamps run eagerly before the fused
+    activation (Megatron-Core fused_bias_geglu.weighted_bias_quick_geglu_impl)."""
+    expert_bias: bool = False
+    """Routed experts carry biases: fc1's is in the grouped GEMM's epilogue, fc2's is added with
+    the routing weights per expert from Python (Megatron-Core TEGroupedMLP._apply_bias)."""
 
     @property
     def mtp_kind(self) -> str:
@@ -272,6 +282,7 @@ def model_shape(model: ModelSpec) -> ModelShape:
     if a.kind == "mla":
         qk, v, rope = a.qk_head_dim, a.v_head_dim, a.qk_rope_head_dim
         q_lora, kv_lora, bias, swa, every = a.q_lora_rank, a.kv_lora_rank, False, None, None
+        unfused_rope = False  # MLA applies its rope part in its own kernels (mla_up_proj below)
     else:
         qk = v = a.head_dim
         # partial rotary (GLM-4.5's partial_rotary_factor): the RoPE kernel rotates that share
@@ -279,6 +290,7 @@ def model_shape(model: ModelSpec) -> ModelShape:
         rope = max(1, round(a.head_dim * share)) if model.position_embedding == "rope" else 0
         q_lora, kv_lora, bias = None, 0, a.qkv_bias
         swa, every = a.sliding_window, a.sliding_window_every
+        unfused_rope = rope > 0 and model.rope is not None and model.rope.yarn_concentration != 1.0
         if a.attention_chunk is not None:
             swa, local = a.attention_chunk, "chunked"
     kinds = [kind + ("_swa" if model.attention.local_layer(i) else "") for i, kind in enumerate(model.layer_kinds)]
@@ -294,6 +306,8 @@ def model_shape(model: ModelSpec) -> ModelShape:
         group_top_k=moe.group_top_k if moe else None,
         attention_dropout=model.attention_dropout > 0, hidden_dropout=model.hidden_dropout > 0,
         mtp_layers=model.mtp_layers, layer_kinds=tuple(kinds),
+        rope_unfused=unfused_rope, glu_clamp=moe is not None and model.ffn.clamp is not None,
+        expert_bias=moe is not None and moe.expert_bias,
     )
     _SHAPES[id(model)] = (model, shape)
     return shape
@@ -439,7 +453,7 @@ def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
         if ms.qkv_bias:
             ks.append(_elementwise("qkv_bias", T * (heads + 2 * kv_local) * ms.qk_dim, BF16, BF16))
         if ms.rope_dim:
-            if torch_eager(sh):
+            if torch_eager(sh) or ms.rope_unfused:
                 e = T * (heads + kv_local) * ms.rope_dim
                 ks.append(Stream("rope", e * ROPE_FWD_BYTES, e * ROPE_BWD_BYTES, kernels=2 * ROPE_KERNELS_FWD,
                                  kernels_bwd=2 * ROPE_KERNELS_BWD))
@@ -571,14 +585,50 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
                      module_calls=1))
     local, w, fc1, fc2 = _expert_gemms(ms, sh, R)
     ks += _with_casts([fc1], sh)
+    if ms.glu_clamp:
+        ks.append(_glu_clamp(R, w))
     ks.append(_activation("experts.act", R, w, ms.gated, "moe_act"))
     ks += _with_casts([fc2], sh)
+    if ms.expert_bias:
+        ks.append(_expert_output_bias(R, h, local, sh.dispatcher))
     # Unpermute and the weighted sum of the k expert outputs per token.
     ks.append(Stream("unpermute", perm_bytes + copies * h * BF16, perm_bytes + copies * h * BF16, "moe",
                      kernels=2 if global_perm else 1))
     if ms.shared_ffn:
         ks += mlp_block(ms, sh, ms.shared_ffn, "shared_experts", "shared")
     return ks
+
+
+# The clamped gated unit (Megatron-Core weighted_bias_quick_geglu_impl): the gate half clamped
+# from above and the linear half to [-limit, limit], each a new bf16 tensor (read 2 + write 2 bytes
+# per element of its half), then concatenated back (read 4 + write 4 per element of a half): 16
+# bytes per element of one half forward; backward, each clamp's masked gradient (read the gradient
+# and the input, write: 6 per element of each half) and the gradient of the two halves copied
+# into the fc1 output's (4 + 4): 20. Estimate from the code, not profiled.
+GLU_CLAMP_FWD_BYTES, GLU_CLAMP_BWD_BYTES = 16, 20
+
+
+def _glu_clamp(routed, width) -> Stream:
+    """The eager clamps and concatenation before a clamped gated activation (module moe_act: they
+    are recomputed with it)."""
+    e = routed * width
+    return Stream("experts.act_clamp", e * GLU_CLAMP_FWD_BYTES, e * GLU_CLAMP_BWD_BYTES, "moe_act", kernels=3,
+                  kernels_bwd=3)
+
+
+def _expert_output_bias(routed, hidden: int, local, dispatcher: str | None) -> Stream:
+    """fc2's bias, added per local expert from Python: ``t + b * p`` on each expert's rows (``p``
+    the routing weights, float32 from HybridEP, whose dispatch only takes float32 probabilities,
+    else bf16: the sum takes their type), the outputs concatenated and cast back to bf16
+    (Megatron-Core TEGroupedMLP._apply_bias). Per element of the [tokens, h] output, with p bytes
+    per weight: b * p written (p), added to t (read 2 + p, write p), concatenated (p + p) and cast
+    (p + 2): 6p + 4 bytes forward; backward, the cast's and the sum's gradients (2 + p, p + 2) and
+    the two reductions for the bias and weight gradients (p each): 4p + 4. Two kernels per local
+    expert and the cat and cast; about twice that backward. Estimate from the code, not profiled."""
+    p = FP32 if dispatcher == "hybridep" else BF16
+    e = routed * hidden
+    return Stream("experts.fc2_bias", e * (6 * p + 4), e * (4 * p + 4), "moe", kernels=2 * local + 2,
+                  kernels_bwd=4 * local + 2)
 
 
 def _expert_gemms(ms: ModelShape, sh: Shard, routed) -> tuple[int, float, Gemm, Gemm]:

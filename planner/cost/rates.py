@@ -171,7 +171,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         flash_fwd=r.flash_fwd, flash_bwd=r.flash_bwd, flash_half_keys=half,
         hbm_bw=r.hbm_bw,
         kernel_overhead_s=r.kernel_overhead,
-        host_launch_s=0.0 if assumptions.cuda_graphs == "full_iteration" else c.host_launch_s.value,
+        host_launch_s=0.0 if layers_captured(assumptions) else c.host_launch_s.value,
         sustained=c.sustained_fraction.value if gpus > 1 else 1.0,
         nvlink_bw=nv * s_net,
         nvlink_busbw=r.nvlink_busbw * s_net,
@@ -321,6 +321,14 @@ def _latency_hops(op: str, n: int, hop_s: float, a2a_peer_s: float) -> float:
 
 
 _RATES: dict[tuple, tuple[object, object, Rates]] = {}
+
+
+def layers_captured(assumptions) -> bool:
+    """Whether CUDA graphs replay whole decoder layers (full-iteration graphs, or scoped graphs of
+    the layer: Megatron's default scope when none is named), so the host launches none of their
+    kernels one by one; the few kernels outside the layers (embedding, loss) are left in."""
+    g, mods = assumptions.cuda_graphs, set(assumptions.cuda_graph_modules)
+    return g == "full_iteration" or (g == "scoped" and (not mods or "layer" in mods))
 
 
 def te_moe_host_s(c, assumptions) -> float:

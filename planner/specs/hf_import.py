@@ -587,6 +587,8 @@ def _gpt_oss(c: _Config) -> dict:
         attention["sliding_window_every"] = every
     spec["attention"] = attention
     spec["ffn"] = _gated_ffn(c)
+    if c.number("swiglu_limit", None):
+        spec["ffn"]["clamp"] = c.number("swiglu_limit")
     spec["moe"] = {
         "num_experts": c.integer("num_local_experts"),
         "top_k": c.integer("num_experts_per_tok"),

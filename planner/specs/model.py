@@ -6,6 +6,7 @@ Field names follow the HuggingFace config.json of each family where one exists (
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import Annotated, Literal
 
@@ -170,6 +171,9 @@ class FFN(Spec):
     """Intermediate width of the dense layers (intermediate_size / d_ff)."""
     bias: bool = False
     """Biases on the MLP projections (GPT-3)."""
+    clamp: PositiveFloat | None = None
+    """Limit of a clamped gated unit (gpt-oss swiglu_limit 7.0: the gate clamped from above, the
+    linear half to [-limit, limit] before the activation)."""
 
     @property
     def gated(self) -> bool:
@@ -264,6 +268,24 @@ class RoPE(Spec):
     """YaRN attention-scale factor over all dimensions (DeepSeek-V3: 1.0)."""
     truncate: bool | None = None
     """YaRN: round the correction range to whole dimensions (gpt-oss: false); None: the default (true)."""
+
+    @property
+    def yarn_concentration(self) -> float:
+        """YaRN's attention factor on cos and sin (Peng et al. 2023, sec. 3.4: 0.1 ln(s) + 1):
+        mscale(s, mscale) / mscale(s, mscale_all_dim), or the plain factor when either is unset
+        (Megatron-Core yarn_rotary_pos_embedding._yarn_get_concentration_factor; DeepSeek-V3 with
+        both 1.0: 1; gpt-oss, neither set, factor 32: 1.347). 1 without YaRN."""
+        if self.scaling != "yarn" or self.factor is None or self.factor <= 1.0:
+            return 1.0
+
+        factor = self.factor
+
+        def scale(m: float) -> float:
+            return 0.1 * m * math.log(factor) + 1.0
+
+        if self.mscale is None or self.mscale_all_dim is None:
+            return scale(1.0)
+        return scale(self.mscale) / scale(self.mscale_all_dim)
     local_theta: PositiveFloat | None = None
     """Base of the sliding-window layers when it differs (Gemma 3's rope_local_base_freq 10000)."""
 
