@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.cost import activations as act
+from planner.cost.flops import Shard
 from planner.cost.memory import memory_report, stage_memory
 from planner.errors import PlanRuleError
 from planner.units import GiB
@@ -109,10 +110,10 @@ def test_flash_attention_example_from_the_seed():
     m = ModelSpec(name="fa-example", source=["seed"], hidden_size=4096, num_layers=1, vocab_size=32000,
                   attention={"kind": "gqa", "num_heads": 32, "num_kv_heads": 32, "head_dim": 128},
                   ffn={"activation": "swiglu", "hidden_size": 11008}, attention_dropout=0.1, hidden_dropout=0.1)
-    sh_unfused = act.ActShape(tokens=4 * 8192, seq=8192, mbs=4, tp=1, sp=False, etp=1, ep=1, implementation="megatron-local-fused-softmax")
+    sh_unfused = Shard(tp=1, cp=1, ep=1, etp=1, mbs=4, seq=8192, implementation="megatron-local-fused-softmax", sp=False)
     unfused = sum(t.bytes for t in act.core_attention_terms(m, sh_unfused, 32))
     assert unfused / GiB == pytest.approx(40, rel=0.02)
-    sh_flash = act.ActShape(tokens=4 * 8192, seq=8192, mbs=4, tp=1, sp=False, etp=1, ep=1, implementation="te")
+    sh_flash = Shard(tp=1, cp=1, ep=1, etp=1, mbs=4, seq=8192, implementation="te", sp=False)
     terms = {t.name: t.bytes for t in act.layer_terms(m, sh_flash, "dense")}
     flash = terms["attn.output"] + terms["attn.softmax_lse"]
     assert flash / GiB == pytest.approx(0.254, rel=0.02)
@@ -168,7 +169,7 @@ def test_adding_a_recompute_module_never_increases_stored_activations(mods, extr
     from planner.specs.catalog import load_model
 
     m = load_model("deepseek-v3")
-    sh = act.ActShape(tokens=4096, seq=4096, mbs=1, tp=tp, sp=tp > 1, etp=1, ep=8)
+    sh = Shard(tp=tp, cp=1, ep=8, etp=1, mbs=1, seq=4096, sp=tp > 1)
     terms = act.layer_terms(m, sh, kind)
     before = act.kept_bytes(terms, full=False, drop=act.dropped_modules(kind, tuple(mods)), fp8=fp8)
     after = act.kept_bytes(terms, full=False, drop=act.dropped_modules(kind, tuple(mods | {extra})), fp8=fp8)

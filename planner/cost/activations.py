@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from planner.cost.arrays import Count, Flag, Num, hashable, minimum, where
+from planner.cost.arrays import Num, hashable, minimum, where
+from planner.cost.flops import Shard
 
 if TYPE_CHECKING:
     from planner.specs.model import ModelSpec
@@ -55,34 +56,13 @@ class ActTerm:
     """Saved as the input of a linear layer: stored in FP8 when the layer runs in FP8 (TE)."""
 
 
-@dataclass(frozen=True)
-class ActShape:
-    """What the inventory depends on (hashable, so the inventory is cached per shape)."""
-
-    tokens: Count
-    """Tokens of one micro-batch in one CP shard: mbs * seq / cp (before TP/SP splitting)."""
-    seq: Count
-    """Sequence length seen by attention on this GPU (seq / cp): the s of the s^2 terms."""
-    mbs: Count
-    tp: Count
-    sp: Flag
-    etp: Count
-    ep: Count
-    routing_imbalance: Num = 1.0
-    implementation: str = "te"
-    memory_efficient_permutation: Flag = True
-    ep_overlap: Flag = False
-    """EP all-to-all overlapped with compute (Megatron --overlap-moe-expert-parallel-comm): a
-    forward micro-batch runs beside a backward one, so their transients coexist."""
-
-
-def _split(sh: ActShape):
+def _split(sh: Shard):
     """(divisor of [tokens, h] tensors, divisor of TP-region tensors). Fields may be numpy arrays
     (the search evaluates many degrees at once through the same formulas)."""
     return where(sh.sp, sh.tp, 1), sh.tp
 
 
-def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
+def attention_terms(model: ModelSpec, sh: Shard) -> list[ActTerm]:
     """Input norm, projections and core attention of one layer."""
     h = model.hidden_size
     a = model.attention
@@ -137,7 +117,7 @@ def attention_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     return terms
 
 
-def local_kv_terms(sh: ActShape, nh: Num, kv_heads: Num, head_dim: int) -> list[ActTerm]:
+def local_kv_terms(sh: Shard, nh: Num, kv_heads: Num, head_dim: int) -> list[ActTerm]:
     """K and V as Megatron-Core 0.19's local ``DotProductAttention`` keeps them (measured on an
     H200, results/validation/gpu-memory.md).
 
@@ -154,10 +134,10 @@ def local_kv_terms(sh: ActShape, nh: Num, kv_heads: Num, head_dim: int) -> list[
           ActTerm("attn.v_repeated", where(gqa, BF16 * T * nh * head_dim, 0.0), "layer"),
           ActTerm("attn.k", where(gqa, 0.0, BF16 * T * nh * head_dim), "layer"),
           ActTerm("attn.qkv_projection", where(gqa, 0.0, BF16 * T * (nh + 2 * kv_heads) * head_dim), "layer")]
-    return kv + [ActTerm("attn.rope_cos_sin", 2 * 2 * BF16 * sh.seq * head_dim, "layer")]
+    return kv + [ActTerm("attn.rope_cos_sin", 2 * 2 * BF16 * sh.local_seq * head_dim, "layer")]
 
 
-def core_attention_terms(model: ModelSpec, sh: ActShape, nh: Num) -> list[ActTerm]:
+def core_attention_terms(model: ModelSpec, sh: Shard, nh: Num) -> list[ActTerm]:
     """What the attention kernel keeps beyond Q, K, V and its output."""
     if sh.implementation == "te":
         # Flash / cuDNN fused attention: only the fp32 log-sum-exp per head and query.
@@ -166,7 +146,7 @@ def core_attention_terms(model: ModelSpec, sh: ActShape, nh: Num) -> list[ActTer
     # mask a·s²·b and dropout output 2·a·s²·b. The megatron-local profile computes the softmax in
     # fp32 (attention_softmax_in_fp32, no fused kernel): torch's softmax keeps its fp32 output and
     # the bf16 copy feeds the probs @ V matmul.
-    s2 = sh.mbs * nh * sh.seq * sh.seq
+    s2 = sh.mbs * nh * sh.local_seq * sh.local_seq
     p = model.attention_dropout
     terms = []
     if sh.implementation == "megatron-local":
@@ -174,7 +154,7 @@ def core_attention_terms(model: ModelSpec, sh: ActShape, nh: Num) -> list[ActTer
         terms.append(ActTerm("attn.probs", BF16 * s2, "core_attn"))
         # Megatron-Core 0.19 builds the causal mask anew in every layer (get_default_causal_mask is
         # not cached) and masked_fill_ keeps it: one bool per (query, key) pair of a sequence.
-        terms.append(ActTerm("attn.causal_mask", 1 * sh.seq * sh.seq, "core_attn"))
+        terms.append(ActTerm("attn.causal_mask", 1 * sh.local_seq * sh.local_seq, "core_attn"))
     else:  # megatron-local-fused-softmax: the fused kernel keeps its 16-bit output
         terms.append(ActTerm("attn.softmax", BF16 * s2, "core_attn"))
     if p > 0:
@@ -183,7 +163,7 @@ def core_attention_terms(model: ModelSpec, sh: ActShape, nh: Num) -> list[ActTer
     return terms
 
 
-def dense_mlp_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
+def dense_mlp_terms(model: ModelSpec, sh: Shard) -> list[ActTerm]:
     h, f = model.hidden_size, model.ffn.hidden_size
     seq_div, tp = _split(sh)
     T = sh.tokens
@@ -200,7 +180,7 @@ def dense_mlp_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     return terms
 
 
-def expert_tokens(model: ModelSpec, sh: ActShape) -> Num:
+def expert_tokens(model: ModelSpec, sh: Shard) -> Num:
     """Token copies one GPU's experts process per micro-batch on the heaviest EP rank.
 
     Each GPU of the expert grid originates tokens/tp * top_k assignments (sequence parallel);
@@ -209,10 +189,10 @@ def expert_tokens(model: ModelSpec, sh: ActShape) -> Num:
     m = model.moe
     assert m is not None
     origin = sh.tokens / where(sh.sp, sh.tp, 1)
-    return origin * m.top_k * sh.etp * sh.routing_imbalance
+    return origin * m.top_k * sh.etp * sh.imbalance
 
 
-def moe_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
+def moe_terms(model: ModelSpec, sh: Shard) -> list[ActTerm]:
     h = model.hidden_size
     m = model.moe
     assert m is not None
@@ -249,7 +229,7 @@ def moe_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     return terms
 
 
-def post_mlp_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
+def post_mlp_terms(model: ModelSpec, sh: Shard) -> list[ActTerm]:
     """Gemma's post-MLP norm keeps its input (the MLP's or MoE block's output)."""
     if not model.post_norms:
         return []
@@ -257,7 +237,7 @@ def post_mlp_terms(model: ModelSpec, sh: ActShape) -> list[ActTerm]:
     return [ActTerm("mlp.post_norm_input", BF16 * sh.tokens * model.hidden_size / seq_div, "layer")]
 
 
-def layer_terms(model: ModelSpec, sh: ActShape, kind: str) -> tuple[ActTerm, ...]:
+def layer_terms(model: ModelSpec, sh: Shard, kind: str) -> tuple[ActTerm, ...]:
     """Every tensor one decoder layer of ``kind`` ('dense' or 'moe') saves, no recompute."""
     if hashable(sh):
         return _layer_terms_cached(model, sh, kind)
@@ -272,7 +252,7 @@ def _layer_terms(model, sh, kind):
 _layer_terms_cached = lru_cache(maxsize=4096)(_layer_terms)
 
 
-def mtp_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm, ...]:
+def mtp_terms(model: ModelSpec, sh: Shard, vocab_div: int) -> tuple[ActTerm, ...]:
     """An MTP module: its two input norms and the 2h->h projection input, a decoder layer, and
     its own output head and loss (DeepSeek-V3 sec. 2.2; Megatron MultiTokenPredictionLayer)."""
     h = model.hidden_size
@@ -285,7 +265,7 @@ def mtp_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm, 
     return extra + layer_terms(model, sh, model.mtp_kind) + head_terms(model, sh, vocab_div)
 
 
-def head_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm, ...]:
+def head_terms(model: ModelSpec, sh: Shard, vocab_div: int) -> tuple[ActTerm, ...]:
     """Final norm, output projection and cross-entropy on the last stage.
 
     Megatron's vocab-parallel cross-entropy keeps the fp32 softmax of the logits for its backward
@@ -304,7 +284,7 @@ def head_terms(model: ModelSpec, sh: ActShape, vocab_div: int) -> tuple[ActTerm,
     return terms
 
 
-def embedding_terms(model: ModelSpec, sh: ActShape) -> tuple[ActTerm, ...]:
+def embedding_terms(model: ModelSpec, sh: Shard) -> tuple[ActTerm, ...]:
     """The embedding keeps only the token ids (its output is the first layer's input)."""
     seq_div, _ = _split(sh)
     terms = [ActTerm("embedding.ids", 8 * sh.tokens / seq_div, "input")]

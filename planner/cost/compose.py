@@ -30,7 +30,6 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.cost import activations as act
 from planner.cost.arrays import Num
 from planner.cost.comm import CommCost, CommFlags, block_comm, ep_dispatch_combine, pp_p2p_time
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
@@ -326,11 +325,10 @@ class CostContext:
         c = {f: v[first] for f, v in self.keys.col.items()}
         a, job = self.assumptions, self.job
         sp = (c["tp"] > 1) & a.sequence_parallel
-        sh = act.ActShape(tokens=c["mbs"] * job.seq_len // c["cp"], seq=job.seq_len // c["cp"], mbs=c["mbs"],
-                          tp=c["tp"], sp=sp, etp=c["etp"], ep=c["ep"], routing_imbalance=a.routing_imbalance,
-                          implementation=a.implementation,
-                          memory_efficient_permutation=a.memory_efficient_permutation,
-                          ep_overlap=bool(lv.ep_overlap) & (c["ep"] > 1))  # the overlap needs expert parallelism
+        sh = Shard(tp=c["tp"], cp=c["cp"], ep=c["ep"], etp=c["etp"], mbs=c["mbs"], seq=job.seq_len,
+                   implementation=a.implementation, imbalance=a.routing_imbalance, sp=sp,
+                   memory_efficient_permutation=a.memory_efficient_permutation,
+                   ep_overlap=bool(lv.ep_overlap) & (c["ep"] > 1))  # the overlap needs expert parallelism
         return PieceMemory(self.model, sh, lv.recompute, lv.fp8, c["tp"])
 
     # ---- what a block costs, over every block key -------------------------------------------

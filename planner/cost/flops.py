@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
-from planner.cost.arrays import as_int, hashable, maximum, round_int, where
+from planner.cost.arrays import Flag, as_int, hashable, maximum, round_int, where
 
 if TYPE_CHECKING:
     from planner.specs.model import ModelSpec
@@ -318,9 +318,10 @@ def model_shape(model: ModelSpec) -> ModelShape:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Shard:
-    """Degrees and sizes that fix every kernel shape of a block (the memoization key). The degrees
-    and mbs may be numpy arrays (the search's time tables evaluate many shardings at once through
-    the same formulas); the other fields are scalars."""
+    """The degrees and sizes of one micro-batch on one GPU: what fixes every kernel shape of a block
+    (the memoization key) and every activation of the memory inventory (planner.cost.activations).
+    The degrees, mbs and flags may be numpy arrays (the search evaluates many shardings at once
+    through the same formulas); the other fields are scalars."""
 
     tp: int
     cp: int
@@ -336,6 +337,21 @@ class Shard:
     imbalance: float = 1.0
     """Routed tokens on the most loaded EP rank over the mean."""
     fp8: bool = False
+    sp: Flag = True
+    """Sequence parallelism: [tokens, h] tensors between TP regions are split over TP (the kernel
+    inventory assumes it; the activation inventory reads it, set where TP > 1 and the run uses it)."""
+    memory_efficient_permutation: Flag = True
+    """MoE permutation that keeps no copy of the permuted tokens for the backward (activation
+    inventory)."""
+    ep_overlap: Flag = False
+    """EP all-to-all overlapped with compute (Megatron --overlap-moe-expert-parallel-comm): a
+    forward micro-batch runs beside a backward one, so their transients coexist (activation
+    inventory)."""
+
+    @property
+    def local_seq(self) -> int:
+        """Sequence length attention sees on this GPU (seq / cp): the s of the s^2 terms."""
+        return self.seq // self.cp
 
     @property
     def tokens(self) -> int:

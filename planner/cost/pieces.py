@@ -28,6 +28,7 @@ import numpy as np
 
 from planner.cost import activations as act
 from planner.cost.arrays import Num, maximum, minimum, where
+from planner.cost.flops import Shard
 from planner.cost.schedule import inflight_profiles, profile_microbatches
 from planner.cost.schedules import inflight as schedule_inflight
 
@@ -199,7 +200,7 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     return LayerMemory(name, kept, fwd, bwd, full)
 
 
-def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple[dict, dict]:
+def layer_transients(model, sh: Shard, kind: str, setup_tp: int) -> tuple[dict, dict]:
     """Forward and gradient transients per block of a decoder layer (bytes), beyond saved tensors.
 
     Forward: with SP the column-parallel GEMMs read an all-gathered [tokens, h] input; MoE dispatch
@@ -229,7 +230,7 @@ def layer_transients(model, sh: act.ActShape, kind: str, setup_tp: int) -> tuple
     if sh.implementation != "te":
         # Unfused attention: the raw scores (and their fp32 copy for the fp32 softmax) exist
         # transiently in forward; the backward holds the score gradient.
-        s2 = sh.mbs * nh * sh.seq * sh.seq
+        s2 = sh.mbs * nh * sh.local_seq * sh.local_seq
         attn_fwd += s2 * (BF16 + (4 if sh.implementation == "megatron-local" else 0))
         if sh.implementation == "megatron-local":
             # Measured (H200 memory snapshot, results/validation/gpu-memory.md): the bf16 probs

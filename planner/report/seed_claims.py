@@ -447,6 +447,7 @@ def c_activations_131() -> dict:
 
 def c_flash_attention() -> dict:
     from planner.cost import activations as act
+    from planner.cost.flops import Shard
     from planner.specs.model import ModelSpec
 
     B, H, S, D = 4, 32, 8192, 4096
@@ -457,7 +458,7 @@ def c_flash_attention() -> dict:
                       ffn={"activation": "swiglu", "hidden_size": 4 * D}, attention_dropout=0.1)
 
     def shape(impl):
-        return act.ActShape(tokens=B * S, seq=S, mbs=B, tp=1, sp=False, etp=1, ep=1, implementation=impl)
+        return Shard(tp=1, cp=1, ep=1, etp=1, mbs=B, seq=S, implementation=impl, sp=False)
 
     unfused = act.core_attention_terms(model, shape("megatron-local-fused-softmax"), H)
     flash_terms = act.attention_terms(model, shape("te"))
@@ -483,10 +484,11 @@ def c_flash_attention() -> dict:
 
 def _v3_moe_terms(tokens: int = 4096, ep: int = 64):
     from planner.cost import activations as act
+    from planner.cost.flops import Shard
     from planner.specs.catalog import load_model
 
     m = load_model("deepseek-v3")
-    sh = act.ActShape(tokens=tokens, seq=tokens, mbs=1, tp=1, sp=False, etp=1, ep=ep)
+    sh = Shard(tp=1, cp=1, ep=ep, etp=1, mbs=1, seq=tokens, sp=False)
     return m, {t.name: t for t in act.moe_terms(m, sh)}
 
 
