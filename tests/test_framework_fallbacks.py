@@ -1,8 +1,8 @@
 """Framework behaviours that cost one model family more than its FLOPs say (gpt-oss-120b on
 Megatron-Core with Transformer Engine): RoPE falls back to the unfused path where YaRN's
 concentration factor is not 1, the clamped gated unit runs its clamps eagerly, and fc2's expert bias
-is added per expert from Python. Each is asserted on the kernel inventory, and a model without the
-feature keeps none of them."""
+is added per expert from Python (unless the experts run through TE's operation fuser). Each is
+asserted on the kernel inventory, and a model without the feature keeps none of them."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from planner.cost.flops import ROPE_FWD_BYTES, Shard, Stream, block_kernels, mod
 from planner.specs.catalog import load_model
 
 
-def _streams(model: str, dispatcher: str = "alltoall") -> dict[str, Stream]:
+def _streams(model: str, dispatcher: str = "alltoall", op_fuser: bool = False) -> dict[str, Stream]:
     ms = model_shape(load_model(model))
-    sh = Shard(tp=1, cp=1, ep=8, etp=1, mbs=1, seq=4096, dispatcher=dispatcher)
+    sh = Shard(tp=1, cp=1, ep=8, etp=1, mbs=1, seq=4096, dispatcher=dispatcher, expert_op_fuser=op_fuser)
     kind = next(k for k in ms.layer_kinds if k.startswith("moe"))
     return {k.name: k for k in block_kernels(ms, sh, kind) if isinstance(k, Stream)}
 
@@ -44,3 +44,17 @@ def test_models_without_the_features_keep_the_fused_paths():
     assert "experts.act_clamp" not in s and "experts.fc2_bias" not in s
     ms = model_shape(load_model("qwen3-30b-a3b"))
     assert s["rope"].bytes_fwd == pytest.approx(4096 * (ms.heads + ms.kv_heads) * ms.rope_dim * 4)  # one pass
+
+
+def test_experts_through_te_op_fuser_skip_the_eager_fallbacks():
+    """--use-transformer-engine-op-fuser with --moe-grouped-gemm (Megatron-Bridge's fused grouped MLP
+    recipes): the bias is packed on the device and the gated unit fused, so neither fallback runs;
+    the reader takes it from the flags."""
+    from planner.launchers.megatron.read import assumptions_from_flags
+
+    s = _streams("gpt-oss-120b", op_fuser=True)
+    assert "experts.act_clamp" not in s and "experts.fc2_bias" not in s
+    assert "rope" in s  # the attention's RoPE is not the experts' business
+    flags = {"use_transformer_engine_op_fuser": True, "moe_grouped_gemm": True}
+    assert assumptions_from_flags(flags)["expert_op_fuser"] is True
+    assert "expert_op_fuser" not in assumptions_from_flags({"use_transformer_engine_op_fuser": True})

@@ -24,9 +24,9 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "validation"
 # predicted / measured - 1, at the model of this commit.
 CURRENT = {
     "validation": {
-        "all": (83, -0.0234, 0.1016, +0.4916),
+        "all": (83, -0.0221, 0.1051, +0.4916),
         "MoE / Blackwell / bf16": (9, +0.0786, 0.1615, +0.3993),
-        "MoE / Blackwell / fp8": (30, -0.0079, 0.0850, +0.4916),
+        "MoE / Blackwell / fp8": (30, -0.0014, 0.0934, +0.4916),
         "MoE / Hopper / bf16": (10, -0.0790, 0.0790, -0.3013),
         "MoE / Hopper / fp8": (6, -0.1497, 0.1497, -0.1779),
         "dense / Blackwell / fp8": (15, -0.0422, 0.0440, -0.2600),
@@ -34,9 +34,9 @@ CURRENT = {
         "dense / Hopper / fp8": (9, +0.0785, 0.0946, +0.4444),
     },
     "calibration": {
-        "all": (33, +0.0447, 0.1069, +0.6506),
+        "all": (33, +0.0594, 0.1069, +0.6506),
         "MoE / Blackwell / bf16": (3, +0.2340, 0.2340, +0.3441),
-        "MoE / Blackwell / fp8": (11, +0.0431, 0.0976, +0.5363),
+        "MoE / Blackwell / fp8": (11, +0.0594, 0.0879, +0.5363),
         "MoE / Hopper / bf16": (5, -0.1069, 0.1069, -0.1678),
         "MoE / Hopper / fp8": (1, +0.6506, 0.6506, +0.6506),
         "dense / Blackwell / fp8": (7, -0.0660, 0.0999, -0.2291),
@@ -120,7 +120,7 @@ def test_issue_20_class_median_not_met(report, klass):
     assert abs(report["summary"]["validation"]["classes"][klass]["median_signed_error"]) <= 0.10
 
 
-@pytest.mark.xfail(strict=True, reason="median |signed error| 10.2 % on the validation subset (target 10 %)")
+@pytest.mark.xfail(strict=True, reason="median |signed error| 10.5 % on the validation subset (target 10 %)")
 def test_issue_20_median_abs_error(report):
     assert report["summary"]["validation"]["all"]["median_abs_error"] <= 0.10
 

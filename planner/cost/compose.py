@@ -338,7 +338,8 @@ class CostContext:
         return Shard(tp=c["tp"][rows], cp=c["cp"][rows], ep=c["ep"][rows], etp=c["etp"][rows], mbs=c["mbs"][rows],
                      seq=self.job.seq_len, implementation=a.implementation,
                      dispatcher=levers.dispatcher if with_ep else None,
-                     imbalance=a.routing_imbalance if with_ep else 1.0, fp8=levers.fp8)
+                     imbalance=a.routing_imbalance if with_ep else 1.0, fp8=levers.fp8,
+                     expert_op_fuser=a.expert_op_fuser)
 
     def comm_flags(self, levers: Levers, recompute, shard: Shard) -> CommFlags:
         """The plan-level switches of a block's communication: TP overlap by implementation unless

@@ -347,6 +347,9 @@ class Shard:
     """EP all-to-all overlapped with compute (Megatron --overlap-moe-expert-parallel-comm): a
     forward micro-batch runs beside a backward one, so their transients coexist (activation
     inventory)."""
+    expert_op_fuser: bool = False
+    """The experts run through TE's operation fuser (Assumptions.expert_op_fuser): no eager GLU
+    clamps or per-expert bias loop."""
 
     @property
     def local_seq(self) -> int:
@@ -601,11 +604,11 @@ def moe_block(ms: ModelShape, sh: Shard) -> list[Kernel]:
                      module_calls=1))
     local, w, fc1, fc2 = _expert_gemms(ms, sh, R)
     ks += _with_casts([fc1], sh)
-    if ms.glu_clamp:
+    if ms.glu_clamp and not sh.expert_op_fuser:
         ks.append(_glu_clamp(R, w))
     ks.append(_activation("experts.act", R, w, ms.gated, "moe_act"))
     ks += _with_casts([fc2], sh)
-    if ms.expert_bias:
+    if ms.expert_bias and not sh.expert_op_fuser:
         ks.append(_expert_output_bias(R, h, local, sh.dispatcher))
     # Unpermute and the weighted sum of the k expert outputs per token.
     ks.append(Stream("unpermute", perm_bytes + copies * h * BF16, perm_bytes + copies * h * BF16, "moe",

@@ -60,6 +60,12 @@ class Assumptions(Spec):
     Core; FlashAttention-3-class on Hopper), 'flash2' PyTorch SDPA's FlashAttention-2 backend (what
     torchtitan's sdpa attention ran on Hopper with torch 2.5-2.7). Read from the launcher and
     software a run used; the rates are the generation profile's flash_* or flash2_* fractions."""
+    expert_op_fuser: bool = False
+    """The routed experts run through Transformer Engine's operation fuser (Megatron
+    --use-transformer-engine-op-fuser with --moe-grouped-gemm; Megatron-Bridge's fused grouped MLP
+    recipes): the bias is applied packed on the device and the gated unit inside the fused ops, so
+    TEGroupedMLP's eager GLU clamps and per-expert fc2 bias loop do not run (planner.cost.flops).
+    Read from a run's launch arguments."""
     tp_comm_overlap: bool | None = None
     """Overlap TP/SP all-gathers and reduce-scatters with the neighbouring GEMMs (Megatron
     --tp-comm-overlap, Transformer Engine userbuffers). None: on with implementation 'te', off

@@ -709,7 +709,8 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
 def assumptions_from_flags(values: dict) -> dict:
     """The planner Assumptions fields a Megatron launch sets (lever specs in
     docs/research/levers-2026.md): ``fp8_recipe`` from ``--fp8-recipe`` when FP8 is on (Megatron's
-    default recipe is delayed scaling). Only what the flags state; the caller's own settings win."""
+    default recipe is delayed scaling), the CUDA graphs, and whether the experts run through TE's
+    operation fuser. Only what the flags state; the caller's own settings win."""
     out: dict = {}
     if values.get("fp8"):
         recipe = values.get("fp8_recipe") or "delayed"
@@ -734,5 +735,7 @@ def assumptions_from_flags(values: dict) -> dict:
                                                                        "moe_preprocess", "mamba", "layer"))
     else:
         out["cuda_graphs"] = "none"
+    if values.get("use_transformer_engine_op_fuser") and values.get("moe_grouped_gemm"):
+        out["expert_op_fuser"] = True  # Megatron turns the grouped-tensor expert path on with both
     return out
 
