@@ -336,7 +336,7 @@ def te_moe_host_s(c, assumptions) -> float:
     under the run's CUDA graphs: all of it eager; the scoped value where the router and the
     dispatcher preprocessing are captured; none with full-iteration graphs or a captured layer."""
     g, mods = assumptions.cuda_graphs, set(assumptions.cuda_graph_modules)
-    if g == "full_iteration" or (g == "scoped" and (not mods or mods & {"moe", "layer"})):
+    if layers_captured(assumptions) or (g == "scoped" and "moe" in mods):
         return 0.0
     if g == "scoped" and "moe_router" in mods:
         v = c.te_moe_layer_host_scoped_s

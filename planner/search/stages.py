@@ -164,8 +164,10 @@ def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float =
     new = resolve_setup(model, setup.hw, setup.job, setup.plan.replace(**changes), setup.assumptions)
     costs = costs_of(new)
     mem, t_new = memory_report(new, costs), float(costs.step_s()[0])
-    if mem.fits and (not base_mem.fits or t_new < float(own.step_s()[0]) * (1 - 1e-9)):
-        return StageRefinement(new, True, f"{status}: step {float(own.step_s()[0]):.4f}s -> {t_new:.4f}s")
+    if mem.fits:
+        base_time = float(own.step_s()[0])  # the seed's walk, only now that a candidate fits
+        if not base_mem.fits or t_new < base_time * (1 - 1e-9):
+            return StageRefinement(new, True, f"{status}: step {base_time:.4f}s -> {t_new:.4f}s")
     why = "no faster" if mem.fits else "exact memory model rejects it"
     return StageRefinement(setup, False, f"{status}: candidate {changes['layout']} {why}")
 
