@@ -24,22 +24,22 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "validation"
 # predicted / measured - 1, at the model of this commit.
 CURRENT = {
     "validation": {
-        "all": (83, -0.0221, 0.1051, +0.4916),
-        "MoE / Blackwell / bf16": (9, +0.0786, 0.1615, +0.3993),
-        "MoE / Blackwell / fp8": (30, -0.0014, 0.0934, +0.4916),
-        "MoE / Hopper / bf16": (10, -0.0790, 0.0790, -0.3013),
-        "MoE / Hopper / fp8": (6, -0.1497, 0.1497, -0.1779),
-        "dense / Blackwell / fp8": (15, -0.0422, 0.0440, -0.2600),
+        "all": (83, -0.0058, 0.0942, +0.4916),
+        "MoE / Blackwell / bf16": (9, +0.1142, 0.1615, +0.3827),
+        "MoE / Blackwell / fp8": (30, +0.0516, 0.1045, +0.4916),
+        "MoE / Hopper / bf16": (10, -0.0814, 0.0814, -0.3013),
+        "MoE / Hopper / fp8": (6, +0.0184, 0.0985, -0.1779),
+        "dense / Blackwell / fp8": (15, -0.0234, 0.0343, -0.0975),
         "dense / Hopper / bf16": (4, -0.0674, 0.1539, -0.2585),
         "dense / Hopper / fp8": (9, +0.0785, 0.0946, +0.4444),
     },
     "calibration": {
-        "all": (33, +0.0594, 0.1069, +0.6506),
-        "MoE / Blackwell / bf16": (3, +0.2340, 0.2340, +0.3441),
-        "MoE / Blackwell / fp8": (11, +0.0594, 0.0879, +0.5363),
+        "all": (33, +0.0594, 0.0999, +0.6506),
+        "MoE / Blackwell / bf16": (3, +0.2541, 0.2541, +0.6282),
+        "MoE / Blackwell / fp8": (11, +0.0594, 0.0637, +0.5363),
         "MoE / Hopper / bf16": (5, -0.1069, 0.1069, -0.1678),
         "MoE / Hopper / fp8": (1, +0.6506, 0.6506, +0.6506),
-        "dense / Blackwell / fp8": (7, -0.0660, 0.0999, -0.2291),
+        "dense / Blackwell / fp8": (7, -0.0125, 0.0962, +0.1423),
         "dense / Hopper / bf16": (1, +0.1114, 0.1114, +0.1114),
         "dense / Hopper / fp8": (5, +0.0726, 0.0726, +0.6267),
     },
@@ -56,14 +56,16 @@ ANCHORS = {
     "llama3-405b-8k-h100-8192gpu": -0.0154,
     "mb2606-llama31-405b-gb200-fp8mx-256gpu": -0.0660,
     "zoo-qwen3-235b-h100-256gpu-bf16-deepep-crossnode-ep32": -0.1051,
-    "mb2608-qwen3-235b-a22b-gb300-fp8mx-256gpu": -0.1194,
+    "mb2608-qwen3-235b-a22b-gb300-fp8mx-256gpu": +0.0269,
     # per-tensor current scaling (--fp8-recipe tensorwise) on GB200: -13.0 % when costed as MXFP8
     "mb2606-llama31-405b-gb200-fp8cs-256gpu": +0.0312,
     # eager Transformer Engine MoE (no CUDA graphs), host-bound: +23.4 % before the host term, +7.0 %
     # before gpt-oss's unfused RoPE (YaRN mscale), eager GLU clamps and per-expert fc2 bias
-    "mb2602-gpt-oss-120b-h100-bf16-64gpu": -0.0529,
+    "mb2602-gpt-oss-120b-h100-bf16-64gpu": -0.0577,
     # torchtitan's sdpa attention (FlashAttention-2) on 256K tokens with CP8: +114 % at TE's rates
     "tt-llama31-8b-h100-8gpu-fsdp1-cp8-seq256k": +0.3260,
+    # NCCL all-to-all across nodes at one NIC's rate (PXN forwarding): -17.1 % at the earlier 0.60
+    "mb260401-qwen3-235b-a22b-h100-fp8cs-256gpu": +0.0536,
 }
 
 
@@ -102,7 +104,7 @@ def test_anchor_runs(report):
 # Issue 20's targets on the validation subset, one test each. Classes whose median signed error
 # is within +-10 % are asserted; the others, and the two subset-wide targets, are strict expected
 # failures with the measured numbers (reaching one fails the suite until it becomes an assertion).
-CLASSES_MEETING_THE_MEDIAN_TARGET = ("MoE / Blackwell / bf16", "MoE / Blackwell / fp8", "MoE / Hopper / bf16",
+CLASSES_MEETING_THE_MEDIAN_TARGET = ("MoE / Blackwell / fp8", "MoE / Hopper / bf16", "MoE / Hopper / fp8",
                                      "dense / Blackwell / fp8", "dense / Hopper / bf16", "dense / Hopper / fp8")
 
 
@@ -112,15 +114,14 @@ def test_issue_20_class_median_within_10_percent(report, klass):
 
 
 @pytest.mark.parametrize("klass", [
-    pytest.param("MoE / Hopper / fp8", marks=pytest.mark.xfail(strict=True, reason=(
-        "median -15.0 % over 6 runs: cross-node NCCL all-to-all on InfiniBand under-credited (Qwen3-235B, "
-        "DeepSeek-V3 on H100; validation-diagnosis.md finding 5), no calibration run to fit it on"))),
+    pytest.param("MoE / Blackwell / bf16", marks=pytest.mark.xfail(strict=True, reason=(
+        "median +11.4 % over 9 runs: five are gpt-oss-120b, over-predicted on every Blackwell GPU by +11 to "
+        "+38 % (docs/research/gpt-oss-blackwell.md); the other four are at -16 to +8 %"))),
 ])
 def test_issue_20_class_median_not_met(report, klass):
     assert abs(report["summary"]["validation"]["classes"][klass]["median_signed_error"]) <= 0.10
 
 
-@pytest.mark.xfail(strict=True, reason="median |signed error| 10.5 % on the validation subset (target 10 %)")
 def test_issue_20_median_abs_error(report):
     assert report["summary"]["validation"]["all"]["median_abs_error"] <= 0.10
 
@@ -132,7 +133,7 @@ def test_issue_20_worst_error(report):
 
 def test_issue_20_targets_as_the_report_states_them(report):
     met = report["targets"]["met_on_validation"]
-    assert met == {"every class median within +-10%": False, "median_abs_error <= 10%": False,
+    assert met == {"every class median within +-10%": False, "median_abs_error <= 10%": True,
                    "worst |error| <= 25%": False}
 
 

@@ -43,6 +43,18 @@ def test_sustained_fraction_applies_to_multi_gpu_jobs_only():
         assert rates_for(_setup(gpus=1, impl=impl)).sustained == 1.0
 
 
+def test_a_system_sustained_fraction_replaces_its_generations():
+    """GB300 NVL72 carries its own sustained fraction (hw_specs/gb300-nvl72.yaml, fit on its
+    calibration runs); B300, the same Blackwell Ultra generation, keeps the profile's; one GPU still
+    runs at the single-GPU rates."""
+    plan = "tp=8,pp=1,mbs=1"
+    gb300 = rates_for(_setup(gpus=8, plan=plan, gbs=8, hw="gb300", impl="te"))
+    b300 = rates_for(_setup(gpus=8, plan=plan, gbs=8, hw="b300", impl="te"))
+    assert gb300.sustained == pytest.approx(load_hardware("gb300").gpu.sustained_fraction.value)
+    assert b300.sustained == pytest.approx(0.73) != gb300.sustained
+    assert rates_for(_setup(gpus=1, hw="gb300", impl="te")).sustained == 1.0
+
+
 def test_local_only_rates_stay_off_for_other_implementations():
     for impl in ("te", "megatron-local-fused-softmax"):
         r = rates_for(_setup(impl=impl))

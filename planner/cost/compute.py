@@ -120,11 +120,33 @@ def gemm_times(g: Gemm, fp8: bool, rates: Rates) -> tuple[Num, Num, Num]:
     return fwd, dgrad, wgrad
 
 
+# Head dim of the fused-attention measurements behind the flash fractions (FlashAttention-3 and
+# cuDNN at head dim 128): 128 + 128 for the query-key and value dims.
+FLASH_REFERENCE_DIMS = 128 + 128
+
+
+def exp_share_factor(qk_dim: int, v_dim: int, rates: Rates, backward: bool = False) -> float:
+    """Time per FLOP of a fused attention pass against head dim 128. Each score costs its matmul
+    FLOPs (2 (qk + v) forward, 5 (qk + v) backward) plus one softmax exponential worth
+    ``softmax_exp_flops`` tensor-core FLOPs, not overlapped with them: on one H200 (cuDNN,
+    tests/fixtures/h200_attention_head_dims.json) head dim 64 runs its forward at 0.71-0.74 and its
+    backward at 0.81-0.83 of head dim 128's rate, where this gives 0.75 and 0.86. Larger head dims
+    are not credited: they gained 4-8 % there (the exponentials' share would give 13-20 %) and
+    their backward lost 20-35 %, a kernel effect this does not hold."""
+    x = rates.softmax_exp_flops
+    if not x:
+        return 1.0
+    per_dim = 5.0 if backward else 2.0  # matmul FLOPs per score and unit of qk + v
+    f = (1.0 + x / (per_dim * (qk_dim + v_dim))) / (1.0 + x / (per_dim * FLASH_REFERENCE_DIMS))
+    return max(1.0, f)
+
+
 def attention_times(a: FusedAttention, rates: Rates) -> tuple[Num, Num]:
     """(forward, backward) seconds of a fused attention kernel."""
     rate = rates.peak_bf16 * rates.sustained * a.kernel_keys / (a.kernel_keys + rates.flash_half_keys)
-    fwd = a.flops / (rate * rates.flash_fwd) + rates.kernel_overhead_s
-    bwd = 2.5 * a.flops / (rate * rates.flash_bwd) + 2 * rates.kernel_overhead_s
+    fwd = a.flops * exp_share_factor(a.qk_dim, a.v_dim, rates) / (rate * rates.flash_fwd) + rates.kernel_overhead_s
+    bwd = (2.5 * a.flops * exp_share_factor(a.qk_dim, a.v_dim, rates, backward=True) / (rate * rates.flash_bwd)
+           + 2 * rates.kernel_overhead_s)
     return fwd, bwd
 
 

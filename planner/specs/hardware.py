@@ -42,6 +42,10 @@ class GPU(Spec):
     """Peak HBM bandwidth, bytes/s."""
     tdp_watts: Sourced[Watts] | None = None
     """Board power."""
+    sustained_fraction: Sourced[float] | None = None
+    """This system's sustained tensor-core fraction in multi-GPU training, where it differs from
+    its generation's (ComputeEfficiency.sustained_fraction): boards of one generation at other
+    power limits sustain other clocks. None: the generation's."""
 
     @model_validator(mode="after")
     def _bf16_present(self) -> GPU:
