@@ -92,6 +92,11 @@ HEADER = """\
 #   - Every step of the Megatron-LM DeepSeek-V3 GB200 guide; every Megatron-MoE-ModelZoo Qwen3-235B row.
 #   - torchtitan: every Llama row of its published benchmarks (per-op selective activation checkpointing
 #     and an unstated interleaving are recorded as not evaluable), Llama 4 Scout (not in the catalog).
+#     Its H100 rows (torch of 2024-12 and 2025-06) set attention_kernel: flash2: torchtitan's sdpa
+#     attention ran PyTorch's FlashAttention-2 backend there, not Transformer Engine's cuDNN kernel
+#     (an input from the launcher and software the run names; the H200 and Blackwell rows, on newer
+#     torch, keep the default). Those H100 rows ran on Meta's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s,
+#     500 W, its published hardware): hardware h100-96gb-500w.
 #   - The Llama 3 paper's Table 4, the DeepSeek-V3 report, MLPerf v5.1 Llama 3.1 405B, the Megatron-Core
 #     MoE report's headline numbers.
 #
@@ -958,7 +963,8 @@ def hand_runs(research: list[dict]) -> list[dict]:
         if ac.startswith("selective"):
             nm["activation_checkpointing"] = "per-op selective (every second matmul recomputed)"
         if "Grand Teton" in r["hardware"] or "96GB" in r["hardware"] or "500 W" in r["notes"]:
-            nm["hardware"] = "H100 96GB HBM2e (2.4 TB/s) at a 500 W power limit, not the catalog's H100 SXM5 80GB 700 W"
+            # Meta's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s, 500 W): its own catalog spec.
+            run["hardware"] = "h100-96gb-500w"
         if r["gpu"] == "b200":
             nm["hardware"] = "B200 at an unstated power limit"
         run["not_modeled"] = nm
