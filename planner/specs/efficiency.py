@@ -111,9 +111,9 @@ class ComputeEfficiency(Spec):
     softmax_exp_flops: Sourced[float] | None = None
     """Dense BF16 tensor-core FLOPs per exponential the special-function units (MUFU.EX2) return,
     per SM and clock: how much matrix work one score's softmax exponential costs in the fused
-    forward kernel. The flash fractions are measured at head dim 128 (2 x 256 FLOPs per score);
-    other head dims move the forward rate by the exponential's share (planner.cost.compute
-    .attention_times). None: no head-dim effect on this generation."""
+    attention kernel. The flash fractions are measured at head dim 128; smaller head dims slow the
+    forward and backward by the exponential's larger share (planner.cost.compute.exp_share_factor).
+    None: no head-dim effect on this generation."""
     flash2_fwd_fraction: Sourced[float] | None = None
     """FlashAttention-2's forward (PyTorch SDPA's flash backend, what torchtitan's sdpa attention
     ran on this generation before cuDNN attention became its default): fraction of the BF16 peak

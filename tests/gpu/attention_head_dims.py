@@ -3,7 +3,7 @@
 Run on a machine with CUDA:  python3 tests/gpu/attention_head_dims.py OUT.json
 PyTorch SDPA, causal, bf16, one kernel backend at a time (cuDNN, flash), head dims 64 to 256 at a
 constant width of 4,096 (heads x head dim) and 16,384 tokens per call, sequences 4K and 8K. Tests
-the time model's head-dim term (planner.cost.compute.exp_share_factor): the forward's softmax
+the time model's head-dim term (planner.cost.compute.exp_share_factor): the softmax
 exponentials against its matmul FLOPs. Writes the raw numbers; tests/fixtures/h200_attention_head_dims.json
 holds one H200's.
 """
@@ -14,24 +14,7 @@ import json
 import sys
 
 import torch
-
-
-def bench(fn, iters=10, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")  # L2 flush between calls
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
+from kernel_rates import bench  # tests/gpu/kernel_rates.py: median of timed calls, L2 flushed before each
 
 
 def main(out_path: str) -> None:
@@ -60,8 +43,8 @@ def main(out_path: str) -> None:
 
                     with sdpa_kernel([backend]):
                         with torch.no_grad():
-                            tf = bench(fwd)
-                        tfb = bench(fwd_bwd)
+                            tf = bench(fwd, iters=10, warmup=3)
+                        tfb = bench(fwd_bwd, iters=10, warmup=3)
                     flops = 4 * b * heads * seq * (seq + 1) / 2 * d
                     res["rows"].append([name, seq, heads, d, round(flops / tf / 1e12, 1),
                                         round(2.5 * flops / (tfb - tf) / 1e12, 1)])
