@@ -88,13 +88,13 @@ def floor_variants(space) -> list:
     return plain or every
 
 
-def block_floors(ctx, space) -> dict[str, np.ndarray]:
+def block_floors(ctx, space, variants: list | None = None) -> dict[str, np.ndarray]:
     """Per block name, the least seconds of one block per micro-batch (compute and exposed
-    communication) over every row-lever variant of the space (:func:`floor_variants`), per block
-    key of ``ctx``."""
+    communication) over every row-lever variant of the space, per block key of ``ctx``: the minima
+    over ``variants``, by default :func:`floor_variants` (which give the same minima)."""
     kinds = set(space.model.layer_kinds)
     floors: dict[str, np.ndarray] = {}
-    for lv in floor_variants(space):
+    for lv in floor_variants(space) if variants is None else variants:
         setting = lv.recompute_setting()
         for name in block_names(space.model):
             pairs = _layer_settings(lv) if name in kinds else [(None, setting)]

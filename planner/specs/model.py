@@ -268,6 +268,8 @@ class RoPE(Spec):
     """YaRN attention-scale factor over all dimensions (DeepSeek-V3: 1.0)."""
     truncate: bool | None = None
     """YaRN: round the correction range to whole dimensions (gpt-oss: false); None: the default (true)."""
+    local_theta: PositiveFloat | None = None
+    """Base of the sliding-window layers when it differs (Gemma 3's rope_local_base_freq 10000)."""
 
     @property
     def yarn_concentration(self) -> float:
@@ -286,8 +288,6 @@ class RoPE(Spec):
         if self.mscale is None or self.mscale_all_dim is None:
             return scale(1.0)
         return scale(self.mscale) / scale(self.mscale_all_dim)
-    local_theta: PositiveFloat | None = None
-    """Base of the sliding-window layers when it differs (Gemma 3's rope_local_base_freq 10000)."""
 
 
 class Published(Spec):
