@@ -26,6 +26,50 @@ def test_megatron_profiles_are_todays(p, v, m):
         assert inflight.profiles(name, p, v, m, r) == inflight_profiles(p, v, m, r)
 
 
+def _walked_rows(name, p, v, m, r):
+    """Brute force: (op, held vector before it) by walking the rank's ops one by one."""
+    from planner.cost.schedules.ops import ops_of
+
+    n = schedule(name).chunks(v)
+    held = [0] * inflight.width(name, v)
+    out = []
+    for op in (op for item in rank_items(name, p, v, m, r) for op in ops_of(item)):
+        out.append((op, tuple(held)))
+        k, c = op.kind, op.chunk
+        if k in "FB":
+            held[c] += 1 if k == "F" else -1
+        elif k == "I":
+            held[c], held[n + c] = held[c] - 1, held[n + c] + 1
+        else:
+            held[n + c] -= 1
+    return out
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_held_matrix_is_the_walk_of_the_ops(name):
+    """The NumPy running sums (Megatron's orders in closed form) equal walking every op: kinds,
+    chunks and held vectors, row by row; and the distinct vectors before each forward and
+    backward equal the sets of the walk."""
+    for p, v, m in [(1, 1, 3), (2, 1, 4), (2, 2, 5), (3, 3, 7), (4, 2, 8), (4, 4, 9), (8, 2, 16), (2, 31, 70)]:
+        for r in range(p):
+            try:
+                walked = _walked_rows(name, p, v, m, r)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    inflight.held_matrix(name, p, v, m, r)
+                continue
+            kinds, chunks, held = inflight.held_matrix(name, p, v, m, r)
+            assert [inflight.KINDS[k] for k in kinds] == [op.kind for op, _ in walked]
+            assert chunks.tolist() == [op.chunk for op, _ in walked]
+            assert [tuple(row) for row in held.tolist()] == [vec for _, vec in walked]
+            n = schedule(name).chunks(v)
+            sets = ([set() for _ in range(n)], [set() for _ in range(n)])
+            for op, vec in walked:
+                if op.kind != "W":
+                    sets[op.kind != "F"][op.chunk].add(vec)
+            assert inflight.profiles(name, p, v, m, r) == tuple(tuple(tuple(sorted(s)) for s in side) for side in sets)
+
+
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_inflight_counts_per_rank_match_the_papers(p):
     m = 3 * p

@@ -1237,12 +1237,13 @@ def memory_schedule(schedule: str | None, levers, vpp: int) -> str | None:
 def most_held(name: str, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...]:
     """The in-flight chunks per chunk of a walked schedule where the rank holds the most of them
     (activations only, not what waits for W; the first such moment)."""
-    from planner.cost.schedules.inflight import held_before
+    from planner.cost.schedules.inflight import held_matrix
 
     n = schedule_of(name).chunks(vpp)
     if name == "combined-1f1b":
         m = int(profile_microbatches(pp, vpp, m))  # the same vectors (inflight.profiles)
-    return max((vec[:n] for _, vec in held_before(name, pp, vpp, m, rank)), key=sum)
+    held = held_matrix(name, pp, vpp, m, rank)[2][:, :n]
+    return tuple(held[int(np.argmax(held.sum(axis=1)))].tolist())
 
 
 def schedule_of(name: str):

@@ -594,19 +594,30 @@ def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: boo
     else:
         profiles = schedule_inflight.profiles(schedule, pp, vpp, m, rank)[kind]
         width = schedule_inflight.width(schedule, vpp)
-    rows, chunk = [], []
-    for c in range(len(profiles)):
-        vecs = np.array(profiles[c], dtype=float).reshape(-1, width)
-        if not offload and len(vecs) > 1:
-            # Without offload, a vector no larger than another (entry by entry) before the same
-            # op can never be the peak, since held bytes grow with every count: keep maximal ones.
-            le = (vecs[:, None, :] <= vecs[None, :, :]).all(axis=2)
-            ne = (vecs[:, None, :] != vecs[None, :, :]).any(axis=2)
-            vecs = vecs[~(le & ne).any(axis=1)]
-        rows.append(vecs)
-        chunk += [c] * len(vecs)
-    if not chunk:
+    chunk = np.array([c for c in range(len(profiles)) for _ in profiles[c]], dtype=np.int64)
+    if not len(chunk):
         return None, None
-    return np.concatenate(rows).astype(np.float32), np.array(chunk)
+    vecs = np.array([vec for per_chunk in profiles for vec in per_chunk], dtype=float).reshape(len(chunk), width)
+    if not offload and len(vecs) > 1:
+        # Without offload, a vector no larger than another (entry by entry) before the same
+        # op can never be the peak, since held bytes grow with every count: keep maximal ones.
+        keep = _maximal(vecs, chunk)
+        vecs, chunk = vecs[keep], chunk[keep]
+    return vecs.astype(np.float32), chunk
+
+
+def _maximal(vecs: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+    """Which rows no other row of the same chunk dominates (entry by entry at least as large, and
+    different). Rows come grouped by chunk, a few to a few tens per chunk: they are compared in one
+    padded (chunks x rows x rows) array, the padding at -inf so that it dominates nothing."""
+    starts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
+    sizes = np.diff(np.r_[starts, len(chunk)])
+    group = np.repeat(np.arange(len(starts)), sizes)
+    slot = np.arange(len(chunk)) - np.repeat(starts, sizes)
+    padded = np.full((len(starts), int(sizes.max()), vecs.shape[1]), -np.inf)
+    padded[group, slot] = vecs
+    le = (padded[:, :, None, :] <= padded[:, None, :, :]).all(axis=3)
+    ne = (padded[:, :, None, :] != padded[:, None, :, :]).any(axis=3)
+    return ~(le & ne).any(axis=2)[group, slot]
 
 

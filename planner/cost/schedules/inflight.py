@@ -20,11 +20,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.cost.schedule import Op, inflight_profiles, profile_microbatches
+import numpy as np
+
+from planner.cost.schedule import Op, distinct_before, inflight_profiles, profile_microbatches
+from planner.cost.schedule import held_matrix as megatron_held
 from planner.cost.schedules import rank_items, schedule
 from planner.cost.schedules.ops import ops_of
 
 MEGATRON = ("1f1b", "interleaved")
+MEGATRON_ORDERS = {"1f1b": 0, "interleaved": 0, "combined-1f1b": 1}
+"""Megatron's orders and the forwards each adds to the interleaved warm-up."""
 
 
 def width(name: str, v: int) -> int:
@@ -73,25 +78,59 @@ def profiles(name: str, p: int, v: int, m: int, rank: int):
 @lru_cache(maxsize=4096)
 def _profiles(name: str, p: int, v: int, m: int, rank: int):
     n = schedule(name).chunks(v)
-    before_f: list[set] = [set() for _ in range(n)]
-    before_b: list[set] = [set() for _ in range(n)]
-    for op, vec in held_before(name, p, v, m, rank):
-        if op.kind == "F":
-            before_f[op.chunk].add(vec)
-        elif op.kind in ("I", "B"):
-            before_b[op.chunk].add(vec)
-    return (tuple(tuple(sorted(s)) for s in before_f), tuple(tuple(sorted(s)) for s in before_b))
+    kinds, chunks, held = held_matrix(name, p, v, m, rank)
+    # Forwards as kind 0; input-gradient and full backwards alike as kind 1; W left out.
+    kinds = np.choose(kinds, [0, 1, 1, 2]).astype(np.int8)
+    return distinct_before(kinds, chunks, held, n)
+
+
+KINDS = ("F", "B", "I", "W")
+
+
+@lru_cache(maxsize=1024)
+def held_matrix(name: str, p: int, v: int, m: int, rank: int):
+    """The rank's ops as arrays (kind: an index of KINDS, chunk) and ``held``: row i the held
+    vector just before op i, as :func:`held_before` walks it, built as a running sum with NumPy."""
+    n = schedule(name).chunks(v)
+    if name in MEGATRON_ORDERS:
+        # Megatron's orders in closed form (planner.cost.schedule.held_matrix; a test checks the
+        # walk of their ops gives the same rows).
+        if name == "combined-1f1b" and p > 1 and v == 1:
+            rank_items(name, p, v, m, rank)  # refused as Megatron refuses it
+        kinds, _, chunks, held = megatron_held(p, n, m, rank, MEGATRON_ORDERS[name])
+        return kinds, chunks, held
+    ops = [op for item in rank_items(name, p, v, m, rank) for op in ops_of(item)]
+    kinds = np.array([KINDS.index(op.kind) for op in ops], dtype=np.int8)
+    chunks = np.array([op.chunk for op in ops], dtype=np.int64)
+    delta = np.zeros((len(ops), width(name, v)), dtype=np.int32)
+    rows = np.arange(len(ops))
+    # F holds its chunk; B releases it; I moves it to the entries held until W; W releases those.
+    delta[rows, np.where(kinds == 3, n + chunks, chunks)] = np.where((kinds == 0), 1, -1)
+    split = kinds == 2
+    delta[rows[split], n + chunks[split]] = 1
+    held = np.zeros_like(delta)
+    if len(ops) > 1:
+        np.cumsum(delta[:-1], axis=0, out=held[1:])
+    assert not (held[-1] + delta[-1]).any() if len(ops) else True, f"{name}: rank {rank} ends the step holding chunks"
+    return kinds, chunks, held
 
 
 def max_inflight(name: str, p: int, v: int, m: int, rank: int, with_w: bool = True) -> int:
     """Most chunks the rank holds at once, the one being computed included (from its forward's
     start to its backward's end; ``with_w``: to its weight gradient's end)."""
     n = schedule(name).chunks(v)
-    best = 0
-    for op, vec in held_before(name, p, v, m, rank):
-        held = sum(vec) if with_w else sum(vec[:n])
-        best = max(best, held + (op.kind == "F"))
-    return best
+    kinds, _, held = held_matrix(name, p, v, m, rank)
+    if not len(kinds):
+        return 0
+    total = (held if with_w else held[:, :n]).sum(axis=1) + (kinds == KINDS.index("F"))
+    return int(total.max())
+
+
+def distinct_rows(held) -> list[tuple[int, ...]]:
+    """The distinct rows of a held matrix in the order they first appear."""
+    rows = np.ascontiguousarray(held)
+    _, first = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel(), return_index=True)
+    return [tuple(row) for row in rows[np.sort(first)].tolist()]
 
 
 def peak_moment(name: str, p: int, v: int, m: int, rank: int, kept) -> tuple[int, object, float]:
