@@ -29,7 +29,7 @@ import numpy as np
 from planner.cost import activations as act
 from planner.cost.arrays import Num, maximum, minimum, where
 from planner.cost.flops import Shard
-from planner.cost.schedule import inflight_profiles, profile_microbatches
+from planner.cost.schedule import inflight_table, profile_microbatches
 from planner.cost.schedules import inflight as schedule_inflight
 
 BF16 = 2
@@ -590,14 +590,13 @@ def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: boo
     """The in-flight vectors seen before the rank's forwards (kind 0) or backwards (kind 1), as a
     matrix, with the chunk of the op each precedes (``schedule``: see :func:`peak_over_profiles`)."""
     if schedule is None:
-        profiles, width = inflight_profiles(pp, vpp, m, rank)[kind], vpp
+        table = inflight_table(pp, vpp, m, rank)
     else:
-        profiles = schedule_inflight.profiles(schedule, pp, vpp, m, rank)[kind]
-        width = schedule_inflight.width(schedule, vpp)
-    chunk = np.array([c for c in range(len(profiles)) for _ in profiles[c]], dtype=np.int64)
-    if not len(chunk):
+        table = schedule_inflight.profile_table(schedule, pp, vpp, m, rank)
+    table = table[table[:, 0] == kind]
+    if not len(table):
         return None, None
-    vecs = np.array([vec for per_chunk in profiles for vec in per_chunk], dtype=float).reshape(len(chunk), width)
+    chunk, vecs = table[:, 1].astype(np.int64), table[:, 2:].astype(float)
     if not offload and len(vecs) > 1:
         # Without offload, a vector no larger than another (entry by entry) before the same
         # op can never be the peak, since held bytes grow with every count: keep maximal ones.

@@ -76,8 +76,18 @@ def inflight_profiles(p: int, v: int, m: int, rank: int):
 
 @lru_cache(maxsize=8192)
 def _inflight_profiles(p: int, v: int, m: int, rank: int):
+    return distinct_before(inflight_table(p, v, m, rank), v)
+
+
+def inflight_table(p: int, v: int, m: int, rank: int):
+    """:func:`inflight_profiles` as one array: :func:`distinct_table` of the rank's ops."""
+    return _inflight_table(p, v, int(profile_microbatches(p, v, m)), rank)
+
+
+@lru_cache(maxsize=8192)
+def _inflight_table(p: int, v: int, m: int, rank: int):
     kinds, _, chunks, held = held_matrix(p, v, m, rank)
-    return distinct_before(kinds, chunks, held, v)
+    return distinct_table(kinds, chunks, held)
 
 
 @lru_cache(maxsize=8192)
@@ -112,19 +122,25 @@ def held_matrix(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
     return kinds, mbs, chunks, held
 
 
-def distinct_before(kinds, chunks, held, n: int) -> tuple:
-    """(before_forward[c], before_backward[c]) for each chunk c < n: the distinct rows of
-    ``held`` before its ops of kind 0 and of kind 1, as sorted tuples (the format of
-    :func:`inflight_profiles`); other kinds are left out. One lexicographic sort of
-    (kind, chunk, held vector) rows serves every chunk."""
+def distinct_table(kinds, chunks, held):
+    """The distinct (kind, chunk, held vector) rows of the ops of kind 0 (before a forward) and 1
+    (before a backward), in numeric order (int32; other kinds are left out): distinct by their
+    bytes (a fast sort), then the few distinct rows sorted."""
     import numpy as np
 
     sel = kinds <= 1
-    rows = np.ascontiguousarray(np.column_stack([kinds[sel], chunks[sel], held[sel]]), dtype=np.int32)
-    # Distinct rows by their bytes (a fast sort), then the few distinct ones in numeric order.
+    rows = np.empty((int(sel.sum()), held.shape[1] + 2), dtype=np.int32)
+    rows[:, 0], rows[:, 1], rows[:, 2:] = kinds[sel], chunks[sel], held[sel]
     _, first = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel(), return_index=True)
+    rows = rows[first]
+    return rows[np.lexsort(rows.T[::-1])] if len(rows) else rows
+
+
+def distinct_before(table, n: int) -> tuple:
+    """(before_forward[c], before_backward[c]) for each chunk c < n from a :func:`distinct_table`,
+    as sorted tuples (the format of :func:`inflight_profiles`)."""
     out: tuple[list, list] = ([[] for _ in range(n)], [[] for _ in range(n)])
-    for row in sorted(rows[first].tolist()):
+    for row in table.tolist():
         out[row[0]][row[1]].append(tuple(row[2:]))
     return tuple(tuple(map(tuple, side)) for side in out)
 

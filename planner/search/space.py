@@ -294,10 +294,14 @@ def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target
     names: list = [None]
     parts: list[tuple[np.ndarray, int]] = []
     fixed = limits.fix.get("schedule")
-    pairs = {(int(p), int(v)) for p, v in zip(pp, vpp)}
+    # Rows grouped by (pp, vpp) in one stable sort (each group's rows in ascending order).
+    width = int(vpp.max()) + 1 if len(vpp) else 1
+    codes, inv = np.unique(pp * width + vpp, return_inverse=True)
+    pairs = np.stack([codes // width, codes % width], axis=1)
+    inv = inv.reshape(-1)
+    groups = np.split(np.argsort(inv, kind="stable"), np.cumsum(np.bincount(inv, minlength=len(pairs)))[:-1])
     m = rows["micro_batches"]
-    for p, v in sorted(pairs):
-        sel = np.flatnonzero((pp == p) & (vpp == v))
+    for (p, v), sel in zip(pairs.tolist(), groups):
         for name in schedule_options(target, p, v):
             if fixed is not None and fixed != (name or default_schedule(p, v)):
                 continue

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.cost.schedule import Op, distinct_before, inflight_profiles, profile_microbatches
+from planner.cost.schedule import Op, distinct_before, distinct_table, inflight_table, profile_microbatches
 from planner.cost.schedule import held_matrix as megatron_held
 from planner.cost.schedules import rank_items, schedule
 from planner.cost.schedules.ops import ops_of
@@ -66,22 +66,26 @@ def profiles(name: str, p: int, v: int, m: int, rank: int):
     """(before_forward[c], before_backward[c]): the distinct held vectors before each forward and
     each backward (I or B) of chunk c, as sorted tuples (the format of
     :func:`planner.cost.schedule.inflight_profiles`)."""
+    return distinct_before(profile_table(name, p, v, m, rank), schedule(name).chunks(v))
+
+
+def profile_table(name: str, p: int, v: int, m: int, rank: int):
+    """:func:`profiles` as one array of distinct (kind: 0 forward / 1 backward, chunk, held
+    vector) rows in numeric order (planner.cost.schedule.distinct_table)."""
     if name in MEGATRON:
-        return inflight_profiles(p, v if name == "interleaved" else 1, m, rank)
+        return inflight_table(p, v if name == "interleaved" else 1, m, rank)
     if name == "combined-1f1b":
         # Megatron's order with one more warm-up forward: its steady state repeats like the
         # interleaved one's, so the same capped count shows the same vectors (a test checks it).
         m = int(profile_microbatches(p, v, m))
-    return _profiles(name, p, v, m, rank)
+    return _profile_table(name, p, v, m, rank)
 
 
 @lru_cache(maxsize=4096)
-def _profiles(name: str, p: int, v: int, m: int, rank: int):
-    n = schedule(name).chunks(v)
+def _profile_table(name: str, p: int, v: int, m: int, rank: int):
     kinds, chunks, held = held_matrix(name, p, v, m, rank)
     # Forwards as kind 0; input-gradient and full backwards alike as kind 1; W left out.
-    kinds = np.choose(kinds, [0, 1, 1, 2]).astype(np.int8)
-    return distinct_before(kinds, chunks, held, n)
+    return distinct_table(np.choose(kinds, [0, 1, 1, 2]).astype(np.int8), chunks, held)
 
 
 KINDS = ("F", "B", "I", "W")
