@@ -131,9 +131,29 @@ def distinct_table(kinds, chunks, held):
     sel = kinds <= 1
     rows = np.empty((int(sel.sum()), held.shape[1] + 2), dtype=np.int32)
     rows[:, 0], rows[:, 1], rows[:, 2:] = kinds[sel], chunks[sel], held[sel]
-    _, first = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel(), return_index=True)
-    rows = rows[first]
+    rows = rows[distinct_first(rows)]
     return rows[np.lexsort(rows.T[::-1])] if len(rows) else rows
+
+
+@lru_cache(maxsize=64)
+def _hash_weights(width: int):
+    import numpy as np
+
+    return np.random.default_rng(20261202).integers(1, 2**62, size=width, dtype=np.int64) | 1
+
+
+def distinct_first(rows):
+    """Indices of the first occurrence of each distinct row of an integer matrix (ascending by a
+    64-bit hash of the row: a weighted sum that wraps around; rows that share a hash are checked
+    equal, and a collision falls back to sorting the rows' bytes)."""
+    import numpy as np
+
+    weights = _hash_weights(rows.shape[1])
+    _, first, inverse = np.unique(rows.astype(np.int64) @ weights, return_index=True, return_inverse=True)
+    if (rows[first][inverse.reshape(-1)] == rows).all():
+        return first
+    _, first = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel(), return_index=True)
+    return first
 
 
 def distinct_before(table, n: int) -> tuple:

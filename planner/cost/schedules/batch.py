@@ -215,8 +215,9 @@ def _longest_path_one(g: Graph, dur: np.ndarray) -> np.ndarray:
     order, preds = g.order
     d = dur.tolist()
     fin = [0.0] * (g.n + 1)  # the last entry is the padding sentinel, finished at 0
+    get = fin.__getitem__
     for t in order:
-        fin[t] = max(fin[p] for p in preds[t]) + d[t]
+        fin[t] = max(map(get, preds[t])) + d[t]
     return np.array(fin)[None, :]
 
 
@@ -289,10 +290,17 @@ class ItemTime:
 
 
 def _probe(chunks) -> tuple[tuple[LayerTimes, ...], ...]:
-    """Which pieces are non-empty (1.0) in any plan: the graph's shape, shared by plans alike."""
-    return tuple(tuple(LayerTimes(**{f.name: float(np.any(np.asarray(getattr(lt, f.name)) > 0.0))
-                                     for f in dataclasses.fields(LayerTimes)}) for lt in layers)
-                 for layers in chunks)
+    """Which pieces are non-empty (1.0) in any plan: the graph's shape, shared by plans alike (a
+    chunk repeats its block's LayerTimes object once per layer: each is read once)."""
+    names = [f.name for f in dataclasses.fields(LayerTimes)]
+    seen: dict[int, LayerTimes] = {}
+
+    def one(lt: LayerTimes) -> LayerTimes:
+        if id(lt) not in seen:
+            seen[id(lt)] = LayerTimes(**{n: float(np.any(np.asarray(getattr(lt, n)) > 0.0)) for n in names})
+        return seen[id(lt)]
+
+    return tuple(tuple(one(lt) for lt in layers) for layers in chunks)
 
 
 def item_time(key: tuple, chunks, delay_wgrad: bool = False, pair_overlap: bool = True, probe=None) -> ItemTime:

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.cost.schedule import Op, distinct_before, distinct_table, inflight_table, profile_microbatches
+from planner.cost.schedule import Op, distinct_before, distinct_first, distinct_table, inflight_table, profile_microbatches
 from planner.cost.schedule import held_matrix as megatron_held
 from planner.cost.schedules import rank_items, schedule
 from planner.cost.schedules.ops import ops_of
@@ -132,9 +132,7 @@ def max_inflight(name: str, p: int, v: int, m: int, rank: int, with_w: bool = Tr
 
 def distinct_rows(held) -> list[tuple[int, ...]]:
     """The distinct rows of a held matrix in the order they first appear."""
-    rows = np.ascontiguousarray(held)
-    _, first = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel(), return_index=True)
-    return [tuple(row) for row in rows[np.sort(first)].tolist()]
+    return [tuple(row) for row in held[np.sort(distinct_first(held))].tolist()]
 
 
 def peak_moment(name: str, p: int, v: int, m: int, rank: int, kept) -> tuple[int, object, float]:
