@@ -110,18 +110,30 @@ class BranchAndBound:
         return layout_of(self.space, pp, vpp, li, schedule)
 
     def setup(self) -> None:
-        from planner.search.bounds import block_floors, constant_floors, kept_floors, memory_floors, time_floors
+        from planner.search.bounds import (
+            block_floors, constant_floors, kept_floors, memory_floors, rank_composition, time_floors,
+        )
 
         sp = self.space
         self.say(f"bounding {len(sp):,} structural keys")
         self.probe = self._context(sp.fm_keys)
         kept = kept_floors(self.probe, sp)
         floors = block_floors(self.probe, sp)
-        for (pp, vpp, li, sched), rows in sp.groups():
-            lay = self._layout(pp, vpp, li, sched)
+        groups = [(self._layout(pp, vpp, li, sched), rows) for (pp, vpp, li, sched), rows in sp.groups()]
+        # Layouts of one composition share their constant floors: once over the keys they hold.
+        need: dict[tuple, list] = {}
+        for lay, rows in groups:
+            need.setdefault(rank_composition(sp.model, lay.layout), [lay.layout]).append(sp.fm_of[rows])
+        constants = {}
+        for comp, (layout, *fms) in need.items():
+            ufm = np.unique(np.concatenate(fms))
+            at = np.full(len(sp.fm_keys), -1, dtype=np.int64)
+            at[ufm] = np.arange(len(ufm))
+            constants[comp] = (constant_floors(sp, layout, sp.fm_keys[ufm]), at)
+        for lay, rows in groups:
             fmi = sp.fm_of[rows]
-            ufm, inv = np.unique(fmi, return_inverse=True)
-            constant = constant_floors(sp, lay.layout, sp.fm_keys[ufm])[:, inv.reshape(-1)]
+            table, at = constants[rank_composition(sp.model, lay.layout)]
+            constant = table[:, at[fmi]]
             mem = memory_floors(self.probe, kept, sp.model, lay.layout, fmi, constant)
             self.mem_floor[rows] = mem
             keep = mem <= self.cap[0]

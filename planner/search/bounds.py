@@ -173,6 +173,19 @@ def chunk_layer_counts(model, layout) -> tuple[list[str], np.ndarray]:
     return kinds, counts
 
 
+def rank_composition(model, layout) -> tuple:
+    """What a rank's parameter count reads from ``layout`` (planner.cost.constant.rank_params_of):
+    per rank, its layers by kind and the embedding, loss and MTP it holds. Layouts with the same
+    composition have the same :func:`constant_floors`."""
+    out = []
+    for r in range(layout.pp):
+        stages = layout.rank_stages(r)
+        kinds = Counter(model.layer_kinds[i] for st in stages for i in st.layers)
+        out.append((tuple(sorted(kinds.items())), sum(bool(st.embedding) for st in stages),
+                    sum(bool(st.loss) for st in stages), sum(st.mtp for st in stages)))
+    return tuple(out)
+
+
 def constant_floors(space, layout, keys: np.ndarray) -> np.ndarray:
     """Per pipeline rank of ``layout`` and key (rows of ``keys``, the space's columns), the least
     bytes of one GPU's weights, gradients and optimizer states over the space's sharding, moments
