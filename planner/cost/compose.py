@@ -254,11 +254,14 @@ class CostContext:
         self.efficiency = load_efficiency(hw.generation)
         self.memo: dict = {}
         self._blocks_from: tuple | None = None
+        """(parent, this context's block keys' rows in it, compose there): :meth:`share_blocks`."""
 
-    def share_blocks(self, parent: CostContext) -> None:
+    def share_blocks(self, parent: CostContext, compose_there: bool = False) -> None:
         """Read block costs from ``parent`` (same model, hardware, job, assumptions and rates)
         wherever its block keys hold this context's: what the parent composed is not composed
-        again (the search costs subsets of its keys in contexts of their own)."""
+        again (the search costs subsets of its keys in contexts of their own). A block cost the
+        parent lacks is composed here, over this context's (fewer) block keys, or with
+        ``compose_there`` in the parent, so that the parent's other children read it too."""
         mine, theirs = self.keys.bk, parent.keys.bk
         _, _, inv = unique_rows(np.concatenate([theirs, mine]))
         where = np.full(int(inv.max()) + 1 if len(inv) else 0, -1, dtype=np.int64)
@@ -266,7 +269,7 @@ class CostContext:
         idx = where[inv[len(theirs):]]
         if (idx < 0).any():
             raise ValueError("share_blocks: the parent context lacks some of these block keys")
-        self._blocks_from = (parent, idx)
+        self._blocks_from = (parent, idx, compose_there)
 
     @classmethod
     def for_structs(cls, model, hw, job, assumptions, structs, calibration=None) -> CostContext:
@@ -354,11 +357,12 @@ class CostContext:
         """One block's time and communication per micro-batch over every block key (arrays):
         ``compute_rc`` is what its compute recomputes, ``comm_rc`` what its communication sees."""
         key = ("block", name, compute_rc, comm_rc, levers.precision, levers.dispatcher, levers.ep_overlap)
-        if self._blocks_from is not None and key in self._blocks_from[0].memo:
-            # Composed over the parent's keys already: read this context's rows. What the parent
-            # has not composed is composed here, over this context's (fewer) block keys.
-            parent, idx = self._blocks_from
-            return self.cached(key, lambda: at(parent.memo[key], idx))
+        if self._blocks_from is not None:
+            parent, idx, there = self._blocks_from
+            if there or key in parent.memo:
+                # Composed over the parent's keys (already, or now for its other children too):
+                # read this context's rows.
+                return self.cached(key, lambda: at(parent.block_cost(name, compute_rc, comm_rc, levers), idx))
         return self.cached(key, lambda: self._block_cost(name, compute_rc, comm_rc, levers))
 
     def _block_cost(self, name, compute_rc, comm_rc, levers) -> BlockCost:
