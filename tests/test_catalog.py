@@ -260,3 +260,30 @@ def test_yaml_floats_with_unsigned_exponents_are_numbers(tmp_path):
     path = tmp_path / "x.yaml"
     path.write_text("a: 989.4e12\nb: 1e9\nc: -2.5E-6\nd: 1.5\ne: 80\nf: v1e9\n")
     assert read_yaml(path) == {"a": 989.4e12, "b": 1e9, "c": -2.5e-6, "d": 1.5, "e": 80, "f": "v1e9"}
+
+
+def test_catalog_index_reads_names_as_the_yaml_does(tmp_path):
+    """The index reads a file's name and aliases from their plain top-level lines: the same names
+    as parsing the whole file, for every bundled file and for files whose lines are not plain
+    (block lists, quotes, YAML's boolean words, no name), which are parsed."""
+    from planner.specs.catalog import catalog_names_of, catalog_root, read_yaml
+
+    def parsed(path):
+        data = read_yaml(path)
+        return [str(x) for x in [data.get("name", path.stem), *data.get("aliases", [])]]
+
+    files = [p for kind in ("models", "hw_specs") for p in sorted((catalog_root() / kind).glob("*.yaml"))]
+    assert len(files) > 30
+    for path in files:
+        assert [str(x) for x in catalog_names_of(path)] == parsed(path), path
+    cases = {
+        "block.yaml": "name: m1\naliases:\n  - a1\n  - a2\nx: 1\n",
+        "quoted.yaml": "name: 'm2'\naliases: [\"a 3\", a4]\n",
+        "words.yaml": "name: m3\naliases: [on, off]\n",
+        "nameless.yaml": "aliases: [a5]\n",
+        "twice.yaml": "name: m4\nx:\n  name: inner\n",
+    }
+    for file, text in cases.items():
+        path = tmp_path / file
+        path.write_text(text)
+        assert [str(x) for x in catalog_names_of(path)] == parsed(path), file
