@@ -146,10 +146,12 @@ def graph_of(tasks: Tasks, marks: dict | None = None) -> Graph:
                 vals.append(c)
     coef = np.zeros((len(names), n))
     np.add.at(coef, (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)), vals)
-    width = max((len(p) for p in preds), default=0) or 1
+    sizes = np.fromiter(map(len, preds), dtype=np.int64, count=n)
+    width = int(sizes.max(initial=0)) or 1
     pad = np.full((n, width), n, dtype=np.int64)
-    for t, p in enumerate(preds):
-        pad[t, :len(p)] = p
+    # Row t's first sizes[t] slots hold its predecessors (one scatter, not a loop of row writes).
+    flat = np.fromiter((d for p in preds for d in p), dtype=np.int64, count=int(sizes.sum()))
+    pad[np.repeat(np.arange(n), sizes), np.arange(len(flat)) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = flat
     stream = np.array(tasks.stream, dtype=object)
     on_compute = (stream == COMPUTE) & (np.array(tasks.cause, dtype=object) != "p2p")
     return Graph(tuple(names), coef, const, pad, levels, np.array(tasks.rank), on_compute, stream == A2A, marks or {})
