@@ -124,8 +124,8 @@ def held_matrix(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
 
 def distinct_table(kinds, chunks, held):
     """The distinct (kind, chunk, held vector) rows of the ops of kind 0 (before a forward) and 1
-    (before a backward), in numeric order (int32; other kinds are left out): distinct by their
-    bytes (a fast sort), then the few distinct rows sorted."""
+    (before a backward), in numeric order (int32; other kinds are left out): found by
+    :func:`distinct_first`, then the few distinct rows sorted."""
     import numpy as np
 
     sel = kinds <= 1

@@ -97,7 +97,9 @@ class BranchAndBound:
         self.visits = {"time": 0, "memory": 0}
 
     # ---- set-up ---------------------------------------------------------------------------------
-    def _context(self, keys: np.ndarray):
+    def _context(self, keys: np.ndarray, shared=None):
+        """A context over some keys, reading the block costs of the probe (or composing those it
+        lacks in ``shared``, when that context holds all of these keys' block keys)."""
         from planner.cost.compose import CostContext, KeyTable
 
         sp = self.space
@@ -105,6 +107,12 @@ class BranchAndBound:
             return CostContext.for_structs(sp.model, sp.hw, sp.job, self.assumptions, keys)
         ctx = CostContext(sp.model, sp.hw, sp.job, self.assumptions, KeyTable(sp.hw, sp.job, self.assumptions, keys),
                           self.probe.rates)
+        try:
+            if shared is not None:
+                ctx.share_blocks(shared, compose_there=True)
+                return ctx
+        except ValueError:  # keys past the shared context's: composed here, as the first context's
+            pass
         ctx.share_blocks(self.probe)
         return ctx
 
@@ -120,20 +128,13 @@ class BranchAndBound:
         if self.shared is None:
             pending = [rows] + [st.rows[st.timed:st.timed + self.FIRST_TIMED] for st in self.layouts]
             self.shared = self._context(self.space.keys[np.unique(np.concatenate(pending))])
-        ctx = self._context(self.space.keys[rows])
-        try:
-            ctx.share_blocks(self.shared, compose_there=True)
-        except ValueError:  # keys past the shared context's: composed here, as the first context's
-            pass
-        return ctx
+        return self._context(self.space.keys[rows], self.shared)
 
     def _layout(self, pp: int, vpp: int, li: int, schedule: str | None) -> Layout:
         return layout_of(self.space, pp, vpp, li, schedule)
 
     def setup(self) -> None:
-        from planner.search.bounds import (
-            block_floors, constant_floors, kept_floors, memory_floors, rank_composition, time_floors,
-        )
+        from planner.search.bounds import block_floors, kept_floors, memory_floors, time_floors
 
         sp = self.space
         self.say(f"bounding {len(sp):,} structural keys")
@@ -141,20 +142,9 @@ class BranchAndBound:
         kept = kept_floors(self.probe, sp)
         floors = block_floors(self.probe, sp)
         groups = [(self._layout(pp, vpp, li, sched), rows) for (pp, vpp, li, sched), rows in sp.groups()]
-        # Layouts of one composition share their constant floors: once over the keys they hold.
-        need: dict[tuple, list] = {}
-        for lay, rows in groups:
-            need.setdefault(rank_composition(sp.model, lay.layout), [lay.layout]).append(sp.fm_of[rows])
-        constants = {}
-        for comp, (layout, *fms) in need.items():
-            ufm = np.unique(np.concatenate(fms))
-            at = np.full(len(sp.fm_keys), -1, dtype=np.int64)
-            at[ufm] = np.arange(len(ufm))
-            constants[comp] = (constant_floors(sp, layout, sp.fm_keys[ufm]), at)
-        for lay, rows in groups:
+        constants = self._constant_floors(groups)
+        for (lay, rows), constant in zip(groups, constants):
             fmi = sp.fm_of[rows]
-            table, at = constants[rank_composition(sp.model, lay.layout)]
-            constant = table[:, at[fmi]]
             mem = memory_floors(self.probe, kept, sp.model, lay.layout, fmi, constant)
             self.mem_floor[rows] = mem
             keep = mem <= self.cap[0]
@@ -165,6 +155,28 @@ class BranchAndBound:
             this, anyl = time_floors(self.probe, floors, lay.layout, fmi, lay.schedule)
             order = np.argsort(this, kind="stable")
             self.layouts.append(LayoutState(lay, rows[order], this[order], anyl[order]))
+
+    def _constant_floors(self, groups: list):
+        """Each (layout, rows) group's constant-memory floors in turn, (pp, rows) bytes
+        (planner.search.bounds.constant_floors). Layouts whose ranks hold the same layers share
+        them: computed once per composition, over the keys those layouts hold."""
+        from planner.search.bounds import constant_floors, rank_composition
+
+        sp = self.space
+        comps = [rank_composition(sp.model, lay.layout) for lay, _ in groups]
+        need: dict[tuple, tuple] = {}
+        for comp, (lay, rows) in zip(comps, groups):
+            layout, fms = need.setdefault(comp, (lay.layout, []))
+            fms.append(sp.fm_of[rows])
+        tables = {}
+        for comp, (layout, fms) in need.items():
+            ufm = np.unique(np.concatenate(fms))
+            at = np.full(len(sp.fm_keys), -1, dtype=np.int64)
+            at[ufm] = np.arange(len(ufm))
+            tables[comp] = (constant_floors(sp, layout, sp.fm_keys[ufm]), at)
+        for comp, (_, rows) in zip(comps, groups):
+            table, at = tables[comp]
+            yield table[:, at[sp.fm_of[rows]]]
 
     # ---- the visit ------------------------------------------------------------------------------
     def run(self) -> None:

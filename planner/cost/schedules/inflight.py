@@ -26,6 +26,7 @@ from planner.cost.schedule import Op, distinct_before, distinct_first, distinct_
 from planner.cost.schedule import held_matrix as megatron_held
 from planner.cost.schedules import rank_items, schedule
 from planner.cost.schedules.ops import ops_of
+from planner.cost.schedules.orders import check_combined
 
 MEGATRON = ("1f1b", "interleaved")
 MEGATRON_ORDERS = {"1f1b": 0, "interleaved": 0, "combined-1f1b": 1}
@@ -40,26 +41,10 @@ def width(name: str, v: int) -> int:
 
 @lru_cache(maxsize=1024)
 def held_before(name: str, p: int, v: int, m: int, rank: int) -> tuple[tuple[Op, tuple[int, ...]], ...]:
-    """(op, held vector just before it) for every op of the rank, in order (cached: the memory
-    tables ask for the same rank's vectors once per lever combination)."""
-    n = schedule(name).chunks(v)
-    held = [0] * width(name, v)
-    out = []
-    for item in rank_items(name, p, v, m, rank):
-        for op in ops_of(item):
-            out.append((op, tuple(held)))
-            c = op.chunk
-            if op.kind == "F":
-                held[c] += 1
-            elif op.kind == "B":
-                held[c] -= 1
-            elif op.kind == "I":
-                held[c] -= 1
-                held[n + c] += 1
-            else:
-                held[n + c] -= 1
-    assert not any(held), f"{name}: rank {rank} ends the step holding {held}"
-    return tuple(out)
+    """(op, held vector just before it) for every op of the rank, in order: :func:`held_matrix`'s
+    rows beside the ops they precede (cached: reports walk them op by op)."""
+    ops = [op for item in rank_items(name, p, v, m, rank) for op in ops_of(item)]
+    return tuple(zip(ops, map(tuple, held_matrix(name, p, v, m, rank)[2].tolist())))
 
 
 def profiles(name: str, p: int, v: int, m: int, rank: int):
@@ -99,8 +84,8 @@ def held_matrix(name: str, p: int, v: int, m: int, rank: int):
     if name in MEGATRON_ORDERS:
         # Megatron's orders in closed form (planner.cost.schedule.held_matrix; a test checks the
         # walk of their ops gives the same rows).
-        if name == "combined-1f1b" and p > 1 and v == 1:
-            rank_items(name, p, v, m, rank)  # refused as Megatron refuses it
+        if name == "combined-1f1b":
+            check_combined(p, v)
         kinds, _, chunks, held = megatron_held(p, n, m, rank, MEGATRON_ORDERS[name])
         return kinds, chunks, held
     ops = [op for item in rank_items(name, p, v, m, rank) for op in ops_of(item)]
@@ -115,7 +100,8 @@ def held_matrix(name: str, p: int, v: int, m: int, rank: int):
     held = np.zeros_like(delta)
     if len(ops) > 1:
         np.cumsum(delta[:-1], axis=0, out=held[1:])
-    assert not (held[-1] + delta[-1]).any() if len(ops) else True, f"{name}: rank {rank} ends the step holding chunks"
+    if len(ops) and (held[-1] + delta[-1]).any():
+        raise AssertionError(f"{name}: rank {rank} ends the step holding chunks {(held[-1] + delta[-1]).tolist()}")
     return kinds, chunks, held
 
 

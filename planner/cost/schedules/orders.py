@@ -17,6 +17,12 @@ def megatron_1f1b(p: int, v: int, m: int, rank: int) -> tuple:
     return rank_ops(p, v, m, rank)
 
 
+def check_combined(p: int, v: int) -> None:
+    """Megatron refuses the combined 1F1B without virtual pipeline stages when PP > 1."""
+    if p > 1 and v == 1:
+        raise ValueError("Megatron's combined 1F1B needs virtual pipeline stages when PP > 1 (TransformerConfig)")
+
+
 def megatron_overlap(p: int, v: int, m: int, rank: int) -> tuple:
     """Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): the interleaved order
     with one more warm-up forward (get_pp_rank_microbatches adds 1 so that every steady step's
@@ -24,8 +30,7 @@ def megatron_overlap(p: int, v: int, m: int, rank: int) -> tuple:
     (combined_1f1b_schedule_for_interleaved_pipelining); with p = 1 the same shape
     (combined_1f1b_schedule_for_no_pipelining: first forward alone, then F(i+1)&B(i), last backward
     alone). Megatron requires v > 1 when p > 1 (TransformerConfig), and so does this order."""
-    if p > 1 and v == 1:
-        raise ValueError("Megatron's combined 1F1B needs virtual pipeline stages when PP > 1 (TransformerConfig)")
+    check_combined(p, v)
     order = chunk_order(m, v, p)
     fwd = [Op("F", c, mb) for mb, c in order]
     bwd = [Op("B", v - 1 - c, mb) for mb, c in order]
