@@ -137,9 +137,18 @@ def distinct_table(kinds, chunks, held):
 
 @lru_cache(maxsize=64)
 def _hash_weights(width: int):
+    """Fixed odd 62-bit weights for :func:`distinct_first`: splitmix64's outputs (Steele, Lea and
+    Flood 2014), computed here rather than with numpy.random, whose import costs 16 ms."""
     import numpy as np
 
-    return np.random.default_rng(20261202).integers(1, 2**62, size=width, dtype=np.int64) | 1
+    mask, state, out = (1 << 64) - 1, 20261202, []
+    for _ in range(width):
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(((z ^ (z >> 31)) >> 2) | 1)
+    return np.array(out, dtype=np.int64)
 
 
 def distinct_first(rows):
