@@ -155,3 +155,16 @@ def test_dualpipe_peak_moment():
     assert total == p + 1 and op == Op("F", 0, p - 1)
     first_pair = next(it for it in rank_items("dualpipe", p, 2, m, 0) if isinstance(it, Pair))
     assert first_pair.fwd == op and inflight.held_before("dualpipe", p, 2, m, 0)[i][1] == (p - 1, 1, 0, 0)
+
+
+def test_distinct_rows_survive_hash_collisions(monkeypatch):
+    """distinct_first hashes rows and checks rows that share a hash: with weights that make
+    every row collide (all zero), it falls back to the rows' bytes and still finds each distinct
+    row once, at its first occurrence."""
+    import planner.cost.schedule as sched
+
+    rows = np.array([[1, 0, 2], [0, 1, 2], [1, 0, 2], [2, 2, 0], [0, 1, 2]], dtype=np.int32)
+    expected = [0, 1, 3]
+    assert sorted(sched.distinct_first(rows).tolist()) == expected
+    monkeypatch.setattr(sched, "_hash_weights", lambda width: np.zeros(width, dtype=np.int64))
+    assert sorted(sched.distinct_first(rows).tolist()) == expected

@@ -86,16 +86,19 @@ def inflight_table(p: int, v: int, m: int, rank: int):
 
 @lru_cache(maxsize=8192)
 def _inflight_table(p: int, v: int, m: int, rank: int):
-    kinds, _, chunks, held = held_matrix(p, v, m, rank)
-    return distinct_table(kinds, chunks, held)
+    kinds, chunks = megatron_ops(p, v, m, rank)
+    return distinct_table(kinds, chunks, running_held(kinds, chunks, v, v))
 
 
-@lru_cache(maxsize=8192)
-def held_matrix(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
-    """The rank's ops as arrays: (kind: 0 forward / 1 backward, micro-batch, chunk, held), where
-    row i of ``held`` (ops x v, int32) counts the chunks held per virtual stage just before op i:
-    the running sum of +1 per forward and -1 per backward of each chunk, built with NumPy rather
-    than by walking the ops (a PP 2, VPP 31 rank runs some 4,000 ops per step). ``extra_warmup``
+KINDS = ("F", "B", "I", "W")
+"""Op kinds as the arrays below number them: forward, backward, input gradient, weight gradient."""
+
+
+def megatron_ops(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
+    """The kinds (indices of KINDS: 0 forward, 1 backward) and chunks of the rank's ops in the
+    order of :func:`rank_ops`, in closed form: forward i runs at position i in the warm-up of w
+    forwards, else at w + 2(i - w); backward i right after forward w + i, or in the drain once the
+    forwards are done (a PP 2, VPP 31 rank runs some 4,000 ops per step). ``extra_warmup``
     forwards more before the first backward: 1 for Megatron's combined 1F1B
     (planner.cost.schedules.orders.megatron_overlap), whose overlapped pairs count their forward
     first."""
@@ -104,22 +107,34 @@ def held_matrix(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
     order = np.array(chunk_order(m, v, p), dtype=np.int64).reshape(-1, 2)
     n = len(order)
     w = min(warmup_count(p, v, m, rank) + extra_warmup, n)
-    # Forward i runs at position i (warm-up) or w + 2(i - w); backward i right after forward
-    # w + i, or in the drain once the forwards are done (rank_ops).
-    pos_f = np.where(np.arange(n) < w, np.arange(n), w + 2 * (np.arange(n) - w))
-    steady = np.arange(n) < n - w
-    pos_b = np.where(steady, w + 2 * np.arange(n) + 1, 2 * n - (n - np.arange(n)))
+    i = np.arange(n)
+    pos_f = np.where(i < w, i, w + 2 * (i - w))
+    pos_b = np.where(i < n - w, w + 2 * i + 1, n + i)
     kinds = np.empty(2 * n, dtype=np.int8)
-    mbs = np.empty(2 * n, dtype=np.int64)
     chunks = np.empty(2 * n, dtype=np.int64)
     kinds[pos_f], kinds[pos_b] = 0, 1
-    mbs[pos_f], mbs[pos_b] = order[:, 0], order[:, 0]
     chunks[pos_f], chunks[pos_b] = order[:, 1], v - 1 - order[:, 1]
-    delta = np.zeros((2 * n, v), dtype=np.int32)
-    delta[np.arange(2 * n), chunks] = np.where(kinds == 0, 1, -1)
+    return kinds, chunks
+
+
+def running_held(kinds, chunks, n: int, width: int):
+    """Row i: the held vector just before op i (ops x ``width``, int32), the running sum of what
+    each op holds or releases: a forward holds its chunk (entry c), a backward releases it, an
+    input gradient moves it to the entries held until the weight gradient (entry n + c), which
+    releases that. A rank ends its step holding nothing."""
+    import numpy as np
+
+    rows = np.arange(len(kinds))
+    delta = np.zeros((len(kinds), width), dtype=np.int32)
+    delta[rows, np.where(kinds == 3, n + chunks, chunks)] = np.where(kinds == 0, 1, -1)
+    split = kinds == 2
+    delta[rows[split], n + chunks[split]] = 1
     held = np.zeros_like(delta)
-    np.cumsum(delta[:-1], axis=0, out=held[1:])
-    return kinds, mbs, chunks, held
+    if len(kinds) > 1:
+        np.cumsum(delta[:-1], axis=0, out=held[1:])
+    if len(kinds) and (held[-1] + delta[-1]).any():
+        raise AssertionError(f"the rank ends the step holding chunks {(held[-1] + delta[-1]).tolist()}")
+    return held
 
 
 def distinct_table(kinds, chunks, held):

@@ -107,12 +107,12 @@ class BranchAndBound:
             return CostContext.for_structs(sp.model, sp.hw, sp.job, self.assumptions, keys)
         ctx = CostContext(sp.model, sp.hw, sp.job, self.assumptions, KeyTable(sp.hw, sp.job, self.assumptions, keys),
                           self.probe.rates)
-        try:
-            if shared is not None:
+        if shared is not None:
+            try:
                 ctx.share_blocks(shared, compose_there=True)
                 return ctx
-        except ValueError:  # keys past the shared context's: composed here, as the first context's
-            pass
+            except ValueError:  # keys past the shared context's: composed here, as the first context's
+                pass
         ctx.share_blocks(self.probe)
         return ctx
 

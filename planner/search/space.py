@@ -225,14 +225,9 @@ class Space:
         rows), in order of first appearance (the schedule places the layout's stages on ranks)."""
         pp, vpp, sc = self.col("pp"), self.col("vpp"), self.schedule_col()
         code = ((pp * 4096 + vpp) * (len(self.layouts) + 1) + self.layout_of) * len(self.schedules) + sc
-        _, first, inv = np.unique(code, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        rows = np.argsort(inv.reshape(-1), kind="stable")
-        bounds = np.cumsum(np.bincount(inv.reshape(-1), minlength=len(first)))
+        _, groups = group_rows(code)
         out = []
-        for g in order:
-            lo = bounds[g - 1] if g else 0
-            r = rows[lo:bounds[g]]
+        for r in sorted(groups, key=lambda r: r[0]):
             i = r[0]
             out.append(((int(pp[i]), int(vpp[i]), int(self.layout_of[i]), self.schedule(i)), r))
         return out
@@ -294,14 +289,10 @@ def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target
     names: list = [None]
     parts: list[tuple[np.ndarray, int]] = []
     fixed = limits.fix.get("schedule")
-    # Rows grouped by (pp, vpp) in one stable sort (each group's rows in ascending order).
     width = int(vpp.max()) + 1 if len(vpp) else 1
-    codes, inv = np.unique(pp * width + vpp, return_inverse=True)
-    pairs = np.stack([codes // width, codes % width], axis=1)
-    inv = inv.reshape(-1)
-    groups = np.split(np.argsort(inv, kind="stable"), np.cumsum(np.bincount(inv, minlength=len(pairs)))[:-1])
+    codes, groups = group_rows(pp * width + vpp)
     m = rows["micro_batches"]
-    for (p, v), sel in zip(pairs.tolist(), groups):
+    for p, v, sel in zip((codes // width).tolist(), (codes % width).tolist(), groups):
         for name in schedule_options(target, p, v):
             if fixed is not None and fixed != (name or default_schedule(p, v)):
                 continue
@@ -511,6 +502,16 @@ def _rule_checked(space: Space) -> Space:
                  space.layout_of[keep], space.layouts, space.levers, space.pruned, fm_keys=space.fm_keys,
                  fm_of=space.fm_of[keep], pinned=space.pinned,
                  schedule_of=None if space.schedule_of is None else space.schedule_of[keep], schedules=space.schedules)
+
+
+def group_rows(code: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The distinct values of an integer column, ascending, and the rows holding each (ascending):
+    one stable sort instead of a mask per value."""
+    codes, inv = np.unique(code, return_inverse=True)
+    if not len(codes):
+        return codes, []
+    inv = inv.reshape(-1)
+    return codes, np.split(np.argsort(inv, kind="stable"), np.cumsum(np.bincount(inv, minlength=len(codes)))[:-1])
 
 
 def _values(xs) -> list[int]:

@@ -22,8 +22,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.cost.schedule import Op, distinct_before, distinct_first, distinct_table, inflight_table, profile_microbatches
-from planner.cost.schedule import held_matrix as megatron_held
+from planner.cost.schedule import (
+    KINDS, Op, distinct_before, distinct_first, distinct_table, inflight_table, megatron_ops, profile_microbatches,
+    running_held,
+)
 from planner.cost.schedules import rank_items, schedule
 from planner.cost.schedules.ops import ops_of
 from planner.cost.schedules.orders import check_combined
@@ -73,36 +75,21 @@ def _profile_table(name: str, p: int, v: int, m: int, rank: int):
     return distinct_table(np.choose(kinds, [0, 1, 1, 2]).astype(np.int8), chunks, held)
 
 
-KINDS = ("F", "B", "I", "W")
-
-
 @lru_cache(maxsize=1024)
 def held_matrix(name: str, p: int, v: int, m: int, rank: int):
     """The rank's ops as arrays (kind: an index of KINDS, chunk) and ``held``: row i the held
-    vector just before op i, as :func:`held_before` walks it, built as a running sum with NumPy."""
+    vector just before op i (planner.cost.schedule.running_held). Megatron's orders come in closed
+    form (planner.cost.schedule.megatron_ops; a test checks them against their ops)."""
     n = schedule(name).chunks(v)
     if name in MEGATRON_ORDERS:
-        # Megatron's orders in closed form (planner.cost.schedule.held_matrix; a test checks the
-        # walk of their ops gives the same rows).
         if name == "combined-1f1b":
             check_combined(p, v)
-        kinds, _, chunks, held = megatron_held(p, n, m, rank, MEGATRON_ORDERS[name])
-        return kinds, chunks, held
-    ops = [op for item in rank_items(name, p, v, m, rank) for op in ops_of(item)]
-    kinds = np.array([KINDS.index(op.kind) for op in ops], dtype=np.int8)
-    chunks = np.array([op.chunk for op in ops], dtype=np.int64)
-    delta = np.zeros((len(ops), width(name, v)), dtype=np.int32)
-    rows = np.arange(len(ops))
-    # F holds its chunk; B releases it; I moves it to the entries held until W; W releases those.
-    delta[rows, np.where(kinds == 3, n + chunks, chunks)] = np.where((kinds == 0), 1, -1)
-    split = kinds == 2
-    delta[rows[split], n + chunks[split]] = 1
-    held = np.zeros_like(delta)
-    if len(ops) > 1:
-        np.cumsum(delta[:-1], axis=0, out=held[1:])
-    if len(ops) and (held[-1] + delta[-1]).any():
-        raise AssertionError(f"{name}: rank {rank} ends the step holding chunks {(held[-1] + delta[-1]).tolist()}")
-    return kinds, chunks, held
+        kinds, chunks = megatron_ops(p, n, m, rank, MEGATRON_ORDERS[name])
+    else:
+        ops = [op for item in rank_items(name, p, v, m, rank) for op in ops_of(item)]
+        kinds = np.array([KINDS.index(op.kind) for op in ops], dtype=np.int8)
+        chunks = np.array([op.chunk for op in ops], dtype=np.int64)
+    return kinds, chunks, running_held(kinds, chunks, n, width(name, v))
 
 
 def max_inflight(name: str, p: int, v: int, m: int, rank: int, with_w: bool = True) -> int:
