@@ -126,7 +126,8 @@ def main() -> None:
         for label, key in (("on", "per_stage_on"), ("off", "per_stage_off")):
             r = c[key]
             ps = r["per_stage"]
-            ref = f"{ps.get('improved', 0)}/{ps.get('tried', 0)} improved, {ps.get('skipped_by_bound', 0)} skipped by bound" \
+            ref = f"{ps.get('improved', 0)}/{ps.get('tried', 0)} improved, {ps.get('skipped_by_bound', 0)} skipped by bound, " \
+                  f"{ps.get('paired', 0)} paired" \
                 if ps.get("enabled") else "off"
             print(f"{'planner search ' + ' '.join(argv):<44} {label:>9} {r['wall_s']:>6.2f}s {r['cpu_s']:>6.2f}s "
                   f"{c['target_wall_s']:>6.1f}s  {r['status']}, {ref}")

@@ -481,12 +481,16 @@ def held_of(kept: list, offload: bool):
         for n, k in zip(vec, kept):
             if n:
                 total = total + n * k
-        if offload:
-            n = sum(vec)
-            total = total * min(n, 2) / n if n else 0.0 * total
-        return total
+        return total * offload_share(sum(vec)) if offload else total
 
     return held
+
+
+def offload_share(n: Num) -> Num:
+    """With activation offload, the share of the held chunks' activations that stays on the GPU
+    when ``n`` chunk-micro-batches are held: the chunk being computed and the one being prefetched
+    back, at the held chunks' mean size (0 when none is held)."""
+    return minimum(n, 2) / maximum(n, 1)
 
 
 def attention_score_bytes(model, implementation: str, mbs, tp, seq_per_gpu):
@@ -576,9 +580,7 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
         N = N.astype(kept.dtype, copy=False)  # float32 tables in the search, exact float64 in explain
         held = N @ kept
         if offload:
-            # Activation offload keeps only the chunk being computed and the one being prefetched.
-            n = N.sum(axis=1, keepdims=True)
-            held *= np.where(n > 0, np.minimum(n, 2) / np.maximum(n, 1), 0.0)
+            held *= offload_share(N.sum(axis=1, keepdims=True))
         held += rise[chunk]
         top = held.max(axis=0)
         best = top if best is None else np.maximum(best, top)

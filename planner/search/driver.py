@@ -95,6 +95,8 @@ class PerStageInfo(TypedDict):
     enabled: bool
     tried: int
     skipped_by_bound: int
+    paired: int
+    """Seeds that fit under combined 1F1B, left as they are (planner.search.stages.paired_overlap)."""
     improved: int
     why: NotRequired[str]
 
@@ -108,7 +110,8 @@ class _Run:
         self.timings: dict[str, float] = {}
         self.t0 = self.t = time.perf_counter()
         self.checked: dict[int, bool] = {}
-        self.info: PerStageInfo = {"enabled": options.per_stage, "tried": 0, "skipped_by_bound": 0, "improved": 0}
+        self.info: PerStageInfo = {"enabled": options.per_stage, "tried": 0, "skipped_by_bound": 0, "paired": 0,
+                                      "improved": 0}
         self.dominated: dict = {}
 
     def lap(self, name: str) -> None:
@@ -237,6 +240,7 @@ class _Run:
             res = refine(setup, stage_recompute=stage_rc and setup.recompute.kind in ("none", "full"),
                          time_limit_s=5.0, own=own)
             self.info["skipped_by_bound"] += res.skipped
+            self.info["paired"] += res.paired
             if res.improved:
                 ev = plan_evaluation(res.setup)
                 key = res.setup.plan.to_string()

@@ -58,7 +58,9 @@ def status_line(sv: dict) -> str:
     refine = (f"per-stage refinement off{' (' + per['why'] + ')' if per.get('why') else ''}"
               if not per.get("enabled", True) else
               f"per-stage refinement: {per.get('improved', 0)} of {per.get('tried', 0)} seeds improved"
-              f" ({per.get('skipped_by_bound', 0)} skipped by its bound)")
+              f" ({per.get('skipped_by_bound', 0)} skipped by its bound"
+              + (f", {per['paired']} fitting under combined 1F1B, outside its time model" if per.get("paired") else "")
+              + ")")
     return (f"{sv['name']} {sv['status']} over {sv['structural_keys']:,} layouts x {sv['lever_combinations']} "
             f"lever combinations ({degrees}); proven out: {dom.get('memory', 0):,} by memory, "
             f"{dom.get('step_time', 0):,} by step time; {sv['keys_costed']:,} costed, {sv['keys_in_model']} in the "
