@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -208,3 +209,28 @@ def test_activation_offload_reports_required_bandwidth():
     rep = time_report(setup_for(hw="h100", plan=DSV3_PLAN + ",offload=activations"))
     a = rep.offload["activations"]
     assert a["required_bytes_per_s"] > 0 and a["link_bytes_per_s"] == 64e9
+
+
+def test_activation_offload_moves_what_the_memory_model_keeps():
+    """The bytes offload streams per micro-batch are the streaming rank's kept activation bytes
+    (the memory model's chunks, under the plan's recompute), not a per-layer rule of thumb."""
+    for rc in ("none", "moe_act", "moe_act+layernorm"):
+        costs = costs_of(setup_for(hw="h100", plan=DSV3_PLAN + f",recompute={rc},offload=activations"))
+        off = costs.activation_offload()
+        r = int(np.ravel(off.rank)[0])
+        kept = sum(float(np.ravel(c.kept)[0]) for c in costs.chunks(r))
+        assert float(np.ravel(off.bytes_per_microbatch)[0]) == pytest.approx(kept, rel=1e-12)
+
+
+def test_activation_offload_time_counts_under_a_walked_schedule():
+    """Combined 1F1B is walked; the copies that outlast a micro-batch's compute delay the walked
+    step as they delay the closed form's (the streaming rank's extra seconds, every micro-batch)."""
+    plan = ("pp=2,vpp=16,ep=64,etp=1,mbs=2,sharding=zero2,recompute=moe_act,precision=bf16,"
+            "layout=Et|(tt|)*29t|tmL,dispatcher=hybridep,ep_overlap=on")
+    on, off = (costs_of(setup_for(plan=plan + f",offload={o}")) for o in ("activations", "none"))
+    assert on.walked()  # the schedule is walked, not a closed form
+    extra = float(np.ravel(on.activation_offload().extra_s)[0])
+    assert extra > 0
+    m = on.batch.micro_batches
+    gap = float(on.pipeline_s()[0] - off.pipeline_s()[0])
+    assert gap == pytest.approx(float(np.ravel(m)[0]) * extra, rel=1e-9)

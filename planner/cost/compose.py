@@ -51,11 +51,6 @@ from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
 from planner.specs.layout import PipelineLayout, build_layout
 from planner.specs.plan import Degrees, Plan, Recompute, Sharding
 
-# Bytes of saved activations per token per layer used to size activation offload: Korthikanti et
-# al. 2022 eq. 2 with sequence parallelism and selective recompute, 34 * s * b * h / t.
-OFFLOAD_ACT_BYTES_PER_TOKEN_HIDDEN = 34
-
-
 # ---------------------------------------------------------------------------------------------
 # Typed levers.
 # ---------------------------------------------------------------------------------------------
@@ -833,9 +828,9 @@ class Costs:
         # (np.choose takes at most 64 choices; pipelines run deeper)
         pick = lambda vals: np.stack([_column(v, n) for v in vals])[worst, np.arange(n)]  # noqa: E731
         fwd, bwd = pick([rc.fwd for rc in ranks]), pick([rc.bwd for rc in ranks])
-        layers = pick([sum(ch.num_layers for ch in b.layout.rank_stages(r)) for r in range(b.pp)])
-        sp_tokens = b.mbs * ctx.job.seq_len // b.deg.cp / b.deg.tp
-        nbytes = layers * OFFLOAD_ACT_BYTES_PER_TOKEN_HIDDEN * sp_tokens * ctx.ms.hidden
+        # What the memory model keeps of one micro-batch on the rank (every chunk's kept bytes,
+        # under the plan's recompute and precision) is what offload moves out and back.
+        nbytes = pick([sum(_column(c.kept, n) for c in self.chunks(r)) for r in range(b.pp)])
         host = ctx.rates.host_bw
         extra = np.maximum(0.0, nbytes / host - fwd) + np.maximum(0.0, nbytes / host - bwd)
         return ActOffload(worst, nbytes, extra, fwd)
@@ -864,8 +859,13 @@ class Costs:
         if not walked:
             return _column(pipe, self.n)
         pipe = np.array(_column(pipe, self.n), dtype=float)
+        off = self.activation_offload()
         for w in walked:
             pipe[w.cols] = w.result.step
+            if off is not None:
+                # The walk's items do not hold the offload copies: the streaming rank's extra seconds
+                # per micro-batch, as the closed form above adds them to that rank's time.
+                pipe[w.cols] += _column(b.micro_batches, self.n)[w.cols] * _column(off.extra_s, self.n)[w.cols]
         return pipe
 
     def schedule_columns(self) -> list[tuple[str, np.ndarray]]:

@@ -297,7 +297,8 @@ def _offload_json(costs: Costs, opt, act_off) -> dict:
         out["activations"] = {"bytes_per_microbatch": nbytes,
                               "required_bytes_per_s": nbytes / max(_one(act_off.fwd_s), 1e-12),
                               "link_bytes_per_s": rates.host_bw, "link": rates.host_kind,
-                              "estimate": "34*tokens*hidden/tp bytes per layer (Korthikanti et al. 2022, SP + selective)"}
+                              "estimate": "the rank's kept activation bytes of one micro-batch (the memory model's chunks), "
+                                          "out in the forward and back in the backward"}
     return out
 
 
