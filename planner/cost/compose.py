@@ -337,7 +337,7 @@ class CostContext:
                      seq=self.job.seq_len, implementation=a.implementation,
                      dispatcher=levers.dispatcher if with_ep else None,
                      imbalance=a.routing_imbalance if with_ep else 1.0, fp8=levers.fp8,
-                     expert_op_fuser=a.expert_op_fuser)
+                     expert_op_fuser=a.expert_op_fuser, fp8_attention=a.fp8_attention)
 
     def comm_flags(self, levers: Levers, recompute, shard: Shard) -> CommFlags:
         """The plan-level switches of a block's communication: TP overlap by implementation unless

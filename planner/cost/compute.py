@@ -142,12 +142,26 @@ def exp_share_factor(qk_dim: int, v_dim: int, rates: Rates, backward: bool = Fal
 
 
 def attention_times(a: FusedAttention, rates: Rates) -> tuple[Num, Num]:
-    """(forward, backward) seconds of a fused attention kernel."""
-    rate = rates.peak_bf16 * rates.sustained * a.kernel_keys / (a.kernel_keys + rates.flash_half_keys)
-    fwd = a.flops * exp_share_factor(a.qk_dim, a.v_dim, rates) / (rate * rates.flash_fwd) + rates.kernel_overhead_s
-    bwd = (2.5 * a.flops * exp_share_factor(a.qk_dim, a.v_dim, rates, backward=True) / (rate * rates.flash_bwd)
-           + 2 * rates.kernel_overhead_s)
-    return fwd, bwd
+    """(forward, backward) seconds of a fused attention kernel. In FP8 (Assumptions.fp8_attention)
+    each pass is the BF16 kernel's time over the generation's measured speed-up; where that FP8
+    backward does not skip masked tiles, a sliding-window layer's backward computes its whole
+    causal row (cudnn-frontend's gpt-oss benchmark on GB200: BF16 backward time linear in the
+    sequence, FP8 and MXFP8 quadratic)."""
+    fwd = a.flops * exp_share_factor(a.qk_dim, a.v_dim, rates) / (_flash_rate(a.kernel_keys, rates) * rates.flash_fwd)
+    # The backward's share of the causal row it computes: the whole row where FP8 does not skip.
+    row = (a.causal_keys / a.keys_per_query if a.fp8 and rates.fp8_attention is not None
+           and rates.fp8_attention_window_full and a.causal_keys else None)
+    bwd_keys = a.kernel_keys * row if row is not None else a.kernel_keys
+    bwd_flops = 2.5 * a.flops * (row if row is not None else 1.0)
+    bwd = bwd_flops * exp_share_factor(a.qk_dim, a.v_dim, rates, backward=True) / (_flash_rate(bwd_keys, rates) * rates.flash_bwd)
+    if a.fp8 and rates.fp8_attention is not None:
+        fwd, bwd = fwd / rates.fp8_attention[0], bwd / rates.fp8_attention[1]
+    return fwd + rates.kernel_overhead_s, bwd + 2 * rates.kernel_overhead_s
+
+
+def _flash_rate(kernel_keys: Num, rates: Rates) -> Num:
+    """FLOP/s of the fused attention kernel at its asymptotic fraction 1, for rows of this many keys."""
+    return rates.peak_bf16 * rates.sustained * kernel_keys / (kernel_keys + rates.flash_half_keys)
 
 
 def stream_times(s: Stream, rates: Rates) -> tuple[Num, Num]:

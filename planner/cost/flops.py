@@ -159,6 +159,11 @@ class FusedAttention:
     """Keys per query inside one kernel call (CP splits a row over cp ring steps): sets the kernel's
     efficiency."""
     module: str = "core_attn"
+    fp8: bool = False
+    """Runs in FP8 (Assumptions.fp8_attention with an FP8 plan): planner.cost.compute.attention_times."""
+    causal_keys: float | None = None
+    """Under a sliding window, the keys per query of the whole causal row (what a kernel that does not
+    skip the masked tiles computes); None without a window."""
 
     @property
     def flops(self) -> float:
@@ -350,6 +355,8 @@ class Shard:
     expert_op_fuser: bool = False
     """The experts run through TE's operation fuser (Assumptions.expert_op_fuser): no eager GLU
     clamps or per-expert bias loop."""
+    fp8_attention: bool = False
+    """Fused attention runs in FP8 when the plan does (Assumptions.fp8_attention)."""
 
     @property
     def local_seq(self) -> int:
@@ -494,9 +501,11 @@ def core_attention(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
     heads = ms.heads // sh.tp
     if sh.implementation == "te":
         keys = attention_keys(ms, sh.seq, swa)
+        causal = attention_keys(ms, sh.seq, False)
         return [
             FusedAttention("core_attention", sh.tokens, keys, heads, ms.qk_dim, ms.v_dim,
-                           kernel_keys=keys / sh.cp)
+                           kernel_keys=keys / sh.cp, fp8=bool(sh.fp8 and sh.fp8_attention),
+                           causal_keys=causal if causal != keys else None)
         ]
     s, b = sh.seq // sh.cp, sh.mbs * heads
     if torch_eager(sh):

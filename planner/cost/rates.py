@@ -31,6 +31,11 @@ class Rates:
     flash_fwd: float
     flash_bwd: float
     flash_half_keys: float
+    fp8_attention: tuple[float, float] | None
+    """(forward, backward) speed-up of FP8 fused attention over BF16 under the run's FP8 recipe
+    (ComputeEfficiency.fp8_attention), None unless the run sets Assumptions.fp8_attention."""
+    fp8_attention_window_full: bool
+    """FP8 attention's backward computes the whole causal row under a sliding window."""
     softmax_exp_flops: float
     """Tensor-core FLOPs per softmax exponential (ComputeEfficiency.softmax_exp_flops); 0 where the
     profile has none or the run's kernel is FlashAttention-2 (see :func:`build_rates`)."""
@@ -172,6 +177,8 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         gemm_half_dim=gemm_half,
         gemm_shape_exponent=gemm_exp,
         flash_fwd=r.flash_fwd, flash_bwd=r.flash_bwd, flash_half_keys=half,
+        fp8_attention=_fp8_attention(profile, hw, assumptions),
+        fp8_attention_window_full=bool(c.fp8_attention_window_bwd_full and c.fp8_attention_window_bwd_full.value),
         # FlashAttention-2 does not follow the exponentials' share: on one H200 its forward and backward
         # at head dims 64-256 run at 0.85-1.0 of head dim 128's (tests/fixtures/h200_attention_head_dims.json).
         softmax_exp_flops=(c.softmax_exp_flops.value if c.softmax_exp_flops and assumptions.attention_kernel != "flash2"
@@ -350,6 +357,22 @@ def te_moe_host_s(c, assumptions) -> float:
         return v.value if v else 0.0
     v = c.te_moe_layer_host_s
     return v.value if v else 0.0
+
+
+def _fp8_attention(profile, hw, assumptions) -> tuple[float, float] | None:
+    """(forward, backward) speed-up of FP8 fused attention for the run's FP8 recipe, when the run
+    sets Assumptions.fp8_attention."""
+    if not assumptions.fp8_attention:
+        return None
+    recipe = assumptions.fp8_recipe or hw.fp8_recipe
+    table = profile.compute.fp8_attention or {}
+    if recipe not in table:
+        raise PlannerError(
+            f"fp8_attention: the '{profile.generation}' efficiency profile has no FP8 attention rates for the "
+            f"{recipe} recipe (measured: {', '.join(sorted(table)) or 'none'}).",
+            hint="Leave fp8_attention off (attention in BF16), or add the measured speed-ups with their source to "
+                 f"hw_specs/efficiency/{profile.generation}.yaml (compute.fp8_attention).")
+    return table[recipe].fwd, table[recipe].bwd
 
 
 def _flash_fractions(profile, assumptions) -> tuple[float, float]:

@@ -78,6 +78,11 @@ class Assumptions(Spec):
     """The FP8 recipe of fp8 plans (Megatron --fp8-recipe; read from a run's launch arguments by
     planner validate): its GEMM ceiling in the generation profile. None: the hardware's recipe
     (hardware catalog ``fp8_recipe``: blockwise on Hopper, MXFP8 on Blackwell)."""
+    fp8_attention: bool = False
+    """Transformer Engine's FP8 fused attention (TransformerConfig.fp8_dot_product_attention,
+    Megatron-Bridge's ``fp8_dot_product_attention``; no Megatron-LM flag in megatron-core 0.19):
+    with an FP8 plan, QK^T, softmax and PV run in FP8 at the generation's measured speed-up
+    (ComputeEfficiency.fp8_attention)."""
     cuda_graphs: Literal["none", "scoped", "full_iteration"] = "none"
     """CUDA graphs of the run (Megatron --cuda-graph-impl; read from a run's launch arguments):
     none (eager, Megatron's default), scoped (per-layer graphs of the modules in

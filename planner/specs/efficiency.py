@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from functools import cache
 
+from pydantic import Field
+
 from planner.specs.common import Sourced, Spec
 
 
@@ -84,6 +86,16 @@ class GemmCeiling(Spec):
     """Caveats (unrecorded shape, recipe differences)."""
 
 
+class Fp8AttentionSpeedup(Spec):
+    """Transformer Engine's FP8 fused attention against its BF16 kernel at one shape: time ratios
+    BF16 / FP8 of the forward and of the backward (planner.cost.compute.attention_times)."""
+
+    fwd: float = Field(gt=0.0, le=10.0)
+    bwd: float = Field(gt=0.0, le=10.0)
+    source: str
+    note: str | None = None
+
+
 class ComputeEfficiency(Spec):
     """Achievable fractions of the dense peaks (owned by the time model; see planner.cost.compute).
 
@@ -114,6 +126,13 @@ class ComputeEfficiency(Spec):
     attention kernel. The flash fractions are measured at head dim 128; smaller head dims slow the
     forward and backward by the exponential's larger share (planner.cost.compute.exp_share_factor).
     None: no head-dim effect on this generation."""
+    fp8_attention: dict[str, Fp8AttentionSpeedup] | None = None
+    """FP8 fused attention (Assumptions.fp8_attention: QK^T, softmax and PV in FP8) by the run's
+    FP8 recipe ('mxfp8', 'tensorwise', 'delayed'): how much faster than BF16. None: not measured
+    on this generation (planner refuses the assumption there)."""
+    fp8_attention_window_bwd_full: Sourced[bool] | None = None
+    """Whether FP8 attention's backward computes every causal tile under a sliding window (no
+    masked-tile skipping): its time then follows the causal row, not the window."""
     flash2_fwd_fraction: Sourced[float] | None = None
     """FlashAttention-2's forward (PyTorch SDPA's flash backend, what torchtitan's sdpa attention
     ran on this generation before cuDNN attention became its default): fraction of the BF16 peak
