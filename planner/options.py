@@ -412,6 +412,21 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
     return PlanSource(m, h, j, p, saved=saved)
 
 
+def launch_assumptions(src: PlanSource, base):
+    """``base`` (what the command line gave) with the Assumptions a read launch sets: a Megatron
+    script's flags (planner.launchers.megatron.read.assumptions_from_flags: FP8 recipe, CUDA graphs,
+    TE operation fuser) or a Bridge launch's matching fields (planner.launchers.bridge.read
+    .launch_assumptions, FP8 attention too); ``base`` as it is for a plan string. The one route
+    explain and check both take."""
+    if src.script is not None:
+        from planner.launchers.megatron.read import assumptions_from_flags
+
+        return base.model_copy(update=assumptions_from_flags(src.script.args.values))
+    if src.bridge is not None:
+        return base.model_copy(update=src.bridge.assumptions)
+    return base
+
+
 @contextmanager
 def rule_failures_exit(code: int = 1):
     """A plan that breaks a rule is the command's 'does not work' answer (exit ``code``), not bad

@@ -152,3 +152,27 @@ def test_bridge_recipe_name_is_checked(capsys):
     code = main(["export", "--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--plan", "tp=8",
                  "--format", "bridge", "--bridge-recipe", "x; rm -rf /"])
     assert code == 2 and "not a recipe function name" in capsys.readouterr().err
+
+
+def test_a_bridge_launch_sets_the_optimizations_it_runs(tmp_path, capsys):
+    """CUDA graphs, the FP8 recipe and FP8 attention come from the launch, through the Megatron
+    reader's own rules, and explain and check cost the plan with them alike."""
+    f = tmp_path / "overrides.txt"
+    # (mixed_precision=... alone on a line would be a shell assignment, not an override word)
+    f.write_text("--recipe deepseek_v3_pretrain_config\n-tp 1 -pp 1 -ep 64 mixed_precision=bf16_with_mxfp8_mixed\n"
+                 "model.cuda_graph_impl=transformer_engine\nmodel.cuda_graph_scope=[attn,moe_router,moe_preprocess]\n"
+                 "model.fp8_dot_product_attention=true\ntrain.global_batch_size=8192\n")
+    bj = job_from_bridge(f, hw="gb200-nvl72", gpus=256)
+    assert bj.assumptions == {"fp8_recipe": "mxfp8", "cuda_graphs": "scoped", "fp8_attention": True,
+                              "cuda_graph_modules": ("attn", "moe_router", "moe_preprocess")}
+    assert not any("cuda_graph" in u for u in bj.args.unknown)
+    assert main(["explain", "--bridge", str(f), "--hw", "gb200-nvl72", "--gpus", "256", "--json"]) in (0, 1)
+    ex = json.loads(capsys.readouterr().out)
+    assert ex["assumptions"]["cuda_graphs"] == "scoped" and ex["assumptions"]["fp8_attention"] is True
+    main(["check", "--bridge", str(f), "--hw", "gb200-nvl72", "--gpus", "256", "--json"])
+    ck = json.loads(capsys.readouterr().out)
+    assert ck["time"]["step_time_s"] == ex["time"]["step_time_s"]
+    eager = tmp_path / "eager.txt"
+    eager.write_text(f.read_text().replace("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_impl=none"))
+    main(["check", "--bridge", str(eager), "--hw", "gb200-nvl72", "--gpus", "256", "--json"])
+    assert json.loads(capsys.readouterr().out)["time"]["step_time_s"] > ck["time"]["step_time_s"]

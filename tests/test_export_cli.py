@@ -160,3 +160,24 @@ def test_formats_write_files(capsys, tmp_path, fmt):
         return
     assert code == 0, err
     assert out.exists() and out.read_text()
+
+
+def test_check_and_explain_cost_a_megatron_launch_with_its_own_flags(capsys, tmp_path):
+    """One route from a script to a job: check's prediction reads the launch's CUDA graphs (and FP8
+    recipe) as explain's does, so an eager and a graphed launch of the same plan differ in both."""
+    code, out, err = _run(capsys, "export", "--model", "qwen3-30b-a3b", "--hw", "h100", "--gpus", "16",
+                          "--global-batch", "256", "--plan", "ep=16,mbs=1,sharding=zero2,recompute=moe_act,dispatcher=alltoall")
+    assert code == 0, err
+    eager = tmp_path / "eager.sh"
+    eager.write_text(out)
+    graphed = tmp_path / "graphed.sh"
+    assert "--cuda-graph-impl" not in out and "PRECISION_ARGS=(\n    --bf16\n" in out
+    graphed.write_text(out.replace("PRECISION_ARGS=(\n    --bf16\n", "PRECISION_ARGS=(\n    --bf16\n    --cuda-graph-impl full_iteration\n"))
+    steps = {}
+    for f in (eager, graphed):
+        for cmd in ("check", "explain"):
+            code, text, err = _run(capsys, cmd, "--megatron-args", str(f), "--json")
+            assert code == 0, err
+            steps[f.name, cmd] = json.loads(text)["time"]["step_time_s"]
+    assert steps["eager.sh", "check"] == steps["eager.sh", "explain"]
+    assert steps["graphed.sh", "check"] == steps["graphed.sh", "explain"] < steps["eager.sh", "check"]

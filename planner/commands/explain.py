@@ -12,7 +12,8 @@ from planner.cli import app
 from planner.commands.export import BridgeFileOpt, FromOpt, TorchtitanFileOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
 from planner.options import (
     CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
-    PrecisionOpt, RoutingOpt, SeqLenOpt, SetOpt, build_assumptions, plan_source, print_json, rule_failures_exit,
+    PrecisionOpt, RoutingOpt, SeqLenOpt, SetOpt, build_assumptions, launch_assumptions, plan_source, print_json,
+    rule_failures_exit,
 )
 
 
@@ -53,11 +54,7 @@ def explain_cmd(
                           script_args=script_args, model=model, hw=hw, command="explain", bridge=bridge, torchtitan=torchtitan,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
                           model_set=model_set)
-        assumptions = build_assumptions(routing_imbalance, implementation, calibration)
-        if src.script is not None:  # what the launch sets (the FP8 recipe): planner.launchers.megatron.read
-            from planner.launchers.megatron.read import assumptions_from_flags
-
-            assumptions = assumptions.model_copy(update=assumptions_from_flags(src.script.args.values))
+        assumptions = launch_assumptions(src, build_assumptions(routing_imbalance, implementation, calibration))
         top = _top_of(against) if against is not None else None
         if plot is not None:
             from planner.files import check_output

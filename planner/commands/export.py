@@ -285,11 +285,14 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
     report["violations"] = [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]
     failures = list(report["violations"])
     if not found:
-        from planner.cost.setup import resolve_setup
+        from planner.cost.setup import Assumptions, resolve_setup
         from planner.errors import PlanRuleError
+        from planner.options import launch_assumptions
 
         try:
-            report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon)))
+            # The launch's optimizations (FP8 recipe, CUDA graphs, ...) as explain reads them.
+            report.update(predictions(resolve_setup(src.model, src.hw, src.job, canon,
+                                                    launch_assumptions(src, Assumptions()))))
         except PlanRuleError as exc:  # a rule of the cost model itself (not a launcher's)
             failures.append({"rule": exc.rule, "message": exc.message.removeprefix(f"[{exc.rule}] "),
                              "hint": getattr(exc, "hint", None)})

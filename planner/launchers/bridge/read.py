@@ -57,7 +57,8 @@ USED = {
     "ddp.use_distributed_optimizer", "ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
     "ddp.num_distributed_optimizer_instances", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
     "checkpoint.ckpt_format", "train.micro_batch_size", "train.global_batch_size", "dataset.seq_length",
-    "mixed_precision",
+    "mixed_precision", "model.fp8_dot_product_attention", "model.use_transformer_engine_op_fuser",
+    "model.moe_grouped_gemm",
 }
 _IGNORED_PREFIXES = ("logger.", "checkpoint.", "scheduler.", "tokenizer.", "profiling.", "rng.", "dist.",
                      "rerun_state_machine.", "straggler.", "ft.", "nvrx_straggler.", "validation.", "env_vars.",
@@ -315,6 +316,8 @@ class BridgeJob:
     notes: list[str]
     defaults_used: list[str]
     """Plan-relevant fields the file leaves to the recipe (or to Megatron-Core's default)."""
+    assumptions: dict
+    """The Assumptions fields the launch sets (:func:`launch_assumptions`)."""
 
 
 def _int(values: dict, key: str, default=None):
@@ -331,23 +334,63 @@ def _int(values: dict, key: str, default=None):
     return v
 
 
+def _lookup(args: BridgeArgs):
+    """(value of a field: what the file gives, else its recipe's default, else ``fallback``; the
+    fields read from the recipe's defaults, in order)."""
+    given = args.values
+    defaults = RECIPE_DEFAULTS.get(args.recipe or "", {}) if args.kind != "yaml" else {}
+    used: list[str] = []
+
+    def val(key, fallback=None):
+        if key in given:
+            return given[key]
+        if key in defaults:
+            used.append(key)
+            return defaults[key]
+        return fallback
+
+    return val, used
+
+
+# Megatron-Bridge's mixed-precision presets (megatron.bridge.training.mixed_precision) by the FP8
+# recipe each runs, matched on the preset's name.
+FP8_PRESET_RECIPES = (("mxfp8", "mxfp8"), ("subchannel", "blockwise"), ("blockwise", "blockwise"),
+                      ("current_scaling", "tensorwise"), ("delayed", "delayed"))
+
+
+def fp8_preset_recipe(name: str) -> str | None:
+    """The FP8 recipe of a mixed-precision preset, None when the name says none planner knows."""
+    return next((recipe for key, recipe in FP8_PRESET_RECIPES if key in name), None)
+
+
+def launch_assumptions(args: BridgeArgs) -> dict:
+    """The planner Assumptions a Bridge launch sets: its FP8 recipe, CUDA graphs and TE operation
+    fuser through the Megatron reader's own rules (the Bridge fields are the TransformerConfig
+    fields Megatron-LM's flags set), and FP8 attention (``model.fp8_dot_product_attention``, which
+    megatron-core 0.19 has no flag for)."""
+    from planner.launchers.megatron.read import assumptions_from_flags
+
+    val, _ = _lookup(args)
+    mp = val("mixed_precision", "bf16_mixed")
+    name = mp if isinstance(mp, str) else "bf16_mixed"
+    flags = {"fp8": "fp8" in name, "fp8_recipe": fp8_preset_recipe(name),
+             "cuda_graph_impl": val("model.cuda_graph_impl", "none"), "cuda_graph_modules": val("model.cuda_graph_scope"),
+             "use_transformer_engine_op_fuser": bool(val("model.use_transformer_engine_op_fuser", False)),
+             "moe_grouped_gemm": bool(val("model.moe_grouped_gemm", False))}
+    out = assumptions_from_flags({k: v for k, v in flags.items() if v is not None})
+    if val("model.fp8_dot_product_attention", False) is True and flags["fp8"]:
+        out["fp8_attention"] = True
+    return out
+
+
 def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[str]]:
     """(plan mapping, job mapping, notes, fields taken from the recipe's defaults)."""
     from planner.launchers.megatron.read import _pipeline_from_flags, full_recompute, selective_recompute
     from planner.specs.plan import Offload
 
     given = args.values
-    defaults = RECIPE_DEFAULTS.get(args.recipe or "", {}) if args.kind != "yaml" else {}
-    used_defaults: list[str] = []
+    val, used_defaults = _lookup(args)
     notes: list[str] = []
-
-    def val(key, fallback=None):
-        if key in given:
-            return given[key]
-        if key in defaults:
-            used_defaults.append(key)
-            return defaults[key]
-        return fallback
 
     tp = _int({"v": val("model.tensor_model_parallel_size", 1)}, "v", 1)
     pp = _int({"v": val("model.pipeline_model_parallel_size", 1)}, "v", 1)
@@ -405,7 +448,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     if "nvfp4" in mp_name or "fp4" in mp_name:
         raise PlannerError(f"mixed_precision={mp_name}: the launch trains in NVFP4; planner's precisions are bf16 and fp8.")
     precision = "fp8" if "fp8" in mp_name else "bf16"
-    if "fp8" in mp_name and "subchannel" not in mp_name and "mxfp8" not in mp_name:
+    if "fp8" in mp_name and fp8_preset_recipe(mp_name) is None:
         notes.append(f"mixed_precision={mp_name}: planner models the hardware's FP8 recipe (blockwise on Hopper, "
                      "MXFP8 on Blackwell)")
     if mp_name.startswith("fp16"):
@@ -451,10 +494,6 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     on_comm = has_comm_overlap(args.recipe or "") is not False
     ep_key = "comm_overlap.overlap_moe_expert_parallel_comm" if on_comm else "model.overlap_moe_expert_parallel_comm"
     ep_overlap = bool(given.get(ep_key, given.get("model.overlap_moe_expert_parallel_comm", False)))
-
-    graphs = val("model.cuda_graph_impl", "none")
-    if graphs not in (None, "none"):
-        args.unknown.append(f"model.cuda_graph_impl={graphs} (CUDA graphs: not modeled by planner)")
 
     plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
                 offload=offload, precision=precision, moments=moments, layout=layout_text, dispatcher=dispatcher,
@@ -565,4 +604,4 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
     plan = Plan.from_mapping({k: v for k, v in plan_map.items() if v is not None})
     canon = export_canonical(plan, m, h, j)
     return BridgeJob(label, args, m, model_source, h, hardware_source, j, canon, list(args.notes) + notes,
-                     defaults_used)
+                     defaults_used, launch_assumptions(args))

@@ -20,7 +20,8 @@ releases and GPU variants). Mapping (field paths of Bridge 0.6.2's ConfigContain
 - precision: ``mixed_precision=bf16_mixed``, or the hardware's FP8 recipe
   (``bf16_with_fp8_subchannel_scaling_mixed`` = blockwise on Hopper, ``bf16_with_mxfp8_mixed`` on
   Blackwell); Adam moments and main gradients/parameters through ``optimizer.*_dtype``;
-- CUDA graphs: ``model.cuda_graph_impl=none`` (planner's time model has no CUDA graphs);
+- CUDA graphs: ``model.cuda_graph_impl=none`` (planner's plans are costed eager unless a launch read
+  back says otherwise: Assumptions.cuda_graphs);
 - dispatcher: ``model.moe_token_dispatcher_type`` (``alltoall`` or ``flex``) and
   ``model.moe_flex_dispatcher_backend``;
 - overlap: ``ddp.overlap_grad_reduce``/``overlap_param_gather``; EP all-to-all overlap through
