@@ -158,7 +158,6 @@ def test_a_bridge_launch_sets_the_optimizations_it_runs(tmp_path, capsys):
     """CUDA graphs, the FP8 recipe and FP8 attention come from the launch, through the Megatron
     reader's own rules, and explain and check cost the plan with them alike."""
     f = tmp_path / "overrides.txt"
-    # (mixed_precision=... alone on a line would be a shell assignment, not an override word)
     f.write_text("--recipe deepseek_v3_pretrain_config\n-tp 1 -pp 1 -ep 64 mixed_precision=bf16_with_mxfp8_mixed\n"
                  "model.cuda_graph_impl=transformer_engine\nmodel.cuda_graph_scope=[attn,moe_router,moe_preprocess]\n"
                  "model.fp8_dot_product_attention=true\ntrain.global_batch_size=8192\n")
@@ -176,3 +175,13 @@ def test_a_bridge_launch_sets_the_optimizations_it_runs(tmp_path, capsys):
     eager.write_text(f.read_text().replace("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_impl=none"))
     main(["check", "--bridge", str(eager), "--hw", "gb200-nvl72", "--gpus", "256", "--json"])
     assert json.loads(capsys.readouterr().out)["time"]["step_time_s"] > ck["time"]["step_time_s"]
+
+
+def test_a_top_level_override_alone_on_its_line_is_kept(tmp_path):
+    """In an override list, ``mixed_precision=...`` on a line of its own is an override, not the
+    shell variable assignment bash would make of it (it was dropped without a word)."""
+    f = tmp_path / "overrides.txt"
+    f.write_text("--recipe qwen3_30b_a3b_pretrain_config\n-ep 8\nmixed_precision=bf16_with_fp8_current_scaling_mixed\n")
+    bj = job_from_bridge(f, hw="h100", gpus=16)
+    assert bj.args.values["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+    assert bj.plan.precision == "fp8" and bj.assumptions["fp8_recipe"] == "tensorwise"

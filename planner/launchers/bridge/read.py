@@ -72,6 +72,8 @@ _IGNORED = {"train.train_iters", "train.eval_iters", "train.eval_interval", "tra
             "model.moe_z_loss_coeff", "model.mtp_loss_scaling_factor", "model.moe_router_bias_update_rate"}
 
 MAX_VALUE_CHARS = 16384
+_TOP_LEVEL_NAMES = "|".join(sorted(k for k in USED if "." not in k))
+_TOP_LEVEL_OVERRIDE = re.compile(rf"({_TOP_LEVEL_NAMES})=[^\s'\"$`;|&<>()]+")
 
 
 @dataclass
@@ -187,7 +189,10 @@ def read_bridge_text(text: str, label: str = "<file>", environ: dict | None = No
         out = _from_argv(cmd.argv[idx + 1:], "script")
         out.launcher, out.env = launcher, dict(cmd.env)
     else:
-        words = [w for c in run.commands for w in c.argv]
+        # An override list is not a script: a line that is only NAME=VALUE (mixed_precision=...)
+        # is an override of a top-level field, which bash would take as a variable assignment.
+        words = [ln.strip() for ln in text.splitlines() if _TOP_LEVEL_OVERRIDE.fullmatch(ln.strip())]
+        words += [w for c in run.commands for w in c.argv]
         if not words or not all("=" in w or w.startswith("-") or w in _runner_values(words) for w in words):
             raise PlannerError(
                 "Found no Megatron-Bridge launch in the file: no command it runs starts run_recipe.py, it is not a "
