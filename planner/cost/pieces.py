@@ -486,11 +486,18 @@ def held_of(kept: list, offload: bool):
     return held
 
 
-def offload_share(n: Num) -> Num:
+def offload_share_parts(n: Num) -> tuple[Num, Num]:
     """With activation offload, the share of the held chunks' activations that stays on the GPU
-    when ``n`` chunk-micro-batches are held: the chunk being computed and the one being prefetched
-    back, at the held chunks' mean size (0 when none is held)."""
-    return minimum(n, 2) / maximum(n, 1)
+    when ``n`` chunk-micro-batches are held, as (numerator, denominator): the chunk being computed
+    and the one being prefetched back, at the held chunks' mean size (0 when none is held). Whole
+    numbers for whole ``n``, so the per-stage model keeps its constraints integral."""
+    return minimum(n, 2), maximum(n, 1)
+
+
+def offload_share(n: Num) -> Num:
+    """:func:`offload_share_parts` as one fraction."""
+    num, den = offload_share_parts(n)
+    return num / den
 
 
 def attention_score_bytes(model, implementation: str, mbs, tp, seq_per_gpu):

@@ -282,7 +282,7 @@ def _chunk_memory(m, v: _Vars, co: Coefficients, kinds: tuple[str, str], V: int,
 
 def _rank_constraints(m, v: _Vars, co: Coefficients, setup, kinds, memory, T) -> None:
     """Every rank's memory at every in-flight vector of its schedule, and its time under T."""
-    from planner.cost.pieces import profile_matrix
+    from planner.cost.pieces import offload_share_parts, profile_matrix
 
     k0, k1 = kinds
     pp, vpp, model = setup.deg.pp, setup.deg.vpp, setup.model
@@ -301,10 +301,9 @@ def _rank_constraints(m, v: _Vars, co: Coefficients, setup, kinds, memory, T) ->
                 continue
             for row, c in zip(N, chunk_of):
                 held = sum(int(row[j]) * kept_i[chunks[j]] for j in range(vpp) if row[j])
-                # Offload keeps offload_share(n) = num / den of the held bytes on the GPU (the memory
-                # model's rule); the constraint is multiplied through by den to stay integral.
-                n = int(row.sum())
-                num, den = (min(n, 2), max(n, 1)) if offload else (1, 1)
+                # Offload keeps num / den of the held bytes on the GPU (the memory model's rule); the
+                # constraint is multiplied through by den to stay integral.
+                num, den = offload_share_parts(int(row.sum())) if offload else (1, 1)
                 m.add(num * held + den * (const + rises[chunks[int(c)]]) <= den * room)
         tb, tf = co.t_base, co.t_full
         t = sum(v.d[i] * _tu(tb[k0]) + v.e[i] * _tu(tb[k1])
