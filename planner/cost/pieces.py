@@ -29,7 +29,7 @@ import numpy as np
 from planner.cost import activations as act
 from planner.cost.arrays import Num, maximum, minimum, where
 from planner.cost.flops import Shard
-from planner.cost.schedule import inflight_table, profile_microbatches
+from planner.cost.schedule import inflight_table, offload_share, profile_microbatches
 from planner.cost.schedules import inflight as schedule_inflight
 
 BF16 = 2
@@ -484,20 +484,6 @@ def held_of(kept: list, offload: bool):
         return total * offload_share(sum(vec)) if offload else total
 
     return held
-
-
-def offload_share_parts(n: Num) -> tuple[Num, Num]:
-    """With activation offload, the share of the held chunks' activations that stays on the GPU
-    when ``n`` chunk-micro-batches are held, as (numerator, denominator): the chunk being computed
-    and the one being prefetched back, at the held chunks' mean size (0 when none is held). Whole
-    numbers for whole ``n``, so the per-stage model keeps its constraints integral."""
-    return minimum(n, 2), maximum(n, 1)
-
-
-def offload_share(n: Num) -> Num:
-    """:func:`offload_share_parts` as one fraction."""
-    num, den = offload_share_parts(n)
-    return num / den
 
 
 def attention_score_bytes(model, implementation: str, mbs, tp, seq_per_gpu):

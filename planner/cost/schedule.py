@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.cost.arrays import Count, where
+from planner.cost.arrays import Count, Num, maximum, minimum, where
 
 
 @dataclass(frozen=True)
@@ -220,3 +220,17 @@ def inflight_end_of_warmup(p: int, v: int, m: int, rank: int) -> tuple[int, ...]
             if not need:
                 return tuple(held)
     return tuple(held)
+
+
+def offload_share_parts(n: Num) -> tuple[Num, Num]:
+    """With activation offload, the share of the held chunks' activations that stays on the GPU
+    when ``n`` chunk-micro-batches are held, as (numerator, denominator): the chunk being computed
+    and the one being prefetched back, at the held chunks' mean size (0 when none is held). Whole
+    numbers for whole ``n``, so the per-stage model keeps its constraints integral."""
+    return minimum(n, 2), maximum(n, 1)
+
+
+def offload_share(n: Num) -> Num:
+    """:func:`offload_share_parts` as one fraction."""
+    num, den = offload_share_parts(n)
+    return num / den

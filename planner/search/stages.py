@@ -282,7 +282,8 @@ def _chunk_memory(m, v: _Vars, co: Coefficients, kinds: tuple[str, str], V: int,
 
 def _rank_constraints(m, v: _Vars, co: Coefficients, setup, kinds, memory, T) -> None:
     """Every rank's memory at every in-flight vector of its schedule, and its time under T."""
-    from planner.cost.pieces import offload_share_parts, profile_matrix
+    from planner.cost.pieces import profile_matrix
+    from planner.cost.schedule import offload_share_parts
 
     k0, k1 = kinds
     pp, vpp, model = setup.deg.pp, setup.deg.vpp, setup.model
