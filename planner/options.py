@@ -416,14 +416,17 @@ def launch_assumptions(src: PlanSource, base):
     """``base`` (what the command line gave) with the Assumptions a read launch sets: a Megatron
     script's flags (planner.launchers.megatron.read.assumptions_from_flags: FP8 recipe, CUDA graphs,
     TE operation fuser) or a Bridge launch's matching fields (planner.launchers.bridge.read
-    .launch_assumptions, FP8 attention too); ``base`` as it is for a plan string. The one route
-    explain and check both take."""
+    .launch_assumptions, FP8 attention too) or a torchtitan job's torchao float8 recipe
+    (planner.launchers.torchtitan.read.launch_assumptions); ``base`` as it is for a plan string.
+    The one route explain and check both take."""
     if src.script is not None:
         from planner.launchers.megatron.read import assumptions_from_flags
 
         return base.model_copy(update=assumptions_from_flags(src.script.args.values))
     if src.bridge is not None:
         return base.model_copy(update=src.bridge.assumptions)
+    if src.torchtitan is not None:
+        return base.model_copy(update=src.torchtitan.assumptions)
     return base
 
 

@@ -171,6 +171,21 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
     if sh.kind == "hsdp" and (deg.dp * deg.cp) % sh.group:
         out.append(Violation("hsdp-group", f"hsdp:{sh.group} does not divide dp*cp = {deg.dp * deg.cp}."))
     rc = plan.recompute
+    if rc.kind == "op" and (model.is_moe or model.attention.kind == "mla"):
+        out.append(Violation(
+            "recompute-op-layers",
+            f"recompute=op (torchtitan's per-op selective AC) is modeled on dense decoder layers with "
+            f"GQA or MHA attention; {model.name} has {'MoE' if model.is_moe else 'MLA'} layers, whose saved "
+            "matmul outputs planner does not inventory.",
+            hint="Use recompute=none or full.",
+        ))
+    if rc.kind == "op" and plan.offload.activations:
+        out.append(Violation(
+            "recompute-op-offload",
+            "recompute=op with activation offload: planner's offload moves Megatron's modules, which "
+            "torchtitan's per-op policy does not have.",
+            hint="Use offload=none or optimizer with recompute=op.",
+        ))
     if rc.kind == "selective":
         if "mla_up_proj" in rc.modules and model.attention.kind != "mla":
             out.append(Violation("recompute-mla", "recompute module mla_up_proj needs MLA attention (TransformerConfig)."))
@@ -249,6 +264,8 @@ SHARED_RULES: dict[str, str] = {
     "recompute-mla": "mla_up_proj needs MLA (TransformerConfig)",
     "recompute-moe": "moe_act/moe/shared_experts recompute needs an MoE model",
     "recompute-shared": "shared_experts recompute needs shared experts",
+    "recompute-op-layers": "recompute=op (torchtitan's per-op SAC) is modeled on dense GQA/MHA decoder layers",
+    "recompute-op-offload": "recompute=op without activation offload (Megatron's offload modules)",
     "ep-overlap-needs-ep": "--overlap-moe-expert-parallel-comm needs EP > 1 (TransformerConfig)",
     "ep-overlap-needs-vpp": "EP A2A overlap with PP > 1 needs VPP (TransformerConfig)",
     "ep-overlap-recompute": "EP A2A overlap forbids full recompute (TransformerConfig)",

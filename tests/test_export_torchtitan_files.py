@@ -27,6 +27,8 @@ CASES = [
     ("llama3.1-70b", "h100", 64, 128, "tp=8,pp=4,sharding=ddp,recompute=full", 4096),
     ("qwen3-30b-a3b", "h100", 16, 1024, "ep=8,sharding=fsdp,dispatcher=alltoall", 4096),
     ("qwen3-30b-a3b", "h100", 32, 1024, "tp=2,ep=8,etp=1,pp=2,sharding=fsdp,dispatcher=alltoall,recompute=full", 4096),
+    ("llama3.1-8b", "h100", 8, 128, "sharding=fsdp,mbs=2,recompute=op", 8192),  # per-op selective AC
+    ("llama3.1-8b", "h100", 16, 128, "tp=2,sharding=fsdp,recompute=op", 8192),
 ]
 IDS = [f"{c[0]}-{c[4]}" for c in CASES]
 
@@ -87,16 +89,20 @@ def test_toml_refuses_what_0_2_2_lacks(capsys):
     assert code == 2 and "[torchtitan-moments]" in capsys.readouterr().err
 
 
-def test_selective_ac_and_compile_are_listed(tmp_path):
+@pytest.mark.parametrize("option,recompute", [("op", "op"), ("2", None)])
+def test_selective_ac_is_read_and_compile_listed(tmp_path, option, recompute):
+    """Per-op selective AC becomes recompute=op; layer-frequency AC (every N-th layer fully) has no
+    planner setting and is listed with the other unread keys."""
     f = tmp_path / "job.toml"
     f.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 8\n'
                  '[training]\nlocal_batch_size = 2\nseq_len = 8192\n[activation_checkpoint]\nmode = "selective"\n'
-                 'selective_ac_option = "op"\n[compile]\nenable = true\n[float8]\nnew_key = 1\n')
+                 f'selective_ac_option = "{option}"\n[compile]\nenable = true\n[float8]\nnew_key = 1\n')
     tj = job_from_torchtitan(f, hw="h100")
-    assert tj.plan.to_string() == "mbs=2,sharding=fsdp,precision=bf16"
+    assert tj.plan.to_string() == "mbs=2,sharding=fsdp" + (f",recompute={recompute}" if recompute else "") + ",precision=bf16"
     assert tj.job.gpus == 8 and tj.job.global_batch == 16
     text = " ".join(tj.args.unknown)
-    assert "selective" in text and "compile.enable" in text and "float8.new_key" in text
+    assert ("selective every 2 layers" in text) == (recompute is None)
+    assert "compile.enable" in text and "float8.new_key" in text
 
 
 def test_check_torchtitan_cli(tmp_path, capsys):

@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.cost.arrays import Num, hashable, minimum, where
-from planner.cost.flops import Shard
+from planner.cost.flops import Shard, op_sac_shares
 
 if TYPE_CHECKING:
     from planner.specs.model import ModelSpec
@@ -178,6 +178,36 @@ def dense_mlp_terms(model: ModelSpec, sh: Shard) -> list[ActTerm]:
     if model.hidden_dropout > 0:
         terms.append(ActTerm("mlp.dropout_mask", 1 * T * h / seq_div, "layer"))
     return terms
+
+
+def op_sac_terms(model: ModelSpec, sh: Shard) -> tuple[ActTerm, ...]:
+    """What torchtitan's per-op selective activation checkpointing (recompute='op') keeps of one
+    dense decoder layer between its forward and its backward: the block input, and the outputs
+    of the ops its policy saves (torchtitan parallelize_llama.py ``_save_list``): the matmuls
+    except every second one of the block (:func:`planner.cost.flops.op_sac_shares`: wq, wv, w1,
+    w2 of a SwiGLU block), SDPA's output and log-sum-exp, and under TP the reduce-scatters after
+    wo and w2. A matmul output is the whole micro-batch's (w2's partial sums before TP's
+    reduce-scatter too). Everything else is recomputed. The amax scalars FP8 saves are left out."""
+    h, a, T = model.hidden_size, model.attention, sh.tokens
+    if a.kind == "mla":  # planner.rules refuses recompute=op there (recompute-op-layers)
+        raise ValueError("torchtitan's per-op selective AC is modeled on GQA/MHA layers only")
+    seq_div, tp = _split(sh)
+    nh = a.num_heads / tp
+    kvh = a.num_kv_heads / minimum(tp, a.num_kv_heads)
+    widths = {"wq": ("attn", nh * a.head_dim), "wk": ("attn", kvh * a.head_dim), "wv": ("attn", kvh * a.head_dim),
+              "wo": ("attn", h), "w1": ("mlp", model.ffn.hidden_size / tp), "w3": ("mlp", model.ffn.hidden_size / tp),
+              "w2": ("mlp", h)}
+    scattered = where(tp > 1, BF16 * T * h / seq_div, 0.0)
+    terms = [ActTerm("attn.norm_input", BF16 * T * h / seq_div, "input"),
+             ActTerm("attn.sdpa_output", BF16 * T * nh * a.head_dim, "op"),
+             ActTerm("attn.sdpa_lse", FP32 * T * nh, "op"),
+             ActTerm("attn.wo_reduce_scatter", scattered, "op"),
+             ActTerm("mlp.w2_reduce_scatter", scattered, "op")]
+    for name, share in op_sac_shares(model.ffn.gated).items():
+        if not share:
+            block, width = widths[name]
+            terms.append(ActTerm(f"{block}.{name}_output", BF16 * T * width, "op"))
+    return tuple(terms)
 
 
 def expert_tokens(model: ModelSpec, sh: Shard) -> Num:

@@ -217,13 +217,16 @@ def block_comm(ms: ModelShape, sh: Shard, block: str, bt: BlockTime, spans: dict
     the blocks that share ``sh`` and ``spans``) and their exposure (what overlaps)."""
     out: list[CommCost] = []
     full = flags.recompute == "full"
+    # torchtitan's per-op selective AC recomputes the TP all-gathers (not in its save list) and
+    # keeps the reduce-scatters' outputs.
+    regather = full or flags.recompute == "op"
     transfers = {} if transfers is None else transfers
     for cause in comm_causes(ms, block, spans):
         if cause not in transfers:
             transfers[cause] = cause_transfers(ms, sh, cause, spans, rates, flags.fp8_dispatch)
         t = transfers[cause]
         if cause == "tp":
-            out.append(tp_comm(ms, block, bt, t, rates, flags.tp_overlap, full))
+            out.append(tp_comm(ms, block, bt, t, rates, flags.tp_overlap, regather, full))
         elif cause == "cp":
             out.append(cp_comm(bt, t, rates, full))
         elif cause == "ep":
@@ -240,10 +243,11 @@ def tp_collectives(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates) -> 
 
 
 def tp_comm(ms: ModelShape, block: str, bt: BlockTime, collectives: tuple[Num, Num], rates: Rates,
-            tp_overlap: bool, full: bool) -> CommCost:
+            tp_overlap: bool, regather: bool, rescatter: bool) -> CommCost:
     """TP/SP communication of one block: an all-gather in front of each column-parallel GEMM and a
     reduce-scatter after each row-parallel one, their backward mirrors, and the recomputed forward's
-    again under full recompute; each hides behind its neighbouring GEMM (``bt``'s GEMM times)."""
+    again (its all-gathers when ``regather``, its reduce-scatters when ``rescatter``: both under
+    full recompute); each hides behind its neighbouring GEMM (``bt``'s GEMM times)."""
     interf = rates.overlap_interference
     ag, rs = collectives
 
@@ -263,9 +267,10 @@ def tp_comm(ms: ModelShape, block: str, bt: BlockTime, collectives: tuple[Num, N
         # reduce-scatter the input gradient (async, behind wgrad).
         total += ag + rs
         exposed += overlapped(ag, d_pre, interf) + overlapped(rs, w_pre, interf)
-        if full:  # the recomputed forward gathers again
-            total += ag + (rs if post else 0.0)
-            exposed += overlapped(ag, f_pre if ov else 0.0, interf) + (overlapped(rs, f_post if ov else 0.0, interf) if post else 0.0)
+        if regather:  # the recomputed forward gathers again (and scatters again under full recompute)
+            again = rescatter and post
+            total += ag + (rs if again else 0.0)
+            exposed += overlapped(ag, f_pre if ov else 0.0, interf) + (overlapped(rs, f_post if ov else 0.0, interf) if again else 0.0)
         return total, exposed
 
     base = block.removesuffix("_swa")

@@ -100,11 +100,14 @@ class Levers:
         return self.ep_overlap == "wgrad"
 
     def recompute_setting(self) -> str | tuple[str, ...] | None:
-        """What every decoder layer's compute recomputes: 'full', the selective modules, or None
-        (with full:N or per-stage counts only some layers recompute: see :meth:`full_layers`)."""
+        """What every decoder layer's compute recomputes: 'full', the selective modules, 'op'
+        (torchtitan's per-op policy), or None (with full:N or per-stage counts only some layers
+        recompute: see :meth:`full_layers`)."""
         rc = self.recompute
         if rc.kind == "selective":
             return tuple(rc.modules)
+        if rc.kind == "op":
+            return "op"
         if rc.kind == "full" and rc.layers is None and self.stage_recompute is None:
             return "full"
         return None
@@ -337,7 +340,8 @@ class CostContext:
                      seq=self.job.seq_len, implementation=a.implementation,
                      dispatcher=levers.dispatcher if with_ep else None,
                      imbalance=a.routing_imbalance if with_ep else 1.0, fp8=levers.fp8,
-                     expert_op_fuser=a.expert_op_fuser, fp8_attention=a.fp8_attention)
+                     expert_op_fuser=a.expert_op_fuser, fp8_attention=a.fp8_attention,
+                     fp8_rowwise=levers.fp8 and a.fp8_recipe == "rowwise")
 
     def comm_flags(self, levers: Levers, recompute, shard: Shard) -> CommFlags:
         """The plan-level switches of a block's communication: TP overlap by implementation unless

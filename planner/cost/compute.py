@@ -30,10 +30,10 @@ across it: the parts add up, each the longer of its GPU and host time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from planner.cost.arrays import Num, hashable, maximum, minimum, where
+from planner.cost.arrays import Num, any_true, hashable, maximum, minimum, where
 from planner.cost.flops import BF16, FP8, FP32, FusedAttention, Gemm, Kernel, ModelShape, Shard, Stream, block_kernels
 from planner.cost.rates import Rates
 
@@ -232,6 +232,18 @@ def recomputed(module: str, recompute: str | tuple[str, ...] | None) -> bool:
     return "moe" in recompute and module in MOE_MODULES
 
 
+def recompute_share(k: Kernel, recompute: str | tuple[str, ...] | None) -> Num:
+    """Share of a kernel's forward that the recompute setting repeats in the backward: 0 or 1 for
+    Megatron's settings (:func:`recomputed`); under torchtitan's per-op selective AC ('op') the
+    matmuls its policy does not save (``Gemm.op_sac_recompute``), no attention kernel (SDPA's
+    outputs are saved) and every element-wise kernel."""
+    if recompute == "op":
+        if isinstance(k, Gemm):
+            return k.op_sac_recompute
+        return 0.0 if isinstance(k, FusedAttention) else 1.0
+    return 1.0 if recomputed(k.module, recompute) else 0.0
+
+
 def launches(k: Kernel) -> tuple[int, int]:
     """(forward, backward) kernels the host issues for one inventory entry."""
     if isinstance(k, Gemm):
@@ -382,12 +394,15 @@ def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tu
     rc_kts = []
     for kt in kts:
         k = kt.kernel
-        if recomputed(k.module, recompute):
-            h_rc = h_rc + kt.host_f
-            rc += kt.fwd
-            rc_kts.append(kt)
-            if not isinstance(k, Stream):
-                fl_rc += k.flops
+        share = recompute_share(k, recompute)
+        if not any_true(share):
+            continue
+        h_rc = h_rc + share * kt.host_f
+        rc += share * kt.fwd
+        whole = isinstance(share, float) and share == 1.0
+        rc_kts.append(kt if whole else replace(kt, fwd=share * kt.fwd, host_f=share * kt.host_f))
+        if not isinstance(k, Stream):
+            fl_rc += share * k.flops
     gpu_f = s.gemm_fwd + s.attn_fwd + s.mem_fwd
     gpu_b = s.gemm_bwd + s.attn_bwd + s.mem_bwd
     if not s.syncs:

@@ -135,6 +135,13 @@ class Gemm:
     """The weight-gradient GEMM accumulates into the fp32 main gradient (gradient-accumulation
     fusion, Apex/Transformer Engine). False: it writes a bf16 gradient that Megatron's DDP hook
     adds to the main gradient afterwards (a separate element-wise kernel, see ``grad_accum``)."""
+    linears: int = 1
+    """torchtitan nn.Linear modules this entry stands for (wq, wk, wv for 'qkv'; w1, w3 for a
+    gated 'fc1'): each casts the shared input itself under torchao's FP8 (:func:`_torchao_rowwise_casts`)."""
+    op_sac_recompute: float = 1.0
+    """Share of this entry's forward that torchtitan's per-op selective activation checkpointing
+    repeats in the backward (recompute='op'): its policy saves every matmul output except every
+    second aten.mm of a block, counted in call order (:func:`op_sac_shares`)."""
 
     @property
     def flops(self) -> float:
@@ -357,6 +364,9 @@ class Shard:
     clamps or per-expert bias loop."""
     fp8_attention: bool = False
     """Fused attention runs in FP8 when the plan does (Assumptions.fp8_attention)."""
+    fp8_rowwise: bool = False
+    """FP8 linears are torchao's Float8Linear with rowwise scaling (Assumptions.fp8_recipe
+    'rowwise'): :func:`_torchao_rowwise_casts`."""
 
     @property
     def local_seq(self) -> int:
@@ -388,13 +398,35 @@ def _elementwise(name: str, elements: float, reads: float, writes: float, module
     return Stream(name, b, b * STREAM_BWD_FACTOR, module, kernels)
 
 
-def _fp8_casts(g: Gemm) -> Stream:
+def _fp8_casts(g: Gemm, sh: Shard) -> Stream:
     """FP8 quantization around one GEMM (Transformer Engine): the forward casts the input
     activation (read bf16, write fp8 row- and column-wise for the weight gradient); the backward
     casts the output gradient the same way. Weight casts are cached across micro-batches."""
+    if sh.fp8_rowwise:
+        return _torchao_rowwise_casts(g)
     fwd = g.count * g.m * g.k * (BF16 + 2 * FP8)
     bwd = g.count * g.m * g.n * (BF16 + 2 * FP8)
     return Stream(g.name + ".fp8_cast", fwd, bwd, g.module, kernels=1)
+
+
+def _torchao_rowwise_casts(g: Gemm) -> Stream:
+    """torchao's rowwise FP8 around one GEMM entry, by its roofline's kernels
+    (torchao/testing/training/roofline_utils.py, get_tensor_memory_traffic_ovhd_s, 'rowwise'):
+    each linear casts its input along rows while writing a bf16 transposed copy (2 + 1 + 2 bytes
+    per element), then that copy along columns for the weight gradient (2 + 1); the output
+    gradient the same (8); the weight every micro-batch (3 forward, 4 + 3 backward). Its backward
+    GEMMs run without fast accumulation, where torchao takes cuBLAS's per-tensor kernel and scales
+    the output afterwards (torchao float8_ops.py addmm_float8_unwrapped: read and write it, 2 + 2
+    bytes). A fused entry's linears (``Gemm.linears``: torchtitan's wq, wk, wv) each cast and
+    scale the input they share: the torchtitan RCA of its flat rowwise throughput with TP found
+    the casts of wk and wv costing more than their GEMMs saved (pytorch/torchtitan#1207,
+    pytorch/ao#2410)."""
+    x, w, dy = g.count * g.m * g.k, g.count * g.k * g.n, g.count * g.m * g.n
+    fwd = g.linears * x * (BF16 + FP8 + BF16) + w * (BF16 + FP8)
+    bwd = (g.linears * x * (BF16 + FP8) + dy * (BF16 + FP8 + BF16 + BF16 + FP8)
+           + w * (2 * BF16 + BF16 + FP8) + g.linears * x * 2 * BF16 + w * 2 * BF16)
+    return Stream(g.name + ".fp8_cast", fwd, bwd, g.module, kernels=2 * g.linears + 1,
+                  kernels_bwd=4 * g.linears + 5)
 
 
 def torch_eager(sh: Shard) -> bool:
@@ -422,7 +454,7 @@ def _with_casts(gemms: list[Gemm], sh: Shard) -> list[Kernel]:
             g = replace(g, linear_calls=g.count, fused_wgrad=False, issue="sequential")
         out.append(g)
         if sh.fp8 and g.fp8:
-            out.append(_fp8_casts(g))
+            out.append(_fp8_casts(g, sh))
         if not g.fused_wgrad:
             out.append(_grad_accum(g))
     return out
@@ -474,7 +506,8 @@ def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
         ks.append(_elementwise("qk_assemble", qk_elems, BF16, BF16, "mla_up_proj"))
     else:
         kv_local = maximum(1, ms.kv_heads // tp)  # Megatron replicates K/V heads when tp > kv heads
-        gemms.append(Gemm("qkv", T, (heads + 2 * kv_local) * ms.qk_dim, h))
+        gemms.append(Gemm("qkv", T, (heads + 2 * kv_local) * ms.qk_dim, h, linears=3,
+                          op_sac_recompute=op_sac_shares(ms.gated)["wk"] * kv_local / (heads + 2 * kv_local)))
         ks += _with_casts(gemms, sh)
         if ms.qkv_bias:
             ks.append(_elementwise("qkv_bias", T * (heads + 2 * kv_local) * ms.qk_dim, BF16, BF16))
@@ -486,7 +519,7 @@ def attention_block(ms: ModelShape, sh: Shard, swa: bool) -> list[Kernel]:
             else:
                 ks.append(_elementwise("rope", T * (heads + kv_local) * ms.rope_dim, BF16, BF16))
     ks += core_attention(ms, sh, swa)
-    proj = Gemm("proj", T, h, heads * ms.v_dim)
+    proj = Gemm("proj", T, h, heads * ms.v_dim, op_sac_recompute=op_sac_shares(ms.gated)["wo"])
     ks += _with_casts([proj], sh)
     if ms.post_norms:
         ks.append(_norm("post_attn_norm", Tsp, h, "", sh))
@@ -569,6 +602,21 @@ def _residual(name: str, ms: ModelShape, sh: Shard) -> Stream:
     return _elementwise(name, sh.sp_tokens * ms.hidden, 2 * BF16, writes)
 
 
+# torchtitan's Llama block issues its linear layers in this order (torchtitan models/llama3/model.py:
+# wq, wk, wv in Attention.forward; w2(silu(w1(x)) * w3(x)) in FeedForward.forward).
+OP_SAC_MM_ORDER = {True: ("wq", "wk", "wv", "wo", "w1", "w3", "w2"), False: ("wq", "wk", "wv", "wo", "w1", "w2")}
+
+
+@lru_cache(maxsize=2)
+def op_sac_shares(gated: bool) -> dict[str, float]:
+    """1 for each linear layer of a decoder block that torchtitan's per-op selective AC recomputes,
+    0 for those it saves: its policy (torchtitan parallelize_llama.py ``_save_list`` and
+    ``_custom_policy``, 2024-12 to 2026) counts aten.mm calls per block and recomputes every
+    second one, while SDPA outputs and TP reduce-scatters are saved and every other op (norms,
+    RoPE, SiLU, FP8 casts, TP all-gathers) is recomputed."""
+    return {name: float(i % 2 == 0) for i, name in enumerate(OP_SAC_MM_ORDER[gated], start=1)}
+
+
 def _activation(name: str, tokens: float, width: float, gated: bool, module: str) -> Stream:
     """SwiGLU reads gate and up and writes one; GELU (with its fused bias) reads and writes one."""
     return _elementwise(name, tokens * width, (2 if gated else 1) * BF16, BF16, module)
@@ -578,8 +626,10 @@ def mlp_block(ms: ModelShape, sh: Shard, width: int, module: str, name: str = "m
     """A TP-split MLP (dense FFN or shared experts): fc1, activation, fc2."""
     T, w = sh.tokens, width / sh.tp
     n_in = 2 if ms.gated else 1
-    fc1 = Gemm(f"{name}.fc1", T, as_int(n_in * w), ms.hidden, module=module)
-    fc2 = Gemm(f"{name}.fc2", T, ms.hidden, as_int(w), module=module)
+    op = op_sac_shares(ms.gated)
+    fc1 = Gemm(f"{name}.fc1", T, as_int(n_in * w), ms.hidden, module=module, linears=n_in,
+               op_sac_recompute=(op["w1"] + op["w3"]) / 2 if ms.gated else op["w1"])
+    fc2 = Gemm(f"{name}.fc2", T, ms.hidden, as_int(w), module=module, op_sac_recompute=op["w2"])
     ks: list[Kernel] = _with_casts([fc1], sh)
     ks.append(_activation(f"{name}.act", T, w, ms.gated, module))
     ks += _with_casts([fc2], sh)

@@ -20,9 +20,9 @@ experts, BF16 back).
 
 from __future__ import annotations
 
-from planner.cost.arrays import Num
+from planner.cost.arrays import Num, any_true
 
-from planner.cost.compute import BlockTime, KernelTime, recomputed
+from planner.cost.compute import BlockTime, KernelTime, recompute_share
 from planner.cost.schedules.timing import LayerTimes
 
 EXPERT_MODULES = ("moe", "moe_act", "shared_experts", "mlp")
@@ -50,8 +50,9 @@ def block_layer(kts: tuple[KernelTime, ...], bt: BlockTime, comm, recompute, ep_
         i[s] = i[s] + kt.dgrad
         if kt.wgrad is not None:
             w[s] = w[s] + kt.wgrad
-        if recomputed(kt.kernel.module, recompute):
-            i[s] = i[s] + kt.fwd
+        share = recompute_share(kt.kernel, recompute)
+        if any_true(share):
+            i[s] = i[s] + share * kt.fwd
     f[0] = f[0] + (bt.fwd - f[0] - f[1])
     i[0] = i[0] + (bt.bwd - i[0] - i[1] - w[0] - w[1])
     a2a = (0.0, 0.0, 0.0, 0.0)

@@ -148,7 +148,7 @@ def _blocks(terms) -> dict[str, list]:
 
 def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
                   fwd_trans: dict[str, float], grad_trans: dict[str, float], grad_out: Num,
-                  ordered: bool = False) -> LayerMemory:
+                  ordered: bool = False, saved_terms=None) -> LayerMemory:
     """Kept bytes and transients of one layer from its inventory.
 
     ``ordered`` (the megatron-local profile, checked against H200 measurements) places each
@@ -156,12 +156,20 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     bytes kept by the blocks before it plus all of b's own intermediates (those recompute drops
     too: they exist until the block returns), not on the whole layer's kept bytes; in backward,
     the blocks after b have already released what they kept when b's backward runs. Without it,
-    both transients sit on the whole layer's kept bytes (an upper bound)."""
+    both transients sit on the whole layer's kept bytes (an upper bound).
+
+    ``saved_terms`` (torchtitan's per-op selective AC, rc_kind 'op'): what the policy keeps, in
+    place of the inventory filtered by recompute; the rest of ``terms`` is re-created by a re-run
+    of the layer's forward before its backward, as under full recompute (torch.utils.checkpoint)."""
     full_rc = rc_kind == "full"
-    kept = act.kept_bytes(terms, full=full_rc, drop=drop, fp8=fp8)
+    rerun = full_rc or saved_terms is not None
+    assert not (ordered and saved_terms is not None)
+    saved = terms if saved_terms is None else saved_terms
+    kept = act.kept_bytes(saved, full=full_rc, drop=drop, fp8=fp8)
     full = act.kept_bytes(terms, full=False, drop=frozenset(), fp8=fp8)
     blocks = list(_blocks(terms).items())
-    kept_b = {b: act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8) for b, bt in blocks}
+    saved_b = _blocks(saved)
+    kept_b = {b: act.kept_bytes(tuple(saved_b.get(b, ())), full=full_rc, drop=drop, fp8=fp8) for b, _ in blocks}
     # Forward: the largest block transient on top of what the layer has saved so far.
     fwd = maximum(*fwd_trans.values()) if fwd_trans else 0.0
     if ordered:
@@ -177,20 +185,18 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     # the blocks before it are alive, with the incoming gradient (the seed's recompute window:
     # saved inputs + re-created intermediates + new gradients together). Selective recompute
     # re-creates one module just before its own backward.
-    recreated = {
-        b: act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8)
-        - act.kept_bytes(tuple(bt), full=full_rc, drop=drop, fp8=fp8)
-        for b, bt in blocks
-    }
+    recreated = {b: act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8) - kept_b[b] for b, bt in blocks}
+    if saved_terms is not None:  # a saved matmul output need not be in the inventory's shape
+        recreated = {b: maximum(0.0, r) for b, r in recreated.items()}
     # Megatron's full recompute (CheckpointFunction) re-runs the layer and back-propagates through
     # the re-run: the re-computed layer output, a fresh tensor of the output's shape, lives beside
     # the original (kept as the next layer's input) for the whole window. Selective recompute
     # re-creates discarded outputs into their own storage (CheckpointWithoutOutput).
-    rerun_output = grad_out if full_rc else 0.0
+    rerun_output = grad_out if rerun else 0.0
     bwd = 0.0
     alive: Num = 0.0
     for i, (b, _) in enumerate(blocks):
-        alive = alive + recreated[b] if full_rc else recreated[b]
+        alive = alive + recreated[b] if rerun else recreated[b]
         window = grad_out + rerun_output + alive + grad_trans.get(b, 0.0)
         window = where(recreated[b] > 0, maximum(window, grad_out + rerun_output + alive + fwd_trans.get(b, 0.0)), window)
         if ordered:
@@ -355,7 +361,8 @@ class PieceMemory:
             lm = _layer_memory(name, terms, rc_kind=rc_kind,
                                drop=self.drop if rc_kind == "selective" else frozenset(), fp8=self.fp8,
                                fwd_trans=fwd_t, grad_trans=grad_t, grad_out=self.grad_out,
-                               ordered=self.sh.implementation == "megatron-local")
+                               ordered=self.sh.implementation == "megatron-local",
+                               saved_terms=act.op_sac_terms(self.model, self.sh) if rc_kind == "op" else None)
             self.cache[key] = LayerMemory(name, lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, key)
         m = self.cache[key]
         return m if m.name == name else LayerMemory(name, m.kept, m.fwd_transient, m.bwd_transient, m.full, m.piece)

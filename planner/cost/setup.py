@@ -74,10 +74,12 @@ class Assumptions(Spec):
     dp_overlap: bool = True
     """Overlap the data-parallel gradient reduce-scatter with the backward and the parameter
     all-gather with the forward (Megatron --overlap-grad-reduce --overlap-param-gather)."""
-    fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] | None = None
+    fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8", "rowwise"] | None = None
     """The FP8 recipe of fp8 plans (Megatron --fp8-recipe; read from a run's launch arguments by
     planner validate): its GEMM ceiling in the generation profile. None: the hardware's recipe
-    (hardware catalog ``fp8_recipe``: blockwise on Hopper, MXFP8 on Blackwell)."""
+    (hardware catalog ``fp8_recipe``: blockwise on Hopper, MXFP8 on Blackwell). 'rowwise' is
+    torchao's rowwise (axiswise) scaling, torchtitan's float8 recipe_name 'rowwise': its casts
+    are costed as torchao casts them (planner.cost.flops)."""
     fp8_attention: bool = False
     """Transformer Engine's FP8 fused attention (TransformerConfig.fp8_dot_product_attention,
     Megatron-Bridge's ``fp8_dot_product_attention``; no Megatron-LM flag in megatron-core 0.19):

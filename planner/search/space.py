@@ -233,10 +233,14 @@ class Space:
         return out
 
 
-def recompute_options(model, implementation: str = "te") -> list[str]:
+def recompute_options(model, implementation: str = "te", target: str = "megatron") -> list[str]:
     """Recompute settings worth searching for this model, simplest first: Megatron's selective
-    modules where they drop something real, then full recompute."""
+    modules where they drop something real (torchtitan's per-op policy under --target torchtitan,
+    on the dense GQA/MHA layers it is modeled for), then full recompute."""
     opts = ["none"]
+    if target == "torchtitan":
+        dense = not model.is_moe and model.attention.kind != "mla"
+        return opts + (["op"] if dense else []) + ["full"]
     if implementation != "te":
         opts.append("core_attn")  # unfused attention keeps the s^2 tensors
     if model.is_moe:
@@ -557,7 +561,7 @@ def lever_options(model, hw, job, target, limits: Limits, implementation: str, m
 
     precisions = [Precision(p) for p in job.precisions if p != "fp8" or "fp8" in hw.gpu.peak_flops]
     opts: dict[str, list] = {
-        "recompute": [parse_recompute(r) for r in recompute_options(model, implementation)],
+        "recompute": [parse_recompute(r) for r in recompute_options(model, implementation, target)],
         "precision": precisions,
         "moments": list(moments),
         # ddp is never better than dist_opt (same traffic, more memory); hsdp:N only when fixed.

@@ -69,14 +69,17 @@ class _Named:
 class Recompute(_Named):
     """Parsed form of the ``recompute`` key."""
 
-    kind: Literal["none", "selective", "full"]
+    kind: Literal["none", "selective", "full", "op"]
+    """'op' is torchtitan's per-op selective activation checkpointing (activation_checkpoint mode
+    'selective', selective_ac_option 'op'): each block saves the outputs of its matmuls, attention
+    kernels and reduce-scatters except every second matmul, and recomputes the rest."""
     modules: tuple[str, ...] = ()
     layers: int | None = None
     """For ``full:N``: layers recomputed per (virtual) stage, block method; None means all."""
 
     def __str__(self) -> str:
-        if self.kind == "none":
-            return "none"
+        if self.kind in ("none", "op"):
+            return self.kind
         if self.kind == "full":
             return "full" if self.layers is None else f"full:{self.layers}"
         return "+".join(self.modules)
@@ -87,6 +90,8 @@ def parse_recompute(text: str) -> Recompute:
     text = text.strip()
     if text in ("", "none"):
         return Recompute("none")
+    if text == "op":
+        return Recompute("op")
     if text == "full" or text.startswith("full:"):
         if text == "full":
             return Recompute("full")
@@ -98,7 +103,8 @@ def parse_recompute(text: str) -> Recompute:
     bad = [m for m in mods if m not in RECOMPUTE_MODULES]
     if bad:
         raise ValueError(
-            f"unknown recompute module '{bad[0]}'; choose 'none', 'full', 'full:N' or modules from "
+            f"unknown recompute module '{bad[0]}'; choose 'none', 'full', 'full:N', 'op' (torchtitan's "
+            "per-op selective AC) or modules from "
             + "+".join(RECOMPUTE_MODULES)
         )
     ordered = tuple(m for m in RECOMPUTE_MODULES if m in mods)

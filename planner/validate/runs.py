@@ -99,6 +99,10 @@ class RunSpec(Spec):
     """In the declared calibration subset (constants may be fitted on these runs only)."""
     not_evaluable: str | None = None
     """Why planner cannot evaluate this run (printed instead of a prediction)."""
+    evaluable_since: str | None = None
+    """When a planner change made this run evaluable after the calibration subset was drawn (a
+    date, and what changed): such a run stays in the validation subset, outside the rule that
+    drew the calibration subset."""
     notes: str | None = None
 
     @field_validator("model_overrides")

@@ -25,6 +25,7 @@ PLAN_RULES: dict[str, str] = {
     "megatron-layout-syntax": "layout parses the same under Megatron's parse_str_to_list (no nested groups)",
     "layout-mtp-together": "all MTP modules in one virtual stage (validate_layer_layout)",
     "megatron-stage-recompute": "per-stage recompute counts have no Megatron flag",
+    "megatron-recompute-op": "recompute=op (torchtitan's per-op selective AC) has no Megatron flag (--recompute-modules is a module list)",
     "ep-overlap-recompute-moe": "EP A2A overlap forbids 'moe' in --recompute-modules (TransformerConfig)",
     "ep-overlap-mtp": "EP A2A overlap supports at most one MTP layer (TransformerConfig)",
     "precision-aware-needs-dist-opt": "--use-precision-aware-optimizer needs the distributed optimizer (OptimizerConfig)",
@@ -166,6 +167,13 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
                     "Megatron requires them in one virtual stage (validate_layer_layout).",
                 ))
     out += _schedule_violations(plan, job, deg)
+    if plan.recompute.kind == "op":
+        out.append(Violation(
+            "megatron-recompute-op",
+            "recompute=op is torchtitan's per-op selective activation checkpointing; Megatron-Core's "
+            "selective recompute takes a module list (--recompute-modules), not a per-op policy.",
+            hint="Use recompute=none, full, or modules such as core_attn+mlp; or search with --target torchtitan.",
+        ))
     if plan.stage_recompute:
         out.append(Violation(
             "megatron-stage-recompute",

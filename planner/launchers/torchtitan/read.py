@@ -32,7 +32,8 @@ DEFAULTS = {
     "model.converters": [], "optimizer.implementation": "fused", "compile.enable": False,
     "training.enable_cpu_offload": False, "training.disable_cuda_graphs": False,
 }
-USED = set(DEFAULTS) | {"model.name", "model.flavor", "job.config_file", "activation_checkpoint.selective_ac_option"}
+USED = set(DEFAULTS) | {"model.name", "model.flavor", "job.config_file", "activation_checkpoint.selective_ac_option",
+                         "quantize.linear.float8.recipe_name", "float8.recipe_name"}
 IGNORED_SECTIONS = ("job.", "profiling.", "metrics.", "optimizer.", "lr_scheduler.", "checkpoint.", "validation.",
                     "comm.", "debug.", "dataloader.", "fault_tolerance.", "experimental.", "memory_estimation.",
                     "quantize.", "lr-scheduler.", "hf_assets_path", "dump_folder", "metrics", "model.hf_assets_path",
@@ -186,6 +187,8 @@ class TorchtitanJob:
     plan: Any
     notes: list[str]
     defaults_used: list[str]
+    assumptions: dict = field(default_factory=dict)
+    """What the job sets of planner's Assumptions (:func:`launch_assumptions`)."""
 
 
 def _model_for(args: TorchtitanArgs):
@@ -275,14 +278,20 @@ def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, li
     if gbs == -1:
         gbs = local * dp
     mode = str(val("activation_checkpoint.mode"))
+    # torchtitan 0.3's activation_checkpoint:selective is per-op (SelectiveAC); the TOML configs of
+    # 0.1-0.2 chose it with selective_ac_option = "op" (digits: every N-th layer fully).
+    option = str(v.get("activation_checkpoint.selective_ac_option") or "op")
     if mode == "full":
         recompute = "full"
     elif mode == "none":
         recompute = "none"
+    elif mode == "selective" and option == "op":
+        recompute = "op"
     else:
         recompute = "none"
-        args.unknown.append(f"activation_checkpoint {mode} (torchtitan's per-op or budgeted AC: not modeled by planner, "
-                            "read as none)")
+        what = f"selective every {option} layers" if mode == "selective" else mode
+        args.unknown.append(f"activation_checkpoint {what} (torchtitan's layer-frequency or budgeted AC: not modeled "
+                            "by planner, read as none)")
     converters = val("model.converters") or []
     fp8 = any(c in ("float8", "mx") for c in converters) or bool(
         args.config and re.search(r"float8|mxfp8|fp8", args.config)) or (
@@ -309,6 +318,25 @@ def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, li
         used_defaults = [k for k in used_defaults if k not in ("training.disable_cuda_graphs", "compile.enable", "model.converters",
                                                                "training.enable_cpu_offload")]
     return plan, job, notes, used_defaults
+
+
+FLOAT8_RECIPE_KEYS = ("quantize.linear.float8.recipe_name", "float8.recipe_name")
+"""Where a torchtitan job names torchao's float8 recipe: [quantize.linear.float8] (0.2-0.3) or
+[float8] (0.1)."""
+
+
+def launch_assumptions(args: TorchtitanArgs) -> dict:
+    """The planner Assumptions a torchtitan job sets: torchao's float8 recipe (recipe_name
+    'rowwise' -> fp8_recipe rowwise; 'tensorwise' or none -> tensorwise, Float8LinearConfig's
+    default). rowwise_with_gw_hp has no planner recipe: listed with the unread keys."""
+    name = next((args.values[k] for k in FLOAT8_RECIPE_KEYS if k in args.values), None)
+    if name == "rowwise":
+        return {"fp8_recipe": "rowwise"}
+    if name in (None, "tensorwise"):
+        return {"fp8_recipe": "tensorwise"} if any(k in args.values for k in FLOAT8_RECIPE_KEYS) else {}
+    args.unknown.append(f"float8 recipe_name {name!r} (torchao: not modeled by planner, costed as the hardware's "
+                        "FP8 recipe)")
+    return {}
 
 
 def _stage_symbols(part: list[str], model) -> str:
@@ -406,4 +434,5 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
                     job_file=job_file, domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)
     plan = Plan.from_mapping({k: v for k, v in plan_map.items() if v is not None})
     canon = export_canonical(plan, m, h, j)
-    return TorchtitanJob(label, args, m, model_source, h, j, canon, list(args.notes) + notes, defaults_used)
+    return TorchtitanJob(label, args, m, model_source, h, j, canon, list(args.notes) + notes, defaults_used,
+                         launch_assumptions(args) if canon.precision == "fp8" else {})

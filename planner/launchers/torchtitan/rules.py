@@ -145,7 +145,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "torchtitan-recompute-modules",
             f"recompute={plan.recompute}: torchtitan's activation_checkpoint:selective is per-op (it saves "
             "matmul outputs), not Megatron's module list.",
-            hint="Use recompute=none or full.",
+            hint="Use recompute=op (torchtitan's per-op selective AC), none or full.",
         ))
     elif rc.kind == "full" and rc.layers is not None:
         from planner.specs.layout import build_layout

@@ -104,7 +104,8 @@ def toml_sections(setup) -> dict[str, dict[str, object]]:
             "expert_parallel_degree": dims["ep"] if model.is_moe else 1,
             "expert_tensor_parallel_degree": 1,
         },
-        "activation_checkpoint": {"mode": "full" if plan.recompute.kind == "full" else "none"},
+        "activation_checkpoint": ({"mode": "selective", "selective_ac_option": "op"} if plan.recompute.kind == "op"
+                                  else {"mode": "full" if plan.recompute.kind == "full" else "none"}),
         "compile": {"enable": False},
     }
     p = sections["parallelism"]
@@ -117,7 +118,10 @@ def toml_sections(setup) -> dict[str, dict[str, object]]:
     if fp8 and hw.fp8_recipe == "mxfp8":
         sections["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}
     elif fp8:
-        sections["quantize.linear.float8"] = {"recipe_name": "rowwise", "filter_fqns": ["output"]}
+        # torchao's recipe the plan was costed with: rowwise when assumed, else tensorwise (the per-tensor
+        # scaling whose GEMM ceiling planner's Hopper blockwise and per-tensor recipes share).
+        recipe = "rowwise" if setup.assumptions.fp8_recipe == "rowwise" else "tensorwise"
+        sections["quantize.linear.float8"] = {"recipe_name": recipe, "filter_fqns": ["output"]}
     return sections
 
 
@@ -138,8 +142,10 @@ def export_torchtitan_toml(setup, *, predictions: dict | None = None, torchtitan
         f"# plan: {_c(setup.plan.to_string())}",
     ]
     lines += [f"# predicted: {_c(ln)}" for ln in prediction_lines(predictions or {})]
-    if (setup.plan.precision or job.default_precision) == "fp8" and setup.hw.fp8_recipe == "blockwise":
-        lines.append("# note: torchtitan's float8 scales rowwise; planner models Hopper's blockwise FP8 recipe")
+    if (setup.plan.precision or job.default_precision) == "fp8" and setup.hw.fp8_recipe == "blockwise" \
+            and setup.assumptions.fp8_recipe is None:
+        lines.append("# note: torchao's tensorwise float8 here; planner costed Hopper's blockwise FP8 recipe, at the "
+                     "same GEMM ceiling, with Transformer Engine's casts")
     lines += [f"# run: torchrun --nproc-per-node N --nnodes M ... -m torchtitan.train --job.config_file THIS_FILE "
               f"({job.gpus} GPUs); add your dataset, optimizer and checkpoint sections.", ""]
     for name, body in sections.items():

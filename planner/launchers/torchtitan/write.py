@@ -18,8 +18,8 @@ Mapping (planner -> torchtitan):
 - mbs and the micro-batch count -> with PP, local_batch_size = global/dp (one optimizer step per
   local batch) split into pipeline micro-batches of pipeline_parallel_microbatch_size = mbs;
   without PP, local_batch_size = mbs and the rest is gradient accumulation;
-- recompute none/full -> activation_checkpoint:none/full; moments=bf16 -> optimizer.implementation
-  fused_opt_states_bf16.
+- recompute none/full/op -> activation_checkpoint:none/full/selective (0.3's per-op SelectiveAC);
+  moments=bf16 -> optimizer.implementation fused_opt_states_bf16.
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
     if plan.moments == "bf16":
         ov += ["--optimizer.implementation", "fused_opt_states_bf16"]
     rc = plan.recompute
-    sub = "activation_checkpoint:full" if rc.kind == "full" else "activation_checkpoint:none"
+    sub = {"full": "activation_checkpoint:full", "op": "activation_checkpoint:selective"}.get(rc.kind,
+                                                                                           "activation_checkpoint:none")
     nproc = gpus_per_node(setup.hw, job.gpus, nproc_per_node)
     return TorchtitanLaunch(module, config, ov, sub, nproc, job.gpus // nproc)
 

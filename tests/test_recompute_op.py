@@ -1,0 +1,96 @@
+"""torchtitan's per-op selective activation checkpointing (recompute=op): what its policy keeps
+(torchtitan parallelize_llama.py ``_save_list`` / SelectiveAC: every matmul output except every
+second aten.mm of a block, SDPA's outputs, TP reduce-scatters), what it repeats in the backward
+(the other matmuls, every element-wise op, the TP all-gathers), and the launcher rules around it.
+The sizes are counted here by hand from Llama 3.1 8B's shapes, not through planner's inventory."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cost import activations as act
+from planner.cost.comm import tp_comm
+from planner.cost.compute import block_time_of, kernel_times
+from planner.cost.flops import FusedAttention, Gemm, Shard, model_shape, op_sac_shares
+from planner.cost.rates import build_rates
+from planner.cost.setup import Assumptions, resolve_setup
+from planner.errors import PlanRuleError
+from planner.rules import launcher_violations
+from planner.specs.catalog import load_hardware, load_model
+from planner.specs.efficiency import load_efficiency
+from planner.specs.job import Job
+from planner.specs.plan import Plan, Recompute, parse_recompute
+
+LLAMA = load_model("llama3.1-8b")  # h 4096, 32 heads / 8 KV heads of 128, SwiGLU 14336, 32 layers
+
+
+def test_the_key_parses_and_prints():
+    assert parse_recompute("op") == Recompute("op") and str(parse_recompute("op")) == "op"
+    assert Plan.parse("mbs=2,recompute=op").to_string() == "mbs=2,recompute=op"
+
+
+def test_every_second_matmul_of_a_block_is_recomputed():
+    """torchtitan's Llama block calls wq, wk, wv, wo, then w2(silu(w1(x)) * w3(x)): w1 before w3."""
+    gated = op_sac_shares(True)
+    assert [k for k, v in gated.items() if v] == ["wk", "wo", "w3"]
+    assert [k for k, v in op_sac_shares(False).items() if v] == ["wk", "wo", "w2"]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_kept_bytes_are_the_saved_op_outputs(tp):
+    T, h, q, kv, f = 2 * 8192, 4096, 4096 // tp, 1024 // tp, 14336 // tp
+    sh = Shard(tp=tp, cp=1, ep=1, etp=1, mbs=2, seq=8192, sp=tp > 1)
+    per_token = (h / tp            # the block input (sequence-parallel under TP)
+                 + q + kv          # wq and wv outputs (mm 1 and 3)
+                 + q               # SDPA output
+                 + f + h           # w1 and w2 outputs (mm 5 and 7; w2's before its reduce-scatter)
+                 + (2 * h / tp if tp > 1 else 0))  # the two reduce-scatter outputs
+    expected = 2 * T * per_token + 4 * T * 32 / tp  # bf16, plus SDPA's fp32 log-sum-exp per head
+    assert sum(t.bytes for t in act.op_sac_terms(LLAMA, sh)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_recomputed_forward_is_the_unsaved_matmuls_and_every_elementwise_op():
+    hw = load_hardware("h100")
+    rates = build_rates(hw, load_efficiency(hw.generation), Assumptions(), None, 8)
+    ms, sh = model_shape(LLAMA), Shard(tp=1, cp=1, ep=1, etp=1, mbs=2, seq=8192)
+    kts = kernel_times(ms, sh, "dense", rates)
+    expected = 0.0
+    for kt in kts:
+        k = kt.kernel
+        if isinstance(k, Gemm):
+            share = {"qkv": 1024 / (4096 + 2 * 1024), "proj": 1.0, "mlp.fc1": 0.5, "mlp.fc2": 0.0}[k.name]
+        else:
+            share = 0.0 if isinstance(k, FusedAttention) else 1.0
+        expected += share * kt.fwd
+    op, full = block_time_of(kts, rates, "op"), block_time_of(kts, rates, "full")
+    assert op.recompute == pytest.approx(expected, rel=1e-12)
+    assert 0.3 * full.recompute < op.recompute < 0.6 * full.recompute  # wk + wo + w3 of 7 matmuls, no attention
+
+
+def test_tp_all_gathers_repeat_and_reduce_scatters_do_not():
+    """Per TP pair without overlap: forward AG + RS, backward AG (the RS's mirror), AG + RS (the
+    column-parallel GEMM's); the recomputed forward adds its AG (op) or AG + RS (full)."""
+    hw = load_hardware("h100")
+    rates = build_rates(hw, load_efficiency(hw.generation), Assumptions(), None, 8)
+    ms, sh = model_shape(LLAMA), Shard(tp=2, cp=1, ep=1, etp=1, mbs=1, seq=4096)
+    bt = block_time_of(kernel_times(ms, sh, "dense", rates), rates, None)
+    ag, rs = 1.0, 10.0
+    total = {name: tp_comm(ms, "dense", bt, (ag, rs), rates, False, regather, rescatter).total
+             for name, regather, rescatter in (("none", False, False), ("op", True, False), ("full", True, True))}
+    pair = 3 * ag + 2 * rs
+    assert total == pytest.approx({"none": 2 * pair, "op": 2 * (pair + ag), "full": 2 * (pair + ag + rs)})
+
+
+def _violations(model: str, plan: str, target: str) -> set[str]:
+    m, hw = load_model(model), load_hardware("h100")
+    setup = resolve_setup(m, hw, Job(gpus=64, global_batch=512, seq_len=4096), Plan.parse(plan))
+    return {v.rule for v in launcher_violations(setup, target=target)}
+
+
+def test_launcher_rules():
+    assert "megatron-recompute-op" in _violations("llama3.1-70b", "tp=8,recompute=op", "megatron")
+    assert not _violations("llama3.1-70b", "tp=8,sharding=fsdp,recompute=op", "torchtitan")
+    with pytest.raises(PlanRuleError, match="recompute-op-layers"):
+        _violations("qwen3-30b-a3b", "ep=8,sharding=fsdp,recompute=op", "torchtitan")
+    with pytest.raises(PlanRuleError, match="recompute-op-offload"):
+        _violations("llama3.1-70b", "tp=8,sharding=fsdp,recompute=op,offload=activations", "torchtitan")
