@@ -412,13 +412,33 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
     return PlanSource(m, h, j, p, saved=saved)
 
 
-def launch_assumptions(src: PlanSource, base):
+def saved_assumptions(saved, from_file):
+    """The modeling assumptions a saved search ran with (validated as on the command line), so
+    that what explain and export recompute from it is the search's; None without them."""
+    if saved is None or not saved.assumptions:
+        return None
+    from planner.cost.setup import Assumptions
+    from planner.specs.catalog import validate_spec
+
+    a = validate_spec(Assumptions, saved.assumptions, "assumptions", f"{from_file} (its 'assumptions')")
+    if a.calibration is not None:
+        from planner.specs.calibration import load_calibration
+
+        load_calibration(a.calibration)
+    return a
+
+
+def launch_assumptions(src: PlanSource, base, from_file=None):
     """``base`` (what the command line gave) with the Assumptions a read launch sets: a Megatron
     script's flags (planner.launchers.megatron.read.assumptions_from_flags: FP8 recipe, CUDA graphs,
     TE operation fuser) or a Bridge launch's matching fields (planner.launchers.bridge.read
     .launch_assumptions, FP8 attention too) or a torchtitan job's torchao float8 recipe
     (planner.launchers.torchtitan.read.launch_assumptions); ``base`` as it is for a plan string.
-    The one route explain and check both take."""
+    With --from (``from_file``), the saved search's own assumptions. The one route explain and
+    check both take."""
+    saved = saved_assumptions(src.saved, from_file)
+    if saved is not None:
+        return saved
     if src.script is not None:
         from planner.launchers.megatron.read import assumptions_from_flags
 

@@ -59,4 +59,5 @@ def test_the_torchtitan_job_file_carries_the_recipe_both_ways(tmp_path, recipe):
     f.write_text(export_torchtitan_toml(setup))
     assert f'recipe_name = "{recipe}"' in f.read_text()
     tj = job_from_torchtitan(f, hw="h100")
-    assert tj.assumptions == {"fp8_recipe": recipe} and tj.plan.to_string() == setup.plan.to_string()
+    assert tj.assumptions == {"cross_entropy": "torch", "fp8_recipe": recipe}  # the file leaves compile off
+    assert tj.plan.to_string() == setup.plan.to_string()

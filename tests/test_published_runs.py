@@ -101,6 +101,22 @@ def test_class_statistics_hold_at_their_current_values(report, subset):
         assert s["worst_signed_error"] == pytest.approx(worst, abs=WORST_TOL), name
 
 
+# Peak reserved memory where the source prints it (torchtitan's rows): (runs, median signed error,
+# median |error|, worst signed error).
+MEMORY = {"validation": (12, -0.0184, 0.0347, -0.2005),
+          "calibration": (2, -0.1466, 0.1466, -0.2483)}
+
+
+@pytest.mark.parametrize("subset", ["validation", "calibration"])
+def test_memory_statistics_hold_at_their_current_values(report, subset):
+    n, median, median_abs, worst = MEMORY[subset]
+    s = report["memory_summary"][subset]
+    assert s["n"] == n
+    assert s["median_signed_error"] == pytest.approx(median, abs=MEDIAN_TOL)
+    assert s["median_abs_error"] == pytest.approx(median_abs, abs=MEDIAN_TOL)
+    assert s["worst_signed_error"] == pytest.approx(worst, abs=WORST_TOL)
+
+
 def test_anchor_runs(report):
     by = {r["name"]: r for r in report["runs"]}
     for name, err in ANCHORS.items():

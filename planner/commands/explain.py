@@ -54,7 +54,7 @@ def explain_cmd(
                           script_args=script_args, model=model, hw=hw, command="explain", bridge=bridge, torchtitan=torchtitan,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
                           model_set=model_set)
-        assumptions = launch_assumptions(src, build_assumptions(routing_imbalance, implementation, calibration))
+        assumptions = launch_assumptions(src, build_assumptions(routing_imbalance, implementation, calibration), from_file)
         top = _top_of(against) if against is not None else None
         if plot is not None:
             from planner.files import check_output

@@ -139,7 +139,12 @@ def export_cmd(
             found += bridge_violations(m, bridge_recipe, canon)
         if found:
             raise violations_error(found, {"bridge": "Megatron-Bridge"}.get(fmt, target))
-    assumptions = _saved_assumptions(saved, from_file)
+    from planner.cost.setup import Assumptions
+    from planner.options import saved_assumptions
+    from planner.search.driver import target_assumptions
+
+    launcher = {"bridge": "megatron", "torchtitan-toml": "torchtitan"}.get(fmt, fmt)
+    assumptions = saved_assumptions(saved, from_file) or target_assumptions(Assumptions(), launcher)
     setup = resolve_setup(m, h, j, canon, assumptions)
     pred = predictions(setup)
     if saved is not None:
@@ -168,22 +173,6 @@ def export_cmd(
 
         text = export_json(setup, predictions=pred, torchtitan_config=torchtitan_config)
     _write(text, out)
-
-
-def _saved_assumptions(saved, from_file):
-    """The modeling assumptions the saved search ran with (validated as on the command line), so
-    that the recomputed predictions are the search's."""
-    if saved is None or not saved.assumptions:
-        return None
-    from planner.cost.setup import Assumptions
-    from planner.specs.catalog import validate_spec
-
-    a = validate_spec(Assumptions, saved.assumptions, "assumptions", f"{from_file} (its 'assumptions')")
-    if a.calibration is not None:
-        from planner.specs.calibration import load_calibration
-
-        load_calibration(a.calibration)
-    return a
 
 
 @app.command("check")

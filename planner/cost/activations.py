@@ -303,10 +303,14 @@ def head_terms(model: ModelSpec, sh: Shard, vocab_div: int) -> tuple[ActTerm, ..
     h = model.hidden_size
     seq_div, _ = _split(sh)
     T = sh.tokens
+    # torch.compile'd cross_entropy(pred.float()) keeps the bf16 logits, not an fp32 softmax
+    # (measured: tests/fixtures/h200_op_sac_memory.json, 'loss').
+    compiled = sh.cross_entropy == "torch_compiled"
     terms: tuple[ActTerm, ...] = (
         ActTerm("head.norm_input", BF16 * T * h / seq_div, "input"),
         ActTerm("head.norm_output", BF16 * T * h / seq_div, "layer", linear_input=True),
-        ActTerm("head.softmax_fp32", FP32 * T * model.vocab_size / vocab_div, "layer"),
+        ActTerm("head.logits" if compiled else "head.softmax_fp32",
+                (BF16 if compiled else FP32) * T * model.vocab_size / vocab_div, "layer"),
     )
     if model.logit_softcap is not None:
         # cap * tanh(logits / cap): tanh keeps its output for the backward.

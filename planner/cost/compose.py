@@ -329,7 +329,8 @@ class CostContext:
         sh = Shard(tp=c["tp"], cp=c["cp"], ep=c["ep"], etp=c["etp"], mbs=c["mbs"], seq=job.seq_len,
                    implementation=a.implementation, imbalance=a.routing_imbalance, sp=sp,
                    memory_efficient_permutation=a.memory_efficient_permutation,
-                   ep_overlap=bool(lv.ep_overlap) & (c["ep"] > 1))  # the overlap needs expert parallelism
+                   ep_overlap=bool(lv.ep_overlap) & (c["ep"] > 1),  # the overlap needs expert parallelism
+                   cross_entropy=a.cross_entropy or "fused")
         return PieceMemory(self.model, sh, lv.recompute, lv.fp8, c["tp"])
 
     # ---- what a block costs, over every block key -------------------------------------------

@@ -364,6 +364,8 @@ class Shard:
     clamps or per-expert bias loop."""
     fp8_attention: bool = False
     """Fused attention runs in FP8 when the plan does (Assumptions.fp8_attention)."""
+    cross_entropy: str = "fused"
+    """The loss's kind (Assumptions.cross_entropy): what the head keeps of the logits (memory)."""
     fp8_rowwise: bool = False
     """FP8 linears are torchao's Float8Linear with rowwise scaling (Assumptions.fp8_recipe
     'rowwise'): :func:`_torchao_rowwise_casts`."""

@@ -80,6 +80,14 @@ class Assumptions(Spec):
     (hardware catalog ``fp8_recipe``: blockwise on Hopper, MXFP8 on Blackwell). 'rowwise' is
     torchao's rowwise (axiswise) scaling, torchtitan's float8 recipe_name 'rowwise': its casts
     are costed as torchao casts them (planner.cost.flops)."""
+    cross_entropy: Literal["fused", "torch", "torch_compiled"] | None = None
+    """How the loss holds the logits (the head's memory): 'fused', Megatron's vocab-parallel
+    cross-entropy, whose fp32 softmax replaces the bf16 logits; 'torch', torchtitan's
+    ``cross_entropy(pred.float())`` run eager: the bf16 logits, their fp32 copy and the fp32
+    log-softmax coexist, and the backward holds two fp32 gradients; 'torch_compiled', the same
+    loss under torch.compile, which keeps only the bf16 logits (measured on one H200:
+    tests/fixtures/h200_op_sac_memory.json). None: 'fused', or 'torch' when the search targets
+    torchtitan (planner's torchtitan job files leave compile off)."""
     fp8_attention: bool = False
     """Transformer Engine's FP8 fused attention (TransformerConfig.fp8_dot_product_attention,
     Megatron-Bridge's ``fp8_dot_product_attention``; no Megatron-LM flag in megatron-core 0.19):

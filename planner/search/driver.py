@@ -86,7 +86,18 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
                progress=None) -> SearchResult:
     from planner.cost.setup import Assumptions
 
-    return _Run(model, hw, job, options or Options(), assumptions or Assumptions(), progress).search()
+    options = options or Options()
+    return _Run(model, hw, job, options, target_assumptions(assumptions or Assumptions(), options.target),
+                progress).search()
+
+
+def target_assumptions(assumptions, target: str):
+    """The assumptions a search for ``target`` costs with: what the user left open set as the
+    launcher runs it (torchtitan's loss upcasts the logits to fp32, eager: planner's torchtitan
+    job files leave compile off)."""
+    if target == "torchtitan" and assumptions.cross_entropy is None:
+        return assumptions.model_copy(update={"cross_entropy": "torch"})
+    return assumptions
 
 
 class PerStageInfo(TypedDict):

@@ -325,18 +325,21 @@ FLOAT8_RECIPE_KEYS = ("quantize.linear.float8.recipe_name", "float8.recipe_name"
 [float8] (0.1)."""
 
 
-def launch_assumptions(args: TorchtitanArgs) -> dict:
-    """The planner Assumptions a torchtitan job sets: torchao's float8 recipe (recipe_name
-    'rowwise' -> fp8_recipe rowwise; 'tensorwise' or none -> tensorwise, Float8LinearConfig's
-    default). rowwise_with_gw_hp has no planner recipe: listed with the unread keys."""
+def launch_assumptions(args: TorchtitanArgs, fp8: bool) -> dict:
+    """The planner Assumptions a torchtitan job sets: its loss (cross_entropy over the upcast
+    logits, compiled with the model when compile.enable is on, as torchtitan 0.2-0.3 do) and, for
+    an FP8 plan, torchao's float8 recipe (recipe_name 'rowwise' -> fp8_recipe rowwise;
+    'tensorwise' -> tensorwise, Float8LinearConfig's default). rowwise_with_gw_hp has no planner
+    recipe: listed with the unread keys."""
+    out: dict = {"cross_entropy": "torch_compiled" if args.values.get("compile.enable") else "torch"}
     name = next((args.values[k] for k in FLOAT8_RECIPE_KEYS if k in args.values), None)
-    if name == "rowwise":
-        return {"fp8_recipe": "rowwise"}
-    if name in (None, "tensorwise"):
-        return {"fp8_recipe": "tensorwise"} if any(k in args.values for k in FLOAT8_RECIPE_KEYS) else {}
+    if not fp8 or name is None:
+        return out
+    if name in ("rowwise", "tensorwise"):
+        return {**out, "fp8_recipe": name}
     args.unknown.append(f"float8 recipe_name {name!r} (torchao: not modeled by planner, costed as the hardware's "
                         "FP8 recipe)")
-    return {}
+    return out
 
 
 def _stage_symbols(part: list[str], model) -> str:
@@ -435,4 +438,4 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
     plan = Plan.from_mapping({k: v for k, v in plan_map.items() if v is not None})
     canon = export_canonical(plan, m, h, j)
     return TorchtitanJob(label, args, m, model_source, h, j, canon, list(args.notes) + notes, defaults_used,
-                         launch_assumptions(args) if canon.precision == "fp8" else {})
+                         launch_assumptions(args, canon.precision == "fp8"))
