@@ -55,12 +55,13 @@ def search_cmd(
         raise PlannerError(f"Unknown --solver '{solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
     m, h, j = resolve_specs(model, hw, JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
                             model_set)
+    assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     if save is not None:
         from planner.files import check_output
 
         check_output(save, "saved search")  # before the search runs, and never over a file it read
     opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, solver)
-    assumptions = target_assumptions(build_assumptions(routing_imbalance, implementation, calibration), opts.target)
+    assumptions = target_assumptions(assumptions, opts.target)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
     _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,
             given=model)

@@ -422,13 +422,14 @@ def _torchao_rowwise_casts(g: Gemm) -> Stream:
     bytes). A fused entry's linears (``Gemm.linears``: torchtitan's wq, wk, wv) each cast and
     scale the input they share: the torchtitan RCA of its flat rowwise throughput with TP found
     the casts of wk and wv costing more than their GEMMs saved (pytorch/torchtitan#1207,
-    pytorch/ao#2410)."""
+    pytorch/ao#2410). Kernels per linear: the input's and the weight's first casts forward; the
+    input's second, the output gradient's two, the weight's other two and the two rescales
+    backward."""
     x, w, dy = g.count * g.m * g.k, g.count * g.k * g.n, g.count * g.m * g.n
     fwd = g.linears * x * (BF16 + FP8 + BF16) + w * (BF16 + FP8)
     bwd = (g.linears * x * (BF16 + FP8) + dy * (BF16 + FP8 + BF16 + BF16 + FP8)
            + w * (2 * BF16 + BF16 + FP8) + g.linears * x * 2 * BF16 + w * 2 * BF16)
-    return Stream(g.name + ".fp8_cast", fwd, bwd, g.module, kernels=2 * g.linears + 1,
-                  kernels_bwd=4 * g.linears + 5)
+    return Stream(g.name + ".fp8_cast", fwd, bwd, g.module, kernels=2 * g.linears, kernels_bwd=7 * g.linears)
 
 
 def torch_eager(sh: Shard) -> bool:

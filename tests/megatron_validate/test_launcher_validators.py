@@ -147,6 +147,7 @@ TORCHTITAN_PLANS = [
     ("llama3.1-405b", "gb200-nvl72", (576, 1152), "tp=8,pp=9,mbs=1,sharding=hsdp:4,recompute=full,layout=Et*13|(t*14|)*7t*15L", L405),
     ("llama3.1-405b", "h100", (512, 512), "tp=8,mbs=1,sharding=zero2,moments=bf16", L405),
     ("llama3.1-405b", "h100", (512, 512), "tp=8,pp=2,mbs=2,sharding=ddp", L405),
+    ("llama3.1-405b", "h100", (512, 512), "tp=8,pp=2,mbs=1,sharding=fsdp,recompute=op", L405),
     ("deepseek-v3", "h100", (1024, 1024), "tp=8,pp=8,vpp=2,ep=32,etp=1,mbs=2,sharding=fsdp,recompute=full,"
      "dispatcher=alltoall,layout=Ettt|(tttt|)*14ttmL", "tt_configs:deepseek_v3_671b_mtp"),
 ]
@@ -167,8 +168,9 @@ def test_torchtitan_accepts_exported_invocations():
         if setup.plan.pp > 1:
             assert len(r["module_fqns_per_model_part"]) == setup.deg.pp * setup.deg.vpp
             assert r["local_batch_size"] // r["pp_microbatch"] == setup.micro_batches
-        # activation_checkpoint:full gives FullAC.Config; activation_checkpoint:none gives None.
-        expect_ac = "FullAC.Config" if setup.plan.recompute == "full" else "NoneType"
+        # activation_checkpoint:full gives FullAC.Config, :selective (recompute=op) the per-op
+        # SelectiveAC.Config, :none None.
+        expect_ac = {"full": "FullAC.Config", "op": "SelectiveAC.Config"}.get(setup.plan.recompute.kind, "NoneType")
         assert r["activation_checkpoint"] == expect_ac, r["activation_checkpoint"]
 
 

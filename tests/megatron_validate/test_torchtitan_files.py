@@ -68,7 +68,9 @@ def test_toml_passes_torchtitan_0_2_2_config_manager(tmp_path):
         assert r["model"] == list(flavor_for(s.model))
         assert r["dp_replicate"] * r["dp_shard"] == s.deg.dp
         assert (r["tp"], r["cp"], r["pp"]) == (s.deg.tp, s.deg.cp, s.deg.pp)
-        assert r["ac_mode"] == ("full" if s.plan.recompute.kind == "full" else "none")
+        assert r["ac_mode"] == {"full": "full", "op": "selective"}.get(s.plan.recompute.kind, "none")
+        if s.plan.recompute.kind == "op":
+            assert r["ac_option"] == "op"  # per-op selective AC (digits would be every N-th layer)
         assert r["global_batch_size"] == s.job.global_batch and r["seq_len"] == s.job.seq_len
         if s.plan.pp > 1:
             assert len(r["module_fqns_per_model_part"]) == s.deg.pp * s.deg.vpp

@@ -62,6 +62,7 @@ def check(req: dict) -> dict:
         "local_batch_size": t.local_batch_size, "global_batch_size": t.global_batch_size, "seq_len": t.seq_len,
         "schedule": p.pipeline_parallel_schedule, "pp_microbatch": p.pipeline_parallel_microbatch_size,
         "module_fqns_per_model_part": p.module_fqns_per_model_part, "ac_mode": cfg.activation_checkpoint.mode,
+        "ac_option": cfg.activation_checkpoint.selective_ac_option,
         "fsdp_reshard_after_forward": p.fsdp_reshard_after_forward,
     }
 
