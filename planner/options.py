@@ -434,11 +434,13 @@ def launch_assumptions(src: PlanSource, base, from_file=None):
     TE operation fuser) or a Bridge launch's matching fields (planner.launchers.bridge.read
     .launch_assumptions, FP8 attention too) or a torchtitan job's torchao float8 recipe
     (planner.launchers.torchtitan.read.launch_assumptions); ``base`` as it is for a plan string.
-    With --from (``from_file``), the saved search's own assumptions. The one route explain and
-    check both take."""
+    With --from (``from_file``), the saved search's own assumptions, under what the command line
+    sets away from the defaults. The one route explain and check both take."""
     saved = saved_assumptions(src.saved, from_file)
     if saved is not None:
-        return saved
+        defaults = type(base)()
+        given = {k: getattr(base, k) for k in type(base).model_fields if getattr(base, k) != getattr(defaults, k)}
+        return saved.model_copy(update=given)
     if src.script is not None:
         from planner.launchers.megatron.read import assumptions_from_flags
 

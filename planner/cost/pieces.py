@@ -164,7 +164,7 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     of the layer's forward before its backward, as under full recompute (torch.utils.checkpoint)."""
     full_rc = rc_kind == "full"
     rerun = full_rc or saved_terms is not None
-    assert not (ordered and saved_terms is not None)
+    ordered = ordered and saved_terms is None  # the per-op inventory holds no block order
     saved = terms if saved_terms is None else saved_terms
     kept = act.kept_bytes(saved, full=full_rc, drop=drop, fp8=fp8)
     full = act.kept_bytes(terms, full=False, drop=frozenset(), fp8=fp8)
