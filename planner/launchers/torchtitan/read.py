@@ -6,8 +6,10 @@ with ``--job.config_file`` is read with the TOML under its CLI overrides (CLI > 
 ConfigManager merges them).
 
 What a file leaves out takes torchtitan's dataclass default (0.3.0: the registry function's value,
-which planner does not know; each such key is listed). Settings planner does not model (compile,
-CUDA graphs, per-op selective AC, CPU offload of FSDP) are listed, never dropped silently.
+which planner does not know; each such key is listed). Per-op selective AC is recompute=op,
+torchao's float8 recipe and the loss's compilation are assumptions (:func:`launch_assumptions`).
+Settings planner does not model (compile's other fusions, CUDA graphs, layer-frequency AC, CPU
+offload of FSDP) are listed, never dropped silently.
 """
 
 from __future__ import annotations
