@@ -107,7 +107,7 @@ def measure(blocks, tokens: int, mode: str, repeats: int = 5) -> dict:
                         torch.randn(tokens, HEAD_DIM // 2, device=dev))[None, :, None, :]
     x = torch.randn(1, tokens, H, device=dev, dtype=torch.bfloat16, requires_grad=True)
     times = []
-    for i in range(repeats + 1):
+    for _ in range(repeats + 1):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         m0 = torch.cuda.memory_allocated()
