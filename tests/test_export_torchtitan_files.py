@@ -120,3 +120,17 @@ def test_not_a_torchtitan_job(tmp_path, capsys):
     f.write_text("echo hi\n")
     assert main(["check", "--torchtitan", str(f), "--hw", "h100"]) == 2
     assert "no torchtitan job" in capsys.readouterr().err
+
+
+def test_odd_ac_and_float8_values_are_listed_not_read(tmp_path):
+    """A selective_ac_option or float8 recipe_name planner has no setting for (a list, a number)
+    is read as no recompute and the hardware's recipe, and named with the unread keys."""
+    f = tmp_path / "job.toml"
+    f.write_text('[model]\nname = "llama3"\nflavor = "8B"\nconverters = ["float8"]\n[float8]\nrecipe_name = 7\n'
+                 '[parallelism]\ndata_parallel_shard_degree = 8\n[training]\nlocal_batch_size = 2\nseq_len = 8192\n'
+                 '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = [1, 2]\n')
+    tj = job_from_torchtitan(f, hw="h100")
+    assert tj.plan.to_string() == "mbs=2,sharding=fsdp,precision=fp8"
+    assert tj.assumptions == {"cross_entropy": "torch"}
+    text = " ".join(tj.args.unknown)
+    assert "selective every [1, 2] layers" in text and "float8 recipe_name 7" in text
