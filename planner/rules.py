@@ -117,6 +117,12 @@ def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Vi
     return out
 
 
+def op_recompute_modeled(model: ModelSpec) -> bool:
+    """Whether planner models torchtitan's per-op selective AC (recompute=op) for this model: its
+    inventory (planner.cost.activations.op_sac_terms) holds dense decoder layers with GQA or MHA."""
+    return not model.is_moe and model.attention.kind != "mla"
+
+
 def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
     """Rules every launcher shares: the model's shape and the job's batch."""
     out: list[Violation] = []
@@ -171,7 +177,7 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
     if sh.kind == "hsdp" and (deg.dp * deg.cp) % sh.group:
         out.append(Violation("hsdp-group", f"hsdp:{sh.group} does not divide dp*cp = {deg.dp * deg.cp}."))
     rc = plan.recompute
-    if rc.kind == "op" and (model.is_moe or model.attention.kind == "mla"):
+    if rc.kind == "op" and not op_recompute_modeled(model):
         out.append(Violation(
             "recompute-op-layers",
             f"recompute=op (torchtitan's per-op selective AC) is modeled on dense decoder layers with "

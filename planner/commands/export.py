@@ -130,8 +130,8 @@ def export_cmd(
 
         check_output(out, "export")  # never over the saved search, model, job or hardware it read
     canon = export_canonical(p, m, h, j)
+    target = {"bridge": "megatron", "torchtitan-toml": "torchtitan"}.get(fmt, fmt)  # the launcher a format runs
     if fmt != "json":
-        target = {"bridge": "megatron", "torchtitan-toml": "torchtitan"}.get(fmt, fmt)
         found = launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config)
         if fmt == "bridge":
             from planner.launchers.bridge.write import bridge_violations
@@ -143,8 +143,7 @@ def export_cmd(
     from planner.options import saved_assumptions
     from planner.search.driver import target_assumptions
 
-    launcher = {"bridge": "megatron", "torchtitan-toml": "torchtitan"}.get(fmt, fmt)
-    assumptions = saved_assumptions(saved, from_file) or target_assumptions(Assumptions(), launcher)
+    assumptions = saved_assumptions(saved, from_file) or target_assumptions(Assumptions(), target)
     setup = resolve_setup(m, h, j, canon, assumptions)
     pred = predictions(setup)
     if saved is not None:

@@ -56,6 +56,11 @@ class ActTerm:
     """Saved as the input of a linear layer: stored in FP8 when the layer runs in FP8 (TE)."""
 
 
+def local_kv_heads(a, tp: Num) -> Num:
+    """K/V heads on one TP rank: Megatron and torchtitan replicate them when TP exceeds them."""
+    return a.num_kv_heads / minimum(tp, a.num_kv_heads)
+
+
 def _split(sh: Shard):
     """(divisor of [tokens, h] tensors, divisor of TP-region tensors). Fields may be numpy arrays
     (the search evaluates many degrees at once through the same formulas)."""
@@ -95,7 +100,7 @@ def attention_terms(model: ModelSpec, sh: Shard) -> list[ActTerm]:
         # GQA with TE: the input norm is fused into linear_qkv (TELayerNormColumnParallelLinear),
         # which saves its input (counted above) and the normalized output; Q, K, V after RoPE are
         # saved by the attention kernel. K/V heads are replicated when tp exceeds them.
-        kv_heads = a.num_kv_heads / minimum(tp, a.num_kv_heads)
+        kv_heads = local_kv_heads(a, tp)
         fused_norm = sh.implementation == "te"
         terms += [
             ActTerm("attn.norm_output", BF16 * T * h / seq_div, "layer" if fused_norm else "layernorm", linear_input=True),
@@ -193,7 +198,7 @@ def op_sac_terms(model: ModelSpec, sh: Shard) -> tuple[ActTerm, ...]:
         raise ValueError("torchtitan's per-op selective AC is modeled on GQA/MHA layers only")
     seq_div, tp = _split(sh)
     nh = a.num_heads / tp
-    kvh = a.num_kv_heads / minimum(tp, a.num_kv_heads)
+    kvh = local_kv_heads(a, tp)
     widths = {"wq": ("attn", nh * a.head_dim), "wk": ("attn", kvh * a.head_dim), "wv": ("attn", kvh * a.head_dim),
               "wo": ("attn", h), "w1": ("mlp", model.ffn.hidden_size / tp), "w3": ("mlp", model.ffn.hidden_size / tp),
               "w2": ("mlp", h)}

@@ -27,7 +27,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from planner.cost import activations as act
-from planner.cost.arrays import Num, maximum, minimum, where
+from planner.cost.arrays import Num, maximum, where
 from planner.cost.flops import Shard
 from planner.cost.schedule import inflight_table, offload_share, profile_microbatches
 from planner.cost.schedules import inflight as schedule_inflight
@@ -245,7 +245,7 @@ def layer_transients(model, sh: Shard, kind: str, setup_tp: int) -> tuple[dict, 
         qkv = BF16 * T * nh * (2 * a.qk_head_dim + a.v_head_dim)
         qk_dim = a.qk_head_dim
     else:
-        kvh = a.num_kv_heads / minimum(sh.tp, a.num_kv_heads)
+        kvh = act.local_kv_heads(a, sh.tp)
         proj_out = BF16 * T * (nh + 2 * kvh) * a.head_dim
         qkv = proj_out
         qk_dim = a.head_dim

@@ -239,8 +239,9 @@ def recompute_options(model, implementation: str = "te", target: str = "megatron
     on the dense GQA/MHA layers it is modeled for), then full recompute."""
     opts = ["none"]
     if target == "torchtitan":
-        dense = not model.is_moe and model.attention.kind != "mla"
-        return opts + (["op"] if dense else []) + ["full"]
+        from planner.rules import op_recompute_modeled
+
+        return opts + (["op"] if op_recompute_modeled(model) else []) + ["full"]
     if implementation != "te":
         opts.append("core_attn")  # unfused attention keeps the s^2 tensors
     if model.is_moe:
