@@ -16,22 +16,31 @@ Flag = bool | np.ndarray
 """A switch, or one per plan of a batch."""
 
 
+_PLAIN = (float, int, bool)
+
+
+def _scalar(x) -> bool:
+    """``np.ndim(x) == 0``, without numpy's call for plain Python numbers (the formulas test
+    scalars this way some hundred thousand times per search)."""
+    return type(x) in _PLAIN or np.ndim(x) == 0
+
+
 def where(cond, a, b):
     """``a if cond else b`` for scalars, elementwise for arrays."""
-    if np.ndim(cond) == 0 and np.ndim(a) == 0 and np.ndim(b) == 0:
+    if _scalar(cond) and _scalar(a) and _scalar(b):
         return a if cond else b
     return np.where(cond, a, b)
 
 
 def maximum(*xs):
     """Elementwise maximum of scalars or arrays (plain max for scalars)."""
-    if all(np.ndim(x) == 0 for x in xs):
+    if all(_scalar(x) for x in xs):
         return max(xs)
     return reduce(np.maximum, xs)
 
 
 def minimum(a, b):
-    if np.ndim(a) == 0 and np.ndim(b) == 0:
+    if _scalar(a) and _scalar(b):
         return min(a, b)
     return np.minimum(a, b)
 
@@ -47,25 +56,27 @@ def hashable(*xs) -> bool:
 def any_true(x) -> bool:
     """Whether a condition holds for the scalar, or for any element of the array (a block's
     communication is added when some plan of the batch has the group; the others get zero)."""
+    if type(x) in _PLAIN:
+        return bool(x)
     return bool(np.any(x))
 
 
 def as_int(x):
     """``int(x)`` (truncation) for scalars, elementwise for arrays."""
-    if np.ndim(x) == 0:
+    if _scalar(x):
         return int(x)
     return np.trunc(x)
 
 
 def round_int(x):
     """Python's ``round(x)`` (half to even) for scalars, elementwise for arrays."""
-    if np.ndim(x) == 0:
+    if _scalar(x):
         return round(x)
     return np.round(x)
 
 
 def ceil_log2(n):
     """``ceil(log2(n))`` for scalars (an int) and arrays."""
-    if np.ndim(n) == 0:
+    if _scalar(n):
         return math.ceil(math.log2(n))
     return np.ceil(np.log2(n))

@@ -46,6 +46,7 @@ from planner.cost.pipeline import (
 from planner.cost.phases import block_layer, wgrad_bytes
 from planner.cost.rates import Rates, rates_for
 from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
+from planner.cost.schedules.inflight import MEGATRON_ORDERS
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
 from planner.specs.layout import PipelineLayout, build_layout
@@ -695,13 +696,18 @@ class Costs:
         self.lv = batch.levers
         self.n = batch.n_keys * len(batch.variants)
         """Plans in the batch (keys x variants)."""
+        self._rows: dict[tuple, tuple] = {}
 
     def _memo(self, term: str, *levers, fn):
         return self.ctx.cached((self.batch.group, term, *levers), fn)
 
     def _row(self, *fields) -> tuple:
-        """The variants' values of some row levers (a memo key)."""
-        return tuple(tuple(getattr(v, f) for f in fields) for v in self.batch.variants)
+        """The variants' values of some row levers (a memo key; formed once per batch, as every
+        term's lookup reads one)."""
+        hit = self._rows.get(fields)
+        if hit is None:
+            hit = self._rows[fields] = tuple(tuple(getattr(v, f) for f in fields) for v in self.batch.variants)
+        return hit
 
     def _per_variant(self, fn) -> np.ndarray:
         """``fn(levers)`` over the batch's keys for each variant, side by side (plan order)."""
@@ -747,8 +753,10 @@ class Costs:
         out = []
         for r in range(b.pp):
             chunks = b.layout.rank_stages(r)
-            specs = tuple(tuple(rank_blocks(ctx.ms, chunks, s, v.full_layers(r, chunks)))
-                          for s, v in zip(settings, b.variants))
+            # Variants differ in dispatcher and EP overlap too: each recompute setting's blocks once.
+            keyed = [(s, v.full_layers(r, chunks)) for s, v in zip(settings, b.variants)]
+            blocks_of = {k: tuple(rank_blocks(ctx.ms, chunks, *k)) for k in dict.fromkeys(keyed)}
+            specs = tuple(blocks_of[k] for k in keyed)
             if specs not in by_blocks:
                 blocks = tuple(self._stacked_block(name, is_full, specs, settings)
                                for name, is_full in _positions(specs))
@@ -1096,25 +1104,25 @@ class Costs:
         kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
         out = np.empty(n)
         rest = np.ones(n, dtype=bool)
+        # Plans whose schedules show the same in-flight vectors share one matrix product: under
+        # Megatron's orders, those whose micro-batch counts cap to the same count.
+        m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
         for name, sel in self.schedule_columns():
             # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
             # bytes held between input and weight gradient where it splits the backward.
             held = np.concatenate([kept, self.wgrad_kept(r)]) if schedule_of(name).splits_backward else kept
             rest[sel] = False
-            for mi, cols in self._buckets(b.micro_batches, "m"):
-                cols = np.intersect1d(cols, sel)
-                if len(cols):
-                    out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
-                                                   self.lv.offload_activations, schedule=name)
+            per = m[sel] if name in MEGATRON_ORDERS else b.micro_batches[sel]
+            for mi in np.unique(per):
+                cols = sel[per == mi]
+                out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
+                                               self.lv.offload_activations, schedule=name)
         if not rest.all():
-            m = np.where(rest, b.micro_batches, -1)
-            for mi, cols in [(int(v), np.flatnonzero(m == v)) for v in np.unique(m[rest])]:
-                mi = int(profile_microbatches(b.pp, b.vpp, mi))
-                out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
+            for mi in np.unique(m[rest]):
+                cols = np.flatnonzero(rest & (m == mi))
+                out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
                                                self.lv.offload_activations)
             return out
-        # Plans whose schedules show the same in-flight vectors share one matrix product.
-        m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
         for mi, cols in self._buckets(m, "profile_m"):
             out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
                                            self.lv.offload_activations)

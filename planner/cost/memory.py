@@ -97,14 +97,17 @@ def _locate_moment(ops, chunks, held, peak: float, *, recomputes: bool) -> dict:
     return _optimizer_moment(len(chunks), 0.0)
 
 
-def _locate_schedule_moment(name: str, b, rank: int, chunks, kept: list, held, peak: float, *, recomputes: bool) -> dict:
+def _locate_schedule_moment(name: str, b, rank: int, chunks, kept: list, held, peak: float, *, recomputes: bool,
+                            offload: bool) -> dict:
     """:func:`_locate_moment` under a schedule of planner.cost.schedules: its own op order and held
     vectors (planner.cost.schedules.inflight.held_before; entries past the chunks are those held
     between input and weight gradient), the weight-gradient passes adding nothing."""
     from planner.cost.schedules.inflight import held_before
 
     tol = 1e-9 * max(peak, 1.0)
-    for op, vec in held_before(name, b.pp, b.vpp, int(b.micro_batches[0]), rank):
+    m = int(b.micro_batches[0])
+    start = _first_candidate(name, b, m, rank, chunks, kept, peak - tol, offload=offload)
+    for op, vec in held_before(name, b.pp, b.vpp, m, rank)[start:]:
         ch, h = chunks[op.chunk], held(vec)
         if op.kind == "F" and h + ch.fwd_rise >= peak - tol:
             return _moment("forward", op, list(vec), ch.layers[ch.fwd_rise_at].name, h, ch.fwd_rise, "forward")
@@ -113,6 +116,29 @@ def _locate_schedule_moment(name: str, b, rank: int, chunks, kept: list, held, p
             window = "recompute_window" if recomputes and layer.full > layer.kept + 1e-9 else "backward"
             return _moment("backward", op, list(vec), layer.name, h, ch.bwd_rise, window)
     return _optimizer_moment(len(kept), 0.0)
+
+
+def _first_candidate(name: str, b, m: int, rank: int, chunks, kept: list, level: float, *, offload: bool) -> int:
+    """The first op whose held bytes plus rise may reach ``level``, found with one matrix product
+    over every op (a rank runs thousands): the op-by-op check in exact arithmetic starts there. The
+    slack is far above the product's rounding (about 1e-15 of the bytes), so no op before the
+    index passes the exact check."""
+    import numpy as np
+
+    from planner.cost.schedule import offload_share
+    from planner.cost.schedules.inflight import held_matrix
+
+    kinds, chunk, held = held_matrix(name, b.pp, b.vpp, m, rank)
+    total = held @ np.asarray(kept, dtype=float)
+    if offload:
+        total = total * offload_share(held.sum(axis=1))
+    fwd = np.array([c.fwd_rise for c in chunks], dtype=float)
+    bwd = np.array([c.bwd_rise for c in chunks], dtype=float)
+    # Kinds as planner.cost.schedule.KINDS numbers them: F rises by the forward's rise, I and B by
+    # the backward's, W by nothing (it is never a moment).
+    rise = np.select([kinds == 0, (kinds == 1) | (kinds == 2)], [fwd[chunk], bwd[chunk]], -np.inf)
+    hit = np.flatnonzero(total + rise >= level - 1e-6 * max(abs(level), 1.0))
+    return int(hit[0]) if len(hit) else len(kinds)
 
 
 def _moment(phase, op, counts, layer, held_bytes, rise, window) -> dict:
@@ -150,7 +176,8 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     opt_t = _one(costs.optimizer_transient(rank))
     recomputes = lv.recompute.kind != "none"
     if name is not None:
-        fb_moment = _locate_schedule_moment(name, b, rank, chunks, kept, held, act_peak, recomputes=recomputes)
+        fb_moment = _locate_schedule_moment(name, b, rank, chunks, kept, held, act_peak, recomputes=recomputes,
+                                            offload=lv.offload_activations)
     else:
         fb_moment = _locate_moment(rank_ops(pp, vpp, m, rank), chunks, held, act_peak, recomputes=recomputes)
     moment = _optimizer_moment(len(kept), opt_t) if opt_t > act_peak else fb_moment

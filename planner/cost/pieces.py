@@ -320,6 +320,10 @@ class StackedPieces:
     def __init__(self, parts: list, n: int):
         self.parts, self.n = parts, n
         self.cache: dict[tuple | str, LayerMemory] = {}
+        self.kinds = tuple(p.rc.kind for p in parts)
+        """Each setting's recompute kind: what every layer recomputes unless full:N limits it."""
+        self.limited: dict[tuple, bool] = {}
+        """Per ``full_layers``: whether some setting recomputes only the first N layers of a chunk."""
 
     def _stack(self, layers: list[LayerMemory]) -> LayerMemory:
         piece = tuple(x.piece for x in layers)
@@ -341,7 +345,12 @@ class StackedPieces:
         return self._once("embedding")
 
     def layer_at(self, kind, pos, full_layers, name):
-        rcs = tuple(layer_rc_kind(p.rc, f, pos) for p, f in zip(self.parts, full_layers))
+        limited = self.limited.get(full_layers)
+        if limited is None:
+            limited = self.limited[full_layers] = any(
+                k == "full" and f is not None for k, f in zip(self.kinds, full_layers))
+        # Without full:N every layer of a setting recomputes the same (layer_rc_kind).
+        rcs = tuple(layer_rc_kind(p.rc, f, pos) for p, f in zip(self.parts, full_layers)) if limited else self.kinds
         hit = self.cache.get((kind, rcs))
         if hit is None:
             hit = self.cache[kind, rcs] = self._stack([p.layer(kind, rc, name) for p, rc in zip(self.parts, rcs)])

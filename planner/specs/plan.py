@@ -54,15 +54,25 @@ class _Named:
     """A typed plan value that equals its string form (``Recompute("full") == "full"``), so names
     read from a command line or a file compare with it directly."""
 
+    def _text(self) -> str:
+        """``str(self)``, formed once: the cost model's memo keys hash and compare these values
+        tens of thousands of times per search (the subclasses are frozen)."""
+        try:
+            return self.__dict__["_text_cache"]
+        except KeyError:
+            text = str(self)
+            object.__setattr__(self, "_text_cache", text)
+            return text
+
     def __eq__(self, other) -> bool:
         if isinstance(other, str):
-            return str(self) == other
+            return self._text() == other
         if type(other) is type(self):
-            return str(self) == str(other)
+            return self._text() == other._text()
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(str(self))
+        return hash(self._text())
 
 
 @dataclass(frozen=True, eq=False)
