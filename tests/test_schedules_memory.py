@@ -168,3 +168,16 @@ def test_distinct_rows_survive_hash_collisions(monkeypatch):
     assert sorted(sched.distinct_first(rows).tolist()) == expected
     monkeypatch.setattr(sched, "_hash_weights", lambda width: np.zeros(width, dtype=np.int64))
     assert sorted(sched.distinct_first(rows).tolist()) == expected
+
+
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
+def test_chunk_order_array_is_megatrons_loop(group):
+    """The closed-form op order reads the array form of Megatron's forward order: the same
+    (micro-batch, chunk) pairs in the same order as the loop over groups, chunks and micro-batches,
+    whole last groups and partial ones alike."""
+    from planner.cost.schedule import chunk_order, chunk_order_array
+
+    for m in range(0, 3 * group + 2):
+        for v in (1, 2, 3, 5):
+            loop = np.array(chunk_order(m, v, group), dtype=np.int64).reshape(-1, 2)
+            np.testing.assert_array_equal(chunk_order_array(m, v, group), loop)

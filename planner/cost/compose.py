@@ -50,7 +50,7 @@ from planner.cost.schedules.inflight import MEGATRON_ORDERS
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
 from planner.specs.layout import PipelineLayout, build_layout
-from planner.specs.plan import Degrees, Plan, Recompute, Sharding
+from planner.specs.plan import Degrees, EpOverlap, Plan, Recompute, Sharding
 
 # ---------------------------------------------------------------------------------------------
 # Typed levers.
@@ -69,9 +69,8 @@ class Levers:
     offload_activations: bool
     dispatcher: str | None
     """MoE token dispatcher; None without expert parallelism."""
-    ep_overlap: object
-    """EP overlap: a :class:`~planner.specs.plan.EpOverlap` (or a bool in the search's lever
-    tables); truthy when on."""
+    ep_overlap: EpOverlap
+    """EP overlap (truthy when on)."""
     stage_recompute: tuple[int, ...] | None = None
     """Per-rank fully recomputed layer counts (advisory plans of ``--target any``)."""
     grad_reduce: str = "fp32"
@@ -270,6 +269,24 @@ class CostContext:
             raise ValueError("share_blocks: the parent context lacks some of these block keys")
         self._blocks_from = (parent, idx, compose_there)
 
+    def share_blocks_with_any(self, sources) -> bool:
+        """:meth:`share_blocks` with the first of ``sources`` (contexts of the same model,
+        hardware, job, assumptions and rates) that holds every block key of this one; nothing
+        when none does. A plan the search ranked reads the block costs its tables composed
+        instead of composing them again for its reports."""
+        if self._blocks_from is not None:
+            return True
+        for src in sources:
+            if (src.model, src.hw, src.job, src.assumptions, src.rates) != (self.model, self.hw, self.job,
+                                                                             self.assumptions, self.rates):
+                continue
+            try:
+                self.share_blocks(src)
+                return True
+            except ValueError:
+                continue
+        return False
+
     @classmethod
     def for_structs(cls, model, hw, job, assumptions, structs, calibration=None) -> CostContext:
         """A context over structural keys: objects with the :data:`KEY_FIELDS` attributes, or an
@@ -363,7 +380,8 @@ class CostContext:
             if there or key in parent.memo:
                 # Composed over the parent's keys (already, or now for its other children too):
                 # read this context's rows.
-                return self.cached(key, lambda: at(parent.block_cost(name, compute_rc, comm_rc, levers), idx))
+                return self.cached(key, lambda: _own_causes(at(parent.block_cost(name, compute_rc, comm_rc, levers),
+                                                               idx)))
         return self.cached(key, lambda: self._block_cost(name, compute_rc, comm_rc, levers))
 
     def _block_cost(self, name, compute_rc, comm_rc, levers) -> BlockCost:
@@ -397,6 +415,14 @@ class CostContext:
 
 
 _MISSING = object()
+
+
+def _own_causes(bc: BlockCost) -> BlockCost:
+    """A block cost read from a wider context without the communication causes none of these
+    keys has (all zero here: a group of size one moves nothing), as composing it over these keys
+    alone gives it (planner.cost.comm adds a cause when some key of the batch has the group)."""
+    comm = tuple(c for c in bc.comm if np.any(c.total))
+    return bc if len(comm) == len(bc.comm) else dataclasses.replace(bc, comm=comm)
 
 
 def least_constant_bytes(model, layout: PipelineLayout, cols: dict, options) -> np.ndarray:
@@ -891,7 +917,7 @@ class Costs:
             out: dict[str, list] = {}
             for j, v in enumerate(b.variants):
                 for has_ep in (False, True):
-                    lv = v if has_ep else dataclasses.replace(v, ep_overlap=False)
+                    lv = v if has_ep else dataclasses.replace(v, ep_overlap=EpOverlap.OFF)
                     name = memory_schedule(b.schedule, lv, b.vpp)
                     sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
                     if name is not None and len(sel):

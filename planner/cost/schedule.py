@@ -35,6 +35,24 @@ def chunk_order(m: int, v: int, group: int) -> list[tuple[int, int]]:
     return order
 
 
+def chunk_order_array(m: int, v: int, group: int):
+    """:func:`chunk_order` as an (m * v, 2) integer array, built without a Python loop over the
+    micro-batches (Megatron's closed-form op order reads it for every profile the search needs)."""
+    import numpy as np
+
+    full, last = divmod(m, group)
+    if last == 0 and full:
+        full, last = full - 1, group  # the last group is a whole one
+    # Whole groups: (group, chunk, micro-batch within the group), in that nesting order.
+    g = np.arange(full)[:, None, None] * group + np.arange(group)[None, None, :]
+    mb = np.broadcast_to(g, (full, v, group)).reshape(-1)
+    ch = np.broadcast_to(np.arange(v)[None, :, None], (full, v, group)).reshape(-1)
+    # The last group's leftover micro-batches sweep every chunk in turn.
+    mb = np.concatenate([mb, np.tile(full * group + np.arange(last), v)])
+    ch = np.concatenate([ch, np.repeat(np.arange(v), last)])
+    return np.stack([mb, ch], axis=1).astype(np.int64)
+
+
 def warmup_count(p: int, v: int, m: int, rank: int, group: int | None = None) -> int:
     """Forwards rank ``rank`` runs before its first backward."""
     total = m * v
@@ -104,7 +122,7 @@ def megatron_ops(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
     first."""
     import numpy as np
 
-    order = np.array(chunk_order(m, v, p), dtype=np.int64).reshape(-1, 2)
+    order = chunk_order_array(m, v, p)
     n = len(order)
     w = min(warmup_count(p, v, m, rank) + extra_warmup, n)
     i = np.arange(n)

@@ -30,6 +30,7 @@ from planner.cost.schedules.batch import (
     StepResult, item_counts, item_times, pipeline_estimate, pipeline_step, slice_items,
 )
 from planner.cost.schedules.timing import LayerTimes
+from planner.specs.plan import EpOverlap
 
 
 def walk_name(schedule: str | None, levers, vpp: int = 1) -> str | None:
@@ -98,7 +99,7 @@ def walk_plans(costs) -> list[Walked]:
     for j, v in enumerate(b.variants):
         for has_ep in (False, True):
             # EP overlap needs expert parallelism (the canonical plan drops it at ep = 1).
-            lv = v if has_ep else dataclasses.replace(v, ep_overlap=False)
+            lv = v if has_ep else dataclasses.replace(v, ep_overlap=EpOverlap.OFF)
             name = walk_name(b.schedule, lv, b.vpp)
             sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
             if name is None or not len(sel) or (name == "combined-1f1b" and not b.walk):

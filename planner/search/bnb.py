@@ -89,7 +89,7 @@ class BranchAndBound:
         self.pool: list[int] = []
         """Step times (us) of the best plans of valid keys seen, at most ``want`` (a max-heap)."""
         self.layouts: list[LayoutState] = []
-        self.probe = self.main = self.shared = None
+        self.probe = self.main = self.shared = self.first = None
         self.children = 0
         """Contexts made for keys costed before U is known (see :meth:`_child`)."""
         self.main_local: np.ndarray | None = None
@@ -124,7 +124,8 @@ class BranchAndBound:
         distinct block keys, and each composed the same 180 block costs)."""
         self.children += 1
         if self.children == 1:
-            return self._context(self.space.keys[rows])
+            self.first = self._context(self.space.keys[rows])
+            return self.first
         if self.shared is None:
             pending = [rows] + [st.rows[st.timed:st.timed + self.FIRST_TIMED] for st in self.layouts]
             self.shared = self._context(self.space.keys[np.unique(np.concatenate(pending))])
@@ -288,6 +289,11 @@ class BranchAndBound:
                     self.U = -self.pool[0]
 
     # ---- results --------------------------------------------------------------------------------
+    def contexts(self) -> list:
+        """The contexts whose block costs the tables composed, the widest first (a ranked plan's
+        reports read theirs: planner.cost.compose.CostContext.share_blocks_with_any)."""
+        return [c for c in (self.main, self.shared, self.first) if c is not None]
+
     def parts(self) -> list[dict]:
         return [p for st in self.layouts for p in st.parts]
 

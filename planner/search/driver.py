@@ -124,6 +124,8 @@ class _Run:
         self.info: PerStageInfo = {"enabled": options.per_stage, "tried": 0, "skipped_by_bound": 0, "paired": 0,
                                       "improved": 0}
         self.dominated: dict = {}
+        self.block_sources: list = []
+        """The search's cost contexts, whose block costs a ranked plan's reports read."""
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
@@ -192,6 +194,7 @@ class _Run:
         self.dominated["costed"] = sum(len(p["ids"]) for p in bb.parts())
         self.lap("tables_s")
         tables = bb.candidates()
+        self.block_sources = bb.contexts()
         self.keys_in_model = len(tables.structs)
         found, status, bound = [], "OPTIMAL", None
         # With fewer than K feasible plans in the whole space, every one of them is in the pool.
@@ -235,7 +238,9 @@ class _Run:
         sp = self.space
         plan = make_plan(sp.struct(gid), lever_values(sp, lever_indices(sp, flat)))
         setup = resolve_setup(sp.model, sp.hw, sp.job, plan, self.assumptions)
-        costs = evaluate_batch(batch_of_setup(setup))
+        batch = batch_of_setup(setup)
+        batch.ctx.share_blocks_with_any(self.block_sources)
+        costs = evaluate_batch(batch)
         return Ranked(rank, setup.plan, setup, t, plan_evaluation(setup, costs=costs, time=False), costs)
 
     # ---- the per-stage refinement -----------------------------------------------------------

@@ -39,7 +39,7 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.job import Job
 from planner.specs.layout import parse_layout, suggest_layout
 from planner.specs.model import ModelSpec
-from planner.specs.plan import Plan, default_schedule
+from planner.specs.plan import EpOverlap, Plan, default_schedule
 
 LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap")
 
@@ -570,7 +570,7 @@ def lever_options(model, hw, job, target, limits: Limits, implementation: str, m
         "offload": [Offload(), Offload(optimizer=True), Offload(activations=True)],
         "dispatcher": [hw.default_dispatcher] + [d for d in ("alltoall", "deepep", "hybridep") if d != hw.default_dispatcher]
         if model.is_moe else [None],
-        "ep_overlap": [False, True] if model.is_moe else [False],
+        "ep_overlap": [EpOverlap.OFF, EpOverlap.ON] if model.is_moe else [EpOverlap.OFF],
     }
     for key, value in limits.fix.items():
         if key in opts:
@@ -585,5 +585,5 @@ def make_plan(s: Struct, lever_values: dict) -> Plan:
             d[k] = v
     if s.ep == 1:
         d.pop("dispatcher", None)
-        d["ep_overlap"] = False
+        d["ep_overlap"] = EpOverlap.OFF
     return Plan.model_validate(d)
