@@ -64,15 +64,23 @@ class Lin:
 
 @dataclass(frozen=True)
 class Graph:
-    """A task graph in array form: durations as a (variables x tasks) coefficient matrix, each
-    task's predecessors (its dependencies and the task before it on its stream) padded with the
-    sentinel ``n``, and the tasks grouped by topological level."""
+    """A task graph in array form: durations as sparse (variable, task, coefficient) terms plus a
+    constant per task, each task's predecessors (its dependencies and the task before it on its
+    stream), a topological order and each task's depth. Tuples rather than lists for what a graph
+    keeps per task: the garbage collector stops tracking tuples of numbers, and cached graphs of
+    lists made it sweep the search's whole heap (some 80 ms a sweep)."""
 
     variables: tuple
-    coef: np.ndarray
+    terms: tuple[np.ndarray, np.ndarray, np.ndarray]
+    """(variable, task, coefficient) of every term; a task names a variable at most once."""
     const: np.ndarray
-    preds: np.ndarray
-    levels: tuple[np.ndarray, ...]
+    waits: tuple[tuple[int, ...], ...]
+    """Each task's predecessors, then -1: the sentinel slot, finished at 0 (no task starts before
+    the step does, as in the event walk)."""
+    topo: list[int]
+    """The tasks in a topological order."""
+    depth: np.ndarray
+    """Each task's level: 0 without predecessors, else one more than its deepest predecessor's."""
     rank: np.ndarray
     compute: np.ndarray
     """Tasks of the compute stream (ops' work; not sends, posts or marks)."""
@@ -86,79 +94,143 @@ class Graph:
         return len(self.rank)
 
     @cached_property
-    def order(self) -> tuple[list[int], list[list[int]]]:
-        """(tasks in topological order, each task's predecessors) as Python lists, for walking one
-        plan: a loop over a few thousand tasks beats a numpy call per level there."""
-        return np.concatenate(self.levels).tolist() if self.levels else [], self.preds.tolist()
+    def width(self) -> int:
+        """Slots per task in :attr:`preds`."""
+        return max(map(len, self.waits), default=1)
+
+    @cached_property
+    def preds(self) -> np.ndarray:
+        """:attr:`waits` padded to :attr:`width` slots with the sentinel ``n`` (-1's slot)."""
+        n, pl = self.n, self.waits
+        sizes = np.fromiter(map(len, pl), dtype=np.int64, count=n)
+        pad = np.full((n, self.width), n, dtype=np.int64)
+        # Row t's first sizes[t] slots hold its waits (one scatter, not a loop of row writes).
+        flat = np.fromiter((d for p in pl for d in p), dtype=np.int64, count=int(sizes.sum()))
+        flat[flat < 0] = n
+        pad[np.repeat(np.arange(n), sizes), np.arange(len(flat)) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = flat
+        return pad
+
+    @cached_property
+    def levels(self) -> tuple[np.ndarray, ...]:
+        """The tasks grouped by depth: each level's finish times read only earlier levels'."""
+        if not self.n:
+            return ()
+        by_depth = np.argsort(self.depth, kind="stable")
+        return tuple(np.split(by_depth, np.cumsum(np.bincount(self.depth))[:-1]))
+
+    @cached_property
+    def coef(self) -> np.ndarray:
+        """The durations' (variables x tasks) coefficient matrix."""
+        rows, cols, vals = self.terms
+        coef = np.zeros((len(self.variables), self.n))
+        coef[rows, cols] += vals  # (variable, task) pairs are distinct: np.add.at's sums
+        return coef
+
+    @cached_property
+    def select(self) -> np.ndarray | None:
+        """Where every duration is one variable (coefficient 1) plus its constant, each task's
+        variable (``len(variables)`` for none); None otherwise."""
+        rows, cols, vals = self.terms
+        if np.any(vals != 1.0) or len(np.unique(cols)) != len(cols):
+            return None
+        sel = np.full(self.n, len(self.variables), dtype=np.int64)
+        sel[cols] = rows
+        return sel
+
+    @cached_property
+    def order(self) -> tuple[list[int], tuple[tuple[int, ...], ...]]:
+        """(tasks in topological order, :attr:`waits`), for walking one plan: a loop over a few
+        thousand tasks beats a numpy call per level there."""
+        return self.topo, self.waits
 
 
 def graph_of(tasks: Tasks, marks: dict | None = None) -> Graph:
     """The array form of a task graph whose durations are :class:`Lin` (or numbers)."""
-    n = len(tasks.dur)
-    preds: list[list[int]] = []
+    preds = _preds(tasks)
+    topo, depth = _topological(preds)
+    names, terms, const = _terms(tasks.dur)
+    on_compute = np.array([s == COMPUTE and c != "p2p" for s, c in zip(tasks.stream, tasks.cause)], dtype=bool)
+    a2a = np.array([s == A2A for s in tasks.stream], dtype=bool)
+    waits = tuple((*p, -1) for p in preds)
+    return Graph(names, terms, const, waits, topo, np.array(depth, dtype=np.int64), np.array(tasks.rank),
+                 on_compute, a2a, marks or {})
+
+
+def _preds(tasks: Tasks) -> list[list[int]]:
+    """Each task's dependencies, then the task before it on its rank's stream."""
+    out: list[list[int]] = []
     prev: dict[tuple, int] = {}
-    for t in range(n):
+    for t, key in enumerate(zip(tasks.rank, tasks.stream)):
         p = tasks.resolved(t)
-        key = (tasks.rank[t], tasks.stream[t])
-        if key in prev:
-            p.append(prev[key])
+        last = prev.get(key)
+        if last is not None:
+            p.append(last)
         prev[key] = t
-        preds.append(p)
-    levels = _levels(preds)
+        out.append(p)
+    return out
+
+
+def _topological(preds: list[list[int]]) -> tuple[list[int], list[int]]:
+    """(a topological order, each task's depth) by Kahn's algorithm; a cycle is the walk's
+    deadlock."""
+    n = len(preds)
+    after: list[list[int]] = [[] for _ in range(n)]
+    for t, p in enumerate(preds):
+        for d in p:
+            after[d].append(t)
+    waits = list(map(len, preds))
+    depth = [0] * n
+    order = [t for t in range(n) if not waits[t]]
+    for t in order:  # a queue: tasks join it as their last predecessor leaves
+        below = depth[t] + 1
+        for u in after[t]:
+            if depth[u] < below:
+                depth[u] = below
+            waits[u] -= 1
+            if not waits[u]:
+                order.append(u)
+    if len(order) < n:
+        raise ValueError(f"the schedule deadlocks: {n - len(order)} tasks never start")
+    return order, depth
+
+
+def _terms(durs: list) -> tuple[tuple, tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """(variables in order of first use, their (variable, task, coefficient) terms, constants)."""
     names: dict = {}
-    rows, cols, vals, const = [], [], [], np.zeros(n)
-    for t, d in enumerate(tasks.dur):
-        for name, c in (d.terms.items() if isinstance(d, Lin) else [(None, float(d))]):
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    at: list[int] = []
+    consts: list[float] = []
+    for t, d in enumerate(durs):
+        if not isinstance(d, Lin):
+            if d:  # a zero adds nothing to the constants' zeros
+                at.append(t)
+                consts.append(float(d))
+            continue
+        for name, c in d.terms.items():
             if name is None:
-                const[t] += c
+                at.append(t)
+                consts.append(c)
             else:
                 rows.append(names.setdefault(name, len(names)))
                 cols.append(t)
                 vals.append(c)
-    coef = np.zeros((len(names), n))
-    np.add.at(coef, (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)), vals)
-    sizes = np.fromiter(map(len, preds), dtype=np.int64, count=n)
-    width = int(sizes.max(initial=0)) or 1
-    pad = np.full((n, width), n, dtype=np.int64)
-    # Row t's first sizes[t] slots hold its predecessors (one scatter, not a loop of row writes).
-    flat = np.fromiter((d for p in preds for d in p), dtype=np.int64, count=int(sizes.sum()))
-    pad[np.repeat(np.arange(n), sizes), np.arange(len(flat)) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = flat
-    stream = np.array(tasks.stream, dtype=object)
-    on_compute = (stream == COMPUTE) & (np.array(tasks.cause, dtype=object) != "p2p")
-    return Graph(tuple(names), coef, const, pad, levels, np.array(tasks.rank), on_compute, stream == A2A, marks or {})
-
-
-def _levels(preds: list[list[int]]) -> tuple[np.ndarray, ...]:
-    """Tasks by topological level (Kahn); a cycle is the walk's deadlock."""
-    n = len(preds)
-    after: list[list[int]] = [[] for _ in range(n)]
-    waits = [len(p) for p in preds]
-    for t, p in enumerate(preds):
-        for d in p:
-            after[d].append(t)
-    level = [0] * n
-    ready = [t for t in range(n) if waits[t] == 0]
-    out: list[list[int]] = []
-    done = 0
-    while ready:
-        out.append(ready)
-        done += len(ready)
-        nxt = []
-        for t in ready:
-            for u in after[t]:
-                level[u] = max(level[u], level[t] + 1)
-                waits[u] -= 1
-                if waits[u] == 0:
-                    nxt.append(u)
-        ready = nxt
-    if done < n:
-        raise ValueError(f"the schedule deadlocks: {n - done} tasks never start")
-    return tuple(np.array(lv, dtype=np.int64) for lv in out)
+    const = np.zeros(len(durs))
+    const[np.array(at, dtype=np.int64)] += consts  # one constant per task: np.add.at's sums
+    terms = (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), np.array(vals, dtype=float))
+    return tuple(names), terms, const
 
 
 def durations(g: Graph, values: np.ndarray) -> np.ndarray:
     """(plans, tasks) durations for each row of ``values`` (plans x ``g.variables``)."""
-    return np.atleast_2d(np.asarray(values, dtype=float)) @ g.coef + g.const
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    if g.select is not None and np.isfinite(values).all():
+        # Each task's duration is one variable or none: picking it is the product's exact value
+        # (x times 1 plus zeros is x) without the dense matrix (46 MB for a coarse walk of
+        # 12,000 tasks and 500 variables).
+        return np.concatenate([values, np.zeros((len(values), 1))], axis=1)[:, g.select] + g.const
+    return values @ g.coef + g.const
 
 
 MAX_CELLS = 2**24
@@ -187,7 +259,7 @@ def _longest_path_one(g: Graph, dur: np.ndarray) -> np.ndarray:
     numbers)."""
     order, preds = g.order
     d = dur.tolist()
-    fin = [0.0] * (g.n + 1)  # the last entry is the padding sentinel, finished at 0
+    fin = [0.0] * (g.n + 1)  # the last entry is the sentinel, finished at 0
     get = fin.__getitem__
     for t in order:
         fin[t] = max(map(get, preds[t])) + d[t]
