@@ -34,9 +34,9 @@ from functools import lru_cache
 import numpy as np
 
 from planner.cost.schedules.graph import Graph, Lin, durations, graph_of, longest_paths
-from planner.cost.schedules.ops import Pair
+from planner.cost.schedules.ops import Commit, Pair, Placement, Post
 from planner.cost.schedules.timing import LayerTimes, StepTimes
-from planner.cost.schedules.walk import COMPUTE, Tasks, _Builder, build
+from planner.cost.schedules.walk import COMPUTE, Tasks, _Builder, build, op_inputs, op_outputs
 
 
 def symbolic_layers(prefix, probes: tuple[LayerTimes, ...]) -> tuple[LayerTimes, ...]:
@@ -175,6 +175,112 @@ class Coarse(_Builder):
             self.produced(rank, op, [t])
 
 
+class _Direct:
+    """:class:`Coarse`'s tasks straight into lists, for schedules whose items wait only for their
+    inputs (no posted transfers) and whose sends leave the compute stream. Each rank's next item is
+    issued once its inputs are made (:func:`direct_graph`), so every task's predecessors exist as
+    it is added: task ids are a topological order and depths are known at once, with no sort
+    afterwards. A duration is one variable or none (no :class:`Lin`)."""
+
+    def __init__(self, place: Placement, p2p: bool):
+        self.place, self.p2p = place, p2p
+        self.made: dict[tuple, int] = {}
+        """Output key -> the task that makes it (Tasks.outputs; one task each here)."""
+        self.last: dict[tuple, int] = {}
+        """(rank, stream) -> its latest task."""
+        self.waits: list[tuple[int, ...]] = []
+        """Graph.waits: each task's predecessors, then the sentinel -1."""
+        self.depth: list[int] = []
+        self.rank: list[int] = []
+        self.var: list = []
+        self.compute: list[bool] = []
+
+    def add(self, rank: int, stream, var, preds: list[int], compute: bool) -> int:
+        """Tasks.add with graph_of's predecessors: ``preds``, then the stream's previous task."""
+        t = len(self.depth)
+        last = self.last.get((rank, stream))
+        if last is not None:
+            preds.append(last)
+        self.last[rank, stream] = t
+        depth = self.depth
+        depth.append(1 + max(map(depth.__getitem__, preds)) if preds else 0)
+        self.waits.append((*preds, -1))
+        self.rank.append(rank)
+        self.var.append(var)
+        self.compute.append(compute)
+        return t
+
+    def inputs(self, rank: int, item) -> list[int] | None:
+        """The tasks that make the item's inputs; None while one is not made."""
+        out = []
+        for op in (item.fwd, item.bwd) if isinstance(item, Pair) else (item,):
+            for key in op_inputs(self.place, rank, op):
+                t = self.made.get(key)
+                if t is None:
+                    return None
+                out.append(t)
+        return out
+
+    def issue(self, rank: int, item, deps: list[int]) -> None:
+        """Coarse.op or Coarse.pair (overlapped): after the inputs ``deps`` and the rank's compute
+        stream up to here (Tasks.issue_point)."""
+        at = self.last.get((rank, COMPUTE))
+        deps = deps if at is None else [*deps, at]
+        key = item_key(item)
+        if not isinstance(item, Pair):
+            self.produced(rank, item, self.add(rank, COMPUTE, ("d", rank, key), deps, True))
+            return
+        start = self.add(rank, COMPUTE, None, deps, True)
+        f = self.add(rank, ("out", start, 0), ("o", rank, key, "F"), [start], False)
+        b = self.add(rank, ("out", start, 1), ("o", rank, key, item.bwd.kind), [start], False)
+        self.add(rank, COMPUTE, ("d", rank, key), [start], True)
+        self.produced(rank, item.fwd, f)
+        self.produced(rank, item.bwd, b)
+
+    def produced(self, rank: int, op, done: int) -> None:
+        """_Builder.produced and hand_over: a send task on the stream to the peer when sends take
+        time."""
+        for key, dst in op_outputs(self.place, rank, op):
+            if dst is None or dst == rank or not self.p2p:
+                self.made[key] = done
+            else:
+                self.made[key] = self.add(rank, ("p2p", dst), ("p2p",), [done], False)
+
+    def graph(self) -> Graph:
+        n = len(self.depth)
+        names: dict = {}
+        cols = [t for t, v in enumerate(self.var) if v is not None]
+        rows = [names.setdefault(self.var[t], len(names)) for t in cols]
+        terms = (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), np.ones(len(cols)))
+        return Graph(tuple(names), terms, np.zeros(n), tuple(self.waits), list(range(n)), np.array(self.depth, dtype=np.int64),
+                     np.array(self.rank, dtype=np.int64), np.array(self.compute, dtype=bool), np.zeros(n, dtype=bool), {})
+
+
+def direct_graph(items_per_rank, place: Placement, pair_overlap: bool, p2p: bool) -> Graph:
+    """The graph :func:`coarse_graph` builds with :class:`Coarse` (sends off the compute stream, no
+    posted transfers), through :class:`_Direct`: the same tasks, each rank's and each stream's in
+    the same order, numbered so that every task comes after what it waits for."""
+    bld = _Direct(place, p2p)
+    # A pair that does not overlap is its forward then its backward (Coarse.pair).
+    todo = [[x for item in items for x in ((item.fwd, item.bwd) if isinstance(item, Pair) and not pair_overlap
+                                          else (item,))]
+            for items in items_per_rank]
+    at = [0] * len(todo)
+    moved = True
+    while moved:  # the ranks in turn, each as far as its inputs allow
+        moved = False
+        for r, items in enumerate(todo):
+            i = at[r]
+            while i < len(items) and (deps := bld.inputs(r, items[i])) is not None:
+                bld.issue(r, items[i], deps)
+                i += 1
+            moved, at[r] = moved or i > at[r], i
+    left = sum(len(items) - i for items, i in zip(todo, at))
+    if left:
+        raise ValueError(f"the schedule deadlocks: {left} items never start")
+    return bld.graph()
+
+
 @lru_cache(maxsize=256)
 def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: bool, p2p_overlap: bool = True) -> Graph:
     """The one-task-per-item graph of a step under schedule ``name`` (``p2p``: whether sends take
@@ -185,7 +291,10 @@ def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: boo
     items = [rank_items(name, p, v, m, r) for r in range(p)]
     times = StepTimes((), p2p=Lin.var(("p2p",), 1.0) if p2p else 0.0, p2p_overlap=p2p_overlap,
                       pair_overlap=pair_overlap)
-    return graph_of(build(items, s.placement(p, v, m), times, Coarse))
+    place = s.placement(p, v, m)
+    if p2p_overlap and not any(isinstance(i, (Post, Commit)) for r in items for i in r):
+        return direct_graph(items, place, pair_overlap, p2p)
+    return graph_of(build(items, place, times, Coarse))
 
 
 @lru_cache(maxsize=1024)
