@@ -396,13 +396,30 @@ def slice_items(items: list[dict], idx) -> list[dict]:
 
 
 def _result(step, name, p, v, m, items, pair_overlap, interference, n) -> StepResult:
-    def tot(r, f):
-        return sum(c * np.broadcast_to(f(items[r][k]), (n,)) for k, c in item_counts(name, p, v, m, r, pair_overlap).items())
+    per_rank = [_rank_totals(items[r], item_counts(name, p, v, m, r, pair_overlap), interference, n) for r in range(p)]
+    busy, compute, exposed, hidden = (tuple(x) for x in zip(*per_rank))
+    return StepResult(np.broadcast_to(step, (n,)), busy, compute, exposed, hidden)
 
-    return StepResult(np.broadcast_to(step, (n,)), tuple(tot(r, lambda it: it.dur + interference * it.hidden) for r in range(p)),
-                      tuple(tot(r, lambda it: it.compute) for r in range(p)),
-                      tuple(tot(r, lambda it: it.exposed) for r in range(p)),
-                      tuple(tot(r, lambda it: it.hidden) for r in range(p)))
+
+def _rank_totals(per: dict, counts: dict, interference, n: int) -> tuple:
+    """A rank's (busy, compute, exposed, hidden) seconds: each item kind's ItemTime terms times its
+    count, summed in ``counts``' order. The kinds are stacked (one numpy call per term, not one per
+    kind and term); a cumulative sum adds row after row as Python's sum did, from 0 (np.sum's
+    pairwise order would change the last digits)."""
+    if not counts:
+        return 0, 0, 0, 0
+    dur, comp, a2a = (np.empty((len(counts), n)) for _ in range(3))
+    for i, k in enumerate(counts):
+        it = per[k]
+        dur[i], comp[i], a2a[i] = it.dur, it.compute, it.a2a
+    exposed = dur - comp  # ItemTime.exposed, .hidden, elementwise as there
+    hidden = a2a - exposed
+    c = np.array(list(counts.values()))[:, None]
+
+    def total(x):
+        return np.cumsum(np.concatenate([np.zeros((1, n)), c * x]), axis=0)[-1]
+
+    return total(dur + interference * hidden), total(comp), total(exposed), total(hidden)
 
 
 def pipeline_step(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
