@@ -122,7 +122,7 @@ def _probe(chunks) -> tuple[tuple[LayerTimes, ...], ...]:
 
     def one(lt: LayerTimes) -> LayerTimes:
         if id(lt) not in seen:
-            seen[id(lt)] = LayerTimes(**{n: float(np.any(np.asarray(getattr(lt, n)) > 0.0)) for n in names})
+            seen[id(lt)] = LayerTimes(**{n: float((np.asarray(getattr(lt, n)) > 0.0).any()) for n in names})
         return seen[id(lt)]
 
     return tuple(tuple(one(lt) for lt in layers) for layers in chunks)
@@ -133,9 +133,11 @@ def item_time(key: tuple, chunks, delay_wgrad: bool = False, pair_overlap: bool 
     of :class:`LayerTimes` whose fields are numbers or arrays over plans); ``probe``: their
     :func:`_probe`, when the caller has it."""
     g = item_graph(key, probe if probe is not None else _probe(chunks), delay_wgrad, pair_overlap)
-    cols = [np.asarray(getattr(chunks[c][j], f), dtype=float) for c, j, f in g.variables]
-    n = max((x.size for x in cols), default=1)
-    values = np.stack([np.broadcast_to(x, (n,)) for x in cols], axis=1) if cols else np.zeros((n, 0))
+    cols = [getattr(chunks[c][j], f) for c, j, f in g.variables]
+    n = max(map(np.size, cols), default=1)
+    values = np.empty((n, len(cols)))
+    for i, x in enumerate(cols):  # broadcast by the assignment: one call per variable, not three
+        values[:, i] = x
     fin = longest_paths(g, values)
     dur = durations(g, values)
     out = {name: fin[:, tasks].max(axis=1) for name, tasks in g.marks.items()}
@@ -196,12 +198,15 @@ class _Direct:
         self.compute: list[bool] = []
 
     def add(self, rank: int, stream, var, preds: list[int], compute: bool) -> int:
-        """Tasks.add with graph_of's predecessors: ``preds``, then the stream's previous task."""
+        """Tasks.add with graph_of's predecessors: ``preds``, then the stream's previous task
+        (``stream`` None: a stream of its own, as each output of a pair has)."""
         t = len(self.depth)
-        last = self.last.get((rank, stream))
-        if last is not None:
-            preds.append(last)
-        self.last[rank, stream] = t
+        if stream is not None:
+            key = (rank, stream)
+            last = self.last.get(key)
+            if last is not None:
+                preds.append(last)
+            self.last[key] = t
         depth = self.depth
         depth.append(1 + max(map(depth.__getitem__, preds)) if preds else 0)
         self.waits.append((*preds, -1))
@@ -231,8 +236,8 @@ class _Direct:
             self.produced(rank, item, self.add(rank, COMPUTE, ("d", rank, key), deps, True))
             return
         start = self.add(rank, COMPUTE, None, deps, True)
-        f = self.add(rank, ("out", start, 0), ("o", rank, key, "F"), [start], False)
-        b = self.add(rank, ("out", start, 1), ("o", rank, key, item.bwd.kind), [start], False)
+        f = self.add(rank, None, ("o", rank, key, "F"), [start], False)
+        b = self.add(rank, None, ("o", rank, key, item.bwd.kind), [start], False)
         self.add(rank, COMPUTE, ("d", rank, key), [start], True)
         self.produced(rank, item.fwd, f)
         self.produced(rank, item.bwd, b)
@@ -432,16 +437,27 @@ def pipeline_step(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad
     g = coarse_graph(name, p, v, m, pair_overlap, bool(np.any(p2p > 0.0)))
     items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) if items is None else items
     n = max([np.size(p2p)] + [np.size(it.dur) for per in items for it in per.values()])
-    cols = []
-    for var in g.variables:
+    step = longest_paths(g, _coarse_values(g, items, p2p, interference, n))[:, :-1].max(axis=1)
+    return _result(step, name, p, v, m, items, pair_overlap, interference, n)
+
+
+def _coarse_values(g: Graph, items: list[dict], p2p: np.ndarray, interference: float, n: int) -> np.ndarray:
+    """(plans x variables) of a coarse graph: an item's duration (its hidden all-to-all slowing
+    it), the offsets of its outputs, a send's seconds."""
+    values = np.empty((n, len(g.variables)))
+    busy: dict[int, np.ndarray] = {}  # items of equal chunks share one ItemTime (item_times)
+    for i, var in enumerate(g.variables):  # broadcast by the assignment
         if var[0] == "p2p":
-            cols.append(np.broadcast_to(p2p, (n,)))
+            values[:, i] = p2p
             continue
         it = items[var[1]][var[2]]
-        cols.append(np.broadcast_to(it.dur + interference * it.hidden if var[0] == "d" else it.out[var[3]], (n,)))
-    values = np.stack(cols, axis=1) if cols else np.zeros((n, 0))
-    step = longest_paths(g, values)[:, :-1].max(axis=1)
-    return _result(step, name, p, v, m, items, pair_overlap, interference, n)
+        if var[0] == "o":
+            values[:, i] = it.out[var[3]]
+        else:
+            if id(it) not in busy:
+                busy[id(it)] = it.dur + interference * it.hidden
+            values[:, i] = busy[id(it)]
+    return values
 
 
 def pipeline_estimate(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
