@@ -4,7 +4,7 @@ A walk's finish times are a max-plus function of its durations: a task starts wh
 free and its dependencies are done (:func:`~planner.cost.schedules.walk.simulate`), so for a fixed
 graph every finish time is the longest path to it. Plans that share a schedule, ``(p, v, m)`` and
 which pieces are non-zero share one graph; their step times are one longest-path evaluation with a
-column per plan (:func:`longest_paths`), no event queue.
+column per plan (:func:`~planner.cost.schedules.graph.longest_paths`), no event queue.
 
 Two levels keep the graphs small (the walk at p = 16, m = 120 with per-layer all-to-all has some
 60,000 tasks):
@@ -19,69 +19,24 @@ Two levels keep the graphs small (the walk at p = 16, m = 120 with per-layer all
   the item's start): what it computes equals the full walk exactly (tests compare them on random
   durations for every schedule).
 
-Durations are :class:`Lin`, linear forms over named variables with a probe value (what the
-builder compares with zero to skip empty pieces); a graph is evaluated for a matrix of variable
-values, one row per plan.
+Durations are :class:`~planner.cost.schedules.graph.Lin`, linear forms over named variables with
+a probe value (what the builder compares with zero to skip empty pieces); a graph
+(:mod:`~planner.cost.schedules.graph`) is evaluated for a matrix of variable values, one row per
+plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
-from planner.cost.schedules.ops import Pair
+from planner.cost.schedules.graph import Graph, Lin, durations, graph_of, longest_paths
+from planner.cost.schedules.ops import Commit, Pair, Placement, Post
 from planner.cost.schedules.timing import LayerTimes, StepTimes
-from planner.cost.schedules.walk import A2A, COMPUTE, Tasks, _Builder, build
-
-
-class Lin:
-    """A linear form ``sum coef * var`` (plus a constant) standing for a duration while a graph is
-    built; comparisons read ``probe``, its value at a representative plan."""
-
-    __slots__ = ("terms", "probe")
-
-    def __init__(self, terms: dict | None = None, probe: float = 0.0):
-        self.terms = terms or {}
-        self.probe = probe
-
-    @classmethod
-    def var(cls, name, probe: float) -> Lin:
-        return cls({name: 1.0}, probe)
-
-    def _lift(self, other) -> Lin:
-        if isinstance(other, Lin):
-            return other
-        return Lin({None: float(other)} if other else {}, float(other))
-
-    def __add__(self, other) -> Lin:
-        o = self._lift(other)
-        terms = dict(self.terms)
-        for k, c in o.terms.items():
-            terms[k] = terms.get(k, 0.0) + c
-        return Lin(terms, self.probe + o.probe)
-
-    __radd__ = __add__
-
-    def __mul__(self, k) -> Lin:
-        k = float(k)
-        return Lin({n: c * k for n, c in self.terms.items()} if k else {}, self.probe * k)
-
-    __rmul__ = __mul__
-
-    def __le__(self, x) -> bool:
-        return self.probe <= x
-
-    def __gt__(self, x) -> bool:
-        return self.probe > x
-
-    def __lt__(self, x) -> bool:
-        return self.probe < x
-
-    def __ge__(self, x) -> bool:
-        return self.probe >= x
+from planner.cost.schedules.walk import COMPUTE, Tasks, _Builder, build, op_inputs, op_outputs
 
 
 def symbolic_layers(prefix, probes: tuple[LayerTimes, ...]) -> tuple[LayerTimes, ...]:
@@ -89,138 +44,6 @@ def symbolic_layers(prefix, probes: tuple[LayerTimes, ...]) -> tuple[LayerTimes,
     return tuple(LayerTimes(**{f.name: Lin.var((*prefix, j, f.name), getattr(lt, f.name))
                                for f in dataclasses.fields(LayerTimes)})
                  for j, lt in enumerate(probes))
-
-
-@dataclass(frozen=True)
-class Graph:
-    """A task graph in array form: durations as a (variables x tasks) coefficient matrix, each
-    task's predecessors (its dependencies and the task before it on its stream) padded with the
-    sentinel ``n``, and the tasks grouped by topological level."""
-
-    variables: tuple
-    coef: np.ndarray
-    const: np.ndarray
-    preds: np.ndarray
-    levels: tuple[np.ndarray, ...]
-    rank: np.ndarray
-    compute: np.ndarray
-    """Tasks of the compute stream (ops' work; not sends, posts or marks)."""
-    a2a: np.ndarray
-    """Tasks of the all-to-all stream."""
-    marks: dict
-    """Named tasks whose finish times a caller reads (an item's outputs)."""
-
-    @property
-    def n(self) -> int:
-        return len(self.rank)
-
-    @cached_property
-    def order(self) -> tuple[list[int], list[list[int]]]:
-        """(tasks in topological order, each task's predecessors) as Python lists, for walking one
-        plan: a loop over a few thousand tasks beats a numpy call per level there."""
-        return np.concatenate(self.levels).tolist() if self.levels else [], self.preds.tolist()
-
-
-def graph_of(tasks: Tasks, marks: dict | None = None) -> Graph:
-    """The array form of a task graph whose durations are :class:`Lin` (or numbers)."""
-    n = len(tasks.dur)
-    preds: list[list[int]] = []
-    prev: dict[tuple, int] = {}
-    for t in range(n):
-        p = tasks.resolved(t)
-        key = (tasks.rank[t], tasks.stream[t])
-        if key in prev:
-            p.append(prev[key])
-        prev[key] = t
-        preds.append(p)
-    levels = _levels(preds)
-    names: dict = {}
-    rows, cols, vals, const = [], [], [], np.zeros(n)
-    for t, d in enumerate(tasks.dur):
-        for name, c in (d.terms.items() if isinstance(d, Lin) else [(None, float(d))]):
-            if name is None:
-                const[t] += c
-            else:
-                rows.append(names.setdefault(name, len(names)))
-                cols.append(t)
-                vals.append(c)
-    coef = np.zeros((len(names), n))
-    np.add.at(coef, (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)), vals)
-    sizes = np.fromiter(map(len, preds), dtype=np.int64, count=n)
-    width = int(sizes.max(initial=0)) or 1
-    pad = np.full((n, width), n, dtype=np.int64)
-    # Row t's first sizes[t] slots hold its predecessors (one scatter, not a loop of row writes).
-    flat = np.fromiter((d for p in preds for d in p), dtype=np.int64, count=int(sizes.sum()))
-    pad[np.repeat(np.arange(n), sizes), np.arange(len(flat)) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = flat
-    stream = np.array(tasks.stream, dtype=object)
-    on_compute = (stream == COMPUTE) & (np.array(tasks.cause, dtype=object) != "p2p")
-    return Graph(tuple(names), coef, const, pad, levels, np.array(tasks.rank), on_compute, stream == A2A, marks or {})
-
-
-def _levels(preds: list[list[int]]) -> tuple[np.ndarray, ...]:
-    """Tasks by topological level (Kahn); a cycle is the walk's deadlock."""
-    n = len(preds)
-    after: list[list[int]] = [[] for _ in range(n)]
-    waits = [len(p) for p in preds]
-    for t, p in enumerate(preds):
-        for d in p:
-            after[d].append(t)
-    level = [0] * n
-    ready = [t for t in range(n) if waits[t] == 0]
-    out: list[list[int]] = []
-    done = 0
-    while ready:
-        out.append(ready)
-        done += len(ready)
-        nxt = []
-        for t in ready:
-            for u in after[t]:
-                level[u] = max(level[u], level[t] + 1)
-                waits[u] -= 1
-                if waits[u] == 0:
-                    nxt.append(u)
-        ready = nxt
-    if done < n:
-        raise ValueError(f"the schedule deadlocks: {n - done} tasks never start")
-    return tuple(np.array(lv, dtype=np.int64) for lv in out)
-
-
-def durations(g: Graph, values: np.ndarray) -> np.ndarray:
-    """(plans, tasks) durations for each row of ``values`` (plans x ``g.variables``)."""
-    return np.atleast_2d(np.asarray(values, dtype=float)) @ g.coef + g.const
-
-
-MAX_CELLS = 2**24
-"""Finish times held at once (plans x tasks, 128 MiB of float64); more plans are walked in
-slices."""
-
-
-def longest_paths(g: Graph, values: np.ndarray) -> np.ndarray:
-    """Finish time of every task for each row of ``values`` (plans x ``g.variables``): (plans,
-    tasks + 1), the last column the sentinel 0."""
-    values = np.atleast_2d(np.asarray(values, dtype=float))
-    rows = max(1, MAX_CELLS // (g.n + 1))
-    if len(values) > rows:
-        return np.concatenate([longest_paths(g, values[i:i + rows]) for i in range(0, len(values), rows)])
-    dur = durations(g, values)
-    if len(values) == 1:
-        return _longest_path_one(g, dur[0])
-    finish = np.zeros((len(values), g.n + 1))
-    for lv in g.levels:
-        finish[:, lv] = finish[:, g.preds[lv]].max(axis=2) + dur[:, lv]
-    return finish
-
-
-def _longest_path_one(g: Graph, dur: np.ndarray) -> np.ndarray:
-    """:func:`longest_paths` of one plan, task by task (the same maxima and sums, so the same
-    numbers)."""
-    order, preds = g.order
-    d = dur.tolist()
-    fin = [0.0] * (g.n + 1)  # the last entry is the padding sentinel, finished at 0
-    get = fin.__getitem__
-    for t in order:
-        fin[t] = max(map(get, preds[t])) + d[t]
-    return np.array(fin)[None, :]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,7 +122,7 @@ def _probe(chunks) -> tuple[tuple[LayerTimes, ...], ...]:
 
     def one(lt: LayerTimes) -> LayerTimes:
         if id(lt) not in seen:
-            seen[id(lt)] = LayerTimes(**{n: float(np.any(np.asarray(getattr(lt, n)) > 0.0)) for n in names})
+            seen[id(lt)] = LayerTimes(**{n: float((np.asarray(getattr(lt, n)) > 0.0).any()) for n in names})
         return seen[id(lt)]
 
     return tuple(tuple(one(lt) for lt in layers) for layers in chunks)
@@ -310,9 +133,11 @@ def item_time(key: tuple, chunks, delay_wgrad: bool = False, pair_overlap: bool 
     of :class:`LayerTimes` whose fields are numbers or arrays over plans); ``probe``: their
     :func:`_probe`, when the caller has it."""
     g = item_graph(key, probe if probe is not None else _probe(chunks), delay_wgrad, pair_overlap)
-    cols = [np.asarray(getattr(chunks[c][j], f), dtype=float) for c, j, f in g.variables]
-    n = max((x.size for x in cols), default=1)
-    values = np.stack([np.broadcast_to(x, (n,)) for x in cols], axis=1) if cols else np.zeros((n, 0))
+    cols = [getattr(chunks[c][j], f) for c, j, f in g.variables]
+    n = max(map(np.size, cols), default=1)
+    values = np.empty((n, len(cols)))
+    for i, x in enumerate(cols):  # broadcast by the assignment: one call per variable, not three
+        values[:, i] = x
     fin = longest_paths(g, values)
     dur = durations(g, values)
     out = {name: fin[:, tasks].max(axis=1) for name, tasks in g.marks.items()}
@@ -352,6 +177,115 @@ class Coarse(_Builder):
             self.produced(rank, op, [t])
 
 
+class _Direct:
+    """:class:`Coarse`'s tasks straight into lists, for schedules whose items wait only for their
+    inputs (no posted transfers) and whose sends leave the compute stream. Each rank's next item is
+    issued once its inputs are made (:func:`direct_graph`), so every task's predecessors exist as
+    it is added: task ids are a topological order and depths are known at once, with no sort
+    afterwards. A duration is one variable or none (no :class:`Lin`)."""
+
+    def __init__(self, place: Placement, p2p: bool):
+        self.place, self.p2p = place, p2p
+        self.made: dict[tuple, int] = {}
+        """Output key -> the task that makes it (Tasks.outputs; one task each here)."""
+        self.last: dict[tuple, int] = {}
+        """(rank, stream) -> its latest task."""
+        self.waits: list[tuple[int, ...]] = []
+        """Graph.waits: each task's predecessors, then the sentinel -1."""
+        self.depth: list[int] = []
+        self.rank: list[int] = []
+        self.var: list = []
+        self.compute: list[bool] = []
+
+    def add(self, rank: int, stream, var, preds: list[int], compute: bool) -> int:
+        """Tasks.add with graph_of's predecessors: ``preds``, then the stream's previous task
+        (``stream`` None: a stream of its own, as each output of a pair has)."""
+        t = len(self.depth)
+        if stream is not None:
+            key = (rank, stream)
+            last = self.last.get(key)
+            if last is not None:
+                preds.append(last)
+            self.last[key] = t
+        depth = self.depth
+        depth.append(1 + max(map(depth.__getitem__, preds)) if preds else 0)
+        self.waits.append((*preds, -1))
+        self.rank.append(rank)
+        self.var.append(var)
+        self.compute.append(compute)
+        return t
+
+    def inputs(self, rank: int, item) -> list[int] | None:
+        """The tasks that make the item's inputs; None while one is not made."""
+        out = []
+        for op in (item.fwd, item.bwd) if isinstance(item, Pair) else (item,):
+            for key in op_inputs(self.place, rank, op):
+                t = self.made.get(key)
+                if t is None:
+                    return None
+                out.append(t)
+        return out
+
+    def issue(self, rank: int, item, deps: list[int]) -> None:
+        """Coarse.op or Coarse.pair (overlapped): after the inputs ``deps`` and the rank's compute
+        stream up to here (Tasks.issue_point)."""
+        at = self.last.get((rank, COMPUTE))
+        deps = deps if at is None else [*deps, at]
+        key = item_key(item)
+        if not isinstance(item, Pair):
+            self.produced(rank, item, self.add(rank, COMPUTE, ("d", rank, key), deps, True))
+            return
+        start = self.add(rank, COMPUTE, None, deps, True)
+        f = self.add(rank, None, ("o", rank, key, "F"), [start], False)
+        b = self.add(rank, None, ("o", rank, key, item.bwd.kind), [start], False)
+        self.add(rank, COMPUTE, ("d", rank, key), [start], True)
+        self.produced(rank, item.fwd, f)
+        self.produced(rank, item.bwd, b)
+
+    def produced(self, rank: int, op, done: int) -> None:
+        """_Builder.produced and hand_over: a send task on the stream to the peer when sends take
+        time."""
+        for key, dst in op_outputs(self.place, rank, op):
+            if dst is None or dst == rank or not self.p2p:
+                self.made[key] = done
+            else:
+                self.made[key] = self.add(rank, ("p2p", dst), ("p2p",), [done], False)
+
+    def graph(self) -> Graph:
+        n = len(self.depth)
+        names: dict = {}
+        cols = [t for t, v in enumerate(self.var) if v is not None]
+        rows = [names.setdefault(self.var[t], len(names)) for t in cols]
+        terms = (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), np.ones(len(cols)))
+        return Graph(tuple(names), terms, np.zeros(n), tuple(self.waits), list(range(n)), np.array(self.depth, dtype=np.int64),
+                     np.array(self.rank, dtype=np.int64), np.array(self.compute, dtype=bool), np.zeros(n, dtype=bool), {})
+
+
+def direct_graph(items_per_rank, place: Placement, pair_overlap: bool, p2p: bool) -> Graph:
+    """The graph :func:`coarse_graph` builds with :class:`Coarse` (sends off the compute stream, no
+    posted transfers), through :class:`_Direct`: the same tasks, each rank's and each stream's in
+    the same order, numbered so that every task comes after what it waits for."""
+    bld = _Direct(place, p2p)
+    # A pair that does not overlap is its forward then its backward (Coarse.pair).
+    todo = [[x for item in items for x in ((item.fwd, item.bwd) if isinstance(item, Pair) and not pair_overlap
+                                          else (item,))]
+            for items in items_per_rank]
+    at = [0] * len(todo)
+    moved = True
+    while moved:  # the ranks in turn, each as far as its inputs allow
+        moved = False
+        for r, items in enumerate(todo):
+            i = at[r]
+            while i < len(items) and (deps := bld.inputs(r, items[i])) is not None:
+                bld.issue(r, items[i], deps)
+                i += 1
+            moved, at[r] = moved or i > at[r], i
+    left = sum(len(items) - i for items, i in zip(todo, at))
+    if left:
+        raise ValueError(f"the schedule deadlocks: {left} items never start")
+    return bld.graph()
+
+
 @lru_cache(maxsize=256)
 def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: bool, p2p_overlap: bool = True) -> Graph:
     """The one-task-per-item graph of a step under schedule ``name`` (``p2p``: whether sends take
@@ -362,7 +296,10 @@ def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: boo
     items = [rank_items(name, p, v, m, r) for r in range(p)]
     times = StepTimes((), p2p=Lin.var(("p2p",), 1.0) if p2p else 0.0, p2p_overlap=p2p_overlap,
                       pair_overlap=pair_overlap)
-    return graph_of(build(items, s.placement(p, v, m), times, Coarse))
+    place = s.placement(p, v, m)
+    if p2p_overlap and not any(isinstance(i, (Post, Commit)) for r in items for i in r):
+        return direct_graph(items, place, pair_overlap, p2p)
+    return graph_of(build(items, place, times, Coarse))
 
 
 @lru_cache(maxsize=1024)
@@ -464,13 +401,30 @@ def slice_items(items: list[dict], idx) -> list[dict]:
 
 
 def _result(step, name, p, v, m, items, pair_overlap, interference, n) -> StepResult:
-    def tot(r, f):
-        return sum(c * np.broadcast_to(f(items[r][k]), (n,)) for k, c in item_counts(name, p, v, m, r, pair_overlap).items())
+    per_rank = [_rank_totals(items[r], item_counts(name, p, v, m, r, pair_overlap), interference, n) for r in range(p)]
+    busy, compute, exposed, hidden = (tuple(x) for x in zip(*per_rank))
+    return StepResult(np.broadcast_to(step, (n,)), busy, compute, exposed, hidden)
 
-    return StepResult(np.broadcast_to(step, (n,)), tuple(tot(r, lambda it: it.dur + interference * it.hidden) for r in range(p)),
-                      tuple(tot(r, lambda it: it.compute) for r in range(p)),
-                      tuple(tot(r, lambda it: it.exposed) for r in range(p)),
-                      tuple(tot(r, lambda it: it.hidden) for r in range(p)))
+
+def _rank_totals(per: dict, counts: dict, interference, n: int) -> tuple:
+    """A rank's (busy, compute, exposed, hidden) seconds: each item kind's ItemTime terms times its
+    count, summed in ``counts``' order. The kinds are stacked (one numpy call per term, not one per
+    kind and term); a cumulative sum adds row after row as Python's sum did, from 0 (np.sum's
+    pairwise order would change the last digits)."""
+    if not counts:
+        return 0, 0, 0, 0
+    dur, comp, a2a = (np.empty((len(counts), n)) for _ in range(3))
+    for i, k in enumerate(counts):
+        it = per[k]
+        dur[i], comp[i], a2a[i] = it.dur, it.compute, it.a2a
+    exposed = dur - comp  # ItemTime.exposed, .hidden, elementwise as there
+    hidden = a2a - exposed
+    c = np.array(list(counts.values()))[:, None]
+
+    def total(x):
+        return np.cumsum(np.concatenate([np.zeros((1, n)), c * x]), axis=0)[-1]
+
+    return total(dur + interference * hidden), total(comp), total(exposed), total(hidden)
 
 
 def pipeline_step(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
@@ -483,16 +437,27 @@ def pipeline_step(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad
     g = coarse_graph(name, p, v, m, pair_overlap, bool(np.any(p2p > 0.0)))
     items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) if items is None else items
     n = max([np.size(p2p)] + [np.size(it.dur) for per in items for it in per.values()])
-    cols = []
-    for var in g.variables:
+    step = longest_paths(g, _coarse_values(g, items, p2p, interference, n))[:, :-1].max(axis=1)
+    return _result(step, name, p, v, m, items, pair_overlap, interference, n)
+
+
+def _coarse_values(g: Graph, items: list[dict], p2p: np.ndarray, interference: float, n: int) -> np.ndarray:
+    """(plans x variables) of a coarse graph: an item's duration (its hidden all-to-all slowing
+    it), the offsets of its outputs, a send's seconds."""
+    values = np.empty((n, len(g.variables)))
+    busy: dict[int, np.ndarray] = {}  # items of equal chunks share one ItemTime (item_times)
+    for i, var in enumerate(g.variables):  # broadcast by the assignment
         if var[0] == "p2p":
-            cols.append(np.broadcast_to(p2p, (n,)))
+            values[:, i] = p2p
             continue
         it = items[var[1]][var[2]]
-        cols.append(np.broadcast_to(it.dur + interference * it.hidden if var[0] == "d" else it.out[var[3]], (n,)))
-    values = np.stack(cols, axis=1) if cols else np.zeros((n, 0))
-    step = longest_paths(g, values)[:, :-1].max(axis=1)
-    return _result(step, name, p, v, m, items, pair_overlap, interference, n)
+        if var[0] == "o":
+            values[:, i] = it.out[var[3]]
+        else:
+            if id(it) not in busy:
+                busy[id(it)] = it.dur + interference * it.hidden
+            values[:, i] = busy[id(it)]
+    return values
 
 
 def pipeline_estimate(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Union
 from planner.cost.arrays import Num
 
 if TYPE_CHECKING:
-    from planner.cost.schedules.batch import Lin
+    from planner.cost.schedules.graph import Lin
 
 Seconds = Union[Num, "Lin"]
 """A duration: seconds (a number, or one per plan of a batch) or, while
 :mod:`~planner.cost.schedules.batch` builds a graph with the walk's builder, the
-:class:`~planner.cost.schedules.batch.Lin` standing for them."""
+:class:`~planner.cost.schedules.graph.Lin` standing for them."""
 
 
 def seconds(d: Seconds) -> float:

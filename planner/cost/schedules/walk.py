@@ -149,6 +149,35 @@ def _merged(segs: list[tuple[str, Seconds]]) -> list[tuple[str, Seconds]]:
     return out
 
 
+def op_inputs(place: Placement, rank: int, op) -> list[tuple]:
+    """What an op on ``rank`` waits for, as output keys (see :class:`_Builder`)."""
+    route, pos = place.route_pos[rank][op.chunk]
+    if op.kind == "F":
+        return [("F", route, pos - 1, op.microbatch)] if pos > 0 else []
+    if op.kind == "W":
+        return [("I", route, pos, op.microbatch)]
+    last = pos == place.positions[route] - 1
+    own = ("Fdone", route, pos, op.microbatch)
+    return [own] if last else [("G", route, pos + 1, op.microbatch), own]
+
+
+def op_outputs(place: Placement, rank: int, op) -> list[tuple[tuple, int | None]]:
+    """(output key, the rank it goes to, None for the rank's own use) of each output of an op."""
+    route, pos = place.route_pos[rank][op.chunk]
+    mb = op.microbatch
+    if op.kind == "F":
+        out: list[tuple[tuple, int | None]] = [(("Fdone", route, pos, mb), None)]
+        if pos + 1 < place.positions[route]:
+            out.append((("F", route, pos, mb), place.at(route, pos + 1)[0]))
+        return out
+    if op.kind in ("I", "B"):
+        out = [(("I", route, pos, mb), None)]
+        if pos > 0:
+            out.append((("G", route, pos, mb), place.at(route, pos - 1)[0]))
+        return out
+    return []
+
+
 @dataclass
 class _Builder:
     """Turns each rank's items into tasks; ``key`` names what an op produces: ('F'|'G'|'I', route,
@@ -178,30 +207,16 @@ class _Builder:
         return self.place
 
     def inputs(self, rank: int, op) -> list:
-        place = self.placed
-        route, pos = place.route_pos[rank][op.chunk]
-        if op.kind == "F":
-            return [("F", route, pos - 1, op.microbatch)] if pos > 0 else []
-        if op.kind == "W":
-            return [("I", route, pos, op.microbatch)]
-        last = pos == place.positions[route] - 1
-        own = ("Fdone", route, pos, op.microbatch)
-        return [own] if last else [("G", route, pos + 1, op.microbatch), own]
+        return op_inputs(self.placed, rank, op)
 
     def produced(self, rank: int, op, done: list[int]) -> None:
         """Register the op's outputs: at once where the consumer is on the same rank; through a
         send otherwise (posted now, or at the schedule's own :class:`Post` and :class:`Commit`)."""
-        place = self.placed
-        route, pos = place.route_pos[rank][op.chunk]
-        mb = op.microbatch
-        if op.kind == "F":
-            self.tasks.outputs[("Fdone", route, pos, mb)] = done
-            if pos + 1 < place.positions[route]:
-                self.hand_over(rank, ("F", route, pos, mb), place.at(route, pos + 1)[0], done)
-        elif op.kind in ("I", "B"):
-            self.tasks.outputs[("I", route, pos, mb)] = done
-            if pos > 0:
-                self.hand_over(rank, ("G", route, pos, mb), place.at(route, pos - 1)[0], done)
+        for key, dst in op_outputs(self.placed, rank, op):
+            if dst is None:
+                self.tasks.outputs[key] = done
+            else:
+                self.hand_over(rank, key, dst, done)
 
     def hand_over(self, src: int, key: tuple, dst: int, done: list[int]) -> None:
         t = self.times
