@@ -195,9 +195,9 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     if name is None:
         end_vec = inflight_end_of_warmup(pp, vpp, m, rank)
     else:  # no warm-up to speak of in DualPipe: the moment the rank holds the most
-        from planner.cost.schedules.inflight import distinct_rows, held_matrix
+        from planner.cost.schedules.inflight import held_vectors
 
-        end_vec = max(distinct_rows(held_matrix(name, pp, vpp, m, rank)[2]), key=held)
+        end_vec = max(held_vectors(name, pp, vpp, m, rank), key=held)
     return StageMemory(rank, const, comm, chunks, end_vec, held(end_vec), peak, components, moment, opt_t,
                        _one(costs.host_bytes(rank)), _one(costs.reserved_bytes(rank)), act_peak, fb_moment)
 

@@ -103,6 +103,13 @@ def max_inflight(name: str, p: int, v: int, m: int, rank: int, with_w: bool = Tr
     return int(total.max())
 
 
+@lru_cache(maxsize=1024)
+def held_vectors(name: str, p: int, v: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
+    """The distinct held vectors of the rank over its step, in the order they first appear
+    (cached: every report of a plan on this schedule reads them)."""
+    return tuple(distinct_rows(held_matrix(name, p, v, m, rank)[2]))
+
+
 def distinct_rows(held) -> list[tuple[int, ...]]:
     """The distinct rows of a held matrix in the order they first appear."""
     return [tuple(row) for row in held[np.sort(distinct_first(held))].tolist()]
