@@ -231,17 +231,23 @@ class _Run:
         """One ranked plan with its memory report; its time report waits until it is kept (the
         walk of a pipeline schedule is most of a plan's evaluation, and of the 2K plans ranked
         only K are shown)."""
-        from planner.cost.compose import batch_of_setup, evaluate_batch
         from planner.cost.evaluate import plan_evaluation
         from planner.cost.setup import resolve_setup
 
         sp = self.space
         plan = make_plan(sp.struct(gid), lever_values(sp, lever_indices(sp, flat)))
         setup = resolve_setup(sp.model, sp.hw, sp.job, plan, self.assumptions)
+        costs = self._costs(setup)
+        return Ranked(rank, setup.plan, setup, t, plan_evaluation(setup, costs=costs, time=False), costs)
+
+    def _costs(self, setup: Setup) -> Costs:
+        """The composition of one plan of the space, reading the block costs the search's tables
+        composed (planner.cost.compose.CostContext.share_blocks_with_any)."""
+        from planner.cost.compose import batch_of_setup, evaluate_batch
+
         batch = batch_of_setup(setup)
         batch.ctx.share_blocks_with_any(self.block_sources)
-        costs = evaluate_batch(batch)
-        return Ranked(rank, setup.plan, setup, t, plan_evaluation(setup, costs=costs, time=False), costs)
+        return evaluate_batch(batch)
 
     # ---- the per-stage refinement -----------------------------------------------------------
     def _per_stage(self, costed: Costed, plans: list[Ranked], top: int) -> list[Ranked]:
@@ -257,7 +263,7 @@ class _Run:
         for r in plans:
             pool[r.plan.to_string()] = (r.objective_us, len(pool), r)
         kth = max(v[0] for v in pool.values()) / 1e6 if len(pool) >= top else math.inf
-        seeds = [(r.setup, r.costs) for r in plans] + [(s, None) for s in self._rescue_seeds(costed, kth)]
+        seeds = [(r.setup, r.costs) for r in plans] + [(s, self._costs(s)) for s in self._rescue_seeds(costed, kth)]
         for setup, own in seeds:
             self.info["tried"] += 1
             # A deterministic budget per model (CP-SAT's deterministic time), not the wall clock,
