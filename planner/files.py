@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable
@@ -39,6 +40,42 @@ MAX_RAW_BYTES = 64 * MiB
 """`planner calibrate` raw measurement files (<stem>-raw.json)."""
 MAX_SNAPSHOT_BYTES = 4 * 2**30
 """PyTorch memory snapshots (a dump with max_entries=100000 on one device is 50-200 MiB)."""
+
+MAX_NESTING = 32
+"""Deepest nesting of lists and mappings in any structured file planner reads (YAML, TOML, JSON:
+specs nest 4 levels, saved searches 6, a Megatron-Bridge ConfigContainer YAML 3, a torchtitan TOML
+2). One limit and one message for every reader: the parsers planner uses recurse once per level
+(PyYAML's composer, tomllib, the json scanner) and would otherwise end in a RecursionError."""
+
+
+def nesting_error(origin: str) -> PlannerError:
+    """The one paragraph for a file nested deeper than :data:`MAX_NESTING`."""
+    return PlannerError(f"'{origin}' nests lists or mappings more than {MAX_NESTING} levels deep.",
+                        hint="A spec or launch file nests a few levels; check that it is the file you meant.")
+
+
+# A bracket outside quoted strings and comments (TOML's four string forms; JSON's one is among them).
+_FLOW_TOKEN = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]')
+
+
+def check_flow_nesting(text: str, origin: str) -> None:
+    """Refuse text whose brackets (``[``/``{`` outside strings and comments) nest deeper than
+    :data:`MAX_NESTING`, before a parser that recurses in Python (tomllib) reads it. A lexical
+    scan: it needs no parse, so a 50,000-deep file costs one pass over its text."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return
+    depth = 0
+    for m in _FLOW_TOKEN.finditer(text):
+        c = m.group()
+        if len(c) != 1:
+            continue
+        if c in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise nesting_error(origin)
+        else:
+            depth = max(depth - 1, 0)
+
 
 # Files this command has read: (device, inode) -> (path as given, what it is, mtime_ns, size).
 _inputs: dict[tuple[int, int], tuple[str, str, int, int]] = {}

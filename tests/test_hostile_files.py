@@ -324,6 +324,40 @@ def test_hostile_yaml(tmp_path, capsys, text, words, monkeypatch):
     assert not (tmp_path / "PWNED").exists()
 
 
+DEEP = 50_000
+
+
+@pytest.mark.parametrize("name, text, argv", [
+    ("deep.yaml", "model:\n  x: " + "[" * DEEP + "]" * DEEP + "\n", ["check", "--bridge", "{}", "-m", "llama3.1-8b"]),
+    ("deep.yaml", "- " * DEEP + "1\n", ["check", "--bridge", "{}", "-m", "llama3.1-8b"]),
+    ("deep.toml", "[parallelism]\nx = " + "[" * DEEP + "]" * DEEP + "\n", ["check", "--torchtitan", "{}", "-m", "llama3.1-8b"]),
+    ("deep.toml", "x = " + "{a=" * DEEP + "1" + "}" * DEEP + "\n", ["check", "--torchtitan", "{}", "-m", "llama3.1-8b"]),
+    ("deep.json", '{"plans": ' + "[" * DEEP + "]" * DEEP + "}", ["check", "--from", "{}"]),
+    ("config.json", '{"model_type": "llama", "x": ' + "{\"a\": " * DEEP + "1" + "}" * DEEP + "}", ["show-model", "{}"]),
+    ("runs.yaml", "runs: " + "[" * DEEP + "]" * DEEP + "\n", ["validate", "{}"]),
+    ("job.yaml", "gpus:\n" + "".join(" " * i + "- \n" for i in range(0, 200)), ["check", "-m", "llama3.1-8b",
+                                                                               "--job", "{}", "-p", "tp=1"]),
+])
+def test_every_structured_reader_refuses_deep_nesting(tmp_path, capsys, name, text, argv):
+    """One depth guard (planner.files.MAX_NESTING, one paragraph) for YAML, TOML and JSON: a
+    50,000-deep Bridge YAML or torchtitan TOML once ended in a RecursionError (exit 70)."""
+    path = tmp_path / name
+    path.write_text(text)
+    code, _, err = run(capsys, *[a.replace("{}", str(path)) for a in argv])
+    paragraph(code, err, f"'{path}' nests lists or mappings more than 32 levels deep")
+
+
+def test_the_bracket_scan_skips_strings_and_comments():
+    from planner.files import check_flow_nesting
+
+    deep = "[" * 40
+    check_flow_nesting(f'a = "{deep}"\nb = \'{deep}\'\n# {deep}\nc = """\n{deep}\n"""\nd = [[1], {{x = "]"}}]\n', "t")
+    check_flow_nesting('{"k": "\\"' + deep + '"}', "t")  # an escaped quote does not end the string
+    with pytest.raises(PlannerError, match="more than 32 levels deep"):
+        check_flow_nesting("x = " + "[" * 33 + "]" * 33, "t")
+    check_flow_nesting("x = " + "[" * 32 + "]" * 32, "t")
+
+
 def test_non_utf8_text_names_the_line(tmp_path, capsys):
     path = tmp_path / "m.yaml"
     path.write_bytes(b"name: tiny\nsource: [caf\xe9]\n")
@@ -339,7 +373,7 @@ def test_non_utf8_text_names_the_line(tmp_path, capsys):
     ("9" * 5000, ["is not valid JSON"]),
     ("1" + "0" * 30, ["Input should be less than or equal to"]),
     ("true", ["must be a whole number, not True"]),
-    ("[" * 5000 + "]" * 5000, ["nests lists or objects more than 32 levels deep"]),
+    ("[" * 5000 + "]" * 5000, ["nests lists or mappings more than 32 levels deep"]),
 ])
 def test_hostile_config_json_values(tmp_path, capsys, value, words):
     cfg = hf_config(tmp_path)

@@ -21,7 +21,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError, suggest
-from planner.files import MAX_SPEC_BYTES, check_input, note_input, read_text
+from planner.files import MAX_NESTING, MAX_SPEC_BYTES, check_input, nesting_error, note_input, read_text
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -61,9 +61,6 @@ def _yaml_loader():
     return Loader
 
 
-MAX_NESTING = 32
-"""Deepest nesting of lists and mappings in a spec or saved-search file (specs nest 4 levels,
-saved searches 6)."""
 MAX_NODES = 1_000_000
 """Most values a spec or saved-search file may hold once YAML aliases are expanded (a catalog
 model has about 200, a saved search of 100 plans about 100,000): a 'billion laughs' file is
@@ -118,8 +115,7 @@ def check_shape(data, origin: str) -> None:
         if not isinstance(node, (dict, list, tuple)):
             return 1
         if depth > MAX_NESTING:
-            raise PlannerError(f"'{origin}' nests lists or mappings more than {MAX_NESTING} levels deep.",
-                               hint="A spec file nests a few levels; check that it is the file you meant.")
+            raise nesting_error(origin)
         key = id(node)
         if key in sizes:
             return sizes[key]
@@ -139,31 +135,36 @@ def check_shape(data, origin: str) -> None:
     size(data, 0)
 
 
-def read_yaml(path: Path, what: str = "YAML", limit: int = MAX_SPEC_BYTES) -> dict:
-    """A YAML mapping from a regular UTF-8 file of at most ``limit`` bytes (safe tags only, nesting
-    and alias expansion capped)."""
+def parse_yaml_text(text: str, origin: str, *, not_mapping: str | None = None) -> dict:
+    """A YAML mapping (safe tags only, YAML 1.2 floats, unique keys, nesting and alias expansion
+    capped): every YAML file planner reads goes through here. ``not_mapping`` words the refusal
+    of a document that is not a mapping."""
     import yaml
 
-    text = read_text(path, what, limit)
     try:
         data = yaml.load(text, Loader=_bounded_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
     except _TooDeep:
-        raise PlannerError(f"'{path}' nests lists or mappings more than {MAX_NESTING} levels deep.",
-                           hint="A spec file nests a few levels; check that it is the file you meant.") from None
+        raise nesting_error(origin) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise PlannerError(
-            f"'{path}' is not valid YAML{where}: {problem}.",
+            f"'{origin}' is not valid YAML{where}: {problem}.",
             hint="Check the indentation and quoting there.",
         ) from None
     except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
-        raise PlannerError(f"'{path}' holds a value planner cannot read: {str(exc)[:200]}.") from None
+        raise PlannerError(f"'{origin}' holds a value planner cannot read: {str(exc)[:200]}.") from None
     if not isinstance(data, dict):
-        raise PlannerError(f"'{path}' must hold a YAML mapping (key: value lines), not {type(data).__name__}.")
-    check_shape(data, str(path))
+        raise PlannerError(f"'{origin}' " + (not_mapping or "must hold a YAML mapping (key: value lines), not "
+                                             f"{type(data).__name__}") + ".")
+    check_shape(data, origin)
     return data
+
+
+def read_yaml(path: Path, what: str = "YAML", limit: int = MAX_SPEC_BYTES) -> dict:
+    """A YAML mapping from a regular UTF-8 file of at most ``limit`` bytes (see :func:`parse_yaml_text`)."""
+    return parse_yaml_text(read_text(path, what, limit), str(path))
 
 
 def _refuse_constant(name: str):
@@ -185,8 +186,8 @@ def parse_json_text(text: str, origin: str) -> dict:
         raise PlannerError(
             f"'{origin}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
         ) from None
-    except RecursionError:
-        raise PlannerError(f"'{origin}' nests lists or objects more than {MAX_NESTING} levels deep.") from None
+    except RecursionError:  # the json scanner's own guard, far below Python's stack
+        raise nesting_error(origin) from None
     except ValueError as exc:  # NaN/Infinity, 1e400, an integer of more than 4,300 digits
         raise PlannerError(f"'{origin}' is not valid JSON: {str(exc)[:200]}.") from None
     if not isinstance(data, dict):

@@ -261,14 +261,12 @@ def _from_argv(argv: list[str], kind: str) -> BridgeArgs:
 
 
 def _from_yaml(text: str, label: str) -> BridgeArgs:
-    import yaml
+    from planner.specs.catalog import parse_yaml_text
 
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PlannerError(f"'{label}' is not YAML planner can read: {str(exc).splitlines()[0]}.") from None
-    if not isinstance(data, dict):
-        raise PlannerError(f"'{label}' is YAML but not a mapping of ConfigContainer sections (model:, train:, ...).")
+    # The one YAML reader: nesting and aliases capped, a duplicate key refused (as OmegaConf's
+    # loader refuses it).
+    data = parse_yaml_text(text, label, not_mapping="is YAML but not a mapping of ConfigContainer sections (model:, "
+                           "train:, ...)")
     values: dict[str, Any] = {}
 
     def walk(prefix: str, obj, depth: int) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.files import check_flow_nesting, nesting_error
 
 # planner's reading of each key, the 0.2.2 / 0.3.0 dataclass default where a file leaves it out.
 DEFAULTS = {
@@ -63,10 +64,13 @@ class TorchtitanArgs:
 def read_toml_text(text: str, label: str) -> TorchtitanArgs:
     import tomllib
 
+    check_flow_nesting(text, label)  # tomllib recurses once per bracket
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PlannerError(f"'{label}' is not TOML planner can read: {exc}.") from None
+    except RecursionError:  # what the scan cannot see (none known): the same paragraph
+        raise nesting_error(label) from None
     values: dict[str, Any] = {}
 
     def walk(prefix, obj, depth):
