@@ -3,6 +3,7 @@ for files that are no snapshot (a zip or torch.save archive, a FIFO)."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import pickle
 import sys
@@ -99,3 +100,65 @@ def test_a_fifo_or_device_is_not_read(tmp_path, capsys):
     if Path("/dev/zero").exists():
         with pytest.raises(PlannerError, match="not a regular file"):
             load_snapshot("/dev/zero")
+
+
+REAL = Path(__file__).parent / "fixtures" / "memtrace" / "real"
+
+
+def test_the_gzipped_snapshots_this_repository_ships_are_read(tmp_path, capsys):
+    gz = REAL / "oom.pickle.gz"
+    plain = tmp_path / "oom.pickle"
+    plain.write_bytes(gzip.decompress(gz.read_bytes()))
+    assert main(["memtrace", str(plain)]) == 0
+    expected = capsys.readouterr().out
+    # Gzip is told by its magic bytes, not the name: the same file under a plain name reads too.
+    renamed = tmp_path / "renamed.pickle"
+    renamed.write_bytes(gz.read_bytes())
+    for path in (gz, renamed):
+        assert main(["memtrace", str(path)]) == 0
+        assert capsys.readouterr().out.split("\n", 1)[1] == expected.split("\n", 1)[1]  # line 1 names the file
+
+
+def test_a_gzip_bomb_stops_at_the_decompressed_cap(tmp_path, capsys, monkeypatch):
+    import planner.files
+
+    # 64 MiB of one byte compresses to ~64 KiB; with the cap lowered to 1 MiB the reader must stop
+    # at the cap (the real 4 GiB cap works the same, only slower to show).
+    bomb = tmp_path / "bomb.pickle.gz"
+    bomb.write_bytes(gzip.compress(b"(" * (64 << 20), compresslevel=9))
+    assert bomb.stat().st_size < 1 << 20
+    monkeypatch.setattr(planner.files, "MAX_SNAPSHOT_BYTES", 1 << 20)
+    t0 = time.perf_counter()
+    code = main(["memtrace", str(bomb)])
+    _one_paragraph(code, capsys.readouterr().err, "decompresses to more than the", "reading stopped there")
+    assert time.perf_counter() - t0 < 3
+
+
+def test_a_broken_gzip_file_is_named_as_such(tmp_path, capsys):
+    cut = tmp_path / "cut.pickle.gz"
+    cut.write_bytes((REAL / "oom.pickle.gz").read_bytes()[:200])
+    assert main(["memtrace", str(cut)]) == 2
+    _one_paragraph(2, capsys.readouterr().err, "ends in the middle of its gzip stream")
+    bad = tmp_path / "bad.pickle.gz"
+    bad.write_bytes(b"\x1f\x8b\x63" + b"garbage" * 5)  # compression method 0x63: none gzip knows
+    code = main(["memtrace", str(bad)])
+    _one_paragraph(code, capsys.readouterr().err, "not valid gzip data", "gzip -t")
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("device_free", -5 * 2**30, "no non-negative integer device_free (found -5368709120)"),
+    ("device_free", "lots", "no non-negative integer device_free (found 'lots')"),
+    ("address", -4096, "segment 0 has a negative address -4096"),
+    ("device", -1, "segment 0 has a negative device index -1"),
+])
+def test_impossible_device_figures_are_refused(tmp_path, capsys, field, value, words):
+    seg = segment(0, 2**30, [(2**30, 0, "inactive")])
+    oom = event("oom", None, 2**31, device_free=0)
+    if field == "device_free":
+        oom["device_free"] = value
+    else:
+        seg[field] = value
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps({"segments": [seg], "device_traces": [[oom]]}))
+    code = main(["memtrace", str(path)])
+    _one_paragraph(code, capsys.readouterr().err, words)

@@ -15,7 +15,9 @@ columnar lists (one Python pass over the events, then numpy in :mod:`planner.mem
 
 from __future__ import annotations
 
+import gzip
 import pickle
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,42 @@ _TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 """The first object of a pre-1.6 torch.save file (torch.serialization.MAGIC_NUMBER)."""
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of every gzip member (RFC 1952, section 2.3.1)."""
+
+
+class _Inflated(Exception):
+    """A compressed snapshot decompressed past the cap."""
+
+
+class _CappedReader:
+    """A file-like reader over ``raw`` that raises :class:`_Inflated` once more than ``limit``
+    bytes have come out of it. ``read`` and ``readline`` are what the pickle module needs;
+    ``peek`` lets it read ahead on pickles without frames (protocol < 4) instead of calling
+    ``read`` once per opcode, and consumes nothing, so the count stays exact."""
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self._raw = raw
+        self._left = limit
+
+    def _count(self, data: bytes) -> bytes:
+        self._left -= len(data)
+        if self._left < 0:
+            raise _Inflated
+        return data
+
+    def read(self, n: int = -1) -> bytes:
+        # Never more than one byte past the cap in one call, so a read of "everything" is bounded.
+        want = self._left + 1 if n is None or n < 0 else min(n, self._left + 1)
+        return self._count(self._raw.read(want))
+
+    def readline(self) -> bytes:
+        return self._count(self._raw.readline(self._left + 1))
+
+    def peek(self, n: int = 0) -> bytes:
+        return self._raw.peek(n)
+
+
 def load_plain_pickle(path: str | Path) -> Any:
     """Unpickle ``path`` accepting plain values only. Nothing in the file is ever executed."""
     from planner.files import MAX_SNAPSHOT_BYTES, check_input, note_input
@@ -154,16 +192,12 @@ def load_plain_pickle(path: str | Path) -> Any:
             hint="Record fewer events (torch.cuda.memory._record_memory_history(max_entries=100000)).",
         )
     p = Path(path)
+    compressed = False
     try:
         with p.open("rb") as f:
             head = f.read(4)
             if not head:
                 raise PlannerError(f"Snapshot file '{path}' is empty.", hint=_HINT)
-            if head[:2] == b"\x1f\x8b":
-                raise PlannerError(
-                    f"'{path}' is gzip-compressed; planner reads the pickle itself.",
-                    hint=f"Decompress it first (gunzip -k '{path}').",
-                )
             if head in (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08"):
                 raise PlannerError(
                     f"'{path}' is a zip archive, not a memory snapshot: torch.save (PyTorch 1.6 and later) writes zip "
@@ -172,13 +206,32 @@ def load_plain_pickle(path: str | Path) -> Any:
                 )
             f.seek(0)
             note_input(path, "snapshot")
-            value = _PlainDataUnpickler(f).load()
+            # Gzip is told by its magic bytes, whatever the name: snapshots are often kept as
+            # .pickle.gz (this repository ships its real ones so). The stream is decompressed as
+            # the unpickler reads it, never whole, and the decompressed bytes are held to the same
+            # cap as a plain file, so a small file that inflates without end (a gzip bomb) stops
+            # at the cap with an error instead of filling memory.
+            compressed = head[:2] == _GZIP_MAGIC
+            source: Any = _CappedReader(gzip.GzipFile(fileobj=f, mode="rb"), MAX_SNAPSHOT_BYTES) if compressed else f
+            value = _PlainDataUnpickler(source).load()
             if type(value) is int and value == _TORCH_LEGACY_MAGIC:
                 raise PlannerError(
                     f"'{path}' is a legacy torch.save file (PyTorch before 1.6), not a memory snapshot.", hint=_HINT)
             return value
     except PlannerError:
         raise
+    except _Inflated:
+        raise PlannerError(
+            f"Gzip-compressed snapshot '{path}' decompresses to more than the {MAX_SNAPSHOT_BYTES // 2**30} GiB "
+            "planner reads from a snapshot (a plain dump with max_entries=100000 is 50-200 MiB); reading stopped there.",
+            hint="Check that it is the snapshot you meant; record fewer events "
+            "(torch.cuda.memory._record_memory_history(max_entries=100000)).",
+        ) from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise PlannerError(
+            f"Snapshot file '{path}' starts like a gzip file but is not valid gzip data ({str(exc)[:200]}).",
+            hint=f"Check the file (gzip -t '{path}'), or copy it again.",
+        ) from None
     except _Refused as exc:
         raise PlannerError(
             f"Refused to load '{path}': it asks for {exc}, and a PyTorch memory snapshot holds only "
@@ -192,7 +245,8 @@ def load_plain_pickle(path: str | Path) -> Any:
         # EOFError: ran out of input; UnpicklingError: truncated data, or bytes that are no pickle.
         text = str(exc)
         if isinstance(exc, EOFError) or "truncated" in text:
-            what = "ends in the middle of the pickle (truncated: was the dump interrupted or the copy cut short?)"
+            stream = "its gzip stream" if compressed else "the pickle"
+            what = f"ends in the middle of {stream} (truncated: was the dump interrupted or the copy cut short?)"
         else:
             what = f"is not a pickle ({text[:200]})"
         raise PlannerError(f"Snapshot file '{path}' {what}.", hint=_HINT) from None
@@ -339,11 +393,15 @@ def _parse_segment(seg: Any, i: int, origin: str, notes: list[str]) -> tuple[Seg
     total = seg["total_size"]
     if total < 0:
         raise _fail(origin, where, f"has a negative total_size {total}")
+    if seg["address"] < 0:
+        raise _fail(origin, where, f"has a negative address {seg['address']} (device addresses are unsigned)")
     stream = seg.get("stream", 0)
     if not _is_int(stream):
         raise _fail(origin, where, f"has a non-integer stream {_show(stream)}")
     device = seg.get("device", 0)
     device = device if _is_int(device) else 0
+    if device < 0:
+        raise _fail(origin, where, f"has a negative device index {device}")
     pool = seg.get("segment_pool_id")
     pool = tuple(pool) if isinstance(pool, (list, tuple)) else None
     blocks_raw = seg.get("blocks", [])
@@ -401,8 +459,15 @@ def _parse_trace(entries: Any, device: int, origin: str) -> Trace:
         if type(sz) is not int or not 0 <= sz < _I64:
             raise _fail(origin, f"event {k} of device {device} ({a[:40]})", f"has no non-negative integer size (found {_show(sz)})")
         if a == "oom":
-            free = e.get("device_free", 0)
-            t.device_free[k] = free if _is_int(free) else 0
+            free = e.get("device_free")
+            free = 0 if free is None else free  # not recorded: nothing known to be free
+            # CUDA's free-memory figure (cudaMemGetInfo) cannot be negative; a file that says so
+            # was edited or corrupted, and the OOM diagnosis would add it to what the job could use.
+            if not _is_int(free) or free < 0:
+                raise _fail(origin, f"event {k} of device {device} (oom)",
+                            f"has no non-negative integer device_free (found {_show(free)}): the free memory CUDA "
+                            "reports cannot be negative")
+            t.device_free[k] = free
             ad = 0
         else:
             ad = e.get("addr", 0)
