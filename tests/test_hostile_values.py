@@ -129,6 +129,56 @@ def test_booleans_are_not_counts(tmp_path, capsys):
     paragraph(code, err, "'tp'", "boolean")
 
 
+def test_a_runs_file_count_is_never_a_boolean(tmp_path, capsys):
+    """RunSpec's gpus was a plain int field: 'gpus: true' in a validate runs file read as 1 GPU."""
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump({"runs": [{
+        "name": "a", "source": {"where": "a test"}, "hardware": "h100", "model": "llama3.1-8b", "gpus": True,
+        "global_batch": 64, "seq_len": 4096, "plan": "tp=1", "measured": {"tokens_per_s_per_gpu": 100.0}}]}))
+    code, _, err = run(capsys, "validate", str(runs))
+    paragraph(code, err, "field 'gpus' = True", "is a boolean, not a number")
+
+
+def _spec_classes():
+    import planner.calibrate.schema  # noqa: F401 - every module that defines specs
+    import planner.specs.calibration  # noqa: F401
+    import planner.specs.efficiency  # noqa: F401
+    import planner.specs.hardware  # noqa: F401
+    import planner.specs.job  # noqa: F401
+    import planner.specs.model  # noqa: F401
+    import planner.specs.plan  # noqa: F401
+    import planner.validate.runs  # noqa: F401
+    from planner.specs.common import Sourced, Spec
+
+    found, todo = {Sourced[int], Sourced[float]}, [Spec]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.add(sub)
+            todo.append(sub)
+    return found
+
+
+def test_no_spec_number_field_takes_a_boolean():
+    """The Spec base class adds the boolean guard to every int/float field (and list/tuple of them)
+    whether or not the field's type names NotBool: a field written as plain int cannot let
+    'true' through as 1."""
+    from planner.specs.common import _number_kind
+
+    checked = 0
+    for cls in _spec_classes():
+        for name, field in cls.model_fields.items():
+            kind = _number_kind(field.annotation)
+            if kind is None:
+                continue
+            bad = True if kind == "scalar" else [1, True, 1]
+            with pytest.raises(Exception) as info:
+                cls.model_validate({name: bad})
+            assert any(e["loc"][:1] == (name,) and "is a boolean" in e["msg"] for e in info.value.errors()), \
+                (cls.__name__, name)
+            checked += 1
+    assert checked > 50
+
+
 def test_job_yaml_nonsense(tmp_path, capsys):
     for body, words in [("gpus: .inf\nglobal_batch: 8\nseq_len: 8\n", ["gpus"]),
                         ("gpus: 8\nglobal_batch: 8\nseq_len: 8\nmemory_margin_bytes: .nan\n", ["finite"]),

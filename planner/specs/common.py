@@ -10,8 +10,10 @@ CP-SAT tables. The bounds, and why each is where it is:
 
 from __future__ import annotations
 
+import types
+import typing
 from functools import cached_property
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -56,6 +58,34 @@ def _not_bool(value):
 NotBool = BeforeValidator(_not_bool)
 """A boolean where a number belongs is an error (pydantic would read true as 1)."""
 
+
+def _not_bool_items(value):
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _not_bool(item)
+    return value
+
+
+NotBoolItems = BeforeValidator(_not_bool_items)
+"""The same for a list or tuple of numbers (a GEMM shape [8192, true, 8192])."""
+
+
+def _number_kind(annotation: Any) -> str | None:
+    """'scalar' for int, float and their optional forms, 'items' for a list or tuple of them, None
+    for anything else (a field that admits bool, a string, a model)."""
+    numbers = (int, float)
+    if annotation in numbers:
+        return "scalar"
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if bool in args:
+            return None
+        kinds = {_number_kind(a) for a in args if a is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else None
+    if origin in (list, tuple) and args and all(a in numbers or a is Ellipsis for a in args):
+        return "items"
+    return None
+
 PositiveInt = Annotated[int, NotBool, Field(gt=0, le=MAX_INT)]
 NonNegInt = Annotated[int, NotBool, Field(ge=0, le=MAX_INT)]
 GpuCount = Annotated[int, NotBool, Field(gt=0, le=MAX_GPUS)]
@@ -82,6 +112,22 @@ class Spec(BaseModel):
     class's source for them cost about 0.13 s of each command's start-up."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Every number field of every spec refuses a boolean, whether or not its type names
+        NotBool: a plain ``gpus: int | None = Field(None, gt=0)`` (the runs file's) read
+        ``gpus: true`` as 1 GPU. Added once per class, when it is built."""
+        super().__pydantic_init_subclass__(**kwargs)
+        changed = False
+        for field in cls.model_fields.values():
+            kind = _number_kind(field.annotation)
+            guard = NotBool if kind == "scalar" else NotBoolItems if kind == "items" else None
+            if guard is not None and not any(m is NotBool or m is NotBoolItems for m in field.metadata):
+                field.metadata.append(guard)
+                changed = True
+        if changed:
+            cls.model_rebuild(force=True)
 
     # Specs key the cost model's caches, so they must hash even with list and dict fields.
     # Equality compares fields only (not cached properties), and the hash of the JSON form is
