@@ -598,8 +598,8 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
         # Megatron's orders repeat: a capped count shows the same vectors (planner.cost.schedule
         # .profile_microbatches), so keys with many micro-batch counts share one matrix.
         m = int(profile_microbatches(pp, 1 if schedule == "1f1b" else vpp, m))
-    for N, chunk, rise in ((*profile_matrix(pp, vpp, m, rank, 0, offload, schedule), fwd_rise),
-                           (*profile_matrix(pp, vpp, m, rank, 1, offload, schedule), bwd_rise)):
+    fwd_profile, bwd_profile = profile_matrices(pp, vpp, m, rank, offload, schedule)
+    for (N, chunk), rise in ((fwd_profile, fwd_rise), (bwd_profile, bwd_rise)):
         if N is None:
             continue
         N = N.astype(kept.dtype, copy=False)  # float32 tables in the search, exact float64 in explain
@@ -612,24 +612,33 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
     return best if best is not None else np.zeros(kept.shape[1:])
 
 
-@lru_cache(maxsize=16384)
 def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool, schedule: str | None = None):
     """The in-flight vectors seen before the rank's forwards (kind 0) or backwards (kind 1), as a
     matrix, with the chunk of the op each precedes (``schedule``: see :func:`peak_over_profiles`)."""
+    return profile_matrices(pp, vpp, m, rank, offload, schedule)[kind]
+
+
+@lru_cache(maxsize=8192)
+def profile_matrices(pp: int, vpp: int, m: int, rank: int, offload: bool, schedule: str | None = None):
+    """:func:`profile_matrix` of both kinds, (forward, backward), from one pass over the rank's
+    table (a schedule's table holds both; the search reads both for every profile)."""
     if schedule is None:
         table = inflight_table(pp, vpp, m, rank)
     else:
         table = schedule_inflight.profile_table(schedule, pp, vpp, m, rank)
-    table = table[table[:, 0] == kind]
-    if not len(table):
-        return None, None
-    chunk, vecs = table[:, 1].astype(np.int64), table[:, 2:].astype(float)
+    table = table[table[:, 0] <= 1]
+    kinds, chunk, vecs = table[:, 0], table[:, 1].astype(np.int64), table[:, 2:].astype(float)
     if not offload and len(vecs) > 1:
-        # Without offload, a vector no larger than another (entry by entry) before the same
-        # op can never be the peak, since held bytes grow with every count: keep maximal ones.
-        keep = _maximal(vecs, chunk)
-        vecs, chunk = vecs[keep], chunk[keep]
-    return vecs.astype(np.float32), chunk
+        # Without offload, a vector no larger than another (entry by entry) before the same kind
+        # of op of the same chunk can never be the peak, since held bytes grow with every count:
+        # keep maximal ones. (The table is sorted by kind, then chunk: groups are contiguous.)
+        keep = _maximal(vecs, kinds.astype(np.int64) * (int(chunk.max()) + 1) + chunk)
+        kinds, chunk, vecs = kinds[keep], chunk[keep], vecs[keep]
+    out = []
+    for kind in (0, 1):
+        sel = kinds == kind
+        out.append((vecs[sel].astype(np.float32), chunk[sel]) if sel.any() else (None, None))
+    return tuple(out)
 
 
 def _maximal(vecs: np.ndarray, chunk: np.ndarray) -> np.ndarray:

@@ -475,8 +475,11 @@ class Plan(Spec):
                   default_precision: str | None = None) -> Plan:
         """Normalize so that plans which run identically compare equal: vpp=1 without PP, no expert
         keys on dense models, etp written out, dp dropped (derived), the dispatcher and precision
-        made explicit, EP overlap off where there is no EP, the default schedule left out."""
-        d = self.model_dump()
+        made explicit, EP overlap off where there is no EP, the default schedule left out. A plan
+        that is canonical already is returned as it is (plans are immutable; most plans the search
+        checks are, and validating an equal copy was most of the time its rule checks took)."""
+        given = self.model_dump()
+        d = dict(given)
         d["dp"] = d["edp"] = None
         if d["pp"] == 1:
             d["vpp"] = 1
@@ -496,4 +499,4 @@ class Plan(Spec):
             d["schedule"] = None  # the default is never written out (pp=1 keeps one: rule schedule-needs-pp)
         if d["etp"] == d["tp"] and not is_moe:
             d["etp"] = None
-        return Plan.model_validate(d)
+        return self if d == given else Plan.model_validate(d)

@@ -10,6 +10,7 @@ or message beside it names the file and check (``validate_args`` in megatron/tra
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.rules import Violation
@@ -73,6 +74,15 @@ def _expand_like_megatron(layout: str) -> list[str] | None:
     except _TooLong:
         return None
     return s.split("|")
+
+
+@lru_cache(maxsize=4096)
+def _megatron_reads_as_planner(layout: str) -> bool:
+    """Whether Megatron's parser expands ``layout`` to the stages planner reads (cached: the
+    search checks every lever combination of one layout against the rules)."""
+    from planner.specs.layout import expand_layout
+
+    return _expand_like_megatron(layout) == expand_layout(layout).split("|")
 
 
 def megatron_offload_modules(model: ModelSpec, plan: Plan) -> list[str]:
@@ -147,9 +157,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
     out: list[Violation] = []
     rc = plan.recompute
     if plan.layout:
-        from planner.specs.layout import expand_layout
-
-        if _expand_like_megatron(plan.layout) != expand_layout(plan.layout).split("|"):
+        if not _megatron_reads_as_planner(plan.layout):
             out.append(Violation(
                 "megatron-layout-syntax",
                 f"Megatron's --pipeline-model-parallel-layout parser expands '{plan.layout}' differently "
