@@ -335,6 +335,9 @@ class PlanSource:
     """What the Megatron-Bridge launch said (planner.launchers.bridge.read.BridgeJob) with --bridge."""
     torchtitan: Any = None
     """What the torchtitan job said (planner.launchers.torchtitan.read.TorchtitanJob) with --torchtitan."""
+    provenance: dict = dataclasses.field(default_factory=dict)
+    """Where the model, hardware and job came from, as words ('--hw', 'launch header', ...): check
+    and explain report them, so that no default is taken unseen."""
 
 
 
@@ -372,20 +375,22 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
         from planner.launchers.torchtitan.read import job_from_torchtitan
 
         tj = _read_launch(job_from_torchtitan, torchtitan, model, hw, args, script_env, script_args)
-        return PlanSource(tj.model, tj.hardware, tj.job, tj.plan, torchtitan=tj)
+        return PlanSource(tj.model, tj.hardware, tj.job, tj.plan, torchtitan=tj,
+                          provenance=_launch_provenance(tj, args))
     if bridge is not None:
         from planner.launchers.bridge.read import job_from_bridge
 
         bj = _read_launch(job_from_bridge, bridge, model, hw, args, script_env, script_args)
-        return PlanSource(bj.model, bj.hardware, bj.job, bj.plan, bridge=bj)
+        return PlanSource(bj.model, bj.hardware, bj.job, bj.plan, bridge=bj, provenance=_launch_provenance(bj, args))
     if megatron_args is not None:
         from planner.launchers.megatron.read import job_from_script
         from planner.specs.overrides import parse_set_items
 
         sj = _read_launch(job_from_script, megatron_args, model, hw, args, script_env, script_args,
                           model_overrides=parse_set_items(model_set))
-        return PlanSource(sj.model, sj.hardware, sj.job, sj.plan, script=sj)
+        return PlanSource(sj.model, sj.hardware, sj.job, sj.plan, script=sj, provenance=_launch_provenance(sj, args))
     saved = None
+    given_args, given_model, given_hw = args, model, hw  # before a saved search fills them in
     if from_file is not None:
         from planner.launchers.common import resolve_saved
 
@@ -409,7 +414,45 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
         from planner.launchers.common import export_canonical
 
         p.check_given_degrees(export_canonical(p, m, h, j).degrees(j.gpus), j.gpus)
-    return PlanSource(m, h, j, p, saved=saved)
+    return PlanSource(m, h, j, p, saved=saved, provenance=_plan_provenance(m, given_args, given_hw, given_model, saved, from_file))
+
+
+def _job_provenance(gpus_source: str, args: JobArgs, launch: str) -> dict:
+    """Where each job value came from: the command line's option, a job file, else ``launch``."""
+    def one(option: str, value) -> str:
+        if value is not None:
+            return option
+        return str(args.job_file) if args.job_file is not None else launch
+
+    return {"gpus": gpus_source, "global_batch": one("--global-batch", args.global_batch),
+            "seq_len": one("--seq-len", args.seq_len)}
+
+
+def _launch_provenance(read, args: JobArgs) -> dict:
+    """Provenance of a launch read back (a ScriptJob, BridgeJob or TorchtitanJob)."""
+    return {"model": read.model_source, "hardware": read.hardware_source,
+            "job": _job_provenance(read.gpus_source, args, "the launch")}
+
+
+def _plan_provenance(m, args: JobArgs, hw_given, model_given, saved, from_file) -> dict:
+    """Provenance of --plan / --from: the command line, the saved search, else the model's
+    reference job (as resolve_specs and resolve_job take them)."""
+    ref = "the model's reference job" if m.reference_job is not None else "the command line"
+    if args.job_file is not None:
+        ref = str(args.job_file)
+    saved_job = (saved.job or {}) if saved is not None else {}
+
+    def one(option: str, key: str) -> str:
+        if getattr(args, key) is not None:
+            return option
+        return f"saved search {from_file}" if key in saved_job else ref
+
+    hardware = ("--hw" if hw_given else f"saved search {from_file}" if saved is not None and saved.hardware
+                else "the model's reference job")
+    model = "--model" if model_given is not None or saved is None else f"saved search {from_file}"
+    return {"model": model, "hardware": hardware,
+            "job": {"gpus": one("--gpus", "gpus"), "global_batch": one("--global-batch", "global_batch"),
+                    "seq_len": one("--seq-len", "seq_len")}}
 
 
 def saved_assumptions(saved, from_file):

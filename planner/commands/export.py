@@ -236,7 +236,7 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
 
         found = toml_violations(resolve_setup(src.model, src.hw, src.job, canon))
     report = {"model": src.model.name, "hardware": src.hw.name, "job": src.job.model_dump(mode="json", exclude_none=True),
-              "plan": canon.to_string(), "target": target}
+              "plan": canon.to_string(), "target": target, "provenance": src.provenance}
     if src.script is not None:
         from planner.launchers.megatron.rules import args_violations
 
@@ -316,6 +316,15 @@ def _torchtitan_config_of(src) -> str | None:
     return None if torchtitan_config_for(src.model) == (a.module, a.config) else f"{a.module}:{a.config}"
 
 
+def provenance_line(prov: dict) -> str:
+    """'from: model --model, hardware launch header, GPUs torchrun ...': where each value came from."""
+    job = prov.get("job") or {}
+    parts = [f"{label} {where}" for label, where in (("model", prov.get("model")), ("hardware", prov.get("hardware")),
+                                                      ("GPUs", job.get("gpus")), ("global batch", job.get("global_batch")),
+                                                      ("seq", job.get("seq_len"))) if where]
+    return "from: " + ", ".join(parts) if parts else ""
+
+
 def _print_report(r: dict) -> None:
     echo = typer.echo
     if "source" in r:
@@ -324,6 +333,9 @@ def _print_report(r: dict) -> None:
         echo(f"{r['model']} on {r['hardware']}")
     jb = r["job"]
     echo(f"job: {jb.get('gpus')} GPUs, global batch {jb.get('global_batch')}, seq {jb.get('seq_len')}")
+    line = provenance_line(r.get("provenance") or {})
+    if line:
+        echo(line)
     echo(f"plan: {r['plan']}")
     if r.get("recipe"):
         echo(f"recipe: {r['recipe']}" + (f" (its values for: {', '.join(r['recipe_defaults_used'])})"

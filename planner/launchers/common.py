@@ -25,6 +25,7 @@ the name through the catalog.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -245,18 +246,153 @@ def saved_model(m, path: Path):
     return spec
 
 
-def launch_hardware(hw: str | None, model, what: str) -> tuple[object, str]:
-    """(HardwareSpec, where it came from) for a launch read back: --hw, else the model's
-    reference job; ``what`` names the launch in the error ("the script", "the launch")."""
+# ---------------------------------------------------------------------------------------------
+# What a launch states of its hardware and GPU count (check and explain never assume either).
+# ---------------------------------------------------------------------------------------------
+
+_HEADER_LINE = re.compile(r"^# model: (?P<model>.+?)   hardware: (?P<hw>.+?)   job: (?P<gpus>[0-9]+) GPUs, ")
+"""The model/hardware/job line :func:`script_header` (and the torchtitan TOML header) writes."""
+
+
+def header_facts(text: str) -> dict[str, Any]:
+    """What planner's own export header says ({'model', 'hardware', 'gpus'}), from the comment
+    block a planner export opens with; empty for any other file. Only the leading comment lines
+    are read, so a line further down (a pasted header, a heredoc) is never taken for it."""
+    for line in text.splitlines()[:20]:
+        if line and not line.startswith("#"):
+            break
+        m = _HEADER_LINE.match(line)
+        if m:
+            return {"model": m["model"], "hardware": m["hw"], "gpus": int(m["gpus"])}
+    return {}
+
+
+# Megatron-Bridge names its performance recipes <model>_pretrain_<N>gpu_<system>_<precision>_config
+# (megatron/bridge/recipes/deepseek/h100/deepseek_v3.py: deepseek_v3_pretrain_1024gpu_h100_bf16_config;
+# the gb200, gb300, b200, b300 and h100 packages beside it). The plain <model>_pretrain_config names no system.
+_RECIPE_SYSTEM = re.compile(r"_[0-9]+gpus?_(?P<system>[a-z0-9]+)_")
+
+
+def recipe_system(recipe: str | None) -> str | None:
+    """The system a Megatron-Bridge recipe name names (``h100`` of
+    ``deepseek_v3_pretrain_1024gpu_h100_bf16_config``), or None."""
+    m = _RECIPE_SYSTEM.search(recipe or "")
+    return m["system"] if m else None
+
+
+def slurm_facts(text: str) -> dict[str, Any]:
+    """What a batch script's ``#SBATCH`` directives say of its GPUs: 'nodes', 'gpus_per_node',
+    'gpus' (a total) and 'gpu_type' (the type of ``--gres=gpu:TYPE:N`` / ``--gpus-per-node=TYPE:N``).
+    sbatch reads directives only until the first command line (sbatch(1), "#SBATCH"); so does
+    this. Values that are not plain counts (node ranges such as 2-4) are left out."""
+    out: dict[str, Any] = {}
+    lines = text.splitlines()
+    for line in lines:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#SBATCH"):
+            continue
+        words = stripped[len("#SBATCH"):].split("#", 1)[0].split()
+        i = 0
+        while i < len(words):
+            key, eq, val = words[i].partition("=")
+            if not eq and key in ("-N", "-G", "--nodes", "--gpus", "--gpus-per-node", "--gres") and i + 1 < len(words):
+                val = words[i + 1]
+                i += 1
+            elif not eq and key.startswith(("-N", "-G")) and len(key) > 2:
+                key, val = key[:2], key[2:]
+            _slurm_option(out, key, val)
+            i += 1
+    return out
+
+
+def _slurm_option(out: dict, key: str, val: str) -> None:
+    def count(text: str) -> int | None:
+        return int(text) if text.isdigit() and 0 < int(text) <= 2**20 else None
+
+    if key in ("-N", "--nodes"):
+        if count(val):
+            out["nodes"] = count(val)
+        return
+    if key == "--gres":
+        val = next((g for g in val.split(",") if g.startswith("gpu")), "")
+        parts = val.split(":")[1:]  # gpu[:TYPE]:COUNT
+    elif key in ("-G", "--gpus", "--gpus-per-node"):
+        parts = val.split(":")  # [TYPE:]COUNT
+    else:
+        return
+    if not parts or count(parts[-1]) is None:
+        return
+    if len(parts) == 2:
+        out["gpu_type"] = parts[0]
+    out["gpus" if key in ("-G", "--gpus") else "gpus_per_node"] = count(parts[-1])
+
+
+def launch_hardware(hw: str | None, model, what: str, *, text: str = "", recipe: str | None = None
+                    ) -> tuple[object, str]:
+    """(HardwareSpec, where it came from) for a launch read back: ``--hw``, else what the launch
+    states (planner's export header, a Megatron-Bridge recipe that names a system, a Slurm
+    ``--gres``/``--gpus-per-node`` GPU type); else refused. A launch is never costed on the
+    model's reference system: memory and step time depend on the GPUs it runs on, and a default
+    the user does not see passes a plan that runs out of memory (issue 42)."""
     from planner.specs.catalog import load_hardware
 
-    source = "--hw"
-    if not hw:
-        hw = model.reference_job.hardware if model.reference_job and model.reference_job.hardware else None
-        source = "the model's reference job"
-    if not hw:
-        raise PlannerError("No hardware given.", hint=f"Pass --hw: {what} does not say which GPUs it runs on.")
-    return load_hardware(hw), source
+    if hw:
+        return load_hardware(hw), "--hw"
+    stated = [(header_facts(text).get("hardware"), "launch header"),
+              (recipe_system(recipe), f"recipe {recipe}"),
+              (slurm_facts(text).get("gpu_type"), "#SBATCH GPU type")]
+    for name, source in stated:
+        if name:
+            try:
+                return load_hardware(name), source
+            except PlannerError as exc:
+                raise PlannerError(
+                    f"{what.capitalize()} names hardware {name!r} ({source}), which planner cannot load: "
+                    f"{exc.message}", hint="Pass --hw with its catalog name or hardware YAML (see 'planner hw').",
+                ) from None
+    ref = model.reference_job.hardware if model.reference_job and model.reference_job.hardware else None
+    also = f" nor {model.name}'s reference system ({ref})" if ref else ""
+    raise PlannerError(
+        f"{what.capitalize()} does not say which hardware it runs on (planner reads it from its own export header, "
+        "a Megatron-Bridge recipe name that names a system, or a Slurm --gres/--gpus-per-node GPU type), and planner "
+        f"assumes no default{also}: memory and step time depend on the GPUs.",
+        hint="Pass --hw with the GPUs the launch runs on, e.g. --hw h100 (see 'planner hw').")
+
+
+def launch_world(launcher: dict[str, str], env: dict[str, str], text: str = "") -> tuple[int | None, str | None]:
+    """(GPUs, where the count came from) of a launch: torchrun's ``--nproc-per-node`` x
+    ``--nnodes`` (torch.distributed.run; --nnodes defaults to 1), else ``WORLD_SIZE`` in the
+    launch's environment, else the ``#SBATCH`` node and GPU counts, else planner's export
+    header; (None, None) when none says."""
+    nproc, nnodes = launcher.get("--nproc-per-node"), launcher.get("--nnodes", "1")
+    if nproc and nproc.isdigit() and (nnodes or "").isdigit():
+        return int(nproc) * int(nnodes), f"torchrun --nproc-per-node {nproc} x --nnodes {nnodes}"
+    if str(env.get("WORLD_SIZE", "")).isdigit() and not nproc:
+        return int(env["WORLD_SIZE"]), "WORLD_SIZE"
+    slurm = slurm_facts(text)
+    if slurm.get("gpus"):
+        return slurm["gpus"], "#SBATCH --gpus"
+    if slurm.get("gpus_per_node"):
+        nodes = slurm.get("nodes", 1)  # sbatch allocates one node unless told otherwise
+        return nodes * slurm["gpus_per_node"], f"#SBATCH {nodes} node(s) x {slurm['gpus_per_node']} GPUs"
+    gpus = header_facts(text).get("gpus")
+    if gpus:
+        return gpus, "launch header"
+    return None, None
+
+
+def header_disagreement(text: str, hw, gpus: int) -> list[str]:
+    """Notes where planner's export header names other hardware or another GPU count than the
+    ones checked (the launch edited since, or --hw / --gpus given on purpose)."""
+    head = header_facts(text)
+    out = []
+    if head.get("hardware") and head["hardware"] != hw.name:
+        out.append(f"the launch header says hardware {head['hardware']}; planner checks {hw.name}")
+    if head.get("gpus") and head["gpus"] != gpus:
+        out.append(f"the launch header says {head['gpus']} GPUs; planner checks {gpus}")
+    return out
 
 
 def export_canonical(plan: Plan, model, hw, job) -> Plan:

@@ -321,6 +321,8 @@ class BridgeJob:
     """Plan-relevant fields the file leaves to the recipe (or to Megatron-Core's default)."""
     assumptions: dict
     """The Assumptions fields the launch sets (:func:`launch_assumptions`)."""
+    gpus_source: str = "--gpus"
+    """Where the job's GPU count came from (planner.launchers.common.launch_world)."""
 
 
 def _int(values: dict, key: str, default=None):
@@ -559,7 +561,7 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
                     environ: dict | None = None, script_args=()) -> BridgeJob:
     """Read a Bridge launch (a Path, or its text) into the model, hardware, job and plan it runs;
     options given here win over what the file says."""
-    from planner.launchers.common import export_canonical, launch_hardware
+    from planner.launchers.common import export_canonical, header_disagreement, launch_hardware, launch_world
     from planner.options import resolve_job
     from planner.specs.catalog import load_model
     from planner.specs.plan import Plan
@@ -580,15 +582,11 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
     if args.recipe and args.recipe not in RECIPE_DEFAULTS and args.kind != "yaml":
         args.notes.append(f"{args.recipe} is not a recipe planner knows the defaults of: what the file leaves out is "
                           "read as Megatron-Core's default")
-    h, hardware_source = launch_hardware(hw, m, "the launch")
+    h, hardware_source = launch_hardware(hw, m, "the launch", text=text, recipe=args.recipe)
     plan_map, job_map, notes, defaults_used = plan_values(args, m)
-    world = gpus
+    world, world_source = gpus, "--gpus"
     if world is None:
-        nproc, nnodes = args.launcher.get("--nproc-per-node"), args.launcher.get("--nnodes", "1")
-        if nproc and nproc.isdigit() and (nnodes or "").isdigit():
-            world = int(nproc) * int(nnodes)
-        elif str(args.env.get("WORLD_SIZE", "")).isdigit():
-            world = int(args.env["WORLD_SIZE"])
+        world, world_source = launch_world(args.launcher, args.env, text)
     missing = [opt for key, opt, have in (("gpus", "--gpus", world), ("seq_len", "--seq-len", seq_len or job_map["seq_len"]))
                if have is None]
     if missing:
@@ -606,5 +604,6 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
                     domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)
     plan = Plan.from_mapping({k: v for k, v in plan_map.items() if v is not None})
     canon = export_canonical(plan, m, h, j)
-    return BridgeJob(label, args, m, model_source, h, hardware_source, j, canon, list(args.notes) + notes,
-                     defaults_used, launch_assumptions(args))
+    return BridgeJob(label, args, m, model_source, h, hardware_source, j, canon,
+                     list(args.notes) + notes + header_disagreement(text, h, j.gpus), defaults_used,
+                     launch_assumptions(args), world_source or "--gpus")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
-from planner.launchers.common import torchrun_options
+from planner.launchers.common import launch_world, torchrun_options
 from planner.launchers.megatron.flags import CHOICES, FLAGS, NUMERIC
 from planner.launchers.megatron.model import flag_int as _int
 from planner.launchers.megatron.model import model_hints
@@ -321,6 +321,8 @@ class MegatronArgs:
     script_line: int | None = None
     refused: list[str] = field(default_factory=list)
     """Arguments Megatron's parser itself would refuse (a flag without its value...)."""
+    gpus_source: str | None = None
+    """Where ``job['gpus']`` came from (planner.launchers.common.launch_world), None when unknown."""
 
     def __iter__(self):
         return iter((self.job, self.plan, self.model_hints, self.unknown_flags))
@@ -452,13 +454,9 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
             unknown.append(f"{opt} (not modeled by planner)")
 
     # ---- world size -------------------------------------------------------------------------
-    world = gpus
+    world, world_source = gpus, "--gpus" if gpus is not None else None
     if world is None:
-        nproc, nnodes = cmd.launcher.get("--nproc-per-node"), cmd.launcher.get("--nnodes", "1")
-        if nproc and nproc.isdigit() and (nnodes or "").isdigit():
-            world = int(nproc) * int(nnodes)
-        elif not cmd.launcher and str(cmd.env.get("WORLD_SIZE", "")).isdigit():
-            world = int(cmd.env["WORLD_SIZE"])
+        world, world_source = launch_world(cmd.launcher, cmd.env, text_or_argv if isinstance(text_or_argv, str) else "")
 
     tp = _int(v, "tensor_model_parallel_size", 1)
     pp = _int(v, "pipeline_model_parallel_size", 1)
@@ -568,7 +566,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
                         launcher=dict(cmd.launcher), notes=notes, values=dict(v), used_flags=used,
                         not_run=list(cmd.not_run), fp8=fp8, script_line=cmd.line,
                         refused=[_unrecognized(f) for f in parsed.not_megatron]
-                        + [p for p in parsed.problems if "argparse refuses it" in p])
+                        + [p for p in parsed.problems if "argparse refuses it" in p], gpus_source=world_source)
 
 
 def _unrecognized(word: str) -> str:
@@ -605,13 +603,15 @@ class ScriptJob:
     """'--model', 'catalog match' or 'built from the flags'."""
     hardware: HardwareSpec
     hardware_source: str
-    """'--hw' or "the model's reference job"."""
+    """'--hw' or what the script states (planner.launchers.common.launch_hardware)."""
     job: Job
     plan: Plan
     """Export-canonical (planner.launchers.common.export_canonical), as the launcher runs it."""
     mismatches: list[str]
     """Where the flags disagree with a --model given on the command line."""
     notes: list[str]
+    gpus_source: str = "--gpus"
+    """Where the job's GPU count came from (planner.launchers.common.launch_world)."""
 
 
 def read_source(source: str | Path) -> tuple[str, str]:
@@ -672,7 +672,7 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
 
     Options given here win over what the script says; ``environ`` and ``script_args`` are the
     script's environment and $1, $2, ...; ``model_overrides`` sets model fields (vocab_size)."""
-    from planner.launchers.common import export_canonical, launch_hardware
+    from planner.launchers.common import export_canonical, header_disagreement, launch_hardware
     from planner.launchers.megatron.model import hint_mismatches
     from planner.options import resolve_job
 
@@ -681,7 +681,7 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
     m, model_source, note = resolve_model(args, model, model_overrides)
     notes = list(args.notes) + ([note] if note else [])
     mismatches = hint_mismatches(m, args.model_hints) if model_source == "--model" else []
-    h, hardware_source = launch_hardware(hw, m, "the script")
+    h, hardware_source = launch_hardware(hw, m, "the script", text=text)
     pj = args.job
     missing = [opt for key, opt, given in (("gpus", "--gpus", gpus), ("seq_len", "--seq-len", seq_len))
                if pj.get(key) is None and given is None]
@@ -690,7 +690,8 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
         if "--gpus" in missing:
             nproc = args.launcher.get("--nproc-per-node")
             why = (f" (torchrun's --nproc-per-node is {nproc})" if nproc else
-                   " (no torchrun line with numeric --nproc-per-node and --nnodes)")
+                   " (no torchrun line with numeric --nproc-per-node and --nnodes, no WORLD_SIZE, no #SBATCH GPU "
+                   "counts)")
         raise PlannerError(f"The script does not give the value of {' or '.join(missing)}{why}.",
                            hint="Pass " + " and ".join(missing) + ".")
     j = resolve_job(m, gpus=gpus or pj["gpus"], global_batch=global_batch or pj["global_batch"],
@@ -703,7 +704,9 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
         vpp, layout = _pipeline_from_flags(v, plan.pp, notes)
         plan = plan.replace(vpp=vpp, layout=layout)
     canon = export_canonical(plan, m, h, j)
-    return ScriptJob(label, args, m, model_source, h, hardware_source, j, canon, mismatches, notes)
+    notes += header_disagreement(text, h, j.gpus)
+    return ScriptJob(label, args, m, model_source, h, hardware_source, j, canon, mismatches, notes,
+                     args.gpus_source or "--gpus")
 
 
 def assumptions_from_flags(values: dict) -> dict:

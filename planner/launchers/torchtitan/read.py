@@ -195,6 +195,10 @@ class TorchtitanJob:
     defaults_used: list[str]
     assumptions: dict = field(default_factory=dict)
     """What the job sets of planner's Assumptions (:func:`launch_assumptions`)."""
+    hardware_source: str = "--hw"
+    """Where the hardware came from (planner.launchers.common.launch_hardware)."""
+    gpus_source: str = "--gpus"
+    """Where the job's GPU count came from (planner.launchers.common.launch_world, or the degrees)."""
 
 
 def _model_for(args: TorchtitanArgs):
@@ -381,9 +385,9 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
                         job_file=None, domain_fill=None, memory_margin_gib=None, environ=None,
                         script_args=()) -> TorchtitanJob:
     from planner.files import MAX_SCRIPT_BYTES, read_text
-    from planner.launchers.common import export_canonical
+    from planner.launchers.common import export_canonical, header_disagreement, launch_hardware, launch_world
     from planner.options import resolve_job
-    from planner.specs.catalog import load_hardware, load_model
+    from planner.specs.catalog import load_model
     from planner.specs.plan import Plan
 
     if isinstance(source, Path):
@@ -412,17 +416,12 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
             raise PlannerError(f"planner cannot tell which model '{label}' trains.",
                                hint="Pass --model (a catalog name, model YAML or config.json).")
         m = load_model(name)
-    if not hw:
-        hw = m.reference_job.hardware if m.reference_job and m.reference_job.hardware else None
-    if not hw:
-        raise PlannerError("No hardware given.", hint="Pass --hw.")
-    h = load_hardware(hw)
-    world = gpus
+    h, hardware_source = launch_hardware(hw, m, "the job", text=text)
+    world, world_source = gpus, "--gpus"
     if world is None:
-        nproc, nnodes = args.launcher.get("--nproc-per-node"), args.launcher.get("--nnodes", "1")
-        if nproc and nproc.isdigit() and (nnodes or "").isdigit():
-            world = int(nproc) * int(nnodes)
+        world, world_source = launch_world(args.launcher, {}, text)
     if world is None:
+        world_source = "the parallelism degrees' product"
         v = args.values
         degrees = [v.get(f"parallelism.{k}", DEFAULTS[f"parallelism.{k}"]) for k in (
             "data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
@@ -443,5 +442,6 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
                     job_file=job_file, domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)
     plan = Plan.from_mapping({k: v for k, v in plan_map.items() if v is not None})
     canon = export_canonical(plan, m, h, j)
-    return TorchtitanJob(label, args, m, model_source, h, j, canon, list(args.notes) + notes, defaults_used,
-                         launch_assumptions(args, canon.precision == "fp8"))
+    return TorchtitanJob(label, args, m, model_source, h, j, canon,
+                         list(args.notes) + notes + header_disagreement(text, h, j.gpus), defaults_used,
+                         launch_assumptions(args, canon.precision == "fp8"), hardware_source, world_source)
