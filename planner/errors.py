@@ -44,6 +44,20 @@ class NothingFitsError(PlannerError):
         super().__init__(message, hint=hint)
 
 
+EXCERPT_CHARS = 80
+"""The most characters of a user's input (a plan, a layout, a name) an error quotes: enough to
+recognize it, while a pathological input (1,000 nested brackets) cannot turn the one paragraph
+into pages."""
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` as an error quotes it: at most ``limit`` characters, the cut marked with an
+    ellipsis and the full length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def suggest(name: str, choices: Iterable[str], n: int = 3) -> str:
     """'Did you mean ...' text for an unknown name, or the list of valid names."""
     choices = sorted(set(choices))

@@ -126,3 +126,25 @@ def test_bad_runs_files_are_one_paragraph(tmp_path, capsys, runs, words):
     assert err.startswith("Error:") and "Traceback" not in err
     for w in words:
         assert w in err
+
+
+@pytest.mark.parametrize("name", ["evil\x1b[2J", "a\rb", "tab\there", "line\u2028sep"])
+def test_control_characters_in_a_run_name_are_refused_as_in_a_model_name(tmp_path, capsys, name):
+    path = _file(tmp_path, [dict(DENSE, name=name)])
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "contains the control character" in err and err.count("\n") == 1
+    assert "\x1b" not in err and "\r" not in err  # the name is quoted escaped, never raw
+
+
+def test_a_runs_file_with_no_evaluable_run_exits_2_saying_why_each_failed(tmp_path, capsys):
+    bad_plan = dict(DENSE, name="odd", plan="tp=3")
+    more = [dict(NOT, name=f"other-{i}") for i in range(3)]
+    path = _file(tmp_path, [NOT, bad_plan, *more])
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: No run of") and err.count("\n") == 1, err
+    assert "(5 run(s))" in err and "'my-nemotron': hybrid Mamba layers" in err and "'odd': " in err
+    assert "and 2 more" in err and "other-2" not in err
+    # One evaluable run is enough for a report.
+    assert main(["validate", str(_file(tmp_path, [NOT, DENSE]))]) == 0

@@ -10,9 +10,24 @@ import typer
 
 from planner.cli import app
 from planner.options import CalibrationOpt, JsonOpt, print_json
+from planner.errors import excerpt
 
 COMMAND = "planner validate tests/data/published_runs.yaml --markdown"
 """What the bundled report says generated it (`planner results` writes the same Markdown)."""
+
+
+SHOWN_REASONS = 3
+"""Runs whose reasons the error names when none could be evaluated (the rest are counted)."""
+
+
+def no_run_evaluated(results, path) -> str:
+    """The one paragraph for a runs file none of whose runs planner could evaluate."""
+    shown = "; ".join(f"'{excerpt(r.name)}': {excerpt((r.reason or 'no reason given').rstrip('. '), 160)}"
+                      for r in results[:SHOWN_REASONS])
+    more = len(results) - SHOWN_REASONS
+    rest = f"; and {more} more" if more > 0 else ""
+    return (f"No run of '{path}' could be evaluated ({len(results)} run(s)), so there is nothing to compare: "
+            f"{shown}{rest}.")
 
 
 @app.command("validate")
@@ -46,10 +61,13 @@ def validate_cmd(
             raise PlannerError(f"No run named {', '.join(unknown)} in '{runs}'.",
                                hint="Give names as the runs file spells them (see 'name:').")
         specs = [r for r in specs if r.name in set(only)]
-    report = build(evaluate_runs(specs, cal), _label(runs))
+    results = evaluate_runs(specs, cal)
+    if not any(r.evaluated for r in results):
+        # A report of only "not evaluated" lines compares nothing: exiting 0 would let a script
+        # (or CI) take a runs file planner cannot read for a passed validation.
+        raise PlannerError(no_run_evaluated(results, runs))
+    report = build(results, _label(runs))
     if plot is not None:
-        if not any(r["status"] == "evaluated" for r in report["runs"]):
-            raise PlannerError("No run was evaluated, so there is nothing to plot.")
         render_plot(report, plot)
         report["plot"] = str(plot)
     if json:

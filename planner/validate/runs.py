@@ -18,6 +18,7 @@ from pydantic import Field, field_validator
 
 from planner.errors import PlannerError
 from planner.specs.common import Spec
+from planner.specs.model import Name
 
 HOPPER = ("hopper",)
 """GPU generations (hardware catalog ``gpu.generation``) reported as Hopper; the rest count as Blackwell."""
@@ -59,8 +60,9 @@ class Measured(Spec):
 
 
 class RunSpec(Spec):
-    name: str = Field(min_length=1)
-    """Unique name of the run."""
+    name: Name
+    """Unique name of the run: one line of printable text, as a model's name (it is printed in
+    the report's tables; an escape sequence or carriage return would drive the terminal)."""
     source: RunSource
     recipe: str | None = None
     """The recipe or script the settings were read from, when it is not the source itself."""
