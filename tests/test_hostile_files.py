@@ -386,6 +386,20 @@ def test_hostile_config_json_values(tmp_path, capsys, value, words):
     paragraph(code, err, *words)
 
 
+@pytest.mark.parametrize("change, words", [
+    ({"topk_group": 9}, ["group_top_k (topk_group, 9) cannot exceed num_groups (n_group, 8)", "MoEGate"]),
+    ({"n_group": 7, "topk_group": 4}, ["num_experts (256) must split into num_groups (n_group, 7) equal groups"]),
+])
+def test_group_limited_routing_needs_topk_group_within_n_group(tmp_path, capsys, change, words):
+    d = tmp_path / "v3"
+    d.mkdir()
+    data = json.loads((HF / "deepseek-v3" / "config.json").read_text())
+    assert (data["n_group"], data["topk_group"]) == (8, 4)
+    (d / "config.json").write_text(json.dumps({**data, **change}))
+    code, _, err = run(capsys, "show-model", str(d / "config.json"))
+    paragraph(code, err, *words)
+
+
 def test_hostile_saved_search_and_calibration_files(tmp_path, capsys):
     cal = tmp_path / "cal.json"
     cal.write_text(json.dumps({"hardware": "h100", "source": "a test", "hbm_bandwidth": 1e300}))

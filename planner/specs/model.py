@@ -226,6 +226,22 @@ class MoE(Spec):
                 f"top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts}): "
                 "a token cannot be routed to more experts than exist"
             )
+        # Group-limited routing (DeepSeek-V3's MoEGate.forward in its modeling_deepseek.py; Megatron's
+        # group_limited_topk in megatron/core/transformer/moe/moe_utils.py): the experts' scores are
+        # viewed as num_groups equal groups and the best group_top_k groups are kept by a topk over
+        # the groups, which fails when it asks for more groups than exist or the groups are unequal.
+        if self.group_top_k is not None and self.num_groups is not None and self.group_top_k > self.num_groups:
+            raise ValueError(
+                f"group_top_k (topk_group, {self.group_top_k}) cannot exceed num_groups (n_group, {self.num_groups}): "
+                "group-limited routing keeps the best topk_group of the n_group expert groups (DeepSeek-V3's MoEGate, "
+                "Megatron's group_limited_topk)"
+            )
+        if self.num_groups is not None and self.num_experts % self.num_groups:
+            raise ValueError(
+                f"num_experts ({self.num_experts}) must split into num_groups (n_group, {self.num_groups}) equal "
+                "groups: group-limited routing views the experts' scores as n_group equal groups (DeepSeek-V3's "
+                "MoEGate, Megatron's group_limited_topk)"
+            )
         if self.layer_pattern is not None and (self.first_k_dense or self.layer_freq != 1):
             raise ValueError("layer_pattern lists every layer's kind: give it without first_k_dense and layer_freq")
         return self
