@@ -335,3 +335,34 @@ def test_results_check_needs_the_committed_folder(capsys, tmp_path):
     code, _, err = run(capsys, "results", "--check", "--out", str(tmp_path / "missing"), "--only", "seed-claims")
     paragraph(code, err, "which is not a folder")
     assert time.perf_counter() - t0 < 5  # refused before regenerating anything
+
+
+@pytest.mark.parametrize("job, words", [
+    ({"gpus": -64, "global_batch": 64, "seq_len": 4096}, ["'job.gpus' = -64", "greater than 0"]),
+    ({"gpus": 8, "global_batch": 0, "seq_len": 4096}, ["'job.global_batch' = 0"]),
+    ({"gpus": 8, "global_batch": 64, "seq_len": 2**40}, ["'job.seq_len'"]),
+    ({"gpus": 8, "global_batch": 64, "seq_len": 4096, "domain_fill": -1}, ["'job.domain_fill' = -1"]),
+])
+def test_an_edited_job_in_a_saved_search_is_blamed_on_the_file_not_an_option(tmp_path, capsys, job, words):
+    path = tmp_path / "plans.json"
+    path.write_text(json.dumps({"model": "llama3.1-8b", "hardware": "h100", "job": job,
+                                "plans": [{"plan": {"tp": 2}}]}))
+    for cmd in (["export", "--from", str(path)], ["check", "--from", str(path)], ["explain", "--from", str(path)]):
+        code, _, err = run(capsys, *cmd)
+        paragraph(code, err, f"'{path}' is not a saved search planner can use", *words)
+        assert "--gpus" not in err and "--global-batch" not in err and "--seq-len" not in err
+
+
+def test_errors_quote_a_bounded_excerpt_of_a_plan_or_layout(capsys):
+    from planner.errors import EXCERPT_CHARS, excerpt
+
+    assert excerpt("x" * EXCERPT_CHARS) == "x" * EXCERPT_CHARS
+    assert excerpt("x" * 1000) == "x" * EXCERPT_CHARS + "... (1,000 characters)"
+    nested = "(" * 1000 + "t" + ")" * 1000
+    for plan in (f"pp=2,layout={nested}", f"recompute={'y' * 3000}", f"{'z' * 3000}", f"{'k' * 3000}=1",
+                 f"sharding={'q' * 3000}", f"stage_recompute={'1/' * 1500}"):
+        code, _, err = run(capsys, "check", *SMALL, "--gpus", "64", "--plan", plan)
+        paragraph(code, err)
+        # The hint and the message's own words take ~300 characters; the quoted input at most two
+        # excerpts of 80 (the layout parser's own error, inside the plan key's).
+        assert len(err) < 700, (len(err), err[:200])

@@ -32,8 +32,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from planner.errors import PlannerError, PlanRuleError
-from planner.specs.common import NotBool
+from planner.errors import PlannerError, PlanRuleError, excerpt
+from planner.specs.common import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, GpuCount, NotBool
 from planner.specs.plan import Plan
 
 
@@ -93,11 +93,15 @@ class SavedModel(SavedName):
 
 
 class SavedJob(_Saved):
-    gpus: Annotated[int, NotBool] | None = None
-    global_batch: Annotated[int, NotBool] | None = None
-    seq_len: Annotated[int, NotBool] | None = None
+    """The job of a saved search, bounded as JobSpec bounds the same fields (planner.specs.job):
+    checked here, an edited count is blamed on the file and its field, not on a command-line
+    option the user never gave."""
+
+    gpus: GpuCount | None = None
+    global_batch: Annotated[int, NotBool, Field(gt=0, le=MAX_GLOBAL_BATCH)] | None = None
+    seq_len: Annotated[int, NotBool, Field(gt=0, le=MAX_SEQ_LEN)] | None = None
     precisions: list[Annotated[str, Field(max_length=16)]] | None = Field(None, max_length=8)
-    domain_fill: Annotated[int, NotBool] | None = None
+    domain_fill: GpuCount | None = None
 
 
 class SavedSearch(_Saved):
@@ -167,7 +171,7 @@ def read_saved_search(path: Path) -> SavedSearch:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "constrained-")))
         value = err.get("input")
-        shown = f" = {value!r}" if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) < 60) else ""
+        shown = f" = {excerpt(repr(value))}" if isinstance(value, (int, float, bool, str)) else ""
         raise PlannerError(
             f"'{path}' is not a saved search planner can use: '{loc}'{shown}: "
             f"{err['msg'].removeprefix('Value error, ')}.",

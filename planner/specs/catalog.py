@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from planner.errors import PlannerError, suggest
+from planner.errors import PlannerError, excerpt, suggest
 from planner.files import MAX_NESTING, MAX_SPEC_BYTES, check_input, nesting_error, note_input, read_text
 
 S = TypeVar("S", bound=BaseModel)
@@ -228,7 +228,7 @@ def validation_paragraph(what: str, origin: str, exc: ValidationError, data=None
         loc = _field_path(err["loc"], data, missing=err["type"] == "missing")
         msg = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
-        shown = f" = {value!r}" if isinstance(value, (int, float, str, bool)) and err["type"] != "missing" else ""
+        shown = f" = {excerpt(repr(value))}" if isinstance(value, (int, float, str, bool)) and err["type"] != "missing" else ""
         if err["type"] == "missing":
             parts.append(f"field '{loc}' is missing")
         elif err["type"] == "extra_forbidden":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
-from planner.errors import PlannerError, PlanRuleError
+from planner.errors import PlannerError, PlanRuleError, excerpt
 
 if TYPE_CHECKING:
     from planner.specs.model import ModelSpec
@@ -35,13 +35,9 @@ MAX_LAYOUT_NESTING = 8
 _MAX_REPEAT_DIGITS = 6
 
 
-def _shown(text: str) -> str:
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _layout_error(text: str, problem: str) -> PlannerError:
     return PlannerError(
-        f"Pipeline layout '{_shown(text)}' {problem}.",
+        f"Pipeline layout '{excerpt(text)}' {problem}.",
         hint="Use E (embedding), t (decoder layer), m (MTP), L (loss), '|' between stages, "
         "and (..)*n or t*n for repeats, as Megatron's --pipeline-model-parallel-layout does.",
     )

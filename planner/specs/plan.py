@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema, field_validator
 
-from planner.errors import PlannerError, PlanRuleError, suggest
+from planner.errors import PlannerError, PlanRuleError, excerpt, suggest
 from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, GpuCount, NotBool, Spec
 
 MAX_PLAN_TEXT = 16384
@@ -107,13 +107,13 @@ def parse_recompute(text: str) -> Recompute:
             return Recompute("full")
         n = text.split(":", 1)[1]
         if not re.fullmatch(r"[0-9]{1,6}", n) or int(n) > MAX_LAYERS:
-            raise ValueError(f"full:N needs a layer count from 0 to {MAX_LAYERS}, got '{text}'")
+            raise ValueError(f"full:N needs a layer count from 0 to {MAX_LAYERS}, got '{excerpt(text)}'")
         return Recompute("full", layers=int(n)) if int(n) else Recompute("none")
     mods = [m.strip() for m in text.split("+") if m.strip()]
     bad = [m for m in mods if m not in RECOMPUTE_MODULES]
     if bad:
         raise ValueError(
-            f"unknown recompute module '{bad[0]}'; choose 'none', 'full', 'full:N', 'op' (torchtitan's "
+            f"unknown recompute module '{excerpt(bad[0])}'; choose 'none', 'full', 'full:N', 'op' (torchtitan's "
             "per-op selective AC) or modules from "
             + "+".join(RECOMPUTE_MODULES)
         )
@@ -139,10 +139,10 @@ def parse_sharding(text: str) -> Sharding:
     if text.startswith("hsdp"):
         m = re.fullmatch(r"hsdp:([0-9]{1,8})", text)
         if not m or not 1 <= int(m.group(1)) <= MAX_GPUS:
-            raise ValueError(f"hsdp needs a sharding-group size, e.g. 'hsdp:8'; got '{text}'")
+            raise ValueError(f"hsdp needs a sharding-group size, e.g. 'hsdp:8'; got '{excerpt(text)}'")
         return Sharding("hsdp", int(m.group(1)))
     if text not in SHARDINGS:
-        raise ValueError(f"unknown sharding '{text}'; choose one of dist_opt, ddp, zero2, fsdp, hsdp:N")
+        raise ValueError(f"unknown sharding '{excerpt(text)}'; choose one of dist_opt, ddp, zero2, fsdp, hsdp:N")
     return Sharding(text)  # type: ignore[arg-type]
 
 
@@ -172,7 +172,7 @@ class Offload(_Named):
 def parse_offload(text: str) -> Offload:
     text = text.strip()
     if text not in OFFLOADS:
-        raise ValueError(f"unknown offload '{text}'; choose one of {', '.join(OFFLOADS)}")
+        raise ValueError(f"unknown offload '{excerpt(text)}'; choose one of {', '.join(OFFLOADS)}")
     return Offload(optimizer="optimizer" in text, activations="activations" in text)
 
 
@@ -182,7 +182,7 @@ def parse_on_off(value) -> bool:
         return value
     if isinstance(value, str) and value.strip() in ("on", "off"):
         return value.strip() == "on"
-    raise ValueError(f"expected 'on' or 'off', got {value!r}")
+    raise ValueError(f"expected 'on' or 'off', got {excerpt(repr(value))}")
 
 
 class EpOverlap(StrEnum):
@@ -211,13 +211,13 @@ def parse_ep_overlap(value) -> EpOverlap:
         return EpOverlap.ON if value else EpOverlap.OFF
     if isinstance(value, str) and value.strip() in ("on", "off", "wgrad"):
         return EpOverlap(value.strip())
-    raise ValueError(f"expected 'on', 'off' or 'wgrad', got {value!r}")
+    raise ValueError(f"expected 'on', 'off' or 'wgrad', got {excerpt(repr(value))}")
 
 
 def parse_stage_recompute(text: str) -> tuple[int, ...]:
     parts = text.split("/")
     if not all(re.fullmatch(r"[0-9]{1,6}", p) and int(p) <= MAX_LAYERS for p in parts):
-        raise ValueError(f"stage_recompute must be '/'-separated layer counts (0 to {MAX_LAYERS}), got '{text}'")
+        raise ValueError(f"stage_recompute must be '/'-separated layer counts (0 to {MAX_LAYERS}), got '{excerpt(text)}'")
     return tuple(int(p) for p in parts)
 
 
@@ -229,7 +229,7 @@ def _typed(parse, kind: type, fmt=str, schema: dict | None = None):
         if isinstance(value, kind):
             return value
         if not isinstance(value, str):
-            raise ValueError(f"expected a string, got {value!r}")
+            raise ValueError(f"expected a string, got {excerpt(repr(value))}")
         if len(value) > MAX_PLAN_TEXT:
             raise ValueError(f"{len(value):,} characters; at most {MAX_PLAN_TEXT:,}")
         return parse(value)
@@ -278,12 +278,12 @@ def parse_pairs(text: str | None, what: str = "plan") -> dict[str, str]:
         where = "Plan" if what == "plan" else what
         if "=" not in part:
             raise PlannerError(
-                f"{where} item '{part.strip()}' is not of the form key=value.",
+                f"{where} item '{excerpt(part.strip())}' is not of the form key=value.",
                 hint="Example: --plan \"tp=2,pp=4,ep=8,mbs=1,recompute=full\".",
             )
         key, value = (s.strip() for s in part.split("=", 1))
         if key not in Plan.model_fields:
-            raise PlannerError(f"Unknown plan key '{key}'" + ("" if what == "plan" else f" in {what}") + ".",
+            raise PlannerError(f"Unknown plan key '{excerpt(key)}'" + ("" if what == "plan" else f" in {what}") + ".",
                                hint=suggest(key, Plan.model_fields))
         if key in values:
             raise PlannerError(f"Plan key '{key}' is given twice" + ("" if what == "plan" else f" in {what}") + ".")
@@ -436,14 +436,14 @@ class Plan(Spec):
         """Build from a dict (JSON form or parsed string), with errors that name the key."""
         unknown = [k for k in values if k not in cls.model_fields]
         if unknown:
-            raise PlannerError(f"Unknown plan key '{unknown[0]}'.", hint=suggest(unknown[0], cls.model_fields))
+            raise PlannerError(f"Unknown plan key '{excerpt(str(unknown[0]))}'.", hint=suggest(unknown[0], cls.model_fields))
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
             err = exc.errors()[0]
             key = ".".join(str(p) for p in err["loc"]) or "plan"
             msg = err["msg"].removeprefix("Value error, ").rstrip(".")
-            raise PlannerError(f"Plan key '{key}' has a bad value {values.get(key)!r}: {msg}.") from None
+            raise PlannerError(f"Plan key '{key}' has a bad value {excerpt(repr(values.get(key)))}: {msg}.") from None
 
     def to_string(self) -> str:
         """Non-default keys in a fixed order (the canonical string when the plan is canonical)."""
