@@ -179,6 +179,41 @@ def test_no_spec_number_field_takes_a_boolean():
     assert checked > 50
 
 
+MEGATRON_8B = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+               "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64")
+
+
+@pytest.mark.parametrize("name, text, flag, words", [
+    ("o.txt", "model.tensor_model_parallel_size=\uff12\n", "--bridge",
+     ["model.tensor_model_parallel_size='\uff12'", "ASCII digits"]),
+    ("c.yaml", "model:\n  tensor_model_parallel_size: '\u0662'\n", "--bridge", ["ASCII digits"]),
+    ("m.sh", f"torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size \uff12 {MEGATRON_8B}\n",
+     "--megatron-args", ["--tensor-model-parallel-size \uff12"]),
+    ("t.sh", "torchrun --nproc-per-node 8 -m torchtitan.train --module llama3 --config llama3_8b "
+     "--parallelism.tensor_parallel_degree \uff12\n", "--torchtitan", ["tensor_parallel_degree", "integer"]),
+])
+def test_numbers_in_launch_text_are_ascii_digits(tmp_path, capsys, name, text, flag, words):
+    """Python's int() reads '\uff12' (fullwidth 2) and '\u0662' (Arabic-Indic 2) as 2; Hydra's override
+    grammar and YAML's numbers do not: a launch saying TP '\uff12' is refused, never read as TP 2."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    code, _, err = run(capsys, "check", flag, str(path), "--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8")
+    paragraph(code, err, *words)
+
+
+def test_ascii_number_and_count():
+    from planner.launchers.common import launch_world
+    from planner.specs.common import ascii_number, is_ascii_count
+
+    assert ascii_number("12") == 12 and ascii_number("1_000") == 1000 and ascii_number("2.5e3", float) == 2500.0
+    for text in ("\uff12", "\u0662", "1\uff10", "\uff12.5"):
+        with pytest.raises(ValueError):
+            ascii_number(text, float if "." in text else int)
+    assert is_ascii_count("16") and not is_ascii_count("\uff11\uff16") and not is_ascii_count("\u00b2")
+    assert launch_world({"--nproc-per-node": "\uff18"}, {}) == (None, None)
+    assert launch_world({"--nproc-per-node": "8"}, {})[0] == 8
+
+
 def test_job_yaml_nonsense(tmp_path, capsys):
     for body, words in [("gpus: .inf\nglobal_batch: 8\nseq_len: 8\n", ["gpus"]),
                         ("gpus: 8\nglobal_batch: 8\nseq_len: 8\nmemory_margin_bytes: .nan\n", ["finite"]),

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from planner.errors import PlannerError, PlanRuleError, excerpt
-from planner.specs.common import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, GpuCount, NotBool
+from planner.specs.common import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, GpuCount, NotBool, is_ascii_count
 from planner.specs.plan import Plan
 
 
@@ -313,7 +313,7 @@ def slurm_facts(text: str) -> dict[str, Any]:
 
 def _slurm_option(out: dict, key: str, val: str) -> None:
     def count(text: str) -> int | None:
-        return int(text) if text.isdigit() and 0 < int(text) <= 2**20 else None
+        return int(text) if is_ascii_count(text) and 0 < int(text) <= 2**20 else None
 
     if key in ("-N", "--nodes"):
         if count(val):
@@ -371,9 +371,9 @@ def launch_world(launcher: dict[str, str], env: dict[str, str], text: str = "") 
     launch's environment, else the ``#SBATCH`` node and GPU counts, else planner's export
     header; (None, None) when none says."""
     nproc, nnodes = launcher.get("--nproc-per-node"), launcher.get("--nnodes", "1")
-    if nproc and nproc.isdigit() and (nnodes or "").isdigit():
+    if nproc and is_ascii_count(nproc) and is_ascii_count(nnodes or ""):
         return int(nproc) * int(nnodes), f"torchrun --nproc-per-node {nproc} x --nnodes {nnodes}"
-    if str(env.get("WORLD_SIZE", "")).isdigit() and not nproc:
+    if is_ascii_count(str(env.get("WORLD_SIZE", ""))) and not nproc:
         return int(env["WORLD_SIZE"]), "WORLD_SIZE"
     slurm = slurm_facts(text)
     if slurm.get("gpus"):

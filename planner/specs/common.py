@@ -102,6 +102,21 @@ PositiveFloat = Annotated[float, NotBool, Field(gt=0.0, le=1e30)]
 """Any other positive quantity (parameter and token counts, watts, TFLOP/s)."""
 NonNegativeFloat = Annotated[float, NotBool, Field(ge=0.0, le=1e30)]
 
+def ascii_number(text: str, kind: type[int] | type[float] = int) -> int | float:
+    """``int(text)`` or ``float(text)`` of text written in ASCII: Python's int() and float() also
+    read other scripts' digits ('２', fullwidth; '٢', Arabic-Indic) as numbers, which Hydra's and
+    OmegaConf's override grammar (INT: [0-9] only) and YAML's number forms do not; every text
+    reader takes numbers through here. Raises ValueError otherwise."""
+    if not str(text).isascii():
+        raise ValueError(f"{text!r} is not a number written in ASCII digits")
+    return kind(text)
+
+
+def is_ascii_count(text: str) -> bool:
+    """Whether ``text`` is a whole number of ASCII digits (str.isdigit() also takes '２' and '²')."""
+    return text.isascii() and text.isdigit()
+
+
 T = TypeVar("T")
 
 

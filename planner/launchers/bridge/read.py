@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.specs.common import ascii_number
 from planner.launchers.bridge.recipes import RECIPE_DEFAULTS, has_comm_overlap, model_for_recipe
 
 # run_recipe.py's convenience options and the ConfigContainer field each sets (COMMON_OVERRIDE_FIELDS).
@@ -331,12 +332,18 @@ def _int(values: dict, key: str, default=None):
         return default
     if isinstance(v, bool) or not isinstance(v, int):
         try:
-            return int(str(v))
+            return int(ascii_number(str(v)))
         except ValueError:
-            raise PlannerError(f"{key}={v!r}: Megatron-Bridge expects an integer there.") from None
+            raise PlannerError(f"{key}={v!r}: Megatron-Bridge expects an integer there (ASCII digits 0-9: Hydra's "
+                               "override grammar reads no other digits).") from None
     if v < 0 or v > 2**24:
         raise PlannerError(f"{key}={v} is out of range.")
     return v
+
+
+def _int_at(val, key: str, default=None):
+    """The integer a launch gives ``key`` (``val`` as :func:`_lookup` returns it), errors naming the key."""
+    return _int({key: val(key, default)}, key, default)
 
 
 def _lookup(args: BridgeArgs):
@@ -397,13 +404,13 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     val, used_defaults = _lookup(args)
     notes: list[str] = []
 
-    tp = _int({"v": val("model.tensor_model_parallel_size", 1)}, "v", 1)
-    pp = _int({"v": val("model.pipeline_model_parallel_size", 1)}, "v", 1)
-    cp = _int({"v": val("model.context_parallel_size", 1)}, "v", 1)
+    tp = _int_at(val, "model.tensor_model_parallel_size", 1)
+    pp = _int_at(val, "model.pipeline_model_parallel_size", 1)
+    cp = _int_at(val, "model.context_parallel_size", 1)
     vpp_v = val("model.virtual_pipeline_model_parallel_size")
-    ep = _int({"v": val("model.expert_model_parallel_size", 1)}, "v", 1) if model.is_moe else 1
-    etp = _int({"v": val("model.expert_tensor_parallel_size")}, "v") if model.is_moe else None
-    mbs = _int({"v": val("train.micro_batch_size", 1)}, "v", 1)
+    ep = _int_at(val, "model.expert_model_parallel_size", 1) if model.is_moe else 1
+    etp = _int_at(val, "model.expert_tensor_parallel_size") if model.is_moe else None
+    mbs = _int_at(val, "train.micro_batch_size", 1)
 
     layout = val("model.pipeline_model_parallel_layout")
     if isinstance(layout, list):  # a YAML's layout as per-stage lists of module names
@@ -433,7 +440,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
         mods = [str(m) for m in (mods if isinstance(mods, list) else [mods])]
         recompute = selective_recompute(mods, "model.recompute_modules", args.unknown)
     elif gran == "full":
-        recompute = full_recompute(val("model.recompute_method"), _int({"v": val("model.recompute_num_layers")}, "v"),
+        recompute = full_recompute(val("model.recompute_method"), _int_at(val, "model.recompute_num_layers"),
                                    notes)
     elif gran not in (None, "null"):
         raise PlannerError(f"model.recompute_granularity={gran!r}: Megatron-Core accepts full, selective or null.")
@@ -468,7 +475,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     if _DTYPES.get(str(val("optimizer.main_grads_dtype", "fp32")), "fp32") != "fp32":
         notes.append("bf16 main gradients (precision-aware optimizer) modeled as fp32 gradients")
 
-    instances = _int({"v": val("ddp.num_distributed_optimizer_instances", 1)}, "v", 1) or 1
+    instances = _int_at(val, "ddp.num_distributed_optimizer_instances", 1) or 1
     if val("ddp.use_megatron_fsdp", False):
         strategy = val("ddp.data_parallel_sharding_strategy", "optim_grads_params")
         sharding = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}.get(
@@ -503,10 +510,11 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
                 offload=offload, precision=precision, moments=moments, layout=layout_text, dispatcher=dispatcher,
                 ep_overlap="on" if ep_overlap else "off")
-    seq = _int({"v": given.get("dataset.seq_length", given.get("model.seq_length"))}, "v")
+    seq = _int({"dataset.seq_length": given.get("dataset.seq_length", given.get("model.seq_length"))},
+               "dataset.seq_length")
     if seq is None:
-        seq = _int({"v": val("dataset.seq_length")}, "v")
-    job = {"global_batch": _int({"v": val("train.global_batch_size")}, "v"), "seq_len": seq,
+        seq = _int_at(val, "dataset.seq_length")
+    job = {"global_batch": _int_at(val, "train.global_batch_size"), "seq_len": seq,
            "precisions": [precision], "_instances": sharding_instances}
     return plan, job, notes, used_defaults
 

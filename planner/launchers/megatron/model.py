@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.specs.common import ascii_number
 
 MAX_TOKENIZER_BYTES = 64 << 20
 
@@ -32,7 +33,7 @@ def int_value(flag: str, value, default=None):
     if value is None or value is True:
         return default
     try:
-        return int(value)
+        return int(ascii_number(value)) if isinstance(value, str) else int(value)
     except (TypeError, ValueError):
         pass
     text = str(value)

@@ -31,6 +31,7 @@ from planner.errors import PlannerError
 from planner.launchers.common import launch_world, torchrun_options
 from planner.launchers.megatron.flags import CHOICES, FLAGS, NUMERIC
 from planner.launchers.megatron.model import flag_int as _int
+from planner.specs.common import ascii_number
 from planner.launchers.megatron.model import model_hints
 
 if TYPE_CHECKING:
@@ -145,8 +146,10 @@ def _value_problem(opt: str, value: str) -> str | None:
     kind = NUMERIC.get(opt)
     if kind is not None:
         try:
-            int(value) if kind == "int" else float(value)
+            ascii_number(value, int if kind == "int" else float)
         except ValueError:
+            if not value.isascii():  # argparse's int() would read it; planner takes ASCII digits only
+                return f"{opt} {value} (not a number written in ASCII digits 0-9)"
             return f"{opt} {value} (not {'an integer' if kind == 'int' else 'a number'}: argparse refuses it)"
     return None
 
@@ -581,7 +584,7 @@ def _fraction(value) -> float:
     if value is None:
         return 1.0
     try:
-        return float(value)
+        return float(ascii_number(value, float))
     except ValueError:
         raise PlannerError(f"--optimizer-offload-fraction {value}: Megatron expects a number there.") from None
 
