@@ -234,3 +234,120 @@ def test_token_budget_defaults():
     assert search_cmp.token_budget(load_model("llama3.1-405b"), 1e12) == {"tokens": 1e12, "source": "--tokens"}
     none = search_cmp.token_budget(load_model("mixtral-8x7b"), None)
     assert none["tokens"] == 1e12 and "no published token budget" in none["source"]
+
+
+# ---- GPU counts per system, cost and the same-budget / same-time views (issue 43) ------------
+
+COUNTS_ARGS = ["compare", "--model", "llama3.1-8b", "--hw", "h100:16", "--hw", "b200:8", "--seq-len", "4096",
+               "--max", "pp=2,cp=1", "--tokens", "1e12", "--price", "h100=2.5", "--price", "hgx-b200=4"]
+
+
+@pytest.fixture(scope="module")
+def counts_compare():
+    """One comparison at a GPU count per system (two small searches), as JSON and as text."""
+    import contextlib
+    import io
+
+    texts = []
+    for extra in (["--json"], []):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(COUNTS_ARGS + extra) == 0
+        texts.append(buf.getvalue())
+    return json.loads(texts[0]), texts[1]
+
+
+def test_each_system_runs_at_its_own_count(counts_compare):
+    out, human = counts_compare
+    assert [(e["hardware"]["name"], e["gpus"], e["summary"]["gpus"]) for e in out["hardware"]] == \
+        [("h100", 16, 16), ("b200", 8, 8)]
+    for e in out["hardware"]:
+        s = e["summary"]
+        assert s["degrees"]["dp"] * s["degrees"]["tp"] * s["degrees"]["pp"] * s["degrees"]["cp"] == e["gpus"]
+        assert s["tokens_per_s_cluster"] == pytest.approx(s["tokens_per_s_per_gpu"] * e["gpus"], rel=1e-5)
+    # Different counts: no swap test (a plan's DP degree belongs to its count), and the text says so.
+    assert out["changes"][0]["swap"] == {}
+    assert any(x.startswith("No swap test: the two run different GPU counts (16 and 8)") for x in out["changes"][0]["sentences"])
+    assert "h100 x 16, b200 x 8 GPUs" in human and "tokens/s (cluster)" in human and "Same budget" in human
+
+
+def test_cost_arithmetic_from_the_per_gpu_figures(counts_compare):
+    import math
+
+    out, _ = counts_compare
+    tokens = out["token_budget"]["tokens"]
+    price = {"h100": 2.5, "b200": 4.0}
+    for e in out["hardware"]:
+        s, c = e["summary"], e["summary"]["cost"]
+        p, n, held = price[e["hardware"]["name"]], e["gpus"], e["gpus"] + s["idle_gpus"]
+        assert c["usd_per_gpu_hour"] == p and c["source"] == "--price" and c["estimate"] is False
+        seconds = tokens / (s["tokens_per_s_per_gpu"] * n)
+        assert s["days"] == pytest.approx(seconds / 86400, rel=1e-5)
+        assert c["usd_per_run"] == pytest.approx(seconds * held * p / 3600, rel=1e-5)
+        assert c["usd_per_million_tokens"] == pytest.approx(c["usd_per_run"] / tokens * 1e6, rel=1e-5)
+    base = out["hardware"][0]["summary"]
+    sb = out["views"]["same_budget"]
+    assert sb["usd"] == base["cost"]["usd_per_run"]
+    for r, e in zip(sb["systems"], out["hardware"]):
+        s = e["summary"]
+        assert r["tokens"] == pytest.approx(sb["usd"] / (s["cost"]["usd_per_million_tokens"] / 1e6), rel=1e-5)
+        assert r["days"] == pytest.approx(r["tokens"] / s["tokens_per_s_cluster"] / 86400, rel=1e-5)
+    assert sb["systems"][0]["fraction_of_budget"] == pytest.approx(1.0, rel=1e-5)
+    st = out["views"]["same_time"]
+    t = tokens / base["tokens_per_s_cluster"]
+    for r, e in zip(st["systems"], out["hardware"]):
+        tps = e["summary"]["tokens_per_s_per_gpu"]
+        # The least whole number of GPUs that trains the budget in the baseline's time.
+        assert tps * r["gpus"] * t >= tokens * (1 - 1e-5) and tps * (r["gpus"] - 1) * t < tokens
+        assert r["nvlink_domains"] == math.ceil(r["gpus"] / e["hardware"]["domain_size"])
+
+
+def test_economics_on_constructed_entries():
+    from planner.specs.prices import Price
+
+    def entry(name, gpus, tps, idle=0, price=None, domain=8):
+        s = {"gpus": gpus, "tokens_per_s_per_gpu": tps, "tokens_per_s_cluster": tps * gpus, "idle_gpus": idle,
+             "gpu_hours_with_idle": 1e12 / (tps * gpus) * (gpus + idle) / 3600}
+        s["cost"] = search_cmp.cost_json(s, price)
+        return {"hardware": {"name": name, "domain_size": domain}, "status": "ok", "summary": s}
+
+    a = entry("a", 512, 2000.0, price=Price(2.0, "x", True))
+    b = entry("b", 128, 6000.0, idle=16, price=Price(6.0, "x", True), domain=72)
+    # b: 144 held GPUs at $6 for 768,000 tokens/s -> $0.3125 per 1M tokens; a: 512 x $2 for 1,024,000 -> $0.2778.
+    assert b["summary"]["cost"]["usd_per_million_tokens"] == pytest.approx(144 * 6 / 3600 / 768000 * 1e6, rel=1e-5)
+    sb = search_cmp.same_budget([a, b], 1e12)
+    assert sb["systems"][1]["fraction_of_budget"] == pytest.approx((512 * 2 / 1024000) / (144 * 6 / 768000), rel=1e-5)
+    st = search_cmp.same_time([a, b], 1e12)
+    assert st["systems"][1]["gpus"] == 171  # 1,024,000 / 6,000 = 170.7, rounded up
+    assert st["systems"][1]["nvlink_domains"] == 3
+    assert search_cmp.same_budget([a, entry("c", 8, 1.0)], 1e12) is None  # only one system has a price
+    assert search_cmp.cost_json(a["summary"], None) is None
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--gpus", "512", "--gpus", "128"], "--hw h100:512 --hw nvl72:128"),
+    (["--hw", "h100:abc"], "'abc' is not a positive GPU count"),
+    (["--hw", "h100:0"], "must be a positive integer"),
+    (["--hw", "h100:8", "--sweep-gpus", "8,16"], "--hw NAME:COUNT gives one"),
+    (["--hw", "h100", "--price", "h100"], "is not NAME=USD"),
+    (["--hw", "h100", "--price", "h100=-1"], "outside (0, 1,000]"),
+    (["--hw", "h100", "--price", "b200=3"], "not among the compared systems"),
+    (["--hw", "h100", "--price", "h100=3", "--price", "h100-sxm=4"], "a price twice"),
+])
+def test_count_and_price_errors_are_one_paragraph(capsys, args, words):
+    code, _, err = run_cli(capsys, "compare", "--model", "v3", *args)
+    assert code == 2
+    assert words in err and "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+def test_bundled_prices_are_sourced_estimates_for_catalog_systems():
+    from planner.specs.catalog import load_hardware
+    from planner.specs.prices import bundled_prices
+
+    table = bundled_prices()
+    assert {"h100", "gb200-nvl72"} <= set(table)
+    for name, p in table.items():
+        assert load_hardware(name).name == name  # keys are catalog names, not aliases
+        assert p.estimate and p.source.startswith("estimate:") and "2025" in p.source
+        assert 0 < p.usd_per_gpu_hour < 100

@@ -122,3 +122,22 @@ def test_memtrace_limit_far_above_the_trace_is_named_not_drawn():
     assert "off the scale" in ax.get_title().replace("\n", " ")
     assert ax.get_ylim()[1] < 5  # the trace fills the panel (about 1 GiB), not a flat line under 140 GiB
     assert layout_problems(fig) == []
+
+
+def test_compare_step_bars_draw_every_term_host_included():
+    from planner.report.plots import step_segments
+
+    out = json.loads((FIX / "compare_v3_three_systems.json").read_text())
+    entries = out["hardware"]
+    entries[0]["summary"]["breakdown"]["host"] = 3.34  # a host term, as issue 43's 3.34 s of a 16.28 s step
+    entries[0]["summary"]["breakdown"]["new_cause"] = 0.5  # a cause the colour table does not know yet
+    segs = step_segments(entries)
+    labels = " | ".join(label for label, _, _ in segs)
+    assert "host-bound issue" in labels and "new cause" in labels
+    for i, e in enumerate(entries):
+        if e["status"] == "ok":
+            assert sum(v[i] for _, _, v in segs) == pytest.approx(sum(e["summary"]["breakdown"].values()))
+    fig = compare_figure(out)
+    assert layout_problems(fig) == []
+    drawn = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {label for label, _, _ in segs} <= drawn

@@ -10,7 +10,7 @@ import typer
 
 from planner.cli import app
 from planner.options import (
-    CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MaxOpt,
+    CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MaxOpt,
     MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt, build_assumptions,
     SetOpt, print_json, resolve_model, resolve_specs, search_options,
 )
@@ -22,9 +22,12 @@ DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
 def compare_cmd(
     model: ModelOpt,
     hw: Annotated[list[str] | None, typer.Option(
-        "--hw", help="A hardware to compare; repeat it (--hw h100 --hw nvl72). The first is the baseline the "
-        f"others are explained against. Default: {', '.join(DEFAULT_HW)}.")] = None,
-    gpus: GpusOpt = None,
+        "--hw", help="A hardware to compare, NAME or NAME:COUNT with its own GPU count; repeat it "
+        "(--hw h100:512 --hw nvl72:128). The first is the baseline the others are explained against. "
+        f"Default: {', '.join(DEFAULT_HW)}.")] = None,
+    gpus: Annotated[list[int] | None, typer.Option(
+        "--gpus", "-n", help="GPUs in the job of every system without a count in --hw (default: the model's "
+        "reference job). Give it once; per-system counts go in --hw NAME:COUNT.")] = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,
     precision: PrecisionOpt = None,
@@ -35,6 +38,9 @@ def compare_cmd(
     tokens: Annotated[float | None, typer.Option(
         "--tokens", help="Token budget for GPU-hours and days to train, e.g. 15e12 (default: the model's "
         "published pre-training budget).")] = None,
+    price: Annotated[list[str] | None, typer.Option(
+        "--price", help="USD per GPU-hour of a compared system, NAME=USD (repeat it); overrides the bundled "
+        "on-demand list-price estimates (hw_specs/prices/on_demand.yaml).")] = None,
     sweep_gpus: Annotated[str | None, typer.Option(
         "--sweep-gpus", help="GPU counts, comma-separated (e.g. 256,1024,4096,16384): the best plan per hardware "
         "at each scale. Without --global-batch the batch is the reference job's, raised to a power of two with "
@@ -61,38 +67,83 @@ def compare_cmd(
     if tokens is not None:
         finite_option("--tokens", tokens, low=1.0, high=1e18, unit="tokens",
                       negative="it must be positive (a token budget counts the tokens to train on)")
-    args = JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin)
-    m, hws, j = _systems(resolve_model(model, model_set), hw, args)
+    one_gpus = _one_gpus(gpus)
+    args = JobArgs(one_gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin)
+    m, hws, jobs = _systems(resolve_model(model, model_set), hw, args, sweep=sweep_gpus is not None)
     counts = parse_gpu_list(sweep_gpus) if sweep_gpus else None
+    from planner.specs.prices import prices_for
+
+    prices = prices_for([h.name for h in hws], price)
     assumptions = build_assumptions(routing_imbalance, implementation, calibration)
     if plot is not None:
         from planner.files import check_output
 
         check_output(plot, "plot", suffixes=(".png",))  # before the searches run
     opts = search_options(target, top, time_limit, fix, max_, moments, per_stage)
-    out = _run(m, hws, j, opts, assumptions, counts, tokens, global_batch, plot)
+    out = _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, prices)
     _output(out, counts, plot, timings, json, markdown)
 
 
-def _systems(model, hw: list[str] | None, args: JobArgs):
-    """(model, hardware list, job): each --hw once, the job checked against every system."""
+def _one_gpus(gpus: list[int] | None) -> int | None:
+    """The one --gpus for every system; repeating it is refused (typer would keep the last one
+    silently, and 'compare --gpus 512 --gpus 128' reads as a count per system)."""
+    from planner.errors import PlannerError
+    from planner.options import count_option
+
+    if not gpus:
+        return None
+    if len(gpus) > 1:
+        raise PlannerError(
+            f"--gpus is given {len(gpus)} times ({', '.join(map(str, gpus))}); compare takes one --gpus for every "
+            "system. Give each system its own count as --hw NAME:COUNT, e.g. --hw h100:512 --hw nvl72:128.")
+    return count_option("--gpus", gpus[0])
+
+
+def parse_hw(text: str) -> tuple[str, int | None]:
+    """'--hw NAME' or '--hw NAME:COUNT' -> (NAME, COUNT or None). A hardware YAML path that exists
+    is a name even if it holds ':'."""
+    from planner.errors import PlannerError
+    from planner.options import count_option
+
+    name, sep, count = text.rpartition(":")
+    if not sep or Path(text).exists():
+        return text, None
+    c = count.strip().replace("_", "")
+    if not name or not c.isascii() or not c.isdigit() or len(c) > 12:
+        raise PlannerError(f"--hw '{text}': '{count}' is not a positive GPU count.",
+                           hint="Give NAME or NAME:COUNT, e.g. --hw h100:512 --hw nvl72:128.")
+    return name, count_option("--gpus", int(c))
+
+
+def _systems(model, hw: list[str] | None, args: JobArgs, *, sweep: bool = False):
+    """(model, hardware list, one job per hardware): each --hw once, the job checked against every
+    system at its GPU count (--hw NAME:COUNT, else --gpus, else the reference job's)."""
+    import dataclasses
+
     from planner.errors import PlannerError
     from planner.specs.catalog import load_hardware
 
     names = list(hw) if hw else list(DEFAULT_HW)
     if len(names) > 32:
         raise PlannerError(f"--hw is given {len(names)} times; compare takes at most 32 systems (each is a search).")
-    hws = [load_hardware(n) for n in names]
+    parsed = [parse_hw(n) for n in names]
+    if sweep and any(c is not None for _, c in parsed):
+        raise PlannerError("--sweep-gpus sets the GPU counts of every system; --hw NAME:COUNT gives one.",
+                           hint="Give --hw NAME without a count with --sweep-gpus.")
+    hws = [load_hardware(n) for n, _ in parsed]
     if len({h.name for h in hws}) < len(hws):
         twice = next(h.name for i, h in enumerate(hws) if h.name in {x.name for x in hws[:i]})
         raise PlannerError(f"--hw names {twice} twice.", hint="Give each hardware once.")
-    m = j = None
-    for h in hws:
-        m, _, j = resolve_specs(m or model, h, args)
-    return m, hws, j
+    m = None
+    jobs = []
+    for h, (_, count) in zip(hws, parsed):
+        a = args if count is None else dataclasses.replace(args, gpus=count)
+        m, _, j = resolve_specs(m or model, h, a)
+        jobs.append(j)
+    return m, hws, jobs
 
 
-def _run(m, hws, j, opts, assumptions, counts, tokens, global_batch, plot) -> dict:
+def _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, prices=None) -> dict:
     from rich.console import Console
 
     from planner.report.compare import compare_report, sweep_report
@@ -100,10 +151,11 @@ def _run(m, hws, j, opts, assumptions, counts, tokens, global_batch, plot) -> di
     err = Console(stderr=True, highlight=False)
     with err.status("comparing", spinner="dots") as status:
         if counts:
-            out = sweep_report(m, hws, j, counts, opts, assumptions, user_batch=global_batch, tokens=tokens,
+            out = sweep_report(m, hws, jobs[0], counts, opts, assumptions, user_batch=global_batch, tokens=tokens,
                                progress=lambda msg: status.update(msg))
         else:
-            out = compare_report(m, hws, j, opts, assumptions, tokens=tokens, progress=lambda msg: status.update(msg))
+            out = compare_report(m, hws, jobs, opts, assumptions, tokens=tokens, prices=prices,
+                                 progress=lambda msg: status.update(msg))
         if plot is not None:
             status.update("plotting")
             from planner.report.plots import plot_compare, plot_sweep

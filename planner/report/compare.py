@@ -152,6 +152,12 @@ def explain_pair(base: dict, other: dict, swaps: dict, job) -> list[str]:
         f"{sb['tokens_per_s_per_gpu']:,.0f}): the dense BF16 peak is {peak_r:.2f}x ({so['peak_tflops']:,.0f} against "
         f"{sb['peak_tflops']:,.0f} TFLOP/s) and the MFU {mfu_r:.2f}x ({so['mfu']:.1%} against {sb['mfu']:.1%})."
     )
+    nb, no = sb.get("gpus"), so.get("gpus")
+    counts_differ = nb is not None and no is not None and nb != no
+    if counts_differ:
+        out.append(f"The whole cluster: {no:,} {o} GPUs train {so['tokens_per_s_cluster']:,.0f} tokens/s, "
+                   f"{so['tokens_per_s_cluster'] / sb['tokens_per_s_cluster']:.2f}x the {sb['tokens_per_s_cluster']:,.0f} "
+                   f"of {nb:,} {b} GPUs.")
     # 2. The plan.
     deg = degree_changes(sb, so)
     lev = lever_changes(sb, so)
@@ -178,6 +184,9 @@ def explain_pair(base: dict, other: dict, swaps: dict, job) -> list[str]:
                                                        distinct_b))
         out.append("Why (swap test): " + _swap_sentence(swaps["baseline_plan_on_other"], b, o, so, ho["domain_size"],
                                                        distinct_o))
+    elif counts_differ:
+        out.append(f"No swap test: the two run different GPU counts ({nb:,} and {no:,}), and a plan's data-parallel "
+                   "degree belongs to its count; give both the same count for the swap test's why.")
     # 4. Where the latency-critical groups run.
     for group in ("ep", "tp", "cp", "etp", "pp"):
         gb, go = sb["groups"].get(group), so["groups"].get(group)
@@ -239,15 +248,68 @@ def usage_text(counts: dict) -> str:
     return ", ".join(f"{k} ({n})" for k, n in sorted(counts.items(), key=key))
 
 
-def days_sentence(base: dict, other: dict, job) -> str:
+def days_sentence(base: dict, other: dict, job=None) -> str:
     sb, so = base["summary"], other["summary"]
     b, o = base["hardware"]["name"], other["hardware"]["name"]
+    nb, no = sb.get("gpus", getattr(job, "gpus", None)), so.get("gpus", getattr(job, "gpus", None))
     idle = ""
     if sb["idle_gpus"] or so["idle_gpus"]:
         idle = (f" (with the GPUs left idle in partly used NVLink domains: {sb['gpu_hours_with_idle'] / 1e6:.2f}M and "
                 f"{so['gpu_hours_with_idle'] / 1e6:.2f}M)")
-    return (f"The token budget takes {sb['days']:.1f} days on {job.gpus:,} {b} GPUs and {so['days']:.1f} days on {o}: "
-            f"{sb['gpu_hours'] / 1e6:.2f}M against {so['gpu_hours'] / 1e6:.2f}M GPU-hours{idle}.")
+    where_o = f"on {no:,} {o} GPUs" if nb != no else f"on {o}"
+    text = (f"The token budget takes {sb['days']:.1f} days on {nb:,} {b} GPUs and {so['days']:.1f} days {where_o}: "
+            f"{sb['gpu_hours'] / 1e6:.2f}M against {so['gpu_hours'] / 1e6:.2f}M GPU-hours{idle}")
+    cb, co = sb.get("cost"), so.get("cost")
+    if cb and co:
+        text += (f"; at {_usd(cb['usd_per_gpu_hour'])} and {_usd(co['usd_per_gpu_hour'])} per GPU-hour"
+                 f"{' (list-price estimates)' if cb['estimate'] or co['estimate'] else ''} the run costs "
+                 f"{_usd(cb['usd_per_run'])} against {_usd(co['usd_per_run'])} ({_usd(cb['usd_per_million_tokens'])} "
+                 f"against {_usd(co['usd_per_million_tokens'])} per million tokens)")
+    return text + "."
+
+
+def _usd(x: float) -> str:
+    """Dollars at a readable precision: $1.23M, $45.6K, $7.89, $0.0123."""
+    if x >= 1e9:
+        return f"${x / 1e9:.2f}B"
+    if x >= 1e6:
+        return f"${x / 1e6:.2f}M"
+    if x >= 1e4:
+        return f"${x / 1e3:.1f}K"
+    if x >= 1:
+        return f"${x:,.2f}"
+    return f"${x:.3g}"
+
+
+def _tokens(x: float) -> str:
+    return f"{x / 1e12:.2f}T" if x >= 1e11 else f"{x / 1e9:.1f}B"
+
+
+def view_sentences(out: dict) -> list[str]:
+    """The "same budget" and "same time" views against the baseline, and why one is missing."""
+    views = out.get("views") or {}
+    res = []
+    sb = views.get("same_budget")
+    tokens = out["token_budget"]["tokens"]
+    if sb:
+        parts = [f"{r['hardware']} ({r['gpus']:,} GPUs) {_tokens(r['tokens'])} tokens in {r['days']:.1f} days "
+                 f"({r['fraction_of_budget']:.2f}x)" for r in sb["systems"]]
+        res.append(f"Same budget ({_usd(sb['usd'])}, what the baseline spends on {_tokens(tokens)} tokens): "
+                   + "; ".join(parts) + ".")
+    else:
+        missing = [e["hardware"]["name"] for e in out["hardware"]
+                   if e["status"] == "ok" and e["summary"].get("cost") is None]
+        if missing:
+            res.append(f"No price for {', '.join(missing)}: give --price NAME=USD (per GPU-hour) for cost per token, "
+                       "cost per run and the same-budget view.")
+    st = views.get("same_time")
+    if st:
+        parts = [f"{r['hardware']} {r['gpus']:,} GPUs ({r['ratio_to_now']:.2f}x its {r['gpus_now']:,}; "
+                 f"{r.get('nvlink_domains', 0):,} NVLink domains)"
+                 for r in st["systems"]]
+        res.append(f"Same time ({st['days']:.1f} days, the baseline's): " + "; ".join(parts)
+                   + ", each at its best plan's tokens/s per GPU (a linear extrapolation: search at that count to check it).")
+    return res
 
 
 def overall_sentences(entries: list[dict], job) -> list[str]:
@@ -258,8 +320,15 @@ def overall_sentences(entries: list[dict], job) -> list[str]:
         ranked = sorted(ok, key=lambda e: (-e["summary"]["tokens_per_s_per_gpu"], e["hardware"]["name"]))
         first = ranked[0]
         parts = [f"{e['hardware']['name']} {e['summary']['tokens_per_s_per_gpu']:,.0f}" for e in ranked]
-        out.append(f"Tokens/s per GPU on {job.gpus:,} GPUs, fastest first: {', '.join(parts)}; "
+        counts = {e["summary"].get("gpus", job.gpus) for e in ok}
+        where = f"on {job.gpus:,} GPUs" if counts == {job.gpus} else "each at its own GPU count"
+        out.append(f"Tokens/s per GPU {where}, fastest first: {', '.join(parts)}; "
                    f"{first['hardware']['name']} is fastest with {first['summary']['plan_string']}.")
+        if len(counts) > 1:
+            ranked = sorted(ok, key=lambda e: (-e["summary"]["tokens_per_s_cluster"], e["hardware"]["name"]))
+            parts = [f"{e['hardware']['name']} x {e['summary']['gpus']:,} {e['summary']['tokens_per_s_cluster']:,.0f}"
+                     for e in ranked]
+            out.append(f"Tokens/s of the whole cluster, fastest first: {', '.join(parts)}.")
     for e in entries:
         if e["status"] != "ok":
             out.append(_infeasible_sentence(e))
@@ -273,19 +342,22 @@ def overall_sentences(entries: list[dict], job) -> list[str]:
 # The reports: the searches (planner.search.compare) with their sentences.
 # ---------------------------------------------------------------------------------------------
 def compare_report(model, hws: list, job, options, assumptions, *, tokens: float | None = None,
-                   progress=None) -> dict:
-    """Search every hardware, swap-test the best plans against the baseline, and say why they differ."""
+                   prices: dict | None = None, progress=None) -> dict:
+    """Search every hardware, swap-test the best plans against the baseline, and say why they
+    differ. ``job``: one job for every system, or a list with one job per system (GPU counts may
+    differ); ``prices``: {hardware name: planner.specs.prices.Price} for the cost columns."""
     from planner.search.compare import run_compare
 
-    out = run_compare(model, hws, job, options, assumptions, tokens=tokens, progress=progress)
+    jobs = list(job) if isinstance(job, (list, tuple)) else [job] * len(hws)
+    out = run_compare(model, hws, jobs, options, assumptions, tokens=tokens, prices=prices, progress=progress)
     entries = {e["hardware"]["name"]: e for e in out["hardware"]}
     for change in out["changes"]:
         base, other = entries[change["baseline"]], entries[change["hardware"]]
         if base["status"] != "ok" or other["status"] != "ok":
             change["sentences"] = [_infeasible_sentence(e) for e in (base, other) if e["status"] != "ok"]
         else:
-            change["sentences"] = explain_pair(base, other, change["swap"], job)
-    out["summary"] = overall_sentences(out["hardware"], job)
+            change["sentences"] = explain_pair(base, other, change["swap"], jobs[0])
+    out["summary"] = overall_sentences(out["hardware"], jobs[0]) + view_sentences(out)
     return out
 
 
@@ -394,22 +466,42 @@ def table_rows(out: dict, dims: tuple[str, ...] = ("pp", "tp", "ep", "cp", "reco
             return "nothing fits" if e["status"] == "nothing_fits" else "invalid job"
         return fn(e)
 
+    def gpus(e):
+        return f"{e.get('gpus', out['job']['gpus']):,}"
+
+    def cost(key: str, fmt):
+        def f(e):
+            c = e["summary"].get("cost")
+            return "no price" if c is None else fmt(c[key]) + (" (est.)" if key == "usd_per_gpu_hour" and c["estimate"] else "")
+        return f
+
     rows = [
+        ["GPUs", *[gpus(e) for e in entries]],
+        ["tokens/s (cluster)", *[cell(e, lambda e: f"{_cluster(e, out):,.0f}")
+                                 for e in entries]],
+        ["tokens/s per GPU", *[cell(e, lambda e: f"{e['summary']['tokens_per_s_per_gpu']:,.0f}") for e in entries]],
+        ["MFU (dense BF16)", *[cell(e, lambda e: f"{e['summary']['mfu']:.1%}") for e in entries]],
+        ["step time", *[cell(e, lambda e: f"{e['summary']['step_time_s']:.2f} s") for e in entries]],
+        ["days to train", *[cell(e, lambda e: f"{e['summary']['days']:.1f}") for e in entries]],
+        ["GPU-hours (M)", *[cell(e, lambda e: f"{e['summary']['gpu_hours'] / 1e6:.2f}"
+                                 + (f" ({e['summary']['gpu_hours_with_idle'] / 1e6:.2f} with idle)"
+                                    if e["summary"]["idle_gpus"] else "")) for e in entries]],
+    ]
+    if any(e["status"] == "ok" and e["summary"].get("cost") for e in entries):
+        rows += [
+            ["USD per GPU-hour", *[cell(e, cost("usd_per_gpu_hour", lambda v: f"{v:,.2f}")) for e in entries]],
+            ["USD per 1M tokens", *[cell(e, cost("usd_per_million_tokens", _usd)) for e in entries]],
+            ["USD per training run", *[cell(e, cost("usd_per_run", _usd)) for e in entries]],
+        ]
+    rows += [
         ["GPU", *[e["hardware"]["gpu"] for e in entries]],
         ["NVLink domain · HBM", *[f"{e['hardware']['domain_size']} · {e['hardware']['hbm_usable_bytes'] / GiB:.0f} GiB"
                                   for e in entries]],
         ["best plan: degrees", *[cell(e, lambda e: degrees_text(e["summary"])) for e in entries]],
         ["best plan: levers", *[cell(e, lambda e: levers_text(e["summary"])) for e in entries]],
-        ["tokens/s per GPU", *[cell(e, lambda e: f"{e['summary']['tokens_per_s_per_gpu']:,.0f}") for e in entries]],
-        ["MFU (dense BF16)", *[cell(e, lambda e: f"{e['summary']['mfu']:.1%}") for e in entries]],
-        ["step time", *[cell(e, lambda e: f"{e['summary']['step_time_s']:.2f} s") for e in entries]],
         ["peak / capacity (GiB)", *[cell(e, lambda e: f"{e['summary']['peak_bytes'] / GiB:.1f} / "
                                            f"{e['summary']['capacity_bytes'] / GiB:.1f}") for e in entries]],
         ["bottleneck", *[cell(e, lambda e: e["summary"]["bottleneck"]) for e in entries]],
-        ["days to train", *[cell(e, lambda e: f"{e['summary']['days']:.1f}") for e in entries]],
-        ["GPU-hours (M)", *[cell(e, lambda e: f"{e['summary']['gpu_hours'] / 1e6:.2f}"
-                                 + (f" ({e['summary']['gpu_hours_with_idle'] / 1e6:.2f} with idle)"
-                                    if e["summary"]["idle_gpus"] else "")) for e in entries]],
     ]
     for dim in dims:
         if not any(e["status"] == "ok" and dim in e["top_k"]["dims"] for e in entries):
@@ -420,10 +512,19 @@ def table_rows(out: dict, dims: tuple[str, ...] = ("pp", "tp", "ep", "cp", "reco
     return header, rows
 
 
+def _cluster(e: dict, out: dict) -> float:
+    """Tokens/s of the whole job (older JSON has only the per-GPU figure and one GPU count)."""
+    s = e["summary"]
+    return s.get("tokens_per_s_cluster", s["tokens_per_s_per_gpu"] * e.get("gpus", out["job"]["gpus"]))
+
+
 def header_line(out: dict) -> str:
     j = out["job"]
     tb = out["token_budget"]
-    return (f"{out['model']['name']} · {j['gpus']:,} GPUs · global batch {j['global_batch']:,} × seq {j['seq_len']:,} · "
+    counts = {e.get("gpus", j["gpus"]) for e in out["hardware"]}
+    gpus = (f"{j['gpus']:,} GPUs" if counts == {j["gpus"]} else
+            ", ".join(f"{e['hardware']['name']} x {e.get('gpus', j['gpus']):,}" for e in out["hardware"]) + " GPUs")
+    return (f"{out['model']['name']} · {gpus} · global batch {j['global_batch']:,} × seq {j['seq_len']:,} · "
             f"precisions {', '.join(j['precisions'])} · target {out['target']} · token budget {tb['tokens'] / 1e12:g}T "
             f"({tb['source']})")
 
@@ -438,7 +539,7 @@ def print_compare(out: dict, plot=None) -> None:
     if out["job"].get("source"):
         c.print(f"job: {out['job']['source']}")
     header, rows = table_rows(out)
-    t = Table(title="Best plan per hardware (same job; peak = worst stage's estimated reserved memory; GiB = 2^30 B)")
+    t = Table(title="Best plan per hardware (same job; USD: per GPU-hour of every GPU held; peak = worst stage's estimated reserved memory; GiB = 2^30 B)")
     for i, h in enumerate(header):
         t.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
     for r in rows:

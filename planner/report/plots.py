@@ -184,73 +184,128 @@ def plot_memory_timeline(setup, mem, path: Path) -> tuple[Path, float]:
     return save_figure(fig, path), marked
 
 
-# Step-time causes in the order the compare figure stacks them (compute first, then what is
-# exposed), each with a fixed colour so that figures of different runs read the same.
+# Step-time causes in the order the compare figure stacks them (compute first, then host time, then
+# what is exposed), each with a fixed colour so that figures of different runs read the same. A cause
+# the time model adds later and this table lacks still gets drawn (OTHER_COLORS), never dropped.
 _CAUSE_COLORS = {
     "gemm": "#4c72b0", "attention": "#64b5cd", "memory_bound": "#8c8c8c", "recompute": "#937860",
-    "tp": "#dd8452", "cp": "#da8bc3", "ep": "#c44e52", "etp": "#e17c05", "pp_p2p": "#8172b2",
+    "host": "#e5ae38", "tp": "#dd8452", "cp": "#da8bc3", "ep": "#c44e52", "etp": "#e17c05", "pp_p2p": "#8172b2",
     "pipeline_bubble": "#ccb974", "dp_grad": "#55a868", "dp_param": "#2ca02c", "fsdp": "#17becf",
     "optimizer": "#7f7f7f", "optimizer_offload": "#bcbd22", "activation_offload": "#9edae5",
 }
+_OTHER_COLORS = ("#a6761d", "#666666", "#e7298a", "#66a61e")
+SMALL_CAUSE = 0.005
+"""Causes under this share of every step are stacked as one "other" segment (named in the legend),
+so every second of the step is drawn without a legend entry per sliver."""
+
+
+def step_segments(entries: list[dict]) -> list[tuple[str, str, list[float]]]:
+    """(label, colour, seconds per system) for the step-time bars: every cause of the breakdowns, in
+    the fixed order; the ones under SMALL_CAUSE of every step summed into one "other" segment. Each
+    system's segments add up to its whole breakdown (the step time)."""
+    from planner.cost.time import LABELS
+
+    ok = [e["status"] == "ok" for e in entries]
+    found = sorted({c for e, k in zip(entries, ok) if k for c in e["summary"]["breakdown"]})
+    order = [c for c in _CAUSE_COLORS if c in found] + [c for c in found if c not in _CAUSE_COLORS]
+
+    def secs(c):
+        return [e["summary"]["breakdown"].get(c, 0.0) if k else 0.0 for e, k in zip(entries, ok)]
+
+    steps = [max(sum(e["summary"]["breakdown"].values()), 1e-30) if k else 1.0 for e, k in zip(entries, ok)]
+    big = [c for c in order if any(v > SMALL_CAUSE * t for v, t in zip(secs(c), steps))]
+    small = [c for c in order if c not in big and any(v > 0 for v in secs(c))]
+    out = []
+    extra = iter(_OTHER_COLORS)
+    for c in big:
+        out.append((LABELS.get(c, c.replace("_", " ")), _CAUSE_COLORS.get(c) or next(extra, "#999999"), secs(c)))
+    if small:
+        total = [sum(vs) for vs in zip(*(secs(c) for c in small))]
+        names = ", ".join(c.replace("_", " ") for c in small)
+        out.append((f"other, under {SMALL_CAUSE:.1%} of the step each ({names})", "#c9b3e6", total))
+    return out
 
 
 def compare_figure(out: dict):
-    """`planner compare --plot`: per hardware, tokens/s per GPU (MFU on the bar), the best plan's
-    step time by cause, and peak memory against capacity. A hardware with no plan keeps its place
-    on the axis and says why not."""
+    """`planner compare --plot`: per hardware, the whole cluster's tokens/s (its GPU count, tokens/s
+    per GPU and MFU on the bar), the best plan's step time by cause (every cause, host time
+    included), peak memory against capacity, and the days and cost to train the token budget. A
+    hardware with no plan keeps its place on the axis and says why not."""
     import numpy as np
-
-    from planner.cost.time import LABELS
 
     plt = _plt()
     entries = out["hardware"]
     names = [e["hardware"]["name"] for e in entries]
     x = np.arange(len(names))
     ok = [e["status"] == "ok" for e in entries]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 7.2), dpi=110, layout="constrained")
+    job_gpus = out["job"]["gpus"]
+    counts = [e.get("gpus", job_gpus) for e in entries]
+    fig, grid = plt.subplots(2, 2, figsize=(15, 10.5), dpi=110, layout="constrained")
+    axes = grid.ravel()
+
+    def no_plan(ax, i, e):
+        ax.text(i, 0, "nothing fits" if e["status"] == "nothing_fits" else "invalid", rotation=90, ha="center",
+                va="bottom", fontsize=8, color="crimson")
+
     ax = axes[0]
-    tps = [e["summary"]["tokens_per_s_per_gpu"] if k else 0.0 for e, k in zip(entries, ok)]
-    bars = ax.bar(x, tps, color="#4c72b0")
+    cluster = [(e["summary"].get("tokens_per_s_cluster", e["summary"]["tokens_per_s_per_gpu"] * n) if k else 0.0)
+               for e, k, n in zip(entries, ok, counts)]
+    ax.bar(x, np.array(cluster) / 1e3, color="#4c72b0")
     for i, (e, k) in enumerate(zip(entries, ok)):
         if k:
             s = e["summary"]
             d = s["degrees"]
             deg = " ".join(f"{n.upper()}{d[n]}" for n in ("tp", "cp", "pp", "ep") if n in d and d[n] > 1) or "DP"
-            ax.annotate(f"MFU {s['mfu']:.0%}\n{deg}", (i, tps[i]), ha="center", va="bottom", fontsize=7,
-                        xytext=(0, 2), textcoords="offset points")
+            ax.annotate(f"{counts[i]:,} GPUs x {s['tokens_per_s_per_gpu']:,.0f}\nMFU {s['mfu']:.0%}, {deg}",
+                        (i, cluster[i] / 1e3), ha="center", va="bottom", fontsize=7, xytext=(0, 2),
+                        textcoords="offset points")
         else:
-            ax.text(i, 0, "nothing fits" if e["status"] == "nothing_fits" else "invalid", rotation=90, ha="center",
-                    va="bottom", fontsize=8, color="crimson")
-    ax.set_ylabel("tokens/s per GPU")
-    ax.set_title("throughput of the best plan", fontsize=10)
-    ax.set_ylim(0, max(tps + [1.0]) * 1.25)
-    del bars
+            no_plan(ax, i, e)
+    ax.set_ylabel("thousand tokens/s, whole cluster")
+    ax.set_title("cluster throughput of the best plan (GPUs x tokens/s per GPU)", fontsize=10)
+    ax.set_ylim(0, max(cluster + [1.0]) / 1e3 * 1.3)
     ax = axes[1]
-    # Causes under half a percent of every step would only crowd the legend.
-    causes = [c for c in _CAUSE_COLORS
-              if any(k and e["summary"]["breakdown"].get(c, 0) > 0.005 * e["summary"]["step_time_s"]
-                     for e, k in zip(entries, ok))]
     bottom = np.zeros(len(entries))
-    for c in causes:
-        v = np.array([e["summary"]["breakdown"].get(c, 0.0) if k else 0.0 for e, k in zip(entries, ok)])
-        ax.bar(x, v, bottom=bottom, color=_CAUSE_COLORS[c], label=LABELS.get(c, c))
+    for label, color, secs in step_segments(entries):
+        v = np.array(secs)
+        ax.bar(x, v, bottom=bottom, color=color, label=label)
         bottom += v
     ax.set_ylabel("seconds per step (critical path)")
-    ax.set_title("step time by cause", fontsize=10)
+    ax.set_title("step time by cause (every cause, host time included)", fontsize=10)
     ax = axes[2]
     cap = [e["hardware"]["hbm_usable_bytes"] / GiB for e in entries]
     peak = [e["summary"]["peak_bytes"] / GiB if k else 0.0 for e, k in zip(entries, ok)]
     capacity = [e["summary"]["capacity_bytes"] / GiB if k else c for e, k, c in zip(entries, ok, cap)]
-    ax.bar(x - 0.2, peak, width=0.4, color="#1b9e77", label="peak (worst stage, reserved estimate)")
-    ax.bar(x + 0.2, capacity, width=0.4, color="#cccccc", label="capacity")
+    ax.bar(x - 0.2, peak, width=0.4, color="#1b9e77", label="peak memory (worst stage, reserved estimate)")
+    ax.bar(x + 0.2, capacity, width=0.4, color="#cccccc", label="memory capacity")
     ax.set_ylabel("GiB (2^30 bytes) per GPU")
     ax.set_title("memory", fontsize=10)
+    ax = axes[3]
+    days = [e["summary"]["days"] if k else 0.0 for e, k in zip(entries, ok)]
+    ax.bar(x, days, color="#8172b2")
+    estimate = False
+    for i, (e, k) in enumerate(zip(entries, ok)):
+        if not k:
+            no_plan(ax, i, e)
+            continue
+        c = e["summary"].get("cost")
+        text = f"{e['summary']['gpu_hours'] / 1e6:.2f}M GPU-h"
+        if c:
+            estimate = estimate or c["estimate"]
+            text += f"\n${c['usd_per_run'] / 1e6:,.2f}M, ${c['usd_per_million_tokens']:.3g}/M tok"
+        ax.annotate(text, (i, days[i]), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+    tb = out["token_budget"]["tokens"]
+    ax.set_ylabel("days")
+    ax.set_title(f"time and cost to train {tb / 1e12:g}T tokens" + (" (USD: list-price estimates)" if estimate else ""),
+                 fontsize=10)
+    ax.set_ylim(0, max(days + [1.0]) * 1.3)
     for a in axes:
         a.set_xticks(x)
-        a.set_xticklabels(names, rotation=20, fontsize=8)
+        a.set_xticklabels([f"{n}\n{c:,} GPUs" for n, c in zip(names, counts)], fontsize=8)
         a.grid(axis="y", alpha=0.3)
     j = out["job"]
-    fig.suptitle(f"{out['model']['name']}: {j['gpus']:,} GPUs, global batch {j['global_batch']:,} x seq {j['seq_len']:,}",
+    who = f"{j['gpus']:,} GPUs" if len(set(counts)) == 1 else "GPUs per system as labelled"
+    fig.suptitle(f"{out['model']['name']}: {who}, global batch {j['global_batch']:,} x seq {j['seq_len']:,}",
                  fontsize=11)
     # One legend for the step-time causes and the memory bars, under the panels at a readable size.
     handles, labels = [], []
@@ -258,7 +313,8 @@ def compare_figure(out: dict):
         h, lab = a.get_legend_handles_labels()
         handles += h
         labels += lab
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(3, max(len(labels), 1)), fontsize=9,
+    # Two columns: the labels name whole causes ("host-bound issue (the GPU waits for ...)").
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(2, max(len(labels), 1)), fontsize=9,
                frameon=False)
     return fig
 

@@ -122,7 +122,11 @@ def build_report(r: Report, progress=None) -> dict:
     hws = [load_hardware(h) for h in r.hardware]
     if r.kind == "compare":
         job = report_job(model, r.gpus[0])
-        out = run_compare(model, hws, job, _options(), Assumptions(), progress=progress)
+        from planner.specs.prices import prices_for
+
+        # The bundled on-demand list prices (estimates, labelled so): the same as the command's default.
+        out = run_compare(model, hws, job, _options(), Assumptions(), prices=prices_for(list(r.hardware), None),
+                          progress=progress)
         out["command"] = compare_command(r, job)
     else:
         from planner.options import resolve_job

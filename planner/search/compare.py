@@ -83,6 +83,8 @@ def plan_summary(ev: dict, gpus: int, tokens: float) -> dict:
     seconds = tokens / (tps * gpus)
     plan = ev["plan"]
     return {
+        "gpus": gpus,
+        "tokens_per_s_cluster": r6(tps * gpus),
         "plan_string": ev["plan_string"],
         "degrees": {k: plan[k] for k in DEGREES if k in plan},
         "levers": {k: plan[k] for k in LEVERS if k in plan},
@@ -189,29 +191,104 @@ def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: Ta
 
 
 # ---------------------------------------------------------------------------------------------
+# Cost and time to train: arithmetic on one system's per-GPU throughput, its GPU count and a price.
+# ---------------------------------------------------------------------------------------------
+def cost_json(summary: dict, price) -> dict | None:
+    """What training costs on one system at its GPU count (None without a price). Every GPU the job
+    holds is paid for, the ones a partly filled NVLink domain leaves idle included (they are rented
+    all the same): cost per token is the price of the billed GPUs over the cluster's tokens."""
+    if price is None:
+        return None
+    billed = summary["gpus"] + summary["idle_gpus"]
+    usd_per_s = price.usd_per_gpu_hour * billed / 3600
+    cluster = summary["tokens_per_s_per_gpu"] * summary["gpus"]
+    return {
+        "usd_per_gpu_hour": price.usd_per_gpu_hour,
+        "source": price.source,
+        "estimate": price.estimate,
+        "billed_gpus": billed,
+        "usd_per_million_tokens": r6(usd_per_s / cluster * 1e6),
+        "usd_per_run": r6(summary["gpu_hours_with_idle"] * price.usd_per_gpu_hour),
+    }
+
+
+def same_budget(entries: list[dict], tokens: float) -> dict | None:
+    """What each system trains for the money the baseline spends on the token budget (None unless
+    the baseline and at least one other system have a plan and a price)."""
+    base = entries[0]
+    if base["status"] != "ok" or base["summary"].get("cost") is None:
+        return None
+    usd = base["summary"]["cost"]["usd_per_run"]
+    rows = []
+    for e in entries:
+        s = e["summary"] if e["status"] == "ok" else None
+        if s is None or s.get("cost") is None:
+            continue
+        trained = usd / s["cost"]["usd_per_million_tokens"] * 1e6
+        rows.append({"hardware": e["hardware"]["name"], "gpus": s["gpus"], "tokens": r6(trained),
+                     "fraction_of_budget": r6(trained / tokens),
+                     "days": r6(trained / s["tokens_per_s_cluster"] / 86400)})
+    return {"usd": usd, "systems": rows} if len(rows) > 1 else None
+
+
+def same_time(entries: list[dict], tokens: float) -> dict | None:
+    """The GPUs each system needs to train the token budget in the baseline's time, at the per-GPU
+    throughput of its best plan at its own GPU count: a linear extrapolation (per-GPU throughput
+    falls with scale as communication grows; search at that count to check it). Rounded up to
+    whole GPUs; the cost of the run is unchanged under that extrapolation."""
+    base = entries[0]
+    if base["status"] != "ok":
+        return None
+    seconds = tokens / base["summary"]["tokens_per_s_cluster"]
+    rows = []
+    for e in entries:
+        if e["status"] != "ok":
+            continue
+        s = e["summary"]
+        need = math.ceil(tokens / (s["tokens_per_s_per_gpu"] * seconds) - 1e-9)
+        rows.append({"hardware": e["hardware"]["name"], "gpus_now": s["gpus"], "gpus": need,
+                     "nvlink_domains": math.ceil(need / e["hardware"]["domain_size"]),
+                     "ratio_to_now": r6(need / s["gpus"])})
+    return {"days": r6(seconds / 86400), "systems": rows} if len(rows) > 1 else None
+
+
+# ---------------------------------------------------------------------------------------------
 # The comparison.
 # ---------------------------------------------------------------------------------------------
-def run_compare(model, hws: list, job, options, assumptions, *, tokens: float | None = None,
-                progress=None) -> dict:
-    """Search every hardware for the same job and swap-test the best plans against the first
-    hardware (the baseline)."""
+def run_compare(model, hws: list, jobs: list, options, assumptions, *, tokens: float | None = None,
+                prices: dict | None = None, progress=None) -> dict:
+    """Search every hardware for its job (the same job; GPU counts may differ per system) and
+    swap-test the best plans against the first hardware (the baseline) where the counts agree."""
     from planner.cost.evaluate import context_json
 
     budget = token_budget(model, tokens)
+    prices = prices or {}
     say = progress or (lambda msg: None)
     entries = []
-    for i, hw in enumerate(hws):
+    for i, (hw, job) in enumerate(zip(hws, jobs)):
         tag = f"{hw.name} ({i + 1}/{len(hws)})"
         say(f"searching {tag}")
-        entries.append(search_one(model, hw, job, options, assumptions, budget["tokens"],
-                                  progress=lambda msg, tag=tag: say(f"{tag}: {msg}")))
-    ctx = context_json(model, hws[0], job, assumptions)
+        e = search_one(model, hw, job, options, assumptions, budget["tokens"],
+                       progress=lambda msg, tag=tag: say(f"{tag}: {msg}"))
+        e["gpus"] = job.gpus
+        if e["status"] == "ok":
+            e["summary"]["cost"] = cost_json(e["summary"], prices.get(hw.name))
+        entries.append(e)
+    ctx = context_json(model, hws[0], jobs[0], assumptions)
     ctx.pop("hardware")
     out = {**ctx, "target": options.target, "top": options.top, "token_budget": budget,
-           "hardware": entries, "changes": []}
+           "hardware": entries, "changes": [],
+           "views": {"same_budget": same_budget(entries, budget["tokens"]),
+                     "same_time": same_time(entries, budget["tokens"])}}
     base = entries[0]
-    for other in entries[1:]:
+    for other, job in zip(entries[1:], jobs[1:]):
         say(f"swap test: {base['hardware']['name']} and {other['hardware']['name']}")
+        if job.gpus != jobs[0].gpus:
+            # A plan's data-parallel degree is tied to its GPU count: it has no place on the other
+            # system's count, so the two best plans are compared by their numbers alone.
+            out["changes"].append({"baseline": base["hardware"]["name"], "hardware": other["hardware"]["name"],
+                                   "swap": {}})
+            continue
         out["changes"].append(swap_tests(base, other, model, {h.name: h for h in hws}, job, assumptions,
                                          options.target, budget["tokens"]))
     return out
