@@ -90,6 +90,11 @@ eval ${run_cmd}
     "braces": r"""for i in {0..3}; do F+=$i; done; cmd "$F" {a,b}{1,2} x{01..10..3}y {c..a} {1..-2}
 cmd run{1,2,{x,y}}.log "{a,b}" {single} {1..3}$F a{,b} ${F:-{1,2}}
 """,
+    "builtin-only command substitutions": r"""FREQ=(0 0 1 1)
+cmd --moe-layer-freq "[$(IFS=', '; echo "${FREQ[*]}")]" $(printf '%s,' "${FREQ[@]}") $(echo a   b) "$(echo -n x)"
+X=$(IFS=:; printf '%s\n' "${FREQ[*]}"; echo; echo "tail"); cmd "$X" ${FREQ[*]} "$(echo "$(echo in)")"
+cmd "$(A=1; echo "$A")" "${A-unset}" "$(IFS=-; echo "${FREQ[*]}" -- "${FREQ[@]}")" `echo tick` `echo \\$HOME \\\\x`
+""",
     "read": r"""IFS=, read -ra PARTS <<< "a,b,,c"
 read -r FIRST REST <<< "one two three"
 cmd "${PARTS[@]}" "$FIRST" "$REST"
@@ -224,3 +229,45 @@ def test_syntax_errors_stop_where_bash_stops(text, where):
     run = run_script("cmd before\n" + text)
     assert [c.argv for c in run.commands] == [["cmd", "before"]]
     assert where in run.stopped.message and "Line 2" in run.stopped.message
+
+
+def test_only_builtin_substitutions_are_evaluated_the_rest_stays_unrun(tmp_path):
+    marker = tmp_path / "ran"
+    text = f"""echo() {{ touch {marker}; }}
+cmd "$(echo shadowed)" "$(hostname)" "$(echo a | tr a b)" "$(echo a > {marker})" "$(printf -v V x)" "$(echo -e 'a\\tb')"
+"""
+    run = run_script(text)
+    assert not marker.exists()
+    assert run.commands[0].argv[1:] == ["$(echo shadowed)", "$(hostname)", "$(echo a | tr a b)",
+                                        f"$(echo a > {marker})", "$(printf -v V x)", "$(echo -e 'a\\tb')"]
+    assert all(run.commands[0].unknown[1:]) and len(run.not_run) == 6
+    # Without the function, the same echo is bash's builtin: read, not listed as unrun.
+    run = run_script('cmd "$(echo shadowed)"\n')
+    assert run.commands[0].argv[1:] == ["shadowed"] and run.not_run == []
+
+
+def test_a_builtin_substitution_stays_within_the_bounds():
+    body = "$(echo x)"
+    for _ in range(200):
+        body = f"$(echo {body})"
+    with pytest.raises(PlannerError, match="nests deeper"):
+        run_script(f"cmd {body}\n")
+    with pytest.raises(PlannerError, match="steps"):
+        run_script("A=(" + " ".join(["x"] * 50) + ")\ncmd" + ' "$(echo "${A[*]}")"' * 15_000 + "\n")
+
+
+def test_a_moe_layer_freq_joined_from_an_array_is_read(tmp_path):
+    # As public launch scripts write it: the array joined with IFS inside $( ).
+    from planner.launchers.megatron.read import job_from_script
+
+    script = tmp_path / "train.sh"
+    script.write_text("""#!/bin/bash
+MOE_LAYER_FREQ=(0 0 0 1 1 1 1 1)
+ARGS=(--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 4096 --max-position-embeddings 4096
+  --micro-batch-size 1 --global-batch-size 64 --num-experts 8 --moe-router-topk 2 --ffn-hidden-size 4096
+  --moe-layer-freq "[$(IFS=', '; echo "${MOE_LAYER_FREQ[*]}")]" --bf16 --vocab-size 32000)
+torchrun --nproc-per-node 8 pretrain_gpt.py "${ARGS[@]}"
+""")
+    job = job_from_script(script, hw="h100")
+    assert job.args.values["moe_layer_freq"] == "[0,0,0,1,1,1,1,1]"
+    assert job.model.num_moe_layers == 5

@@ -11,7 +11,9 @@ arithmetic, ``printf -v``, ``read`` from here-strings, ``if``/``case``/``for``/`
 (words, environment, line), which planner's readers pick the launcher line from.
 
 Nothing is ever executed: command substitutions ``$(...)`` and backticks become unknown values
-(listed in ``not_run``), files are never looked at (``[ -f X ]`` is undecidable, ``source`` is not
+(listed in ``not_run``), except those made of bash's own builtins only (assignments and
+``echo``/``printf`` of expansions, e.g. ``$(IFS=,; echo "${A[*]}")``, which are evaluated in a
+subshell of the reader), files are never looked at (``[ -f X ]`` is undecidable, ``source`` is not
 followed, unquoted globs stay literal as bash leaves them when no file matches).
 
 Inputs and unknowns:
@@ -49,6 +51,8 @@ MAX_WORK = 2_000_000
 MAX_DEPTH = 100
 MAX_LOOP = 10_000
 MAX_PRINTF_WIDTH = 10_000
+SUBSTITUTION_STEPS = 10
+"""Steps a builtin-only command substitution counts for (it parses and runs a subshell)."""
 
 _PH = "\x00"  # placeholders: "\x00<n>\x00", atomic through re-parsing (eval, bash -c, heredocs)
 _BLANK = " \t"
@@ -1996,8 +2000,12 @@ class Shell:
             elif kind == "param":
                 out.extend(self._param(val, quoted, bash))
             elif kind == "cmd":
-                self.st.not_run[val] = None
-                out.append((self.st.ph("opaque", val), False, True))
+                res = self._builtin_substitution(val)
+                if res is None:
+                    self.st.not_run[val] = None
+                    out.append((self.st.ph("opaque", val), False, True))
+                else:
+                    out.append((res, not quoted, quoted))
             elif kind == "arith":
                 text = self.expand_text(val, bash)
                 v = self.arith_text(text, bash)
@@ -2011,6 +2019,70 @@ class Shell:
                 texts = [t for w in val for t in self.expand(w, bash)]
                 out.append(("(" + " ".join(texts) + ")", False, True))
         return out
+
+    def _builtin_substitution(self, text: str) -> str | None:
+        """The output of a command substitution that only bash's own builtins make, or None.
+
+        Scripts join arrays this way (``--moe-layer-freq "[$(IFS=', '; echo "${A[*]}")]"``): a
+        subshell of assignments and ``echo``/``printf`` of expansions. Nothing outside the
+        interpreter is involved, so its output is as certain as any other expansion's; it is
+        computed in a subshell (assignments do not leak) within the reader's step and depth
+        bounds. Anything else (a pipe, a redirection, any other command, a script function
+        shadowing echo or printf, ``echo -e``) stays unknown and is listed in ``not_run``."""
+        if text.startswith("$(") and text.endswith(")"):
+            source = text[2:-1]
+        elif len(text) >= 2 and text[0] == text[-1] == "`":
+            source = _backtick_body(text[1:-1])
+        else:
+            return None
+        # A subshell is parsed and run for each one: it counts as SUBSTITUTION_STEPS steps, so a
+        # script of many thousands of them stops at the step bound, not after seconds.
+        self.st.step(SUBSTITUTION_STEPS)
+        try:
+            body = _Parser(source, self.st).parse_program()
+        except ScriptStop:
+            return None  # as before: bash's error, if any, is bash's to report
+        if not all(isinstance(n, Simple) and not n.redirs and self._prints_only(n) for n in body.items):
+            return None
+        self.st.enter("command substitutions")
+        out: list[str] = []
+        try:
+            def run() -> int | None:
+                for node in body.items:
+                    if not node.words:
+                        for a in node.assigns:
+                            self._assign(a)
+                        continue
+                    saved = {a[0]: self.vars.get(a[0]) for a in node.assigns}
+                    for a in node.assigns:  # NAME=v echo ...: v holds while the builtin expands
+                        self._assign(a)
+                    fields = [f for w in node.words for f in self.expand(w)]
+                    for k, v in saved.items():
+                        if v is None:
+                            self.vars.pop(k, None)
+                        else:
+                            self.vars[k] = v
+                    printed = _builtin_output(fields, self)
+                    if printed is None:
+                        raise _Unknown
+                    out.append(printed)
+                return 0
+
+            try:
+                self._subshell(run)
+            except _Unknown:
+                return None
+        finally:
+            self.st.leave()
+        # bash drops the trailing newlines of a command substitution's output.
+        return _check_len("".join(out).rstrip("\n"))
+
+    def _prints_only(self, node: Simple) -> bool:
+        """Whether a simple command is assignments, or echo/printf as bash's builtins."""
+        if not node.words:
+            return True
+        head = _literal(node.words[0])
+        return head in ("echo", "printf") and head not in self.funcs
 
     def _value(self, p: Param, bash: bool):
         """None (unset), a string, or a list (for @ and * subscripts and $@ / $*)."""
@@ -3181,6 +3253,47 @@ def _b_printf(sh, args, node, prefix):
         elif _is_name(target):
             sh.set_scalar(target, text)
     return 0
+
+
+def _backtick_body(text: str) -> str:
+    """The command inside `...`: a backslash before $, ` or \\ is removed (bash's manual,
+    Command Substitution); any other backslash stays."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text[i] == "\\" and i + 1 < n and text[i + 1] in "$`\\":
+            out.append(text[i + 1])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _builtin_output(fields: list[str], sh: Shell) -> str | None:
+    """What ``echo`` or ``printf`` (fields after expansion) writes to standard output, or None
+    where planner does not follow it (``echo -e``, whose escapes differ from printf's; a bad
+    printf format)."""
+    name, args = fields[0], fields[1:]
+    if name == "printf":
+        if args and args[0] == "-v":
+            return None  # prints nothing; what it sets is another command's to print (rare: not followed)
+        if args and args[0] == "--":
+            args = args[1:]
+        if not args:
+            return None
+        try:
+            return _printf(args[0], args[1:], sh)
+        except ValueError:
+            return None
+    if name != "echo":
+        return None
+    newline = True
+    while args and len(args[0]) > 1 and args[0][0] == "-" and all(c in "neE" for c in args[0][1:]):
+        if "e" in args[0]:
+            return None
+        newline = newline and "n" not in args[0]
+        args = args[1:]
+    return " ".join(args) + ("\n" if newline else "")
 
 
 def _b_exec(sh, args, node, prefix):
