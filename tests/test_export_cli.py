@@ -129,7 +129,7 @@ def test_check_megatron_args_reports_unknown_and_env(capsys, tmp_path):
         "--vocab-size 128256 --untie-embeddings-and-output-weights --normalization RMSNorm "
         "--position-embedding-type rope --disable-bias-linear "
         "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --micro-batch-size 1 "
-        "--global-batch-size 64 --use-distributed-optimizer --overlap-param-gather --frobnicate\n")
+        "--global-batch-size 64 --bf16 --use-distributed-optimizer --overlap-param-gather --frobnicate\n")
     code, out, _ = _run(capsys, "check", "--megatron-args", str(script), "--hw", "h100", "--json")
     data = json.loads(out)
     assert code == 1

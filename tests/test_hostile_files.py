@@ -129,7 +129,7 @@ def test_memtrace_and_explain_never_plot_over_their_inputs(tmp_path, capsys):
     paragraph(code, err, "it is the snapshot file this command read")
     assert snap.read_bytes() == before
     script = tmp_path / "run.png"
-    script.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2\n")
+    script.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --bf16\n")
     code, _, err = run(capsys, "explain", "--megatron-args", str(script), *SMALL, "--seq-len", "4096",
                        "--global-batch", "64", "--plot", str(script))
     paragraph(code, err, "it is the launch script file this command read")

@@ -21,7 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 V3_ARGS = ("--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --micro-batch-size 1 "
-           "--global-batch-size 8192 --seq-length 4096 ")
+           "--global-batch-size 8192 --seq-length 4096 --bf16 ")
 
 
 def _memory_cap() -> None:  # in the child: a runaway expansion fails there, it cannot take the machine

@@ -495,7 +495,10 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     if _int(v, "cpu_offloading_num_layers", 0):
         notes.append("--cpu-offloading-num-layers (layer-level offload) modeled as offload=activations")
     offload = str(Offload(optimizer=opt_off, activations=act_off))
-    precision = "fp8" if v.get("fp8") else "bf16"
+    # Without --bf16 or --fp16 Megatron-LM trains in fp32: validate_args sets params_dtype =
+    # torch.float and changes it only for those two switches (megatron/training/arguments.py,
+    # core_v0.19.0). --fp8-format runs FP8 GEMMs over whichever of them the script chose.
+    precision = "fp8" if v.get("fp8") else "bf16" if v.get("bf16") or v.get("fp16") else "fp32"
     fp8 = {"format": v["fp8"], "recipe": v.get("fp8_recipe") or "delayed"} if v.get("fp8") else None
     if fp8 and not v.get("fp8_recipe"):
         notes.append("--fp8-recipe not given: Megatron's default is delayed scaling; planner models the hardware's FP8 "
@@ -551,7 +554,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
 
     plan_values = dict(
         tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
-        offload=offload, precision=precision, moments=moments, grad_reduce=grad_reduce, param_gather=param_gather,
+        offload=offload, precision=None if precision == "fp32" else precision, moments=moments, grad_reduce=grad_reduce, param_gather=param_gather,
         layout=layout, dispatcher=dispatcher,
         ep_overlap=("wgrad" if v.get("delay_wgrad_compute") else "on") if v.get("overlap_moe_expert_parallel_comm")
         else "off",
@@ -697,6 +700,15 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
                    "counts)")
         raise PlannerError(f"The script does not give the value of {' or '.join(missing)}{why}.",
                            hint="Pass " + " and ".join(missing) + ".")
+    if pj["precisions"] == ["fp32"]:
+        if precision is None:
+            raise PlannerError(
+                "The script trains in fp32: it gives neither --bf16 nor --fp16, and Megatron-LM then keeps fp32 "
+                "parameters and runs fp32 GEMMs (validate_args: params_dtype torch.float). planner models bf16 and fp8 "
+                "training only, so it cannot predict this run.",
+                hint="Add --bf16 to the script if that is what you meant to run, or pass --precision bf16 to have "
+                "planner cost it as bf16 training (an fp32 run needs about twice the activation memory and is slower).")
+        notes.append(f"the script trains in fp32 (no --bf16 or --fp16); costed as --precision {precision}")
     j = resolve_job(m, gpus=gpus or pj["gpus"], global_batch=global_batch or pj["global_batch"],
                     seq_len=seq_len or pj["seq_len"], precision=precision or ",".join(pj["precisions"]),
                     job_file=job_file, domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)

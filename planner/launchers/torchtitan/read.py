@@ -277,9 +277,10 @@ def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, li
         if schedule.lower() not in SINGLE_STAGE | MULTI_STAGE:
             raise PlannerError(f"pipeline_parallel_schedule {schedule!r} is not a torch.distributed.pipelining schedule "
                                "torchtitan accepts.")
-        if schedule.lower() not in ("1f1b", "interleaved1f1b"):
-            notes.append(f"schedule {schedule} modeled as {'interleaved 1F1B' if vpp > 1 else '1F1B'} (planner's "
-                         "schedules)")
+        planned = plan_schedule(schedule)
+        if planned is None:
+            notes.append(f"schedule {schedule} modeled as {'interleaved 1F1B' if vpp > 1 else '1F1B'} (planner has no "
+                         "GPipe or looped breadth-first schedule)")
         mbs = num("parallelism.pipeline_parallel_microbatch_size")
     else:
         mbs = num("training.local_batch_size")
@@ -322,12 +323,21 @@ def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, li
                             "by planner")
     plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs,
                 sharding=sharding, recompute=recompute, precision="fp8" if fp8 else "bf16", moments=moments,
-                layout=layout, dispatcher=dispatcher)
+                layout=layout, dispatcher=dispatcher, schedule=plan_schedule(schedule) if pp > 1 else None)
     job = {"global_batch": gbs, "seq_len": num("training.seq_len"), "precisions": ["fp8" if fp8 else "bf16"]}
     if args.kind == "cli":
         used_defaults = [k for k in used_defaults if k not in ("training.disable_cuda_graphs", "compile.enable", "model.converters",
                                                                "training.enable_cpu_offload")]
     return plan, job, notes, used_defaults
+
+
+def plan_schedule(name: str) -> str | None:
+    """planner's schedule for a torch.distributed.pipelining schedule name (matched without case,
+    as torchtitan's get_schedule_class does), the inverse of the writers' TORCHTITAN_SCHEDULES;
+    None for the schedules planner does not model (GPipe, LoopedBFS)."""
+    from planner.launchers.torchtitan.rules import TORCHTITAN_SCHEDULES
+
+    return next((ours for ours, theirs in TORCHTITAN_SCHEDULES.items() if theirs.lower() == name.lower()), None)
 
 
 FLOAT8_RECIPE_KEYS = ("quantize.linear.float8.recipe_name", "float8.recipe_name")

@@ -78,7 +78,7 @@ def _toml(value) -> str:
 
 def toml_sections(setup) -> dict[str, dict[str, object]]:
     """The job file as {section: {key: value}} (section names dotted as in TOML)."""
-    from planner.launchers.torchtitan.rules import torchtitan_batch, torchtitan_dims
+    from planner.launchers.torchtitan.rules import TORCHTITAN_SCHEDULES, torchtitan_batch, torchtitan_dims
     from planner.launchers.torchtitan.write import _fqns
 
     found = toml_violations(setup)
@@ -112,7 +112,9 @@ def toml_sections(setup) -> dict[str, dict[str, object]]:
     if model.is_moe:
         p["expert_parallel_comm_backend"] = "deepep" if plan.dispatcher == "deepep" else "standard"
     if plan.pp > 1:
-        p["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
+        # The plan's own schedule (zero bubble, DualPipeV included): 0.2.2 looks the name up in
+        # torch.distributed.pipelining (get_schedule_class), as 0.3.0 does.
+        p["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[setup.schedule]
         p["pipeline_parallel_microbatch_size"] = pp_micro
         p["module_fqns_per_model_part"] = [part.replace("lm_head", "output").split(",") for part in _fqns(setup)]
     if fp8 and hw.fp8_recipe == "mxfp8":

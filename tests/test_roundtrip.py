@@ -1,0 +1,67 @@
+"""Every export reads back, through the reader `planner check` uses, to the same plan, job and
+model (issue 42): each catalog model in each launch format either round-trips or is refused with a
+PlannerError naming what the launcher cannot run. Readers take a missing flag as the framework's
+default (Megatron-LM trains in fp32 without --bf16/--fp16), and torchtitan's schedules come back."""
+
+from __future__ import annotations
+
+import pytest
+from tests._roundtrip import FORMATS, export_text, read_back, roundtrip, setup_for
+
+from planner.errors import PlannerError
+from planner.specs.catalog import catalog_names
+
+# A model per format and per architecture feature (GQA, sliding windows with sinks and biases, MLA).
+FAST = [("llama3.1-8b", "megatron"), ("gpt-oss-120b", "megatron"), ("deepseek-v2", "megatron"),
+        ("qwen3-30b-a3b", "bridge"), ("llama3.1-8b", "torchtitan"), ("qwen3-30b-a3b", "torchtitan-toml")]
+
+
+@pytest.mark.parametrize("name,fmt", FAST)
+def test_export_reads_back_the_same(name, fmt):
+    assert roundtrip(name, fmt) == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_model_in_every_format_reads_back_or_is_refused(fmt):
+    done = 0
+    for name in catalog_names("models"):
+        try:
+            diffs = roundtrip(name, fmt)
+        except PlannerError as exc:
+            assert str(exc).strip(), (name, fmt)  # refused: the message names the rule
+            continue
+        assert diffs == [], (name, fmt, diffs)
+        done += 1
+    assert done >= 3  # the refusals are the exception: a format runs several catalog models
+
+
+@pytest.mark.parametrize("fmt", ["torchtitan", "torchtitan-toml"])
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"])
+def test_torchtitan_schedules_read_back(fmt, schedule):
+    vpp = 1 if schedule == "1f1b" else 2
+    plan = f"pp=2,vpp={vpp},mbs=1,sharding=fsdp,schedule={schedule}"
+    setup = setup_for("llama3.1-8b", plan)
+    back = read_back(export_text(setup, fmt), fmt)
+    assert back.plan == setup.plan, (back.plan.to_string(), setup.plan.to_string())
+    assert setup.schedule == schedule and (schedule in ("1f1b", "interleaved")) == (back.plan.schedule is None)
+
+
+def test_a_torchtitan_schedule_planner_lacks_is_noted():
+    setup = setup_for("llama3.1-8b", "pp=2,mbs=1,sharding=fsdp")
+    text = export_text(setup, "torchtitan").replace("--parallelism.pipeline_parallel_schedule 1F1B",
+                                                    "--parallelism.pipeline_parallel_schedule GPipe")
+    back = read_back(text, "torchtitan")
+    assert back.plan.schedule is None and any("GPipe modeled as 1F1B" in n for n in back.notes)
+
+
+def test_megatron_without_bf16_trains_in_fp32():
+    setup = setup_for("llama3.1-8b", "tp=2,mbs=1")
+    text = export_text(setup, "megatron")
+    assert "    --bf16\n" in text
+    fp32 = text.replace("    --bf16\n", "")
+    with pytest.raises(PlannerError, match="trains in fp32"):
+        read_back(fp32, "megatron")
+    back = read_back(fp32, "megatron", precision="bf16")  # the user chose to cost it as bf16
+    assert back.plan == setup.plan and any("fp32" in n for n in back.notes)
+    assert read_back(fp32.replace("PRECISION_ARGS=(\n", "PRECISION_ARGS=(\n    --fp16\n"),
+                     "megatron").job.precisions == ["bf16"]  # fp16: modeled as bf16 (same bytes), noted
