@@ -65,3 +65,28 @@ def test_megatron_without_bf16_trains_in_fp32():
     assert back.plan == setup.plan and any("fp32" in n for n in back.notes)
     assert read_back(fp32.replace("PRECISION_ARGS=(\n", "PRECISION_ARGS=(\n    --fp16\n"),
                      "megatron").job.precisions == ["bf16"]  # fp16: modeled as bf16 (same bytes), noted
+
+
+@pytest.mark.parametrize("fmt", ["bridge", "torchtitan", "torchtitan-toml"])
+def test_an_edited_catalog_model_is_refused_where_the_launcher_builds_the_model_by_name(fmt):
+    # A recipe or registry function builds the catalog's llama3.1-8b (32 layers) whatever planner
+    # was told: exporting a 16-layer edit would train another model.
+    from planner.cost.setup import resolve_setup
+    from planner.specs.overrides import apply_overrides
+
+    setup = setup_for("llama3.1-8b", "mbs=1,sharding=fsdp")
+    model = apply_overrides(setup.model, {"num_layers": 16})
+    edited = resolve_setup(model, setup.hw, setup.job, setup.plan)
+    with pytest.raises(PlannerError, match="num_layers: catalog 32, this model 16"):
+        export_text(edited, fmt)
+    assert roundtrip("llama3.1-8b", fmt, "mbs=1,sharding=fsdp") == []  # the catalog model itself exports
+
+
+def test_the_mtp_depth_a_launch_writes_itself_is_no_edit():
+    from planner.launchers.common import catalog_edits
+    from planner.specs.catalog import load_model
+    from planner.specs.overrides import apply_overrides
+
+    v3 = load_model("deepseek-v3")
+    assert catalog_edits(apply_overrides(v3, {"mtp_layers": 0})) == []
+    assert catalog_edits(apply_overrides(v3, {"hidden_size": 4096})) == ["hidden_size: catalog 7168, this model 4096"]

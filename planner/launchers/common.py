@@ -565,3 +565,32 @@ def plan_json(plan: Plan, deg) -> dict:
 
 def to_json_text(obj) -> str:
     return json.dumps(obj, indent=2, sort_keys=True)
+
+
+def catalog_edits(model, settable: tuple[str, ...] = ("mtp_layers",)) -> list[str]:
+    """The architecture fields where ``model`` differs from the catalog model of its name ('field:
+    catalog X, this model Y'), for the launchers that build the model themselves from its name (a
+    Megatron-Bridge recipe's HuggingFace config, a torchtitan registry function or flavor): an
+    edited model (--set, a model file reusing a catalog name) would silently train as the catalog's.
+    ``settable`` are the fields the launch writes itself. Empty when the name is not in the catalog."""
+    from planner.errors import PlannerError
+    from planner.specs.catalog import load_model
+
+    try:
+        base = load_model(model.name)
+    except PlannerError:
+        return []
+    skip = {"name", "aliases", "display_name", "source", "published", "reference_job", "training_tokens", "notes",
+            *settable}
+    mine, theirs = model.model_dump(exclude=skip), base.model_dump(exclude=skip)
+    out: list[str] = []
+
+    def walk(a, b, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                walk(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+        elif a != b:
+            out.append(f"{path}: catalog {b}, this model {a}")
+
+    walk(mine, theirs, "")
+    return out

@@ -41,6 +41,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from planner.launchers.bridge.recipes import BRIDGE_VERSION, has_comm_overlap, recipe_for
+from planner.launchers.common import catalog_edits
 from planner.rules import Violation, check_launcher_rules
 
 FP8_RECIPES = {"blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
@@ -74,6 +75,14 @@ def bridge_violations(model, recipe_override: str | None = None, plan=None) -> l
             "gradient reduction and bf16 parameter gathers only (the recipe's mixed-precision settings decide them).",
             hint="Export --format megatron, which writes --grad-reduce-in-bf16 and --fp8-param-gather, or use the "
             "defaults (grad_reduce=fp32, param_gather=bf16).")]
+    edits = catalog_edits(model) if recipe_override is None else []
+    if recipe_for(model, recipe_override) is not None and edits:
+        return [Violation(
+            "bridge-recipe",
+            f"the recipe {recipe_for(model)} builds the catalog's {model.name} from its HuggingFace config, and this "
+            "model differs from it (" + "; ".join(edits) + "): the launch would train the catalog model.",
+            hint="Name a recipe that builds this model with --bridge-recipe, or export --format megatron, whose "
+            "flags state the architecture.")]
     if recipe_for(model, recipe_override) is None:
         return [Violation(
             "bridge-recipe",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from planner.launchers.common import catalog_edits
 from planner.rules import Violation
 
 if TYPE_CHECKING:
@@ -102,6 +103,14 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             f"torchtitan 0.3.0 ships no config_registry function for {model.name}.",
             hint="Write one (a function returning Trainer.Config with model_registry(...)) and pass "
             "--torchtitan-config MODULE:FUNCTION.",
+        ))
+    elif not custom and (edits := catalog_edits(model)):
+        out.append(Violation(
+            "torchtitan-model",
+            f"torchtitan's {cfg[0]}.{cfg[1]} builds the catalog's {model.name}, and this model differs from it ("
+            + "; ".join(edits) + "): the launch would train the catalog model.",
+            hint="Pass --torchtitan-config MODULE:FUNCTION naming a function that builds this model, or export "
+            "--format megatron, whose flags state the architecture.",
         ))
     elif model.mtp_layers and not custom and cfg[1] not in TORCHTITAN_MTP_CONFIGS:
         out.append(Violation(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 
+from planner.launchers.common import catalog_edits
 from planner.rules import Violation, violations_error
 
 TORCHTITAN_TOML_VERSION = "0.2.2"
@@ -57,6 +58,11 @@ def toml_violations(setup) -> list[Violation]:
     if flavor_for(model) is None:
         out.append(Violation("torchtitan-model", f"torchtitan {TORCHTITAN_TOML_VERSION} has no model flavor for "
                              f"{model.name}.", hint="Use --format megatron or bridge."))
+    elif edits := catalog_edits(model):
+        name, flavor = flavor_for(model)
+        out.append(Violation("torchtitan-model", f"torchtitan's {name} {flavor} flavor builds the catalog's {model.name}, "
+                             "and this model differs from it (" + "; ".join(edits) + "): the job would train the "
+                             "catalog model.", hint="Use --format megatron, whose flags state the architecture."))
     if plan.moments == "bf16":
         out.append(Violation("torchtitan-moments", "moments=bf16: torchtitan 0.2.2's optimizer keeps fp32 Adam states "
                              "(implementation for-loop, foreach or fused).", hint="Set moments=fp32."))
