@@ -34,7 +34,6 @@ PLAN_RULES: dict[str, str] = {
     "activation-offload-empty": "fine-grained offload needs at least one module left to offload (TransformerConfig)",
     "fp8-delayed-recompute": "delayed-scaling FP8 forbids moe_act/layernorm recompute (TransformerConfig)",
     "expert-bias-score-function": "router expert bias needs sigmoid/sqrtsoftplus scores (TransformerConfig)",
-    "router-groups": "experts % router groups == 0 and group top-k <= groups (TransformerConfig)",
     "moe-bias-etp": "biases in MoE experts need etp == 1 (TransformerConfig)",
     "mtp-position-embedding": "MTP needs rope/none position embeddings (validate_args)",
     "seq-exceeds-max-position": "max_position_embeddings >= seq_length (validate_args)",
@@ -242,12 +241,8 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
                 f"{model.name} uses a router expert bias with {m.score_function} scores; Megatron's "
                 "--moe-router-enable-expert-bias needs sigmoid or sqrtsoftplus (TransformerConfig).",
             ))
-        if m.group_top_k and m.num_groups and (m.num_experts % m.num_groups or m.group_top_k > m.num_groups):
-            out.append(Violation(
-                "router-groups",
-                f"{m.num_experts} experts in {m.num_groups} router groups with group top-k {m.group_top_k}: "
-                "Megatron needs experts % groups == 0 and group top-k <= groups (TransformerConfig).",
-            ))
+        # Router groups (experts % groups == 0, group top-k <= groups) are the model's own rule
+        # (planner.specs.model, MoE validation): no ModelSpec breaks it, whatever the launcher.
         has_bias = m.expert_bias or model.ffn.bias
         if has_bias and deg.etp != 1:
             out.append(Violation(
