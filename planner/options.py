@@ -409,8 +409,9 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
     m, h, j = resolve_specs(model, hw, args, model_set)
     if p.precision and p.precision not in j.precisions and args.precision is None:
         j = j.model_copy(update={"precisions": [p.precision, *[x for x in j.precisions if x != p.precision]]})
-    if p.dp is not None or p.edp is not None:
-        # A given dp/edp (or a saved file's) must be what this job's GPU count gives.
+    if (p.dp is not None or p.edp is not None) and command != "check":
+        # A given dp/edp (or a saved file's) must be what this job's GPU count gives; check lists
+        # a mismatch with every other rule the plan breaks.
         from planner.launchers.common import export_canonical
 
         p.check_given_degrees(export_canonical(p, m, h, j).degrees(j.gpus), j.gpus)

@@ -145,7 +145,7 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
     if model.ffn.hidden_size % plan.tp and any(k == "dense" for k in model.layer_kinds):
         out.append(Violation("ffn-divisible-by-tp",
                              f"FFN width {model.ffn.hidden_size} is not divisible by tp={plan.tp}."))
-    if job.global_batch % (plan.mbs * deg.dp):
+    if deg.dp and job.global_batch % (plan.mbs * deg.dp):  # dp 0: world-divisibility is reported
         out.append(Violation(
             "global-batch-divisible",
             f"Global batch {job.global_batch} is not divisible by mbs*dp = {plan.mbs}*{deg.dp} = {plan.mbs * deg.dp} "
@@ -174,7 +174,7 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
         out.append(Violation("param-gather-sharded", "param_gather=fp8 with sharding=ddp: DDP keeps whole parameters and "
                              "gathers none (Megatron's --fp8-param-gather needs the distributed optimizer or FSDP).",
                              hint="Use sharding=dist_opt (or fsdp/zero2/hsdp)."))
-    if sh.kind == "hsdp" and (deg.dp * deg.cp) % sh.group:
+    if sh.kind == "hsdp" and deg.dp and (deg.dp * deg.cp) % sh.group:
         out.append(Violation("hsdp-group", f"hsdp:{sh.group} does not divide dp*cp = {deg.dp * deg.cp}."))
     rc = plan.recompute
     if rc.kind == "op" and not op_recompute_modeled(model):
@@ -209,7 +209,7 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
         if rc.kind == "full":
             out.append(Violation("ep-overlap-recompute", f"ep_overlap={plan.ep_overlap} is incompatible with full "
                                  "recompute (Megatron validate_args)."))
-    if job.global_batch % (plan.mbs * deg.dp) == 0:
+    if deg.dp and job.global_batch % (plan.mbs * deg.dp) == 0:
         out += schedule_violations(plan, deg, job.global_batch // (plan.mbs * deg.dp))
     return out
 
@@ -296,6 +296,10 @@ launcher's own: planner.launchers.megatron.rules.PLAN_RULES (and ARGS_RULES for 
 planner.launchers.torchtitan.rules.PLAN_RULES."""
 
 
+def _violation(exc: PlanRuleError) -> Violation:
+    return Violation(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "), exc.hint)
+
+
 def _canonical(plan: Plan, model: ModelSpec, hw: HardwareSpec | None, job: Job) -> Plan:
     return plan.canonical_for(model, hw, job)
 
@@ -313,34 +317,35 @@ def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job 
     from planner.specs.layout import build_layout
     from planner.specs.plan import Plan as _Plan
 
+    given: list[Violation] = []
     if isinstance(setup_or_plan, _Plan):
         if model is None or job is None or hw is None:
             raise TypeError("launcher_violations(plan, ...) needs model, job and hw")
-        if setup_or_plan.dp is not None:  # canonical() drops a given dp: check it first
-            try:
-                setup_or_plan.degrees(job.gpus)
-            except PlanRuleError as exc:
-                return [Violation(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "), exc.hint)]
+        if setup_or_plan.dp is not None or setup_or_plan.edp is not None:
+            # canonical() drops a given dp and edp: check them first
+            given = [_violation(e) for e in setup_or_plan.degree_errors(job.gpus)[0]]
         plan = _canonical(setup_or_plan, model, hw, job)
     else:
         s = setup_or_plan
         model, hw, job, plan = s.model, s.hw, s.job, s.plan
     if target not in ("megatron", "torchtitan", "any"):
         raise ValueError(f"unknown launcher target {target!r}")
-    try:
-        deg = plan.degrees(job.gpus)
-    except PlanRuleError as exc:
-        return [Violation(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "), exc.hint)]
-    out = model_violations(model, hw, job, plan, deg)
+    # Every rule is checked, not only the first: the degree rules, then the rules that need no
+    # dp or edp where the GPUs do not divide (model_violations and Megatron's own skip what
+    # needs them; torchtitan's mesh needs them all).
+    errors, deg = plan.degree_errors(job.gpus)
+    out = given + [_violation(e) for e in errors]
+    out += shape_violations(model, plan)
+    out += model_violations(model, hw, job, plan, deg)
     try:
         build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule)
     except PlanRuleError as exc:
-        out.append(Violation(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "), exc.hint))
+        out.append(_violation(exc))
     if target == "megatron":
         from planner.launchers.megatron.rules import plan_violations
 
         out += plan_violations(model, hw, job, plan, deg)
-    elif target == "torchtitan":
+    elif target == "torchtitan" and not errors:
         from planner.launchers.torchtitan.rules import plan_violations as torchtitan_plan_violations
 
         out += torchtitan_plan_violations(model, hw, job, plan, deg, torchtitan_config=torchtitan_config)

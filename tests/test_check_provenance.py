@@ -133,3 +133,49 @@ def test_unknown_hardware_in_a_header_is_one_paragraph():
     text = "# model: m   hardware: my-cluster   job: 8 GPUs, global batch 8, seq 4\n"
     with pytest.raises(PlannerError, match="names hardware 'my-cluster' \\(launch header\\)"):
         launch_hardware(None, load_model("llama3.1-8b"), "the script", text=text)
+
+
+# ---- every broken rule, not only the first --------------------------------------------------
+
+
+def test_check_lists_every_broken_rule_of_a_plan(capsys):
+    # Plan.degrees stops at world-divisibility; check lists the model rules beside it.
+    code, out, _ = _run(capsys, "check", "--model", "qwen3-235b-a22b", "--hw", "h100", "--gpus", "512",
+                        "--plan", "tp=3,pp=7,ep=5", "--json")
+    rules = [f["rule"] for f in json.loads(out)["failures"]]
+    assert code == 1
+    assert rules[:2] == ["world-divisibility", "expert-world-divisibility"]
+    assert {"heads-divisible-by-tp", "kv-heads-tp", "experts-divisible-by-ep", "layers-divisible"} <= set(rules)
+    code, out, _ = _run(capsys, "check", "--model", "qwen3-235b-a22b", "--hw", "h100", "--gpus", "512",
+                        "--plan", "tp=2,pp=4,dp=3,ep=5")
+    assert code == 1 and "FAIL: 4 rule(s) broken" in out
+    for rule in ("dp-mismatch", "expert-world-divisibility", "experts-divisible-by-ep", "layers-divisible"):
+        assert f"[{rule}]" in out
+
+
+def test_check_lists_every_broken_rule_of_a_launch(capsys, tmp_path):
+    script = tmp_path / "bad.sh"
+    script.write_text("torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                      "--num-attention-heads 32 --ffn-hidden-size 14336 --seq-length 4096 --micro-batch-size 1 "
+                      "--global-batch-size 64 --vocab-size 128256 --bf16 --tensor-model-parallel-size 3 "
+                      "--pipeline-model-parallel-size 5\n")
+    code, out, err = _run(capsys, "check", "--megatron-args", str(script), "--hw", "h100", "--json")
+    report = json.loads(out)
+    assert code == 1, err
+    assert report["provenance"]["job"]["gpus"] == "torchrun --nproc-per-node 8 x --nnodes 2"
+    rules = [f["rule"] for f in report["failures"]]
+    assert {"world-divisibility", "heads-divisible-by-tp", "layers-divisible"} <= set(rules)
+    assert "expert-world-divisibility" not in rules  # a dense model's expert grid repeats the dense one
+
+
+def test_degree_errors_lists_what_degrees_raises_first():
+    from planner.specs.plan import Plan
+
+    plan = Plan.parse("tp=3,ep=5,dp=2")
+    errors, deg = plan.degree_errors(64)
+    assert [e.rule for e in errors] == ["world-divisibility", "expert-world-divisibility"]
+    assert (deg.dp, deg.edp) == (0, 0)
+    with pytest.raises(PlannerError, match=r"\[world-divisibility\]"):
+        plan.degrees(64)
+    errors, deg = Plan.parse("tp=2,dp=3").degree_errors(64)
+    assert [e.rule for e in errors] == ["dp-mismatch"] and deg.dp == 32

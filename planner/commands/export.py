@@ -230,11 +230,21 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
     if src.torchtitan is not None and torchtitan_config is None:
         torchtitan_config = _torchtitan_config_of(src)
     found = launcher_violations(canon, src.model, src.job, target, hw=src.hw, torchtitan_config=torchtitan_config)
+    if not read and (src.plan.dp is not None or src.plan.edp is not None):
+        # The canonical plan drops a given dp and edp (plan_source leaves them to this report).
+        from planner.rules import Violation
+
+        found = [Violation(e.rule, e.message.removeprefix(f"[{e.rule}] "), e.hint) for e in
+                 src.plan.degree_errors(src.job.gpus)[0] if e.rule in ("dp-mismatch", "edp-mismatch")] + found
     if src.torchtitan is not None and src.torchtitan.args.kind == "toml" and target == "torchtitan":
         from planner.cost.setup import resolve_setup
-        from planner.launchers.torchtitan.toml import toml_violations
+        from planner.errors import PlanRuleError
+        from planner.launchers.torchtitan.toml import _REPLACED, toml_violations
 
-        found = toml_violations(resolve_setup(src.model, src.hw, src.job, canon))
+        try:
+            found = toml_violations(resolve_setup(src.model, src.hw, src.job, canon))
+        except PlanRuleError:  # a plan resolve_setup refuses: the list above has every rule it breaks
+            found = [v for v in found if v.rule not in _REPLACED]
     report = {"model": src.model.name, "hardware": src.hw.name, "job": src.job.model_dump(mode="json", exclude_none=True),
               "plan": canon.to_string(), "target": target, "provenance": src.provenance}
     if src.script is not None:

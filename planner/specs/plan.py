@@ -368,37 +368,51 @@ class Plan(Spec):
         return self.tp > 1
 
     def degrees(self, gpus: int) -> Degrees:
-        """Fill in dp and edp for ``gpus`` GPUs; errors name the rule that fails."""
+        """Fill in dp and edp for ``gpus`` GPUs; errors name the rule that fails (the first of
+        :meth:`degree_errors`)."""
+        errors, deg = self.degree_errors(gpus)
+        if errors:
+            raise errors[0]
+        return deg
+
+    def degree_errors(self, gpus: int) -> tuple[list[PlanRuleError], Degrees]:
+        """Every degree rule the plan breaks on ``gpus`` GPUs, in the order :meth:`degrees` checks
+        them, and the degrees with dp (edp) 0 where the GPUs do not divide into the dense
+        (expert) grid: planner check reports the rules that need no dp beside these."""
+        errors: list[PlanRuleError] = []
         dense = self.tp * self.cp * self.pp
-        if gpus % dense:
-            raise PlanRuleError(
+        dp = 0 if gpus % dense else gpus // dense
+        if not dp:
+            errors.append(PlanRuleError(
                 "world-divisibility",
                 f"{gpus} GPUs are not divisible by tp*cp*pp = {self.tp}*{self.cp}*{self.pp} = {dense}.",
                 hint="Pick degrees whose product divides the GPU count.",
-            )
-        dp = gpus // dense
-        if self.dp is not None and self.dp != dp:
-            raise PlanRuleError(
+            ))
+        elif self.dp is not None and self.dp != dp:
+            errors.append(PlanRuleError(
                 "dp-mismatch",
                 f"The plan gives dp={self.dp}, but {gpus} GPUs / (tp*cp*pp = {dense}) = {dp}.",
                 hint="Leave dp out to have it derived.",
-            )
+            ))
         expert = self.expert_tp * self.ep * self.pp
-        if gpus % expert:
-            raise PlanRuleError(
+        edp = 0 if gpus % expert else gpus // expert
+        # Without EP or a separate expert TP the expert grid is tp*pp, a factor of the dense one:
+        # its failure repeats world-divisibility and is not listed beside it.
+        repeats = not dp and self.ep == 1 and self.expert_tp == self.tp
+        if not edp and not repeats:
+            errors.append(PlanRuleError(
                 "expert-world-divisibility",
                 f"{gpus} GPUs are not divisible by etp*ep*pp = {self.expert_tp}*{self.ep}*{self.pp} = {expert}"
                 " (Megatron's expert grid, parallel_state.initialize_model_parallel).",
-            )
-        edp = gpus // expert
-        if self.edp is not None and self.edp != edp:
-            raise PlanRuleError(
+            ))
+        elif self.edp is not None and self.edp != edp:
+            errors.append(PlanRuleError(
                 "edp-mismatch",
                 f"The plan gives edp={self.edp}, but {gpus} GPUs / (etp*ep*pp = {self.expert_tp}*{self.ep}*{self.pp} = "
                 f"{expert}) = {edp}.",
                 hint="Leave edp out to have it derived.",
-            )
-        return Degrees(self.tp, self.cp, self.pp, self.vpp, dp, self.ep, self.expert_tp, edp)
+            ))
+        return errors, Degrees(self.tp, self.cp, self.pp, self.vpp, dp, self.ep, self.expert_tp, edp)
 
     def check_given_degrees(self, deg: Degrees, gpus: int) -> None:
         """A dp or edp the user gave must equal the derived one (``deg``, from the canonical
