@@ -123,6 +123,47 @@ def test_anchor_runs(report):
         assert by[name]["errors"]["throughput"] == pytest.approx(err, abs=MEDIAN_TOL), name
 
 
+# Ranking quality (issue 40): jobs that ran several plans (planner.validate.ranking), at the model of
+# this commit. Issue 40's acceptance is at least 80 % of the pairs more than 5 % apart ordered right.
+RANKING = {"series": 28, "configurations": 77, "pairs": 100, "decisive_pairs": 91, "ordered_right": 85}
+RANKING_TAU_B = 0.863
+# (measured faster, measured slower) that planner orders otherwise. Four are Qwen3-235B on 256 H100: the
+# FSDP + EP8 run with full recompute (and the cross-node EP32 DeepEP run) measured faster than planner
+# predicts (the same runs are planner's worst MoE / Hopper / bf16 errors, -30 % and -11 %). The other two
+# are torchtitan rows of two releases (the newer one faster with the same settings; planner sees only the
+# compiled cross entropy, a predicted tie) and bf16 async TP against fp8 tensorwise vanilla TP (5.6 %
+# apart, predicted 4 % the other way).
+MISORDERED = {
+    ("zoo-qwen3-235b-h100-256gpu-bf16-deepep-crossnode-ep32", "mb2511-qwen3-235b-a22b-h100-fp8cs-256gpu"),
+    ("zoo-qwen3-235b-h100-256gpu-bf16-deepep-intranode-ep8-fsdp", "mb2511-qwen3-235b-a22b-h100-fp8cs-256gpu"),
+    ("zoo-qwen3-235b-h100-256gpu-bf16-deepep-intranode-ep8-fsdp", "zoo-qwen3-235b-h100-256gpu-bf16-deepep-crossnode-ep32"),
+    ("zoo-qwen3-235b-h100-256gpu-bf16-deepep-intranode-ep8-fsdp", "zoo-qwen3-235b-h100-256gpu-bf16-a2a-intranode-ep8-pp32"),
+    ("tt2506-llama31-70b-h100-256gpu-fsdp32-tp8-f8tensorwise-asynctp", "tt-llama31-70b-h100-256gpu-fsdp32-tp8-float8-asynctp"),
+    ("tt2506-llama31-8b-h100-64gpu-fsdp8-tp8-f8tensorwise-vanillatp", "tt2506-llama31-8b-h100-64gpu-fsdp8-tp8-bf16-asynctp"),
+}
+
+
+def test_issue_40_ranking_orders_at_least_80_percent_of_the_pairs_right(report):
+    assert report["ranking"]["overall"]["ordered_right_share"] >= 0.80
+
+
+def test_ranking_holds_at_its_current_values(report):
+    rk = report["ranking"]
+    overall = rk["overall"]
+    assert {k: overall[k] for k in RANKING} == RANKING
+    assert overall["ordered_right_share"] == pytest.approx(RANKING["ordered_right"] / RANKING["decisive_pairs"])
+    assert overall["kendall_tau_b"] == pytest.approx(RANKING_TAU_B, abs=0.005)
+    wrong = {(m["faster_measured"], m["slower_measured"]) for s in rk["series"] for m in s["misordered"]}
+    assert wrong == MISORDERED
+    # a series is one job: every configuration of it ran the same model, hardware, GPUs, batch and length
+    by = {r["name"]: r for r in report["runs"]}
+    for s in rk["series"]:
+        for c in s["configurations"]:
+            run = by[c["run"]]
+            assert (run["model"], run["hardware"], run["gpus"], run["global_batch"], run["seq_len"]) == (
+                s["model"], s["hardware"], s["gpus"], s["global_batch"], s["seq_len"])
+
+
 # Issue 20's targets on the validation subset, one test each. Classes whose median signed error
 # is within +-10 % are asserted; the others, and the two subset-wide targets, are strict expected
 # failures with the measured numbers (reaching one fails the suite until it becomes an assertion).

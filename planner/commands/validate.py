@@ -42,7 +42,8 @@ def validate_cmd(
     """Predict every run of a runs file and compare with what was measured: tokens/s and model TFLOP/s
     per GPU, step time and peak memory where published; signed error per run (predicted / measured - 1)
     and median, median |error| and worst per class (MoE/dense x Hopper/Blackwell x precision), the
-    calibration and validation subsets apart. Runs planner cannot express get a line saying why."""
+    calibration and validation subsets apart; and, for jobs that ran several plans, how many pairs
+    planner orders as measured and Kendall's tau-b. Runs planner cannot express get a line saying why."""
     from planner.errors import PlannerError
     from planner.validate import _label
     from planner.validate.evaluate import evaluate_runs

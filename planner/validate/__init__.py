@@ -5,6 +5,8 @@
 - :mod:`planner.validate.evaluate`: one run predicted and compared (or why it is not evaluated).
 - :mod:`planner.validate.summary`: signed-error statistics per class, calibration and validation
   subsets apart.
+- :mod:`planner.validate.ranking`: ranking quality on jobs that ran several plans (the share of
+  pairs ordered as measured, Kendall's tau-b), per series and overall.
 - :mod:`planner.validate.report`: JSON, Markdown, terminal table and the predicted-vs-measured PNG.
 
 The bundled published runs (tests/data/published_runs.yaml) are reported in

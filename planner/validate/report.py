@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from planner.validate.evaluate import RunResult
+from planner.validate.ranking import ranking_json
 from planner.validate.summary import SUBSETS, TARGETS, class_order, summarize, targets_met
 
 SIGN = ("signed error = predicted / measured - 1 on tokens/s per GPU: positive means planner predicts the run "
@@ -51,6 +52,7 @@ def build(results: list[RunResult], runs_label: str) -> dict:
                         "classes": {k: v.to_json() for k, v in summary[s]["classes"].items()}} for s in SUBSETS},
         "memory_summary": {s: mem[s]["all"].to_json() for s in SUBSETS},
         "targets": {"definition": {k: v for k, v in TARGETS.items()}, "met_on_validation": targets_met(summary)},
+        "ranking": ranking_json(results),
         "runs": [r.to_json() for r in results],
     }
 
@@ -89,6 +91,7 @@ def markdown(report: dict, command: str) -> str:
     met = report["targets"]["met_on_validation"]
     lines += ["Targets of issue 20 on the validation subset: " + "; ".join(
         f"{k}: {'met' if v else 'not met'}" for k, v in met.items()) + ".", ""]
+    lines += _ranking_markdown(report["ranking"])
     # per run, grouped by class
     runs = [r for r in report["runs"] if r["status"] == "evaluated"]
     by: dict[str, list] = {}
@@ -167,6 +170,61 @@ def markdown(report: dict, command: str) -> str:
     return "\n".join(lines)
 
 
+def _share(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _tau(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.3f}"
+
+
+def _ranking_markdown(rk: dict) -> list[str]:
+    o = rk["overall"]
+    lines = ["## Ranking: does planner order one job's plans as they were measured?", "",
+             f"A search is as good as the order it puts plans in. {rk['definition'][0].upper()}{rk['definition'][1:]}.",
+             "",
+             f"**Overall**: {o['series']} series, {o['configurations']} configurations, {o['pairs']} pairs; "
+             f"{o['ordered_right']} of the {o['decisive_pairs']} pairs that differ by more than "
+             f"{rk['decisive_difference']:.0%} ordered right ({_share(o['ordered_right_share'])}); "
+             f"Kendall's tau-b {_tau(o['kendall_tau_b'])}.", ""]
+    if not rk["series"]:
+        return lines
+    lines += ["| series (model, GPUs, batch x sequence) | configurations | pairs > 5 % apart | ordered right | tau-b |",
+              "|---|---:|---:|---:|---:|"]
+    for s in rk["series"]:
+        lines.append(f"| {s['model']}, {s['gpus']} x {s['hardware']}, {s['global_batch']} x {s['seq_len']} | "
+                     f"{len(s['configurations'])} | {s['decisive_pairs']} | {s['ordered_right']} "
+                     f"({_share(s['ordered_right_share'])}) | {_tau(s['kendall_tau_b'])} |")
+    wrong = [(s, m) for s in rk["series"] for m in s["misordered"]]
+    lines.append("")
+    if wrong:
+        lines += ["Pairs planner orders otherwise (measured faster / slower, planner's ratio of the same two; 1.00 "
+                  "is a predicted tie):", ""]
+        for _, m in wrong:
+            lines.append(f"- {m['faster_measured']} over {m['slower_measured']}: measured "
+                         f"{m['measured_ratio']:.2f}, predicted {m['predicted_ratio']:.2f}")
+        lines.append("")
+    return lines
+
+
+def _ranking_text(rk: dict) -> list[str]:
+    o = rk["overall"]
+    out = [f"ranking ({o['series']} series of one job with several plans; pairs > {rk['decisive_difference']:.0%} apart)",
+           f"  {'series':62} {'n':>3} {'pairs':>5} {'right':>7} {'tau-b':>7}"]
+    for s in rk["series"]:
+        label = f"{s['model']}, {s['gpus']} x {s['hardware']}, {s['global_batch']} x {s['seq_len']}"
+        out.append(f"  {label[:62]:62} {len(s['configurations']):>3} {s['decisive_pairs']:>5} "
+                   f"{_share(s['ordered_right_share']):>7} {_tau(s['kendall_tau_b']):>7}")
+    out.append(f"  {'all':62} {o['configurations']:>3} {o['decisive_pairs']:>5} "
+               f"{_share(o['ordered_right_share']):>7} {_tau(o['kendall_tau_b']):>7}")
+    for s in rk["series"]:
+        for m in s["misordered"]:
+            out.append(f"  misordered: {m['faster_measured']} measured {m['measured_ratio']:.2f}x "
+                       f"{m['slower_measured']}, predicted {m['predicted_ratio']:.2f}x")
+    out.append("")
+    return out
+
+
 def text_table(report: dict) -> str:
     """The terminal view: the class summaries and one line per run."""
     out = []
@@ -178,6 +236,7 @@ def text_table(report: dict) -> str:
             out.append(f"  {name:32} {st['n']:>3} {_abs_pct(st['median_abs_error']):>10} "
                        f"{_pct(st['median_signed_error']):>9} {_pct(st['worst_signed_error']):>8}  {st['worst_run'] or ''}")
         out.append("")
+    out += _ranking_text(report["ranking"])
     out.append(f"{'run':60} {'measured':>9} {'predicted':>9} {'error':>8}")
     for r in report["runs"]:
         if r["status"] == "evaluated":
