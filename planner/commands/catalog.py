@@ -227,3 +227,70 @@ def show_hw_cmd(
         t.add_row(path, shown, esc(source))
     c.print(t)
     c.print(f"  FP8 recipe: {h.fp8_recipe or 'none (no FP8 tensor cores)'}; default MoE dispatcher: {h.default_dispatcher}")
+
+
+def software_summary(p) -> dict:
+    """A software profile's row: the release, its launcher and the plan levers it can run."""
+    return {"name": p.name, "aliases": p.aliases, "framework": p.framework, "version": p.version,
+            "launcher": p.launcher, "released": p.released, "features": sorted(p.features),
+            "default_levers": p.default_lever_values()}
+
+
+@app.command("software")
+def software_cmd(json: JsonOpt = False) -> None:
+    """List the framework releases planner knows (--software): launcher and features."""
+    from planner.specs.catalog import all_software, default_software
+
+    rows = [software_summary(p) for p in all_software()]
+    defaults = {t: (d.name if (d := default_software(t)) is not None else None) for t in ("megatron", "torchtitan")}
+    if json:
+        print_json({"software": rows, "defaults": defaults})
+        return
+    from rich.table import Table
+
+    t = Table(title="Software profiles (--software; the default is the newest release of the --target launcher: "
+              + ", ".join(f"{k} {v}" for k, v in defaults.items()) + ")")
+    for col in ("name", "framework", "version", "launcher", "released", "features"):
+        t.add_column(col, no_wrap=col == "name")
+    for r in rows:
+        t.add_row(r["name"], r["framework"], r["version"], r["launcher"], r["released"] or "-", str(len(r["features"])))
+    _console().print(t)
+
+
+@app.command("show-software")
+def show_software_cmd(
+    name: Annotated[str, typer.Argument(help="Software profile name or alias (see 'planner software'), or a profile YAML.")],
+    json: JsonOpt = False,
+) -> None:
+    """A release's features, recipe defaults and launcher rules, each with its source."""
+    from planner.specs.catalog import load_software, spec_hash
+    from planner.specs.software import FEATURES
+
+    p = load_software(name)
+    if json:
+        print_json({"software": p.model_dump(mode="json"), "spec_hash": spec_hash(p), "summary": software_summary(p)})
+        return
+    from rich.table import Table
+
+    c = _console()
+    c.print(f"[bold]{esc(p.name)}[/bold]  ({esc(p.title)}, launcher {p.launcher}; {esc(p.source)})")
+    t = Table(title="Features and their sources")
+    for col in ("feature", "what", "source"):
+        t.add_column(col)
+    for f, e in p.features.items():
+        t.add_row(f, esc(FEATURES.get(f, "")), esc(e.source))
+    c.print(t)
+    if p.default_levers:
+        t = Table(title="Levers its recipes turn on")
+        for col in ("lever", "value", "recipes", "source"):
+            t.add_column(col)
+        for k, d in p.default_levers.items():
+            t.add_row(k, esc(d.value), esc(d.scope or "all"), esc(d.source))
+        c.print(t)
+    if p.rules:
+        t = Table(title="Launcher rules")
+        for col in ("rule", "text", "source"):
+            t.add_column(col)
+        for r in p.rules:
+            t.add_row(r.name, esc(r.text), esc(r.source))
+        c.print(t)

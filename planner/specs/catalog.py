@@ -403,3 +403,60 @@ def all_models():
 
 def all_hardware():
     return [load_hardware(n) for n in catalog_names("hw_specs")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Software profiles (software/<name>.yaml): the framework releases a plan can be launched with.
+# ---------------------------------------------------------------------------------------------
+@cache
+def _load_software_file(path: Path):
+    from planner.specs.software import SoftwareProfile
+
+    return validate_spec(SoftwareProfile, read_yaml(path, "software profile"), "software profile", str(path))
+
+
+def software_names() -> list[str]:
+    """Primary names (one per file) of the bundled software profiles."""
+    return catalog_names("software")
+
+
+def load_software(name: str):
+    """A software profile by catalog name/alias or a profile YAML path."""
+    from planner.specs.software import SoftwareProfile
+
+    name = _check_name(name, "software profile", "--software")
+    path = Path(name)
+    if path.suffix.lower() in (".yaml", ".yml") or path.is_dir() or os.sep in name:
+        check_input(path, "software profile", folder_hint="Give a software profile YAML (see software/).")
+        return validate_spec(SoftwareProfile, read_yaml(path, "software profile"), "software profile", str(path))
+    index = _catalog("software")
+    key = name.lower()
+    if key not in index:
+        close = difflib.get_close_matches(key, list(index), n=3, cutoff=0.5)
+        hint = ("Did you mean " + " or ".join(f"'{index[c].stem}'" for c in close) + "? ") if close else ""
+        raise PlannerError(
+            f"Unknown software profile '{name}'.",
+            hint=hint + "'planner software' lists the releases planner knows; a path to a profile YAML also works.",
+        )
+    note_input(index[key], "software profile")
+    return _load_software_file(index[key])
+
+
+def all_software():
+    return [load_software(n) for n in software_names()]
+
+
+DEFAULT_FRAMEWORK = {"megatron": "megatron-core", "torchtitan": "torchtitan"}
+"""The framework whose newest release a launcher target defaults to: --target megatron writes
+Megatron-LM's pretrain script, which is megatron-core's release (Megatron-Bridge is the other
+Megatron launcher, chosen by naming its profile)."""
+
+
+def default_software(target: str):
+    """The newest release planner knows of the ``target`` launcher's framework; None for
+    --target any (no launcher, so no release)."""
+    framework = DEFAULT_FRAMEWORK.get(str(getattr(target, "value", target)))
+    if framework is None:
+        return None
+    found = [p for p in all_software() if p.framework == framework]
+    return max(found, key=lambda p: p.version_tuple) if found else None
