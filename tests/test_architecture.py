@@ -57,3 +57,69 @@ def test_importing_planner_changes_no_environment_variable():
     env["PYTHONPATH"] = str(ROOT)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _third_party_aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> module for every import of a module outside planner and the standard library
+    (the names planner binds to its dependencies)."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            pairs = [(a.asname or a.name.split(".")[0], a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            pairs = [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names]
+        else:
+            continue
+        for local, module in pairs:
+            top = module.split(".")[0]
+            if top != "planner" and top not in sys.stdlib_module_names:
+                out[local] = module
+    return out
+
+
+def test_dependencies_are_used_through_their_public_names_only():
+    """Issue 44: no stand-in modules put into sys.modules, and nothing private of a dependency
+    (an ``_attribute`` of one of its modules, a ``from dep import _name``, or a subclass of one
+    of its classes overriding a private method): a dependency's release may change those freely."""
+    # PyTorch's FP8 GEMM has no public name (torch._scaled_mm); the calibration bench, which runs
+    # on the user's GPU, is its one user: it checks hasattr and records an FP8 failure instead of stopping.
+    allowed = {"planner/calibrate/bench.py: torch._scaled_mm"}
+    found = []
+    for path in sorted(PLANNER.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        tree = ast.parse(path.read_text())
+        deps = _third_party_aliases(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del))
+                    and ast.unparse(node.value) == "sys.modules"):
+                found.append(f"{rel}:{node.lineno}: writes sys.modules")
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] != "planner":
+                found += [f"{rel}:{node.lineno}: imports {a.name}" for a in node.names
+                          if a.name.startswith("_") and a.name != "__future__" and node.module != "__future__"]
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in deps):
+                if f"{rel}: {node.value.id}.{node.attr}" not in allowed:
+                    found.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).split(".")[0] in deps for b in node.bases):
+                found += [f"{rel}:{f.lineno}: {node.name}.{f.name} overrides a dependency's private method"
+                          for f in node.body if isinstance(f, ast.FunctionDef)
+                          and f.name.startswith("_") and not f.name.startswith("__")]
+    assert not found, found
+
+
+def test_the_public_names_rule_catches_a_stand_in_module_and_a_private_override(tmp_path, monkeypatch):
+    """The rule above on the two uses issue 44 removed (a stub pandas, CpModel's camelCase aliases)."""
+    bad = tmp_path / "planner"
+    bad.mkdir()
+    (bad / "m.py").write_text(
+        "import sys\nfrom ortools.sat.python import cp_model\n"
+        "sys.modules['pandas'] = object()\n"
+        "class Model(cp_model.CpModel):\n    def _add_pre_pep8_methods(self):\n        pass\n")
+    monkeypatch.setattr(sys.modules[__name__], "PLANNER", bad)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    try:
+        test_dependencies_are_used_through_their_public_names_only()
+    except AssertionError as exc:
+        assert "writes sys.modules" in str(exc) and "overrides a dependency's private method" in str(exc)
+    else:
+        raise AssertionError("the rule accepted a stub module and a private override")

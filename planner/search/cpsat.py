@@ -14,10 +14,7 @@ ranking is deterministic and equal to the oracle's). A complete enumeration prov
 
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.search.space import LEVERS
@@ -25,43 +22,6 @@ from planner.search.tables import GROUPS, RULE_GROUPS, Tables
 
 if TYPE_CHECKING:
     from ortools.sat.python.cp_model import IntVar
-
-
-@lru_cache(maxsize=1)
-def _model_class():
-    class Model(cp_model().CpModel):
-        def _add_pre_pep8_methods(self) -> None:
-            pass
-
-    return Model
-
-
-def new_model():
-    """An empty CP-SAT model. OR-Tools' CpModel.__init__ gives every instance a deprecated
-    camelCase alias of each of its methods (_add_pre_pep8_methods, some 0.5-5 ms a model, and the
-    per-stage refinement builds dozens); planner calls the PEP 8 names only, so its models skip it."""
-    return _model_class()()
-
-
-def cp_model():
-    """OR-Tools' CP-SAT Python module. Importing it imports pandas (about 0.3 s, a sixth of a
-    default search) for its pandas-based helpers (``*_series``), which planner never calls: when
-    pandas is not loaded yet, the import runs against a stand-in holding the two names the module
-    reads at import time, which is then removed, so a later ``import pandas`` loads the real one."""
-    if "ortools.sat.python.cp_model" in sys.modules or "pandas" in sys.modules:
-        from ortools.sat.python import cp_model as module
-
-        return module
-    stub = types.ModuleType("pandas")
-    stub.Index = type("Index", (), {})
-    stub.Series = type("Series", (), {})
-    sys.modules["pandas"] = stub
-    try:
-        from ortools.sat.python import cp_model as module
-    finally:
-        if sys.modules.get("pandas") is stub:
-            del sys.modules["pandas"]
-    return module
 
 
 @dataclass
@@ -84,9 +44,13 @@ def _build(tables: Tables, time_cap_us: int | None = None):
     out: the same feasible set below the cap, a much smaller model."""
     import numpy as np
 
+    # Imported here, not at the top: OR-Tools' cp_model imports pandas (some 0.25 s) for helpers
+    # planner never calls, so only a search that reaches CP-SAT pays for it.
+    from ortools.sat.python import cp_model
+
     space = tables.space
     nS = len(tables.structs)
-    m = new_model()
+    m = cp_model.CpModel()
     s = m.new_int_var(0, max(nS - 1, 0), "struct")
     lv = {k: m.new_int_var(0, len(space.levers[k]) - 1, k) for k in LEVERS}
 
@@ -153,10 +117,7 @@ def enumerate_cpsat(tables: Tables, time_cap_us: int, top: int, *, time_limit_s:
 
     from planner.search.exhaustive import rank_plans
 
-    if TYPE_CHECKING:  # what cp_model() returns, so that the callback's base class is a type
-        from ortools.sat.python import cp_model as cp
-    else:
-        cp = cp_model()
+    from ortools.sat.python import cp_model as cp
     t0 = time.perf_counter()
     if not tables.structs:
         return CpSatResult([], "INFEASIBLE", None, 0.0, 0)

@@ -321,12 +321,10 @@ def _solve(setup, co: Coefficients, pat, stage_recompute: bool, time_limit_s: fl
     micro-batch in the linear model), or why nothing was found."""
     from ortools.sat.python import cp_model
 
-    from planner.search.cpsat import new_model
-
     D, k0, k1 = pat
     pp, vpp, L = setup.deg.pp, setup.deg.vpp, setup.model.num_layers
     V = pp * vpp
-    m = new_model()
+    m = cp_model.CpModel()
     v = _Vars(m, L, D, V, pp, vpp, stage_recompute)
     big = _kib(co.cap) * 4 + 1
     memory = _chunk_memory(m, v, co, (k0, k1), V, big)
