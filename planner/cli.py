@@ -182,12 +182,35 @@ def _strip_debug(argv: list[str]) -> list[str]:
     return argv
 
 
+HELP_WIDTH_PIPED = 100
+"""Columns of --help when stdout is no terminal and COLUMNS is unset: rich would assume 80 and
+squeeze the option table's help column to a word or two a line (`planner search --help | less`)."""
+
+
+def help_width() -> int | None:
+    """The width typer's rich help renders at: the terminal's (rich reads it, or COLUMNS), else
+    HELP_WIDTH_PIPED."""
+    if os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH") or sys.stdout.isatty():
+        return None
+    return HELP_WIDTH_PIPED
+
+
+def _set_help_width() -> None:
+    import typer.rich_utils as rich_utils
+
+    if hasattr(rich_utils, "MAX_WIDTH"):  # typer reads it when it builds each help console
+        width = help_width()
+        rich_utils.MAX_WIDTH = width if width is not None else rich_utils.MAX_WIDTH
+
+
 def main(argv: list[str] | None = None) -> int:
     global _debug
     from planner.errors import PlannerError
     from planner.files import reset_inputs
 
     _protect_streams()
+    if any(a in ("--help", "-h") for a in (sys.argv[1:] if argv is None else argv)):
+        _set_help_width()  # rich is imported only where help is asked for (planner --help stays fast)
     _debug = os.environ.get("PLANNER_DEBUG", "") not in ("", "0")
     args = _strip_debug(list(sys.argv[1:] if argv is None else argv))
     reset_inputs()

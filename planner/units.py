@@ -18,12 +18,24 @@ def fmt_gb(nbytes: float, digits: int = 1) -> str:
     return f"{nbytes / GB:.{digits}f} GB"
 
 
+def signed_zero(x: float, digits: int = 0) -> float:
+    """``x``, or 0.0 where it rounds to zero at ``digits`` decimals: a negative number that
+    rounds away would print as '-0 %' or '-0.00 s', a sign that reads as meaning something."""
+    return 0.0 if round(x, digits) == 0 else x
+
+
 def fmt_time(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} µs"
+    """Seconds in the unit that keeps three significant digits or so; the unit is chosen on the
+    magnitude, so a negative time (a difference) reads as its positive twin with a sign."""
+    seconds = signed_zero(seconds, 6)  # below the microsecond shown: no '-0 µs'
+    sign, mag = ("-" if seconds < 0 else ""), abs(seconds)
+    if mag >= 1:
+        return f"{sign}{mag:.2f} s"
+    if mag >= 1e-3:
+        return f"{sign}{mag * 1e3:.1f} ms"
+    if round(mag * 1e6) == 0:
+        sign = ""
+    return f"{sign}{mag * 1e6:.0f} µs"
 
 
 def fmt_count(n: float) -> str:

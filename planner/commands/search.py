@@ -44,6 +44,7 @@ def search_cmd(
     timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock timings (JSON output is otherwise byte-stable).")] = False,
     json: JsonOpt = False,
     markdown: MarkdownOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the solver's full status (what it proved over which space), not its one-line summary.")] = False,
 ) -> None:
     """Rank feasible plans: parallel degrees, layout, recompute, offload, precision, sharding."""
     from planner.errors import PlannerError
@@ -64,7 +65,7 @@ def search_cmd(
     assumptions = target_assumptions(assumptions, opts.target)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
     _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,
-            given=model)
+            given=model, verbose=verbose)
 
 
 def _run(m, h, j, opts, assumptions, sensitivity: bool):
@@ -86,7 +87,7 @@ def _run(m, h, j, opts, assumptions, sensitivity: bool):
 
 
 def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool, markdown: bool = False,
-            given=None) -> None:
+            given=None, verbose: bool = False) -> None:
     from planner.cost.evaluate import context_json
     from planner.launchers.common import model_record
     from planner.validate.bands import attach_band
@@ -116,4 +117,4 @@ def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, js
         return
     from planner.report.tables import print_search
 
-    print_search(result, out, saved=save)
+    print_search(result, out, saved=save, verbose=verbose)

@@ -5,7 +5,9 @@ and validate have theirs in planner.report.compare and planner.validate.report).
 from __future__ import annotations
 
 from planner.report.compare import markdown_table
+from planner.report.tables import short_band
 from planner.units import GiB, fmt_time
+from planner.validate.bands import band_text
 
 
 def _code(text: str) -> str:
@@ -52,10 +54,17 @@ def search_markdown(out: dict) -> str:
         mem, tm = p["memory"], p["time"]
         rows.append([str(p["rank"]), _code(p["plan_string"]),
                      f"{mem['peak_bytes'] / GiB:.1f} / {mem['capacity_bytes'] / GiB:.1f}", _headroom(mem),
-                     fmt_time(tm["step_time_s"]), f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}",
-                     tm.get("bottleneck", "")])
-    header = ["#", "plan", "peak / capacity (GiB)", "headroom (GiB)", "step", "tokens/s/GPU", "MFU", "bottleneck"]
+                     fmt_time(tm["step_time_s"]), short_band(tm), f"{tm['tokens_per_s_per_gpu']:,.0f}",
+                     f"{tm['mfu']:.1%}", tm.get("bottleneck", "")])
+    header = ["#", "plan", "peak / capacity (GiB)", "headroom (GiB)", "step", "measured step likely",
+              "tokens/s/GPU", "MFU", "bottleneck"]
     lines += [markdown_table(header, rows), ""]
+    first: dict = {}
+    for p in out["plans"]:
+        if p["time"].get("error_band"):
+            first.setdefault(p["time"]["error_band"]["class"], p)
+    lines += [f"#{p['rank']}: {band_text(p['time']['error_band'], p['time']['step_time_s'])}." for p in first.values()]
+    lines += [""] if first else []
     lines += ["Peak: the worst pipeline stage's estimated reserved memory (allocated peak plus the allocator "
               "margin); GiB = 2^30 bytes.", ""]
     sens = out.get("sensitivity")
@@ -94,6 +103,9 @@ def explain_markdown(context: dict, result: dict) -> str:
         lines += [f"Time: step {fmt_time(tj['step_time_s'])}, {tj['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
                   f"{tj['model_tflops_per_gpu']:.0f} model TFLOP/s/GPU, MFU {tj['mfu']:.1%}"
                   + (f"; bottleneck: {tj['bottleneck']}." if tj.get("bottleneck") else "."), ""]
+        if tj.get("error_band"):
+            text = band_text(tj["error_band"], tj["step_time_s"])
+            lines += [f"{text[:1].upper()}{text[1:]}.", ""]
         bd = {k: v for k, v in (tj.get("breakdown") or {}).items() if v}
         if bd:
             rows = [[k.replace("_", " "), fmt_time(v), f"{v / tj['step_time_s']:.1%}"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 from planner.units import GiB, fmt_gib, fmt_time
 
 CLASSES = ("weights", "gradients", "optimizer", "activations", "transient", "comm_buffers", "allocator")
+SHORT_CLASSES = {"weights": "weights", "gradients": "grads", "optimizer": "optim", "activations": "activ",
+                 "transient": "temp", "comm_buffers": "comm", "allocator": "alloc"}
+"""Column heads under 120 columns, where the full names would squeeze the table (named once above it)."""
 
 
 def console():
@@ -100,23 +103,32 @@ def moment_text(moment: dict) -> str:
 
 
 def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
+    from rich import box
     from rich.table import Table
 
     c = console()
     for line in header_lines(setup):
-        c.print(line)
+        # The plan line is printed whole (soft wrap: the terminal folds it, no newline is added),
+        # so that it can be copied; the other lines wrap at words.
+        c.print(line, soft_wrap=line.startswith("plan: "))
     mj = result["memory"]
-    t = Table(title="Memory per GPU by pipeline stage, GiB (2^30 B), at each stage's peak moment")
+    narrow = c.width < 120
+    if narrow:
+        c.print("columns: " + ", ".join(f"{SHORT_CLASSES[k]} = {k.replace('_', ' ')}" for k in CLASSES
+                                        if SHORT_CLASSES[k] != k) + ", room = headroom", style="dim")
+    t = Table(title="Memory per GPU by pipeline stage, GiB (2^30 B), at each stage's peak moment",
+              box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True, pad_edge=False)
     t.add_column("stage")
     for k in CLASSES:
-        t.add_column(k.replace("_", " "), justify="right")
+        t.add_column(SHORT_CLASSES[k] if narrow else k.replace("_", " "), justify="right")
     t.add_column("peak", justify="right")
-    t.add_column("headroom", justify="right")
-    t.add_column("moment")
+    t.add_column("room" if narrow else "headroom", justify="right")
+    t.add_column("moment", min_width=9, overflow="fold")  # wraps at spaces; 'recompute' is its longest word
     cap = mj["capacity_bytes"]
     for s in mj["stages"]:
         row = [str(s["rank"])] + [f"{s['components'][k] / GiB:.1f}" for k in CLASSES] + [f"{s['peak_bytes'] / GiB:.1f}"]
-        row.append(headroom_text({"headroom_bytes": cap - s["peak_bytes"], "capacity_bytes": cap}))
+        room = {"headroom_bytes": cap - s["peak_bytes"], "capacity_bytes": cap}
+        row.append(headroom_text(room) if not narrow or room["headroom_bytes"] < 0 else f"{room['headroom_bytes'] / GiB:.1f}")
         row.append(s["peak_moment"]["window"].replace("_", " "))
         style = "bold" if s["rank"] == mj["worst_stage"] else None
         t.add_row(*row, style=style)
@@ -147,7 +159,7 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
         if tj.get("error_band"):
             from planner.validate.bands import band_text
 
-            c.print(f"  {esc(band_text(tj['error_band']))}")
+            c.print(f"  {esc(band_text(tj['error_band'], tj['step_time_s']))}")
         bd = tj.get("breakdown", {})
         if bd:
             parts = ", ".join(f"{k.replace('_', ' ')} {fmt_time(v)}" for k, v in sorted(bd.items(), key=lambda kv: -kv[1]) if v)
@@ -173,18 +185,126 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
         c.print(f"plot written to {esc(result['plot'])}")
 
 
-def short_band(band: dict | None) -> str:
-    """The error band in a table cell: the class's median signed error [middle half] on the
-    validation runs (planner.validate.bands); '-' without validation runs of the class."""
-    if not band or not band.get("n"):
-        return "-"
-    return (f"{100 * band['median_signed_error']:+.0f}% [{100 * band['p25_signed_error']:+.0f}, "
-            f"{100 * band['p75_signed_error']:+.0f}]")
+def short_band(tm: dict) -> str:
+    """The band cell of a plan's time JSON: where its measured step likely falls
+    (planner.validate.bands.step_band, the one definition); '-' without validation runs."""
+    from planner.validate.bands import step_band
+
+    sb = step_band(tm.get("step_time_s"), tm.get("error_band"))
+    return sb.cell() if sb is not None else "-"
 
 
-def print_search(result, out: dict, saved=None) -> None:
-    from rich.table import Table
+_DIMS = ("tp", "cp", "pp", "ep", "dp")
 
+
+def plan_family(plan: dict) -> str:
+    """The parallelisms a plan uses (degree above 1), e.g. 'TP+PP+DP'; 'single GPU' for none."""
+    used = [k.upper() for k in _DIMS if (plan.get(k) or 1) > 1]
+    return "+".join(used) or "single GPU"
+
+
+def plan_degrees(plan: dict) -> str:
+    """The degrees above 1, short: 'tp2 pp4/2 ep8 dp16' (pp/vpp), etp where experts are TP-split."""
+    parts = []
+    for k in _DIMS:
+        v = plan.get(k) or 1
+        if v > 1:
+            parts.append(f"pp{v}/{plan['vpp']}" if k == "pp" and (plan.get("vpp") or 1) > 1 else f"{k}{v}")
+        if k == "ep" and (plan.get("etp") or 1) > 1:
+            parts.append(f"etp{plan['etp']}")
+    return " ".join(parts) or "-"
+
+
+_SHARDING = {"dist_opt": "distopt"}
+
+
+def plan_levers(plan: dict) -> str:
+    """The levers that differ between plans, short (the full plan line below the row spells them
+    out): micro-batch, sharding, precision, then recompute, offload, overlap, bf16 moments, schedule."""
+    parts = [f"mbs{plan.get('mbs', 1)}", _SHARDING.get(str(plan.get("sharding")), str(plan.get("sharding", ""))),
+             str(plan.get("precision", ""))]
+    rc = str(plan.get("recompute") or "none")
+    if rc != "none":
+        parts.append("rc:full" if rc == "full" else "rc:sel")
+    if str(plan.get("offload") or "none") != "none":
+        parts.append("offload")
+    if plan.get("ep_overlap") == "on":
+        parts.append("overlap")
+    if plan.get("moments") == "bf16":
+        parts.append("m:bf16")
+    if plan.get("schedule"):
+        parts.append(str(plan["schedule"]))
+    return " ".join(x for x in parts if x)
+
+
+SEARCH_COLUMNS = (("#", "right"), ("family", "left"), ("degrees", "left"), ("levers", "left"),
+                  ("peak/room", "right"), ("step", "right"), ("tok/s/GPU", "right"), ("band", "right"))
+_WRAPPABLE = ("levers", "degrees", "family")
+"""Columns whose cells may wrap at spaces, widest first, when the table is wider than the screen."""
+
+
+def search_rows(plans: list[dict]) -> list[tuple[list[str], str]]:
+    """(cells, full plan string) per ranked plan, in SEARCH_COLUMNS order."""
+    rows = []
+    for p in plans:
+        mem, tm = p["memory"], p["time"]
+        room = mem["headroom_bytes"] / GiB
+        rows.append(([str(p["rank"]), plan_family(p["plan"]), plan_degrees(p["plan"]), plan_levers(p["plan"]),
+                      f"{mem['peak_bytes'] / GiB:.1f}/{room:.1f}", fmt_time(tm["step_time_s"]),
+                      f"{tm['tokens_per_s_per_gpu']:,.0f}", short_band(tm)], p["plan_string"]))
+    return rows
+
+
+def _column_widths(rows: list[list[str]], heads: list[str], width: int, gap: int) -> list[int]:
+    """Each column's width: its widest cell, the wrappable ones narrowed (never below their
+    longest word, so no word is cut) until the table fits ``width`` or can narrow no further."""
+    natural = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    floor = list(natural)
+    for name in _WRAPPABLE:
+        i = heads.index(name)
+        floor[i] = max([len(w) for w in heads[i].split()] + [len(w) for r in rows for w in r[i].split()])
+    widths = list(natural)
+    excess = sum(widths) + gap * (len(widths) - 1) - width
+    wrappable = [heads.index(name) for name in _WRAPPABLE]
+    while excess > 0:
+        # Narrow the widest column that can still narrow: rows grow a line or two each, evenly.
+        room = [i for i in wrappable if widths[i] > floor[i]]
+        if not room:
+            break
+        i = max(room, key=lambda k: widths[k])
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def ranked_table_lines(rows: list[tuple[list[str], str]], width: int, gap: int = 2) -> list[tuple[str, str]]:
+    """The ranked plans as (kind, text) lines for a screen of ``width`` columns: 'head' and 'row'
+    lines fit the width (cells wrap at spaces only); a 'plan' line under each row holds the
+    full plan string, unwrapped, so that it can be copied whole into --plan or --fix."""
+    import textwrap
+
+    heads = [c for c, _ in SEARCH_COLUMNS]
+    right = [j == "right" for _, j in SEARCH_COLUMNS]
+    widths = _column_widths([r for r, _ in rows], heads, width, gap)
+
+    def render(cells: list[str]) -> list[str]:
+        wrapped = [textwrap.wrap(c, w, break_long_words=False, break_on_hyphens=False) or [""]
+                   for c, w in zip(cells, widths)]
+        out = []
+        for k in range(max(len(x) for x in wrapped)):
+            parts = [(x[k] if k < len(x) else "") for x in wrapped]
+            line = (" " * gap).join(t.rjust(w) if r else t.ljust(w) for t, w, r in zip(parts, widths, right))
+            out.append(line.rstrip())
+        return out
+
+    lines = [("head", t) for t in render(heads)]
+    for cells, plan in rows:
+        lines += [("row", t) for t in render(cells)]
+        lines.append(("plan", " " * (widths[0] + gap) + plan))
+    return lines
+
+
+def print_search(result, out: dict, saved=None, verbose: bool = False) -> None:
     c = console()
     space = result.space
     m, h, j = space.model, space.hw, space.job
@@ -193,29 +313,26 @@ def print_search(result, out: dict, saved=None) -> None:
             f"precisions {', '.join(j.precisions)} · target {space.target}")
     if j.source:
         c.print(f"job: {esc(j.source)}")
-    from planner.search.status import status_line
+    from planner.search.status import status_brief, status_line
 
     sv = out["solver"]
-    c.print("solver: " + esc(status_line(sv)).replace(sv["status"], f"[bold]{sv['status']}[/bold]", 1))
+    text = status_line(sv) if verbose else status_brief(sv)
+    c.print("solver: " + esc(text).replace(sv["status"], f"[bold]{sv['status']}[/bold]", 1))
     if out["plans"]:
         c.print(margin_text(h, j, out["plans"][0]["memory"].get("margin_bytes", 0.0)))
-    t = Table(title="Ranked plans (peak = worst stage's estimated reserved memory; GiB = 2^30 B)")
-    for col, just in (("#", "right"), ("plan", "left"), ("peak / capacity", "right"), ("headroom", "right"),
-                      ("step", "right"), ("error band", "right"), ("tok/s/GPU", "right"), ("MFU", "right"),
-                      ("bottleneck", "left")):
-        # Plans wrap rather than truncate: every key matters to whoever launches it.
-        t.add_column(col, justify=just, overflow="fold")
+        c.print("[bold]Ranked plans[/bold]: peak/room = the worst stage's estimated reserved memory and its headroom, "
+                "GiB (2^30 B); band = where the measured step likely falls; the full plan under each row")
+        for kind, line in ranked_table_lines(search_rows(out["plans"]), c.width):
+            c.print(line, markup=False, soft_wrap=True, style="bold" if kind == "head" else None)
+    bands: dict = {}
     for p in out["plans"]:
-        mem, tm = p["memory"], p["time"]
-        t.add_row(str(p["rank"]), p["plan_string"], f"{mem['peak_bytes'] / GiB:.1f} / {mem['capacity_bytes'] / GiB:.1f}",
-                  headroom_text(mem), fmt_time(tm["step_time_s"]), short_band(tm.get("error_band")),
-                  f"{tm['tokens_per_s_per_gpu']:,.0f}", f"{tm['mfu']:.1%}", tm.get("bottleneck", ""))
-    c.print(t)
-    bands = {p["time"]["error_band"]["class"]: p["time"]["error_band"] for p in out["plans"] if p["time"].get("error_band")}
-    for band in bands.values():
+        if p["time"].get("error_band"):
+            bands.setdefault(p["time"]["error_band"]["class"], p)
+    for p in bands.values():
         from planner.validate.bands import band_text
 
-        c.print(esc(band_text({k: v for k, v in band.items() if k != "measured_step_time_s_p25_p75"})))
+        # The top plan of each class names the prediction, the expectation and the band at once.
+        c.print(esc(f"#{p['rank']}: " + band_text(p["time"]["error_band"], p["time"]["step_time_s"])))
     if out.get("sensitivity"):
         print_sensitivity(out["sensitivity"])
     if saved:

@@ -68,3 +68,14 @@ def status_line(sv: dict) -> str:
             + (f"; ranked by the tables' estimate of the pipeline schedule: the walked step times shown are up to "
                f"{100 * sv['estimate_gap']:.1f}% above it, so the order is the walk's among these plans only"
                if sv.get("estimate_gap", 0) > 0.001 else ""))
+
+
+def status_brief(sv: dict) -> str:
+    """The status in one short line for the first screen (the full text: status_line, shown
+    with --verbose, and the JSON's solver object)."""
+    dom = sv.get("dominated", {})
+    text = (f"{sv['name']} {sv['status']} over {sv['structural_keys']:,} layouts x {sv['lever_combinations']} "
+            f"levers; proven out {dom.get('memory', 0):,} by memory, {dom.get('step_time', 0):,} by step time")
+    if sv.get("estimate_gap", 0) > 0.001:
+        text += f"; walked steps up to {100 * sv['estimate_gap']:.1f}% above the ranking's estimate"
+    return text + " (--verbose: the full status)"

@@ -16,8 +16,11 @@ step time is the predicted one times (1 + error).
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from planner.units import fmt_time, signed_zero
 
 BANDS_FILE = "results/validation/error-bands.json"
 """Where the bands are, relative to the catalog root (planner.specs.catalog.catalog_root)."""
@@ -94,29 +97,89 @@ def error_band(model, hw, precision: str, step_time_s: float | None = None, band
                        else f"{BANDS_FILE} not found")
         return out
     out.update(band)
-    if step_time_s is not None:
-        out["measured_step_time_s_p25_p75"] = [step_time_s * (1 + band["p25_signed_error"]),
-                                               step_time_s * (1 + band["p75_signed_error"])]
+    sb = step_band(step_time_s, out)
+    if sb is not None:
+        out["measured_step_time_s_p25_p75"] = [sb.low_s, sb.high_s]
+        out["expected_step_time_s"] = sb.expected_s
+        out["contains_prediction"] = sb.contains_prediction
     return out
 
 
-def band_text(band: dict | None) -> str:
-    """One line for the terminal: the class, its median and middle half, and the run count."""
+@dataclass(frozen=True)
+class StepBand:
+    """A predicted step and where the measured one likely falls: the one definition the search
+    table, ``explain``, ``--markdown`` and the JSON read. ``expected_s`` is the prediction
+    corrected by the class's median error; ``low_s``-``high_s`` is the middle half of the class's
+    validation runs, applied to the prediction. Because the quartiles bracket the median, the band
+    always contains ``expected_s``; it contains ``predicted_s`` only when the class's middle half
+    straddles zero error (otherwise ``bias`` says which way the class's runs went)."""
+
+    predicted_s: float
+    expected_s: float
+    low_s: float
+    high_s: float
+
+    @property
+    def contains_prediction(self) -> bool:
+        return self.low_s <= self.predicted_s <= self.high_s
+
+    @property
+    def bias(self) -> str | None:
+        """'slower' when even the class's fastest quarter ran slower than predicted (the band lies
+        above the prediction), 'faster' when even its slowest quarter ran faster; None otherwise."""
+        if self.contains_prediction:
+            return None
+        return "slower" if self.low_s > self.predicted_s else "faster"
+
+    def cell(self) -> str:
+        """The band in a table cell: the measured step's likely range."""
+        if self.high_s >= 10:  # three digits are all a quartile of ten runs can say
+            return f"{self.low_s:.1f}-{self.high_s:.1f} s"
+        return f"{_num(self.low_s)}-{fmt_time(self.high_s)}"
+
+    def sentence(self) -> str:
+        """The prediction, the bias-corrected expectation and the band, in words."""
+        rng = f"{fmt_time(self.low_s)} to {fmt_time(self.high_s)}"
+        if self.bias is None:
+            return (f"predicted step {fmt_time(self.predicted_s)}; measured step likely {rng} (median-corrected "
+                    f"{fmt_time(self.expected_s)})")
+        return (f"predicted step {fmt_time(self.predicted_s)}; this class's validation runs ran {self.bias} than "
+                f"predicted (median {_pct(self.expected_s / self.predicted_s - 1)} on the step), so the measured step is "
+                f"expected near {fmt_time(self.expected_s)}, likely {rng}")
+
+
+def _pct(x: float) -> str:
+    return f"{signed_zero(100 * x):+.0f} %"
+
+
+def _num(seconds: float) -> str:
+    """The number of fmt_time without its unit (the band's high end carries it)."""
+    return fmt_time(seconds).split(" ")[0]
+
+
+def step_band(step_time_s: float | None, band: dict | None) -> StepBand | None:
+    """The StepBand of a plan's predicted step and its ``time.error_band`` (None without a
+    prediction or validation runs of its class). Measured step = predicted x (1 + signed error)
+    (the module's sign convention)."""
+    if step_time_s is None or not band or not band.get("n"):
+        return None
+    return StepBand(predicted_s=step_time_s, expected_s=step_time_s * (1 + band["median_signed_error"]),
+                    low_s=step_time_s * (1 + band["p25_signed_error"]), high_s=step_time_s * (1 + band["p75_signed_error"]))
+
+
+def band_text(band: dict | None, step_time_s: float | None = None) -> str:
+    """One line for the terminal: the class, its median and middle half, and the run count; with
+    ``step_time_s``, the StepBand's sentence (prediction, expectation, band)."""
     if not band:
         return ""
     if not band.get("n"):
         return f"error band: none ({band.get('class') or 'this GPU generation'}: {band.get('note', '')})"
-    pct = lambda x: f"{100 * x:+.0f} %"  # noqa: E731
-    text = (f"error band ({band['class']}, {band['n']} validation runs): planner {pct(band['median_signed_error'])} "
-            f"median, middle half {pct(band['p25_signed_error'])} to {pct(band['p75_signed_error'])}, "
-            f"range {pct(band['min_signed_error'])} to {pct(band['max_signed_error'])} "
+    text = (f"error band ({band['class']}, {band['n']} validation runs): planner {_pct(band['median_signed_error'])} "
+            f"median, middle half {_pct(band['p25_signed_error'])} to {_pct(band['p75_signed_error'])}, "
+            f"range {_pct(band['min_signed_error'])} to {_pct(band['max_signed_error'])} "
             f"(+: predicted faster than measured)")
-    rng = band.get("measured_step_time_s_p25_p75")
-    if rng:
-        from planner.units import fmt_time
-
-        text += f"; measured step likely {fmt_time(rng[0])} to {fmt_time(rng[1])}"
-    return text
+    sb = step_band(step_time_s, band)
+    return text + (f"; {sb.sentence()}" if sb is not None else "")
 
 
 def attach_band(evaluation: dict, setup) -> dict:

@@ -1,0 +1,147 @@
+"""The first screens of `search` and `explain` read at 80 and at 200 columns (issue 43): lines fit
+the width (the full plan string, meant to be copied whole, is the one line allowed past it),
+text wraps at spaces only (no word is cut), the status is one short line, `--help` piped keeps a
+sane width, and no number prints as a negative zero. One definition of the predicted step and its
+band (planner.validate.bands.step_band) serves the table, explain, --markdown and the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.search.status import status_brief, status_line
+from planner.units import fmt_time
+from planner.validate.bands import band_text, step_band
+
+ROOT = Path(__file__).resolve().parents[1]
+SEARCH = ["search", "--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--global-batch", "64", "--top", "3"]
+EXPLAIN = ["explain", "--model", "qwen3-30b-a3b", "--hw", "h100", "--gpus", "16", "--global-batch", "256",
+           "--seq-len", "4096", "--precision", "bf16", "--plan", "pp=2,ep=8,mbs=1,recompute=full"]
+
+
+def _run(capsys, monkeypatch, argv, columns=None):
+    if columns is not None:
+        monkeypatch.setenv("COLUMNS", str(columns))
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _assert_fits(out: str, width: int, whole: list[str]) -> None:
+    """Every line within ``width`` except those that are one of ``whole`` (plan strings), each of
+    which must stand on a line of its own."""
+    stripped = [line.strip() for line in out.splitlines()]
+    for w in whole:
+        assert w in stripped, f"plan {w!r} is not on a line of its own"
+    long = [line for line in out.splitlines() if len(line.rstrip()) > width and line.strip() not in whole]
+    assert not long, f"lines over {width} columns: {long}"
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_search_first_screen_fits_and_cuts_no_word(capsys, monkeypatch, width):
+    _, js = _run(capsys, monkeypatch, [*SEARCH, "--json"])
+    data = json.loads(js)
+    plans = [p["plan_string"] for p in data["plans"]]
+    _, out = _run(capsys, monkeypatch, SEARCH, columns=width)
+    _assert_fits(out, width, plans)
+    # Wrapped text joins back to the one it was: a word cut by a line end would not.
+    flat = _flat(out)
+    assert _flat(status_brief(data["solver"])) in flat
+    top = data["plans"][0]
+    assert _flat(band_text(top["time"]["error_band"], top["time"]["step_time_s"])) in flat
+    # The status is one short line: the full status only with --verbose (its tail: the JSON
+    # sorts the space's degrees, which the full line lists in the space's order).
+    full = _flat(status_line(data["solver"]).split("proven out:")[1])
+    assert full not in flat
+    _, verbose = _run(capsys, monkeypatch, [*SEARCH, "--verbose"], columns=width)
+    assert full in _flat(verbose)
+    assert "-0%" not in out and "-0 %" not in out and "-0.00" not in out
+
+
+def test_search_rows_fit_80_columns_for_a_moe_plan_with_every_lever():
+    """A long MoE row wraps its levers and degrees at spaces to fit, never cutting a word."""
+    from planner.report.tables import ranked_table_lines, search_rows
+
+    plan = {"tp": 1, "cp": 1, "pp": 2, "vpp": 31, "ep": 64, "etp": 1, "dp": 128, "mbs": 4, "sharding": "zero2",
+            "precision": "fp8", "recompute": "mla_up_proj+layernorm+moe_act", "offload": "activations",
+            "ep_overlap": "on", "moments": "bf16"}
+    p = {"rank": 1, "plan": plan, "plan_string": "pp=2,vpp=31,ep=64,mbs=4,recompute=mla_up_proj+layernorm+moe_act",
+         "memory": {"peak_bytes": 114.3 * 2**30, "headroom_bytes": 64.5 * 2**30},
+         "time": {"step_time_s": 31.22, "tokens_per_s_per_gpu": 4198.0}}
+    rows = search_rows([p])
+    lines = ranked_table_lines(rows, 80)
+    assert all(len(t) <= 80 for kind, t in lines if kind != "plan")
+    words = _flat(" ".join(t for kind, t in lines if kind == "row")).split()
+    for cell in rows[0][0]:
+        assert all(w in words for w in cell.split()), cell
+    assert [t.strip() for kind, t in lines if kind == "plan"] == [p["plan_string"]]
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_explain_first_screen_fits_and_cuts_no_word(capsys, monkeypatch, width):
+    _, js = _run(capsys, monkeypatch, [*EXPLAIN, "--json"])
+    data = json.loads(js)
+    _, out = _run(capsys, monkeypatch, EXPLAIN, columns=width)
+    plan_line = f"plan: {data['plan_string']}"
+    _assert_fits(out, width, [plan_line])
+    tj = data["time"]
+    assert _flat(band_text(tj["error_band"], tj["step_time_s"])) in _flat(out)
+    for window in ("recompute window", "end of warmup"):  # the moment column wraps at spaces only
+        assert window.split()[0] in out.split()
+    assert "…" not in out
+
+
+def test_help_piped_keeps_a_sane_width():
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH", "LINES")}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, "-m", "planner", "search", "--help"], capture_output=True, text=True,
+                         env=env, cwd=ROOT, check=True).stdout
+    from planner.cli import HELP_WIDTH_PIPED
+
+    widths = [len(line) for line in out.splitlines()]
+    assert max(widths) == HELP_WIDTH_PIPED
+    assert "--verbose" in out
+
+
+@pytest.mark.parametrize("low, median, high", [(-0.02, 0.03, 0.13), (-0.2154, -0.08139, -0.02495), (0.05, 0.1, 0.2)])
+def test_the_band_holds_the_expectation_and_says_when_it_misses_the_prediction(low, median, high):
+    band = {"n": 10, "class": "MoE / Hopper / bf16", "median_signed_error": median, "p25_signed_error": low,
+            "p75_signed_error": high, "min_signed_error": low - 0.1, "max_signed_error": high + 0.1}
+    sb = step_band(16.28, band)
+    assert sb.low_s <= sb.expected_s <= sb.high_s
+    assert sb.expected_s == pytest.approx(16.28 * (1 + median))
+    assert sb.contains_prediction == (low <= 0 <= high)
+    text = band_text(band, 16.28)
+    assert fmt_time(16.28) in text and fmt_time(sb.low_s) in text and fmt_time(sb.high_s) in text
+    if not sb.contains_prediction:
+        word = "faster" if high < 0 else "slower"
+        assert f"ran {word} than predicted" in text and f"expected near {fmt_time(sb.expected_s)}" in text
+
+
+def test_explain_json_and_markdown_carry_the_one_band(capsys, monkeypatch):
+    _, js = _run(capsys, monkeypatch, [*EXPLAIN, "--json"])
+    tj = json.loads(js)["time"]
+    eb = tj["error_band"]
+    sb = step_band(tj["step_time_s"], eb)
+    assert eb["measured_step_time_s_p25_p75"] == [sb.low_s, sb.high_s]
+    assert eb["expected_step_time_s"] == sb.expected_s and eb["contains_prediction"] == sb.contains_prediction
+    _, md = _run(capsys, monkeypatch, [*EXPLAIN, "--markdown"])
+    assert sb.sentence() in md
+    _, md = _run(capsys, monkeypatch, [*SEARCH, "--markdown"])
+    assert "measured step likely" in md and "predicted step" in md
+
+
+def test_no_negative_zero():
+    assert fmt_time(-1e-9) == "0 µs" and fmt_time(-0.0) == "0 µs" and fmt_time(-2.5) == "-2.50 s"
+    band = {"n": 3, "class": "c", "median_signed_error": -0.004, "p25_signed_error": -0.004, "p75_signed_error": 0.1,
+            "min_signed_error": -0.001, "max_signed_error": 0.2}
+    assert "-0 %" not in band_text(band) and "+0 %" in band_text(band)
