@@ -91,6 +91,31 @@ SetOpt = Annotated[list[str] | None, typer.Option(
     "mtp_layers=0, --set moe.num_experts=64, --set vocab_size=128256.")]
 FixOpt = Annotated[str | None, typer.Option("--fix", help="Pin plan keys (on every hardware), e.g. \"tp=2,recompute=full\".")]
 MaxOpt = Annotated[str | None, typer.Option("--max", help="Upper bounds on degrees and mbs, e.g. \"pp=8,tp=4\".")]
+TorchtitanConfigOpt = Annotated[str | None, typer.Option(
+    "--torchtitan-config", help="torchtitan config_registry function as MODULE:FUNCTION (default: planner's table "
+    "for the model); a model the table lacks needs one for --target torchtitan.")]
+"""One option for export, check, search and compare: the torchtitan rules read the same function."""
+
+
+def torchtitan_config_option(value: str | None, target: str | None = "torchtitan") -> str | None:
+    """--torchtitan-config checked: MODULE:FUNCTION of Python names. With a search ``target``
+    other than torchtitan it has nothing to apply to, and saying so beats ignoring it."""
+    import re
+
+    if value is None:
+        return None
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", value):
+        raise PlannerError(
+            f"--torchtitan-config {value!r} is not MODULE:FUNCTION (Python names, e.g. deepseek_v3:deepseek_v3_671b).",
+            hint="Name a torchtitan config_registry module and function.",
+        )
+    if target is not None and target != "torchtitan":
+        raise PlannerError(
+            f"--torchtitan-config applies to --target torchtitan, not --target {target}: only the torchtitan rules "
+            "read it.", hint="Add --target torchtitan (--target any ranks plans no launcher may run yet).")
+    return value
+
+
 CalibrationOpt = Annotated[
     Path | None, typer.Option("--calibration", help="A calibration file from 'planner calibrate' (measured GEMM, HBM and collective rates).")
 ]
@@ -264,14 +289,16 @@ def parse_moments(text: str) -> tuple[str, ...]:
 
 
 def search_options(target: Target, top: int, time_limit: float, fix: str | None, max_: str | None, moments: str,
-                   per_stage: bool, solver: str = "cpsat"):
+                   per_stage: bool, solver: str = "cpsat", torchtitan_config: str | None = None):
     """The search's options from the flags 'planner search' and 'planner compare' share (--target,
-    --top, --time-limit, --fix, --max, --moments, --per-stage; --solver is search's alone)."""
+    --top, --time-limit, --fix, --max, --moments, --per-stage, --torchtitan-config; --solver is
+    search's alone)."""
     from planner.search.driver import Options
     from planner.search.space import Limits
 
     return Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
-                   limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage)
+                   limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage,
+                   torchtitan_config=torchtitan_config_option(torchtitan_config, target.value))
 
 
 def build_assumptions(routing_imbalance: float | None = None, implementation: str = "te", calibration: Path | None = None):

@@ -109,7 +109,7 @@ def test_help_piped_keeps_a_sane_width():
 
     widths = [len(line) for line in out.splitlines()]
     assert max(widths) == HELP_WIDTH_PIPED
-    assert "--verbose" in out
+    assert "--verbose" in out and "--torchtitan-config" in out
 
 
 @pytest.mark.parametrize("low, median, high", [(-0.02, 0.03, 0.13), (-0.2154, -0.08139, -0.02495), (0.05, 0.1, 0.2)])
@@ -145,3 +145,46 @@ def test_no_negative_zero():
     band = {"n": 3, "class": "c", "median_signed_error": -0.004, "p25_signed_error": -0.004, "p75_signed_error": 0.1,
             "min_signed_error": -0.001, "max_signed_error": 0.2}
     assert "-0 %" not in band_text(band) and "+0 %" in band_text(band)
+
+
+# ---- --torchtitan-config on search (and compare, through planner.options) -----------------------
+def _custom_model(tmp_path: Path) -> Path:
+    """llama3.1-8b under a name planner's torchtitan table does not know (a user's own model)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "models" / "llama3.1-8b.yaml").read_text())
+    data.update(name="my-llama", display_name="My Llama", aliases=[])
+    path = tmp_path / "my-llama.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_custom_model_targets_torchtitan_through_its_config(tmp_path, capsys, monkeypatch):
+    model = _custom_model(tmp_path)
+    job = ["--hw", "h100", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", "--top", "3"]
+    # Without the function the torchtitan rules reject every plan, and the hint names the option
+    # (not --target any, whose plans the torchtitan export would refuse).
+    code = main(["search", "--model", str(model), *job, "--target", "torchtitan"])
+    err = capsys.readouterr().err
+    assert code == 3 and "torchtitan-model" in err and "--torchtitan-config" in err
+    code = main(["search", "--model", str(model), *job, "--target", "torchtitan", "--torchtitan-config",
+                 "my_models:my_llama", "--json"])
+    assert code == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert plans
+    for p in plans:  # the export takes every plan the search proposed
+        assert main(["export", "--model", str(model), *job[:-2], "--plan", p["plan_string"], "--format",
+                     "torchtitan", "--torchtitan-config", "my_models:my_llama"]) == 0, capsys.readouterr().err
+        assert "torchtitan.train" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["megatron", "any"])
+def test_torchtitan_config_with_another_target_is_refused(capsys, target):
+    code = main([*SEARCH, "--target", target, "--torchtitan-config", "llama3:llama3_8b"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--target torchtitan" in err and "Traceback" not in err
+
+
+def test_a_malformed_torchtitan_config_is_refused_on_search(capsys):
+    code = main([*SEARCH, "--target", "torchtitan", "--torchtitan-config", "not a function"])
+    assert code == 2 and "MODULE:FUNCTION" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from planner.cli import app
 from planner.errors import PlannerError
 from planner.options import (
     DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
-    SetOpt, plan_source, print_json, rule_failures_exit,
+    SetOpt, TorchtitanConfigOpt, plan_source, print_json, rule_failures_exit, torchtitan_config_option,
 )
 
 FromOpt = Annotated[Path | None, typer.Option("--from", help="A 'planner search --save' file (JSON with a 'plans' list).")]
@@ -22,8 +22,6 @@ PlanOptional = Annotated[str | None, typer.Option("--plan", "-p", help="Plan as 
 ModelOptional = Annotated[str | None, typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json (default: the --from file's, or read from --megatron-args).")]
 HwOptional = Annotated[str | None, typer.Option("--hw", help="Hardware catalog name or YAML (default: the --from file's, else the model's reference job's).")]
 NprocOpt = Annotated[int | None, typer.Option("--nproc-per-node", help="GPUs per node for torchrun (default: from the hardware).")]
-TTConfigOpt = Annotated[str | None, typer.Option(
-    "--torchtitan-config", help="torchtitan config_registry function as MODULE:FUNCTION (default: planner's table for the model).")]
 BridgeRecipeOpt = Annotated[str | None, typer.Option(
     "--bridge-recipe", help="Megatron-Bridge recipe function for --format bridge (default: planner's table for the model).")]
 BridgeFileOpt = Annotated[Path | None, typer.Option(
@@ -47,14 +45,7 @@ def _check_nproc(nproc_per_node: int | None) -> None:
 
 
 def _check_torchtitan_config(value: str | None) -> None:
-    import re
-
-    if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*",
-                                               value):
-        raise PlannerError(
-            f"--torchtitan-config {value!r} is not MODULE:FUNCTION (Python names, e.g. deepseek_v3:deepseek_v3_671b).",
-            hint="Name a torchtitan config_registry module and function.",
-        )
+    torchtitan_config_option(value, target=None)  # export and check: the format or --target decides its use
 
 
 def _check_recipe(value: str | None) -> None:
@@ -101,7 +92,7 @@ def export_cmd(
     fmt: Annotated[str, typer.Option("--format", "-f", help="megatron (bash script for pretrain_gpt.py), bridge (Megatron-Bridge run_recipe.py with overrides), torchtitan (0.3 --module/--config with overrides), torchtitan-toml (a job file for torchtitan <= 0.2.2), or json.")] = "megatron",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write here instead of stdout.")] = None,
     nproc_per_node: NprocOpt = None,
-    torchtitan_config: TTConfigOpt = None,
+    torchtitan_config: TorchtitanConfigOpt = None,
     bridge_recipe: BridgeRecipeOpt = None,
     gpus: GpusOpt = None,
     global_batch: GlobalBatchOpt = None,
@@ -190,7 +181,7 @@ def check_cmd(
     target: Annotated[str | None, typer.Option(
         "--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any (default: torchtitan with "
         "--torchtitan, else megatron).")] = None,
-    torchtitan_config: TTConfigOpt = None,
+    torchtitan_config: TorchtitanConfigOpt = None,
     gpus: GpusOpt = None,
     global_batch: GlobalBatchOpt = None,
     seq_len: SeqLenOpt = None,

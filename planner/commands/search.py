@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, HwOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt,
     MarkdownOpt, MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
-    SetOpt, build_assumptions, print_json, resolve_specs, search_options,
+    SetOpt, TorchtitanConfigOpt, build_assumptions, print_json, resolve_specs, search_options,
 )
 
 
@@ -30,6 +30,7 @@ def search_cmd(
     model_set: SetOpt = None,
     moments: MomentsOpt = "fp32",
     target: SearchTargetOpt = "megatron",
+    torchtitan_config: TorchtitanConfigOpt = None,
     fix: FixOpt = None,
     max_: MaxOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="How many plans to rank.")] = 10,
@@ -61,7 +62,7 @@ def search_cmd(
         from planner.files import check_output
 
         check_output(save, "saved search")  # before the search runs, and never over a file it read
-    opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, solver)
+    opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, solver, torchtitan_config)
     assumptions = target_assumptions(assumptions, opts.target)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
     _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,

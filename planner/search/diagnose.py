@@ -75,9 +75,11 @@ def gpus_that_fit(space: Space, options, assumptions, max_factor: int = 64) -> i
             continue
         job = space.job.model_copy(update={"gpus": gpus, "global_batch": batch})
         sp = build_space(space.model, space.hw, job, target=space.target, limits=space.limits,
-                         implementation=assumptions.implementation, moments=options.moments)
+                         implementation=assumptions.implementation, moments=options.moments,
+                         torchtitan_config=space.torchtitan_config)
         if len(sp):
-            valid = lambda i, sp=sp: not struct_violations(sp.model, sp.hw, sp.job, sp.struct(i), sp.target)  # noqa: E731
+            valid = lambda i, sp=sp: not struct_violations(sp.model, sp.hw, sp.job, sp.struct(i), sp.target,  # noqa: E731
+                                                           sp.torchtitan_config)
             bb = BranchAndBound(sp, assumptions, 1, valid, first_fit=True)
             bb.run()
             if bb.U < INF:
@@ -200,14 +202,22 @@ def rules_bind(space, options) -> NothingFitsError:
     """Memory is not the problem: every plan breaks a rule of the target launcher."""
     counts: Counter = Counter()
     for i in range(min(len(space), 2000)):
-        bad = struct_violations(space.model, space.hw, space.job, space.struct(i), options.target)
+        bad = struct_violations(space.model, space.hw, space.job, space.struct(i), options.target,
+                                space.torchtitan_config)
         counts.update(bad[:1])
     top = ", ".join(f"{rule} ({n} layouts)" for rule, n in counts.most_common(3)) or "the lever rules"
+    if counts and counts.most_common(1)[0][0] in ("torchtitan-model", "torchtitan-mtp"):
+        # A model planner's torchtitan table does not know: --target any would rank plans the
+        # torchtitan export then refuses; the config function is what the torchtitan rules need.
+        hint = ("Name the torchtitan config_registry function that builds this model: --torchtitan-config "
+                "MODULE:FUNCTION (as export and check take it).")
+    else:
+        hint = ("Try --target any (plans no launcher may run yet: the exports may refuse them), another launcher, "
+                "or fix the model spec ('planner check' explains each rule).")
     return NothingFitsError(
         f"No plan of {space.model.name} on {space.job.gpus} {space.hw.name} GPUs passes the {options.target} "
         f"launcher's start-up checks, although some fit in memory: rejected by {top}.",
-        hint="Try --target any (plans no launcher may run yet), another launcher, or fix the model spec "
-        "('planner check' explains each rule).",
+        hint=hint,
         details={"rules": dict(counts)},
     )
 

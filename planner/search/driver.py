@@ -43,6 +43,8 @@ class Options:
     """Refine layouts (and, for --target any, per-rank recompute) with the per-stage CP-SAT model."""
     per_stage_keys: int = 12
     """Layouts that do not fit uniformly but might with per-stage choices, tried in bound order."""
+    torchtitan_config: str | None = None
+    """--torchtitan-config MODULE:FUNCTION: the torchtitan rules read it as export and check do."""
 
 
 @dataclass
@@ -135,7 +137,7 @@ class _Run:
     def valid(self, i: int) -> bool:
         if i not in self.checked:
             self.checked[i] = not struct_violations(self.model, self.hw, self.job, self.space.struct(i),
-                                                    self.options.target)
+                                                    self.options.target, self.options.torchtitan_config)
         return self.checked[i]
 
     def search(self) -> SearchResult:
@@ -144,7 +146,8 @@ class _Run:
             raise PlannerError(f"Unknown solver '{o.solver}'.", hint="Use --solver cpsat or --solver exhaustive.")
         self.say("enumerating the plan space")
         self.space = build_space(self.model, self.hw, self.job, target=o.target, limits=o.limits,
-                                 implementation=self.assumptions.implementation, moments=o.moments)
+                                 implementation=self.assumptions.implementation, moments=o.moments,
+                                 torchtitan_config=o.torchtitan_config)
         self.lap("space_s")
         if not len(self.space):
             raise no_structure(self.space, o)
@@ -276,7 +279,7 @@ class _Run:
                 ev = plan_evaluation(res.setup)
                 key = res.setup.plan.to_string()
                 if key not in pool and not rule_violations(self.model, self.hw, self.job, res.setup.plan,
-                                                           self.options.target):
+                                                           self.options.target, self.options.torchtitan_config):
                     self.info["improved"] += 1
                     t = int(round(ev["time"]["step_time_s"] * 1e6))
                     pool[key] = (t, len(pool), Ranked(0, res.setup.plan, res.setup, t, ev))
@@ -302,7 +305,7 @@ class _Run:
     # ---- the result -------------------------------------------------------------------------
     def _finish(self, plans: list[Ranked], status: str, bound, costed: Costed) -> SearchResult:
         o = self.options
-        bad = [p for p in plans if rule_violations(self.model, self.hw, self.job, p.plan, o.target)]
+        bad = [p for p in plans if rule_violations(self.model, self.hw, self.job, p.plan, o.target, o.torchtitan_config)]
         # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
         plans = [p for p in plans if p not in bad]
         # The exact memory model has the last word (the tables leave out a few implementation-specific

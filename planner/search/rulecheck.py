@@ -13,9 +13,10 @@ from planner.rules import Target, launcher_violations
 from planner.specs.plan import Recompute, Sharding
 
 
-def rule_violations(model, hw, job, plan, target: Target) -> list:
-    """All violations of ``plan`` for ``target``: the model's shape rules and the launcher's."""
-    return launcher_violations(plan, model=model, job=job, hw=hw, target=target)
+def rule_violations(model, hw, job, plan, target: Target, torchtitan_config: str | None = None) -> list:
+    """All violations of ``plan`` for ``target``: the model's shape rules and the launcher's
+    (``torchtitan_config``: the user's config_registry function, --torchtitan-config)."""
+    return launcher_violations(plan, model=model, job=job, hw=hw, target=target, torchtitan_config=torchtitan_config)
 
 
 # Lever values tried, in order, to check a structural key on its own: the first combination a
@@ -27,14 +28,15 @@ _NEUTRAL: list[dict] = [
 ]
 
 
-def neutral_levers(model, hw, job, s, target: Target) -> tuple[dict | None, list[str]]:
+def neutral_levers(model, hw, job, s, target: Target,
+                   torchtitan_config: str | None = None) -> tuple[dict | None, list[str]]:
     """The first neutral lever choice under which the launcher accepts structural key ``s``
     (None and the rule names of the first rejection when none does)."""
     from planner.search.space import make_plan
 
     first: list[str] = []
     for levers in _NEUTRAL:
-        found = rule_violations(model, hw, job, make_plan(s, levers), target)
+        found = rule_violations(model, hw, job, make_plan(s, levers), target, torchtitan_config)
         if not found:
             return levers, []
         if not first:
@@ -42,9 +44,9 @@ def neutral_levers(model, hw, job, s, target: Target) -> tuple[dict | None, list
     return None, first
 
 
-def struct_violations(model, hw, job, s, target: Target) -> list[str]:
+def struct_violations(model, hw, job, s, target: Target, torchtitan_config: str | None = None) -> list[str]:
     """Rule names that reject structural key ``s`` under every neutral lever choice."""
-    return neutral_levers(model, hw, job, s, target)[1]
+    return neutral_levers(model, hw, job, s, target, torchtitan_config)[1]
 
 
 LEVER_GROUPS = (
@@ -58,7 +60,7 @@ def lever_allowed(space, rep_struct, group: tuple[str, ...]) -> dict[tuple, bool
     group the launcher accepts (other levers at their first option)."""
     from planner.search.space import make_plan
 
-    neutral, _ = neutral_levers(space.model, space.hw, space.job, rep_struct, space.target)
+    neutral, _ = neutral_levers(space.model, space.hw, space.job, rep_struct, space.target, space.torchtitan_config)
     base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
     for k, v in (neutral or {}).items():
         if v in space.levers.get(k, ()):
@@ -67,5 +69,5 @@ def lever_allowed(space, rep_struct, group: tuple[str, ...]) -> dict[tuple, bool
     for values in itertools.product(*(space.levers[k] for k in group)):
         levers = dict(base, **dict(zip(group, values)))
         plan = make_plan(rep_struct, levers)
-        out[values] = not rule_violations(space.model, space.hw, space.job, plan, space.target)
+        out[values] = not rule_violations(space.model, space.hw, space.job, plan, space.target, space.torchtitan_config)
     return out

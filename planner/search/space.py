@@ -173,6 +173,9 @@ class Space:
     fm_of: np.ndarray | None = None
     """Each key's row in :attr:`fm_keys`."""
     messages: dict = field(default_factory=dict)
+    torchtitan_config: str | None = None
+    """--torchtitan-config: the user's torchtitan config_registry function (MODULE:FUNCTION), which
+    the torchtitan rules read instead of planner's table (a custom model has no entry there)."""
     """For a rule in :attr:`pruned`, the first message it gave (a fixed layout's, say)."""
     pinned: dict = field(default_factory=dict)
     """Plan keys the search does not vary but the user fixed (PINNED_KEYS): every plan carries them."""
@@ -465,7 +468,7 @@ gather) unless ``--fix`` sets them: then every plan of the space carries the fix
 
 def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits | None = None,
                 implementation: str = "te", moments: tuple[str, ...] = ("fp32",),
-                check_rules: bool = False) -> Space:
+                check_rules: bool = False, torchtitan_config: str | None = None) -> Space:
     """Enumerate the structural keys that satisfy the divisibility and layout rules (and, with
     ``check_rules``, every launcher rule: small spaces only; the search checks those lazily, best
     candidates first), and the lever options."""
@@ -482,6 +485,7 @@ def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits |
     levers = lever_options(model, hw, job, target, limits, implementation, moments)
     space = Space(model, hw, job, target, limits, keys, layout_of, tuple(layouts), levers, pruned)
     space.messages = messages
+    space.torchtitan_config = torchtitan_config
     space.pinned = {k: limits.fix[k] for k in PINNED_KEYS if k in limits.fix}
     space.fm_keys = np.stack([fm[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
     space.fm_of = fm_of
@@ -497,7 +501,7 @@ def _rule_checked(space: Space) -> Space:
 
     keep = []
     for i in range(len(space)):
-        bad = struct_violations(space.model, space.hw, space.job, space.struct(i), space.target)
+        bad = struct_violations(space.model, space.hw, space.job, space.struct(i), space.target, space.torchtitan_config)
         if bad:
             space.pruned[bad[0]] = space.pruned.get(bad[0], 0) + 1
         else:
@@ -506,7 +510,8 @@ def _rule_checked(space: Space) -> Space:
     return Space(space.model, space.hw, space.job, space.target, space.limits, space.keys[keep],
                  space.layout_of[keep], space.layouts, space.levers, space.pruned, fm_keys=space.fm_keys,
                  fm_of=space.fm_of[keep], pinned=space.pinned,
-                 schedule_of=None if space.schedule_of is None else space.schedule_of[keep], schedules=space.schedules)
+                 schedule_of=None if space.schedule_of is None else space.schedule_of[keep], schedules=space.schedules,
+                 torchtitan_config=space.torchtitan_config)
 
 
 def group_rows(code: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
