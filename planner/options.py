@@ -98,8 +98,8 @@ TorchtitanConfigOpt = Annotated[str | None, typer.Option(
 
 
 def torchtitan_config_option(value: str | None, target: str | None = "torchtitan") -> str | None:
-    """--torchtitan-config checked: MODULE:FUNCTION of Python names. With a search ``target``
-    other than torchtitan it has nothing to apply to, and saying so beats ignoring it."""
+    """--torchtitan-config checked: MODULE:FUNCTION of Python names. A megatron search has
+    nothing to apply it to, and saying so beats ignoring it."""
     import re
 
     if value is None:
@@ -109,10 +109,11 @@ def torchtitan_config_option(value: str | None, target: str | None = "torchtitan
             f"--torchtitan-config {value!r} is not MODULE:FUNCTION (Python names, e.g. deepseek_v3:deepseek_v3_671b).",
             hint="Name a torchtitan config_registry module and function.",
         )
-    if target is not None and target != "torchtitan":
+    if target == "megatron":
         raise PlannerError(
-            f"--torchtitan-config applies to --target torchtitan, not --target {target}: only the torchtitan rules "
-            "read it.", hint="Add --target torchtitan (--target any ranks plans no launcher may run yet).")
+            "--torchtitan-config applies to --target torchtitan (or any, where it decides which plans the torchtitan "
+            "export takes), not --target megatron: only the torchtitan rules read it.",
+            hint="Add --target torchtitan.")
     return value
 
 

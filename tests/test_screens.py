@@ -178,9 +178,27 @@ def test_a_custom_model_targets_torchtitan_through_its_config(tmp_path, capsys, 
         assert "torchtitan.train" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("target", ["megatron", "any"])
-def test_torchtitan_config_with_another_target_is_refused(capsys, target):
-    code = main([*SEARCH, "--target", target, "--torchtitan-config", "llama3:llama3_8b"])
+def test_target_any_says_which_plans_each_export_takes(tmp_path, capsys):
+    """--target any ranks by the shared rules only; each plan then names the rules each export
+    would refuse it by, and the torchtitan export takes exactly the plans said to pass."""
+    model = _custom_model(tmp_path)
+    job = ["--hw", "h100", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096"]
+    tt = ["--torchtitan-config", "my_models:my_llama"]
+    assert main(["search", "--model", str(model), *job, "--top", "6", "--target", "any", *tt, "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    verdicts = set()
+    for p in plans:
+        code = main(["export", "--model", str(model), *job, "--plan", p["plan_string"], "--format", "torchtitan", *tt])
+        capsys.readouterr()
+        assert (code == 0) == (not p["launchers"]["torchtitan"]), (p["plan_string"], p["launchers"])
+        verdicts.add(code == 0)
+    assert verdicts == {True, False}  # the case has plans of both kinds: the check can fail
+    assert main(["search", "--model", str(model), *job, "--top", "6", "--target", "any", *tt]) == 0
+    assert "the exports take #1" in _flat(capsys.readouterr().out)
+
+
+def test_torchtitan_config_with_target_megatron_is_refused(capsys):
+    code = main([*SEARCH, "--target", "megatron", "--torchtitan-config", "llama3:llama3_8b"])
     err = capsys.readouterr().err
     assert code == 2 and "--target torchtitan" in err and "Traceback" not in err
 

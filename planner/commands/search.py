@@ -87,6 +87,16 @@ def _run(m, h, j, opts, assumptions, sensitivity: bool):
     return result, sens
 
 
+def launchers_of(setup, torchtitan_config: str | None = None) -> dict[str, list[str]]:
+    """Under --target any (the shared rules only), which launcher's export takes a plan: per
+    launcher, the rules that would refuse it (empty: the export takes it), so that no plan is
+    proposed for torchtitan or Megatron-LM that its export then refuses unsaid."""
+    from planner.rules import launcher_violations
+
+    return {t: [v.rule for v in launcher_violations(setup, target=t, torchtitan_config=torchtitan_config)]
+            for t in ("megatron", "torchtitan")}
+
+
 def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool, markdown: bool = False,
             given=None, verbose: bool = False) -> None:
     from planner.cost.evaluate import context_json
@@ -99,6 +109,9 @@ def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, js
     # The model the plans were ranked for (spec, and the file it came from with its hash): what
     # 'export --from' exports, whatever the catalog or that file holds later.
     out["model"] = {**out["model"], **model_record(m, given if given is not None else m)}
+    if opts.target == "any":
+        for entry, r in zip(out["plans"], result.plans):
+            entry["launchers"] = launchers_of(r.setup, opts.torchtitan_config)
     if sens is not None:
         out["sensitivity"] = sens
     if timings:

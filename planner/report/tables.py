@@ -324,6 +324,8 @@ def print_search(result, out: dict, saved=None, verbose: bool = False) -> None:
                 "GiB (2^30 B); band = where the measured step likely falls; the full plan under each row")
         for kind, line in ranked_table_lines(search_rows(out["plans"]), c.width):
             c.print(line, markup=False, soft_wrap=True, style="bold" if kind == "head" else None)
+    if any("launchers" in p for p in out["plans"]):
+        c.print(launchers_line(out["plans"]))
     bands: dict = {}
     for p in out["plans"]:
         if p["time"].get("error_band"):
@@ -337,6 +339,17 @@ def print_search(result, out: dict, saved=None, verbose: bool = False) -> None:
         print_sensitivity(out["sensitivity"])
     if saved:
         c.print(f"saved to {esc(saved)} (use: planner explain/export --from {esc(saved)} --rank K)")
+
+
+def launchers_line(plans: list[dict]) -> str:
+    """Under --target any: which export takes each plan (its 'launchers' rules, empty = takes it)."""
+    names = {"megatron": "Megatron-LM", "torchtitan": "torchtitan"}
+    parts = []
+    for p in plans:
+        ok = [names[t] for t, rules in p["launchers"].items() if not rules]
+        parts.append(f"#{p['rank']} {' and '.join(ok) if ok else 'neither'}")
+    return ("--target any (the shared rules only): the exports take " + "; ".join(parts)
+            + " (--json: the rules each export would refuse a plan by)")
 
 
 def print_sensitivity(sens: dict) -> None:
