@@ -206,3 +206,15 @@ def test_torchtitan_config_with_target_megatron_is_refused(capsys):
 def test_a_malformed_torchtitan_config_is_refused_on_search(capsys):
     code = main([*SEARCH, "--target", "torchtitan", "--torchtitan-config", "not a function"])
     assert code == 2 and "MODULE:FUNCTION" in capsys.readouterr().err
+
+
+def test_compare_takes_the_torchtitan_config_for_a_custom_model(tmp_path, capsys):
+    """compare searches every system under the same option, and its swap tests read it too."""
+    model = _custom_model(tmp_path)
+    code = main(["compare", "--model", str(model), "--hw", "h100", "--hw", "h200", "--gpus", "8", "--global-batch", "64",
+                 "--seq-len", "4096", "--top", "2", "--tokens", "1e12", "--target", "torchtitan", "--torchtitan-config",
+                 "my_models:my_llama", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    swaps = [s for c in json.loads(out.out)["changes"] for s in c.get("swap", {}).values()]
+    assert swaps and all(s.get("rule") != "torchtitan-model" for s in swaps)

@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MaxOpt,
     MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt, build_assumptions,
-    SetOpt, print_json, resolve_model, resolve_specs, search_options,
+    SetOpt, TorchtitanConfigOpt, print_json, resolve_model, resolve_specs, search_options,
 )
 
 DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
@@ -47,6 +47,7 @@ def compare_cmd(
         "at least 1,024 tokens per GPU where the count needs more (Llama 3's 16K-GPU run).")] = None,
     moments: MomentsOpt = "fp32",
     target: SearchTargetOpt = "megatron",
+    torchtitan_config: TorchtitanConfigOpt = None,
     fix: FixOpt = None,
     max_: MaxOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="Plans ranked per hardware (the top-K usage counts these).")] = 10,
@@ -79,7 +80,7 @@ def compare_cmd(
         from planner.files import check_output
 
         check_output(plot, "plot", suffixes=(".png",))  # before the searches run
-    opts = search_options(target, top, time_limit, fix, max_, moments, per_stage)
+    opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, torchtitan_config=torchtitan_config)
     out = _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, prices)
     _output(out, counts, plot, timings, json, markdown)
 

@@ -161,7 +161,8 @@ def search_one(model, hw, job, options, assumptions, tokens: float, progress=Non
     return entry
 
 
-def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: Target, tokens: float) -> dict:
+def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: Target, tokens: float,
+                       torchtitan_config: str | None = None) -> dict:
     """One system's best plan evaluated on another (the swap test)."""
     from planner.cost.evaluate import plan_evaluation
     from planner.cost.setup import resolve_setup
@@ -172,7 +173,7 @@ def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: Ta
     out: dict = {"plan_string": plan_string, "hardware": hw.name}
     try:
         plan = Plan.parse(plan_string)
-        bad = rule_violations(model, hw, job, plan, target)
+        bad = rule_violations(model, hw, job, plan, target, torchtitan_config)
         if bad:
             out.update(status="rule", rule=bad[0].rule, reason=bad[0].message)
             return out
@@ -290,20 +291,20 @@ def run_compare(model, hws: list, jobs: list, options, assumptions, *, tokens: f
                                    "swap": {}})
             continue
         out["changes"].append(swap_tests(base, other, model, {h.name: h for h in hws}, job, assumptions,
-                                         options.target, budget["tokens"]))
+                                         options.target, budget["tokens"], options.torchtitan_config))
     return out
 
 
 def swap_tests(base: dict, other: dict, model, hw_by_name: dict, job, assumptions, target: Target,
-               tokens: float) -> dict:
+               tokens: float, torchtitan_config: str | None = None) -> dict:
     """Each system's best plan evaluated on the other one (when both have a plan and they differ)."""
     b, o = base["hardware"]["name"], other["hardware"]["name"]
     swaps: dict = {}
     if base["status"] == "ok" and other["status"] == "ok" and base["summary"]["plan_string"] != other["summary"]["plan_string"]:
         swaps["other_plan_on_baseline"] = evaluate_elsewhere(other["summary"]["plan_string"], model, hw_by_name[b],
-                                                             job, assumptions, target, tokens)
+                                                             job, assumptions, target, tokens, torchtitan_config)
         swaps["baseline_plan_on_other"] = evaluate_elsewhere(base["summary"]["plan_string"], model, hw_by_name[o],
-                                                             job, assumptions, target, tokens)
+                                                             job, assumptions, target, tokens, torchtitan_config)
     return {"baseline": b, "hardware": o, "swap": swaps}
 
 
