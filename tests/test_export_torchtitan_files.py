@@ -74,7 +74,7 @@ def test_toml_keeps_the_schedule_and_stages():
 def test_toml_fp8_is_a_converter():
     setup = resolve("llama3.1-8b", "gb200-nvl72", 8, 128, "precision=fp8,sharding=fsdp", seq_len=8192)[-1]
     s = toml_sections(setup)
-    assert s["model"]["converters"] == ["mx"] and s["quantize.linear.mx"]["recipe_name"] == "mxfp8_cublas"
+    assert s["model"]["converters"] == ["quantize.linear.mx"] and s["quantize.linear.mx"]["recipe_name"] == "mxfp8_cublas"
 
 
 def test_toml_values_are_quoted():
@@ -122,15 +122,121 @@ def test_not_a_torchtitan_job(tmp_path, capsys):
     assert "no torchtitan job" in capsys.readouterr().err
 
 
-def test_odd_ac_and_float8_values_are_listed_not_read(tmp_path):
-    """A selective_ac_option or float8 recipe_name planner has no setting for (a list, a number)
-    is read as no recompute and the hardware's recipe, and named with the unread keys."""
+def job_toml(**extra: str) -> str:
+    """A Llama 3.1 8B FSDP job; extra maps a section to lines added to it."""
+    sections = {"model": 'name = "llama3"\nflavor = "8B"\n', "parallelism": "data_parallel_shard_degree = 8\n",
+                "training": "local_batch_size = 2\nseq_len = 8192\n"}
+    for name, lines in extra.items():
+        sections[name.replace("__", ".")] = sections.get(name.replace("__", "."), "") + lines + "\n"
+    return "".join(f"[{name}]\n{body}" for name, body in sections.items())
+
+
+JOB = job_toml()
+
+
+@pytest.mark.parametrize("extra,said", [
+    # an inline table once flattened into an unread key and left TP at its default 1
+    ({"parallelism": "tensor_parallel_degree = { a = 1 }"}, ["tensor_parallel_degree", "{'a': 1}", "an integer"]),
+    ({"training": 'global_batch_size = "64"'}, ["global_batch_size", "'64'", "an integer"]),
+    ({"compile": 'enable = "yes"'}, ["compile.enable", "true or false"]),
+    ({"activation_checkpoint": "selective_ac_option = [1, 2]"}, ["selective_ac_option", "[1, 2]", "a string"]),
+    ({"activation_checkpoint": 'selective_ac_option = "sometimes"'}, ["'sometimes'", "or a layer count"]),
+    ({"activation_checkpoint": 'mode = "partial"'}, ["activation_checkpoint.mode", "'memory_budget'"]),
+    ({"float8": "recipe_name = 7"}, ["float8.recipe_name", "'rowwise'"]),
+    ({"parallelism": 'fsdp_reshard_after_forward = "sometimes"'}, ["fsdp_reshard_after_forward", "'never'"]),
+    ({"optimizer": 'implementation = "fused_opt_states_bf16"'}, ["optimizer.implementation", "'foreach'"]),
+    ({"parallelism": 'module_fqns_per_model_part = ["layers.0"]'}, ["module_fqns_per_model_part", "lists"]),
+    ({"model": 'converters = "quantize.linear.float8"'}, ["model.converters", "a list of strings"]),
+    ({"model": 'converters = ["nonsense"]'}, ["'nonsense'", "KeyError", "quantize.linear.float8"]),
+    ({"model": 'converters = ["float8", "quantize.grouped_mm.float8"]'}, ["mixes", "0.1.0"]),
+])
+def test_toml_values_of_the_wrong_type_are_refused(tmp_path, capsys, extra, said):
+    """A value torchtitan's dataclasses do not declare for its key (or a converter it does not
+    register) is refused with the key, the value and the type, not read as a default."""
     f = tmp_path / "job.toml"
-    f.write_text('[model]\nname = "llama3"\nflavor = "8B"\nconverters = ["float8"]\n[float8]\nrecipe_name = 7\n'
-                 '[parallelism]\ndata_parallel_shard_degree = 8\n[training]\nlocal_batch_size = 2\nseq_len = 8192\n'
-                 '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = [1, 2]\n')
+    f.write_text(job_toml(**extra))
+    assert main(["check", "--torchtitan", str(f), "--hw", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert all(s in err for s in said), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_huge_wrong_value_is_quoted_bounded(tmp_path, capsys):
+    f = tmp_path / "job.toml"
+    f.write_text(JOB.replace("seq_len = 8192", 'seq_len = "' + "9" * 100_000 + '"'))
+    assert main(["check", "--torchtitan", str(f), "--hw", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "seq_len" in err and "characters)" in err and len(err) < 1000
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["--compile.enable", "maybe"], ["compile.enable", "'maybe'", "true or false"]),
+    (["--training.seq_len", "8k"], ["training.seq_len", "an integer"]),
+    (["activation_checkpoint:sometimes"], ["activation_checkpoint.mode", "'sometimes'"]),
+    (["--model.converters", "nonsense"], ["'nonsense'", "KeyError"]),
+])
+def test_cli_values_of_the_wrong_type_are_refused(tmp_path, capsys, argv, said):
+    f = tmp_path / "run.sh"
+    f.write_text("torchrun --nproc-per-node 8 -m torchtitan.train --module llama3 --config llama3_8b " + " ".join(argv) + "\n")
+    assert main(["check", "--torchtitan", str(f), "--hw", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert all(s in err for s in said), err
+
+
+def test_cli_values_are_parsed_by_their_type():
+    """tyro parses a value by the field's type: a string field keeps digits as text."""
+    v = read_cli_argv(["--activation_checkpoint.selective_ac_option", "2", "--compile.enable", "False",
+                       "--parallelism.tensor_parallel_degree", "4"]).values
+    assert v == {"activation_checkpoint.selective_ac_option": "2", "compile.enable": False,
+                 "parallelism.tensor_parallel_degree": 4}
+
+
+@pytest.mark.parametrize("converters,precision", [
+    ('["quantize.linear.float8"]', "fp8"), ('["float8"]', "fp8"), ('["quantize.linear.mx"]', "fp8"),
+    ('["quantize.linear.float8", "quantize.grouped_mm.float8"]', "fp8"), ("[]", "bf16"),
+])
+def test_registered_converters_are_read(tmp_path, converters, precision):
+    """torchtitan 0.2.x's converter names (and 0.1.0's) are FP8; a 0.2.x job with
+    quantize.linear.float8 was once read as bf16."""
+    f = tmp_path / "job.toml"
+    f.write_text(job_toml(model=f"converters = {converters}"))
     tj = job_from_torchtitan(f, hw="h100")
-    assert tj.plan.to_string() == "mbs=2,sharding=fsdp,precision=fp8"
+    assert tj.plan.precision == precision
+
+
+def test_experts_only_fp8_is_listed(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text('[model]\nname = "qwen3"\nflavor = "30B-A3B"\nconverters = ["quantize.grouped_mm.float8"]\n'
+                 '[parallelism]\ndata_parallel_shard_degree = 16\nexpert_parallel_degree = 8\n'
+                 '[training]\nlocal_batch_size = 2\nseq_len = 4096\n[activation_checkpoint]\nmode = "full"\n')
+    tj = job_from_torchtitan(f, hw="h100")
+    assert tj.plan.precision == "bf16"
+    assert any("grouped GEMMs only" in u for u in tj.args.unknown)
+
+
+def test_absent_selective_ac_option_is_torchtitans_default(tmp_path):
+    """torchtitan <= 0.2.2 reads a selective AC job without selective_ac_option as every second
+    layer ("2", job_config.py); 0.3.0's activation_checkpoint:selective is per-op."""
+    f = tmp_path / "job.toml"
+    f.write_text(JOB)  # no [activation_checkpoint]: mode "selective", option "2"
+    tj = job_from_torchtitan(f, hw="h100")
+    assert "recompute" not in tj.plan.to_string() or "recompute=none" in tj.plan.to_string()
+    assert any("selective every 2 layers" in u for u in tj.args.unknown)
+    assert "activation_checkpoint.selective_ac_option" in tj.defaults_used
+    g = tmp_path / "run.sh"
+    g.write_text("torchrun --nproc-per-node 8 -m torchtitan.train --module llama3 --config llama3_8b "
+                 "activation_checkpoint:selective --training.local_batch_size 2\n")
+    assert "recompute=op" in job_from_torchtitan(g, hw="h100").plan.to_string()
+
+
+def test_float8_recipe_planner_lacks_is_listed(tmp_path):
+    """rowwise_with_gw_hp is a torchao recipe planner has no setting for: costed as the hardware's
+    recipe and named with the unread keys."""
+    f = tmp_path / "job.toml"
+    f.write_text(job_toml(model='converters = ["quantize.linear.float8"]',
+                          quantize__linear__float8='recipe_name = "rowwise_with_gw_hp"',
+                          activation_checkpoint='mode = "selective"\nselective_ac_option = "op"'))
+    tj = job_from_torchtitan(f, hw="h100")
+    assert tj.plan.to_string() == "mbs=2,sharding=fsdp,recompute=op,precision=fp8"
     assert tj.assumptions == {"cross_entropy": "torch"}
-    text = " ".join(tj.args.unknown)
-    assert "selective every [1, 2] layers" in text and "float8 recipe_name 7" in text
+    assert any("rowwise_with_gw_hp" in u for u in tj.args.unknown)

@@ -402,3 +402,21 @@ def test_errors_quote_a_bounded_excerpt_of_a_plan_or_layout(capsys):
         # The hint and the message's own words take ~300 characters; the quoted input at most two
         # excerpts of 80 (the layout parser's own error, inside the plan key's).
         assert len(err) < 700, (len(err), err[:200])
+
+
+@pytest.mark.parametrize("body, words", [
+    # torchtitan's Parallelism.tensor_parallel_degree is an int: an inline table was once flattened
+    # into an unread key, and TP silently read as its default 1
+    ("[parallelism]\ntensor_parallel_degree = { a = 1 }\n", ["tensor_parallel_degree", "{'a': 1}", "an integer"]),
+    ("[parallelism]\ntensor_parallel_degree = 2.0\n", ["tensor_parallel_degree", "2.0", "an integer"]),
+    ("[training]\nseq_len = true\n", ["seq_len", "True", "an integer"]),
+    ('[model]\nconverters = ["nonsense"]\n', ["'nonsense'", "does not register"]),
+    ('[model]\nconverters = [["float8"]]\n', ["model.converters", "a list of strings"]),
+    ('[job]\nconfig_file = 3\n', ["job.config_file", "a string"]),
+])
+def test_torchtitan_toml_values_torchtitan_refuses(tmp_path, capsys, body, words):
+    path = tmp_path / "job.toml"
+    path.write_text(body)
+    code, _, err = run(capsys, "check", "--torchtitan", str(path), "--model", "llama3.1-8b", "--hw", "h100",
+                       "--gpus", "8")
+    paragraph(code, err, *words)

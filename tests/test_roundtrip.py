@@ -90,3 +90,14 @@ def test_the_mtp_depth_a_launch_writes_itself_is_no_edit():
     v3 = load_model("deepseek-v3")
     assert catalog_edits(apply_overrides(v3, {"mtp_layers": 0})) == []
     assert catalog_edits(apply_overrides(v3, {"hidden_size": 4096})) == ["hidden_size: catalog 7168, this model 4096"]
+
+
+@pytest.mark.parametrize("hw,converter", [("h100", "quantize.linear.float8"), ("gb200-nvl72", "quantize.linear.mx")])
+def test_an_fp8_toml_names_the_converters_torchtitan_0_2_registers(hw, converter):
+    # 0.1.0's float8/mx are a KeyError in 0.2.x's ModelConvertersContainer; the reader takes 0.2.x's
+    # names as FP8 (it once read a real 0.2.x FP8 job as bf16).
+    setup = setup_for("llama3.1-8b", "mbs=1,sharding=fsdp,precision=fp8", hw=hw, precision="fp8")
+    text = export_text(setup, "torchtitan-toml")
+    assert f'converters = ["{converter}"]' in text
+    back = read_back(text, "torchtitan-toml")
+    assert back.plan == setup.plan and back.plan.precision == "fp8"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, excerpt
 from planner.files import check_flow_nesting, nesting_error
 
 # planner's reading of each key, the 0.2.2 / 0.3.0 dataclass default where a file leaves it out.
@@ -35,8 +35,52 @@ DEFAULTS = {
     "model.converters": [], "optimizer.implementation": "fused", "compile.enable": False,
     "training.enable_cpu_offload": False, "training.disable_cuda_graphs": False,
 }
+TOML_SELECTIVE_AC_OPTION = "2"
+"""torchtitan <= 0.2.2's selective_ac_option when a job leaves it out: every second layer fully
+recomputed (v0.2.2 torchtitan/config/job_config.py ActivationCheckpoint.selective_ac_option; v0.1.0
+torchtitan/config_manager.py, the same). 0.3.0's activation_checkpoint:selective has no option: it
+is per-op (SelectiveAC in torchtitan/distributed/activation_checkpoint.py)."""
 USED = set(DEFAULTS) | {"model.name", "model.flavor", "job.config_file", "activation_checkpoint.selective_ac_option",
-                         "quantize.linear.float8.recipe_name", "float8.recipe_name"}
+                        "quantize.linear.float8.recipe_name", "float8.recipe_name"}
+
+# The types torchtitan's config dataclasses declare for the keys planner reads: v0.2.2
+# torchtitan/config/job_config.py (Model, Training, Parallelism, ActivationCheckpoint, Compile,
+# Optimizer, Float8Linear, Job), v0.1.0 torchtitan/config_manager.py (Float8.recipe_name), 0.3.0
+# torchtitan/config/configs.py (TrainingConfig, ParallelismConfig, CompileConfig). A tuple is a
+# Literal's values; "int|None" fields (layers_per_stage) have no None in TOML or on the command line.
+_INT, _BOOL, _STR, _STRS, _PARTS = "int", "bool", "str", "list[str]", "list[list[str]]"
+_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+TYPES: dict[str, object] = {
+    **{f"parallelism.{k}": _INT for k in (
+        "data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+        "context_parallel_degree", "pipeline_parallel_degree", "expert_parallel_degree",
+        "expert_tensor_parallel_degree", "pipeline_parallel_microbatch_size", "pipeline_parallel_layers_per_stage")},
+    **{f"training.{k}": _INT for k in ("local_batch_size", "global_batch_size", "seq_len")},
+    "parallelism.fsdp_reshard_after_forward": ("default", "always", "never"),
+    "parallelism.pipeline_parallel_schedule": _STR,
+    "parallelism.module_fqns_per_model_part": _PARTS,
+    "parallelism.expert_parallel_comm_backend": ("standard", "deepep"),
+    "training.enable_cpu_offload": _BOOL, "training.disable_cuda_graphs": _BOOL, "compile.enable": _BOOL,
+    "activation_checkpoint.mode": ("selective", "full", "memory_budget", "none"),
+    "activation_checkpoint.selective_ac_option": _STR,
+    "model.name": _STR, "model.flavor": _STR, "model.converters": _STRS, "job.config_file": _STR,
+    "quantize.linear.float8.recipe_name": _RECIPES, "float8.recipe_name": _RECIPES,
+}
+OPTIMIZER_IMPLEMENTATIONS = {
+    "toml": ("for-loop", "foreach", "fused"),  # v0.2.2 job_config.py Optimizer.implementation
+    "cli": ("for-loop", "foreach", "fused", "fused_opt_states_bf16"),  # 0.3.0 optimizer.py OptimizersContainer.Config
+}
+
+CONVERTERS = {
+    "0.1.0": ("float8", "mx"),
+    "0.2.x": ("quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx", "quantize.grouped_mm.mx"),
+}
+"""The model converters torchtitan registers (register_model_converter in
+torchtitan/components/quantization/float8.py and mx.py, v0.1.0 and v0.2.0-v0.2.2); any other name
+is a KeyError in ModelConvertersContainer (torchtitan/protocols/model_converter.py)."""
+FP8_CONVERTERS = {"float8", "mx", "quantize.linear.float8", "quantize.linear.mx"}
+"""Converters that put the linear layers in FP8/MXFP8 (planner's precision=fp8). The grouped_mm
+ones convert only the MoE experts' grouped GEMMs."""
 IGNORED_SECTIONS = ("job.", "profiling.", "metrics.", "optimizer.", "lr_scheduler.", "checkpoint.", "validation.",
                     "comm.", "debug.", "dataloader.", "fault_tolerance.", "experimental.", "memory_estimation.",
                     "quantize.", "lr-scheduler.", "hf_assets_path", "dump_folder", "metrics", "model.hf_assets_path",
@@ -78,13 +122,68 @@ def read_toml_text(text: str, label: str) -> TorchtitanArgs:
             raise PlannerError(f"'{label}' nests tables more than 8 deep.")
         for k, v in obj.items():
             key = f"{prefix}.{k}" if prefix else k
-            if isinstance(v, dict):
+            if isinstance(v, dict) and key not in TYPES:  # a key planner reads keeps a table, refused below
                 walk(key, v, depth + 1)
             else:
                 values[key] = v
 
     walk("", data, 0)
     return TorchtitanArgs("toml", values)
+
+
+def _type_text(kind) -> str:
+    if isinstance(kind, tuple):
+        return "one of " + ", ".join(repr(c) for c in kind)
+    return {_INT: "an integer", _BOOL: "true or false", _STR: "a string", _STRS: "a list of strings",
+            _PARTS: "a list of lists of module names"}[kind]
+
+
+def _has_type(value, kind) -> bool:
+    if kind == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    if kind == _STR:
+        return isinstance(value, str)
+    if kind == _STRS:
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    if kind == _PARTS:
+        return isinstance(value, list) and all(_has_type(x, _STRS) for x in value)
+    return isinstance(value, str) and value in kind
+
+
+def _shown(value) -> str:
+    return excerpt(repr(value))
+
+
+def check_types(args: TorchtitanArgs) -> None:
+    """Refuse a value of a key planner reads that is not of the type torchtitan declares for it
+    (:data:`TYPES`): torchtitan would refuse it too (tyro on the command line; on a TOML, the code
+    that uses the value), or, worse, planner would read a default in its place. Converter names
+    must be registered ones of one torchtitan version (:data:`CONVERTERS`); a selective_ac_option
+    must be 'op' or a layer count (v0.2.2 _apply_ac_to_transformer_block's ValueError)."""
+    where = "torchtitan <= 0.2.2's job_config.py" if args.kind == "toml" else "torchtitan's config dataclasses"
+    kinds = {**TYPES, "optimizer.implementation": OPTIMIZER_IMPLEMENTATIONS[args.kind]}
+    for key, kind in kinds.items():
+        if key in args.values and not _has_type(args.values[key], kind):
+            raise PlannerError(f"{key} = {_shown(args.values[key])}: {where} declares it {_type_text(kind)}, and "
+                               "planner will not guess what the job trains with.", hint=f"Give {key} {_type_text(kind)}.")
+    option = args.values.get("activation_checkpoint.selective_ac_option")
+    if option is not None and option != "op" and not option.isdigit():
+        raise PlannerError(f"activation_checkpoint.selective_ac_option = {_shown(option)}: torchtitan accepts 'op' "
+                           "(per-op selective AC) or a layer count N (every N-th layer), and refuses anything else "
+                           "(ValueError in _apply_ac_to_transformer_block).", hint="Give \"op\" or a number as a string.")
+    converters = args.values.get("model.converters") or []
+    unknown = [c for c in converters if not any(c in names for names in CONVERTERS.values())]
+    if unknown:
+        known = "; ".join(f"{v}: {', '.join(names)}" for v, names in CONVERTERS.items())
+        raise PlannerError(f"model.converters names {_shown(unknown[0])}, a converter torchtitan does not register "
+                           f"(KeyError in ModelConvertersContainer). Registered: {known}.",
+                           hint="Name a registered converter, or drop it.")
+    if not any(set(converters) <= set(names) for names in CONVERTERS.values()):
+        raise PlannerError(f"model.converters = {_shown(converters)} mixes torchtitan 0.1.0's names (float8, mx) with "
+                           "0.2.x's (quantize.linear.*, quantize.grouped_mm.*): no torchtitan version registers both.",
+                           hint="Use the names of the torchtitan version the job runs on.")
 
 
 def _is_trainer(word: str) -> bool:
@@ -141,6 +240,17 @@ def read_cli_argv(argv: list[str]) -> TorchtitanArgs:
 
 
 def _scalar(text: str, key: str):
+    """A command-line value as tyro parses it for the field's declared type; text that does not
+    parse stays text, for :func:`check_types` to refuse."""
+    kind = TYPES.get(key)
+    if kind == _INT:
+        return int(text) if re.fullmatch(r"-?[0-9]+", text) else text
+    if kind == _BOOL:
+        return text.lower() == "true" if text.lower() in ("true", "false") else text
+    if isinstance(kind, tuple) or kind == _STR:
+        return text
+    if kind == _STRS:
+        return [t for t in text.split(",") if t]
     if re.fullmatch(r"-?[0-9]+", text):
         return int(text)
     if text.lower() in ("true", "false"):
@@ -289,9 +399,13 @@ def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, li
     if gbs == -1:
         gbs = local * dp
     mode = str(val("activation_checkpoint.mode"))
-    # torchtitan 0.3's activation_checkpoint:selective is per-op (SelectiveAC); the TOML configs of
-    # 0.1-0.2 chose it with selective_ac_option = "op" (digits: every N-th layer fully).
-    option = str(v.get("activation_checkpoint.selective_ac_option") or "op")
+    # torchtitan 0.3's activation_checkpoint:selective is per-op (SelectiveAC); 0.1-0.2 choose it with
+    # selective_ac_option = "op" (digits: every N-th layer fully), and leave out means "2".
+    option = v.get("activation_checkpoint.selective_ac_option")
+    if option is None and mode == "selective":
+        option = "op" if args.kind == "cli" else TOML_SELECTIVE_AC_OPTION
+        if args.kind != "cli":
+            used_defaults.append("activation_checkpoint.selective_ac_option")
     if mode == "full":
         recompute = "full"
     elif mode == "none":
@@ -304,7 +418,10 @@ def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, li
         args.unknown.append(f"activation_checkpoint {what} (torchtitan's layer-frequency or budgeted AC: not modeled "
                             "by planner, read as none)")
     converters = val("model.converters") or []
-    fp8 = any(c in ("float8", "mx") for c in converters) or bool(
+    if any(c.startswith("quantize.grouped_mm.") for c in converters) and not FP8_CONVERTERS & set(converters):
+        args.unknown.append("model.converters " + ", ".join(converters) + " (FP8 for the MoE experts' grouped GEMMs "
+                            "only: not modeled by planner, read as bf16)")
+    fp8 = bool(FP8_CONVERTERS & set(converters)) or bool(
         args.config and re.search(r"float8|mxfp8|fp8", args.config)) or (
         args.kind == "cli" and args.config == "llama3_405b")
     moments = "bf16" if val("optimizer.implementation") == "fused_opt_states_bf16" else "fp32"
@@ -417,6 +534,7 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
             args.notes.append(f"--job.config_file {cfg_file}: its TOML read under the command line's overrides")
         else:
             args.notes.append(f"--job.config_file {cfg_file} not found: only the command line's overrides are read")
+    check_types(args)
     _classify(args)
     if model:
         m, model_source = load_model(model), "--model"

@@ -12,8 +12,9 @@ and this legacy TOML (``--format torchtitan-toml``, ``torchrun ... -m torchtitan
 The TOML holds the plan's sections only ([model] name/flavor/converters, [training] batch and
 sequence, [parallelism], [activation_checkpoint], [quantize.linear.*] for FP8); the rest (dataset,
 optimizer hyperparameters, checkpointing) keeps torchtitan's defaults: add yours. Differences from
-0.3.0 that matter here: FP8 is a converter listed in [model] (``float8`` with rowwise scaling on
-Hopper, ``mx`` with MXFP8 on Blackwell), the pipeline parts' last module is ``output`` (0.3.0:
+0.3.0 that matter here: FP8 is a converter listed in [model] (``quantize.linear.float8`` with
+torchao's float8 recipe on Hopper, ``quantize.linear.mx`` with MXFP8 on Blackwell: the names 0.2.x
+registers, :data:`FP8_CONVERTER`), the pipeline parts' last module is ``output`` (0.3.0:
 ``lm_head``), DeepEP is ``expert_parallel_comm_backend = "deepep"``, and there are no bf16 Adam
 states and no CUDA graphs.
 """
@@ -37,6 +38,12 @@ FLAVORS: dict[str, tuple[str, str]] = {
     "gpt-oss-120b": ("gpt_oss", "120b"),
 }
 """Catalog model -> torchtitan 0.2.2's [model] name and flavor (torchtitan/models/<name>/__init__.py)."""
+
+FP8_CONVERTER = {"mxfp8": "quantize.linear.mx", None: "quantize.linear.float8"}
+"""The [model] converter of an FP8 plan, by the hardware's FP8 recipe (MXFP8, else torchao's
+float8): the names torchtitan 0.2.0-0.2.2 register (register_model_converter in
+torchtitan/components/quantization/float8.py and mx.py). 0.1.0's ``float8``/``mx`` are a KeyError
+in 0.2.x's ModelConvertersContainer."""
 
 # 0.3.0 rules that the TOML form replaces with its own (model by flavor, FP8 by converter, DeepEP).
 _REPLACED = {"torchtitan-model", "torchtitan-fp8", "torchtitan-precision", "torchtitan-dispatcher"}
@@ -97,7 +104,7 @@ def toml_sections(setup) -> dict[str, dict[str, object]]:
     fp8 = (plan.precision or job.default_precision) == "fp8"
     sections: dict[str, dict[str, object]] = {
         "job": {"dump_folder": "./outputs", "description": f"{model.name}: {plan.to_string()} (planner)"},
-        "model": {"name": name, "flavor": flavor, "converters": (["mx"] if hw.fp8_recipe == "mxfp8" else ["float8"])
+        "model": {"name": name, "flavor": flavor, "converters": [FP8_CONVERTER.get(hw.fp8_recipe, FP8_CONVERTER[None])]
                   if fp8 else []},
         "training": {"local_batch_size": local, "global_batch_size": job.global_batch, "seq_len": job.seq_len},
         "parallelism": {
