@@ -913,7 +913,7 @@ class Costs:
         def fn():
             b = self.batch
             nk = b.n_keys
-            ep = b.deg.ep
+            ep = np.asarray(b.deg.ep)  # Degrees of a batch: one entry per plan
             out: dict[str, list] = {}
             for j, v in enumerate(b.variants):
                 for has_ep in (False, True):

@@ -86,7 +86,7 @@ class ChunkMemory:
 
     @cached_property
     def kept(self):
-        total = 0.0
+        total: Num = 0.0
         for layer, n in self.runs():
             total = total + n * layer.kept
         return total

@@ -41,7 +41,7 @@ def stage_timeline(setup, rank: int) -> list[Event]:
 
     stage = stage_memory(setup, rank)
     chunks = stage.chunks
-    const, comm = stage.constant.total, stage.comm_buffers
+    const, comm = float(stage.constant.total), stage.comm_buffers  # one plan: scalars
     kept = [c.kept for c in chunks]
     costs = costs_of(setup)
     walked = costs.schedule_columns()

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner.errors import PlannerError
 
@@ -163,6 +163,8 @@ class AndOr(Node):
 @dataclass
 class Seq(Node):
     items: list
+    snippet: str = field(default="", compare=False, repr=False)
+    """The condition's source, for messages (set on if/while conditions)."""
 
 
 @dataclass
@@ -447,7 +449,7 @@ class _Parser:
 
     def parse_andor(self):
         start, line = self.i, self.line()
-        items = [(None, self.parse_pipeline())]
+        items: list[tuple[str | None, Node]] = [(None, self.parse_pipeline())]
         while True:
             self.skip_blanks()
             if self.starts("&&") or self.starts("||"):
@@ -488,7 +490,7 @@ class _Parser:
             start, line = self.i, self.line()
             kw = self.at_word("if", "for", "select", "while", "until", "case", "function", "{", "[[")
             if kw == "if":
-                node = self.parse_if(start, line)
+                node: Node = self.parse_if(start, line)
             elif kw in ("for", "select"):
                 node = self.parse_for(start, line, kw)
             elif kw in ("while", "until"):
@@ -534,7 +536,7 @@ class _Parser:
             self.st.leave()
 
     def parse_redirs(self) -> list:
-        out = []
+        out: list = []
         while True:
             self.skip_blanks()
             r = self.try_redir()
@@ -641,7 +643,7 @@ class _Parser:
         if not self.at_word("in"):
             raise self.syntax("expected 'in' after 'case WORD'", start)
         self.i += 2
-        items = []
+        items: list = []
         while True:
             self.skip_space_nl()
             if self.at_word("esac"):
@@ -710,7 +712,9 @@ class _Parser:
                 tokens.append(("word", lit) if lit in ("=~",) else ("w", w))
 
     def parse_simple(self, start, line) -> Node:
-        assigns, words, redirs = [], [], []
+        assigns: list = []
+        words: list[Word] = []
+        redirs: list = []
         while True:
             self.skip_blanks()
             if self.i >= self.n:
@@ -886,7 +890,7 @@ class _Parser:
     def _array_body(self) -> list[Word]:
         start = self.i
         self.i += 1
-        items = []
+        items: list[Word] = []
         while True:
             self.skip_blanks()
             c = self.peek()
@@ -915,7 +919,8 @@ class _Parser:
     def _read_quoted(self, close: str, start: int, heredoc: bool = False, end: int | None = None) -> list:
         s = self.s
         n = self.n if end is None else end
-        parts, buf = [], []
+        parts: list = []
+        buf: list[str] = []
         escapable = "$`\\\n" if heredoc else '$`"\\\n'
         while self.i < n:
             c = s[self.i]
@@ -958,7 +963,7 @@ class _Parser:
             return Word(self._read_quoted("", start, heredoc=True), start, self.n)
         s = self.s
         n = self.n if end is None else end
-        parts = []
+        parts: list = []
         while self.i < n:
             c = s[self.i]
             if c in stop:
@@ -1311,7 +1316,7 @@ def _assignment(w: Word):
 
 def _brace_match(s: str, i: int) -> tuple[int, list[int]] | None:
     """(index of the '}' closing the '{' at i, top-level comma positions), or None."""
-    depth, commas = 0, []
+    depth, commas = 0, list[int]()
     for k in range(i, len(s)):
         c = s[k]
         if c == "{":
@@ -1361,7 +1366,7 @@ def _brace_text(s: str, st: _State) -> list[str]:
                 inner = s[i + 1:j]
                 if commas:
                     bounds = [i] + commas + [j]
-                    alts = [x for a, b in zip(bounds, bounds[1:]) for x in _brace_text(s[a + 1:b], st)]
+                    alts: list[str] | None = [x for a, b in zip(bounds, bounds[1:]) for x in _brace_text(s[a + 1:b], st)]
                 else:
                     alts = _brace_sequence(inner)
                 if alts is not None:
@@ -1380,7 +1385,7 @@ def _brace_text(s: str, st: _State) -> list[str]:
 def _brace_parts(parts: list, st: _State) -> list[list]:
     """The word's parts once for each word brace expansion makes (a brace expression is read
     within one unquoted literal piece, as in {0..7} or run{1,2}.log)."""
-    out = [[]]
+    out: list[list] = [[]]
     for part in parts:
         if part[0] == "lit" and "{" in part[1] and "}" in part[1]:
             alts = _brace_text(part[1], st)
@@ -1424,7 +1429,8 @@ def _compile_pattern(chunks: list[tuple[str, bool]]) -> list:
                 j = i + 1
                 negate = j < n and text[j] in "!^"
                 j += negate
-                items, first = [], True
+                items: list[tuple] = []
+                first = True
                 while j < n and (text[j] != "]" or first):
                     first = False
                     if text.startswith("[:", j):
@@ -1597,7 +1603,8 @@ class _Arith:
 
     @staticmethod
     def _tokens(text: str) -> list:
-        toks, i, n = [], 0, len(text)
+        toks: list[tuple] = []
+        i, n = 0, len(text)
         while i < n:
             c = text[i]
             if c in " \t\n\r":
@@ -2111,6 +2118,7 @@ class Shell:
             if v is None:
                 return []
             return [x for x in v if x is not None] if isinstance(v, list) else [v]
+        assert isinstance(p.index, Word), "a subscript is a word unless it is @ or *"
         idx = self.arith_text(self.expand_text(p.index, bash=True), True)
         if idx is None:
             return self.st.ph("opaque", self.st.render(p.text))
@@ -2278,7 +2286,7 @@ class Shell:
             return x[:len(x) - (min(lens) if op == "%" else max(lens))] if lens else x
         if op == "/#":
             lens = _prefix_matches(toks, x, self.st)
-            return rep + x[max(lens):] if lens and max(lens) else x
+            return rep + x[max(lens):] if lens and max(lens) > 0 else x  # lengths: never negative
         if op == "/%":
             for k in range(len(x) + 1):
                 self.st.spend(len(x) - k + 1)
@@ -2752,6 +2760,7 @@ class Shell:
             return False
 
         n = len(args)
+        v: bool | None  # None: depends on something planner cannot know
         if n == 0:
             v = False
         elif n == 1:
@@ -2983,8 +2992,8 @@ class Shell:
 
     def _declare(self, head: str, node: Simple) -> int | None:
         export = head == "export"
-        local = head == "local" or (head in ("declare", "typeset") and self.locals)
-        is_array = False
+        local = head == "local" or (head in ("declare", "typeset") and bool(self.locals))
+        is_array: bool | str = False  # or "unsupported": -A / -n
         for w in node.words[1:]:
             a = _assignment(w)
             if a is None:
@@ -3397,10 +3406,10 @@ def _printf(fmt: str, args: list[str], sh: Shell) -> str:
                     out.append(sh.st.ph("opaque", "printf " + sh.st.render(fmt)))
                     continue
                 try:
-                    v = float(arg) if arg else 0.0
+                    fv = float(arg) if arg else 0.0
                 except ValueError:
                     raise ValueError(f"'{arg}': invalid number") from None
-                out.append((spec + conv) % v)
+                out.append((spec + conv) % fv)
             else:
                 raise ValueError(f"'%{conv}': invalid format character")
             if len(out) > MAX_ITEMS:

@@ -28,13 +28,16 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from planner.errors import PlannerError, PlanRuleError, excerpt
 from planner.specs.common import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, GpuCount, NotBool, is_ascii_count
 from planner.specs.plan import Plan
+
+if TYPE_CHECKING:
+    from planner.specs.hardware import HardwareSpec
 
 
 class _Saved(BaseModel):
@@ -334,7 +337,7 @@ def _slurm_option(out: dict, key: str, val: str) -> None:
 
 
 def launch_hardware(hw: str | None, model, what: str, *, text: str = "", recipe: str | None = None
-                    ) -> tuple[object, str]:
+                    ) -> tuple[HardwareSpec, str]:
     """(HardwareSpec, where it came from) for a launch read back: ``--hw``, else what the launch
     states (planner's export header, a Megatron-Bridge recipe that names a system, a Slurm
     ``--gres``/``--gpus-per-node`` GPU type); else refused. A launch is never costed on the

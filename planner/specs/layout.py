@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from planner.errors import PlannerError, PlanRuleError, excerpt
 
@@ -275,7 +275,18 @@ def suggest_layout(model: ModelSpec, pp: int, vpp: int) -> str:
     return format_layout(syms)
 
 
-def uneven_layout_symbols(model: ModelSpec, pp: int, vpp: int, first: int | None, last: int | None) -> tuple[str, ...]:
+class LayerCountsOf(Protocol):
+    """What an uneven split reads of a model: a ModelSpec, or the counts a launch's flags give."""
+
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def mtp_layers(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+
+
+def uneven_layout_symbols(model: LayerCountsOf, pp: int, vpp: int, first: int | None, last: int | None) -> tuple[str, ...]:
     """Megatron's --decoder-first/last-pipeline-num-layers: first and last pipeline ranks get the
     given counts, split evenly over their vpp chunks; the middle ranks share the rest."""
     L = model.num_layers

@@ -127,7 +127,13 @@ class Sharding(_Named):
 
     kind: Literal["dist_opt", "ddp", "zero2", "fsdp", "hsdp"]
     group: int | None = None
-    """For hsdp:N, the size of the sharding group (replicated across DP/N groups)."""
+    """For hsdp:N, the size of the sharding group (replicated across DP/N groups); None for the
+    other kinds, which have no group."""
+
+    def __post_init__(self) -> None:
+        # Readers narrow ``group`` with ``kind == "hsdp" and group is not None``: the two go together.
+        if (self.kind == "hsdp") != (self.group is not None):
+            raise ValueError(f"sharding {self.kind} {'needs' if self.kind == 'hsdp' else 'takes no'} a group size")
 
     def __str__(self) -> str:
         return f"hsdp:{self.group}" if self.kind == "hsdp" else self.kind

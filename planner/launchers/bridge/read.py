@@ -592,6 +592,7 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
                           "read as Megatron-Core's default")
     h, hardware_source = launch_hardware(hw, m, "the launch", text=text, recipe=args.recipe)
     plan_map, job_map, notes, defaults_used = plan_values(args, m)
+    world_source: str | None
     world, world_source = gpus, "--gpus"
     if world is None:
         world, world_source = launch_world(args.launcher, args.env, text)

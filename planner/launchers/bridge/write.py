@@ -198,6 +198,7 @@ def bridge_launch(setup, *, recipe: str | None = None, nproc_per_node: int | Non
     if found:
         raise violations_error(found, "Megatron-Bridge")
     name = recipe_for(setup.model, recipe)
+    assert name is not None, "bridge_violations refuses a model with no recipe (bridge-recipe)"
     overrides = [f"{k}={hydra_value(v)}" for k, v in bridge_settings(setup, name)]
     nproc = gpus_per_node(setup.hw, setup.job.gpus, nproc_per_node)
     env: dict[str, str] = {}

@@ -233,7 +233,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "fp8-delayed-recompute",
             "Delayed-scaling FP8 cannot recompute moe_act or layernorm (TransformerConfig).",
         ))
-    if model.is_moe:
+    if model.moe is not None:
         m = model.moe
         if m.router_bias and m.score_function not in ("sigmoid", "sqrtsoftplus"):
             out.append(Violation(
@@ -263,7 +263,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             f"seq_len {job.seq_len} exceeds {model.name}'s {model.max_position_embeddings} learned positions "
             "(validate_args: max_position_embeddings >= seq_length).",
         ))
-    if sh.kind == "hsdp" and deg.dp and deg.edp and (deg.dp * deg.cp) % sh.group == 0 and model.is_moe:
+    if sh.kind == "hsdp" and sh.group is not None and deg.dp and deg.edp and (deg.dp * deg.cp) % sh.group == 0 and model.is_moe:
         instances = deg.dp * deg.cp // sh.group
         if deg.edp % instances:
             out.append(Violation(

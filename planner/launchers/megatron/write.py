@@ -286,7 +286,7 @@ def layout_args(model, plan) -> tuple[list[str], str]:
     except PlanRuleError:
         even = None
     syms = tuple(parse_layout(plan.layout)) if plan.layout else even
-    if syms == even:
+    if syms is None or syms == even:  # None: no layout given and no even split either
         return vpp_flag, "even"
     per_rank = [sum(s.count("t") for s in syms[r::pp]) for r in range(pp)]
     first, last = per_rank[0], per_rank[-1]

@@ -547,9 +547,9 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
     h, hardware_source = launch_hardware(hw, m, "the job", text=text)
     world, world_source = gpus, "--gpus"
     if world is None:
-        world, world_source = launch_world(args.launcher, {}, text)
+        world, launch_source = launch_world(args.launcher, {}, text)
+        world_source = launch_source or "the parallelism degrees' product"  # None with world None
     if world is None:
-        world_source = "the parallelism degrees' product"
         v = args.values
         degrees = [v.get(f"parallelism.{k}", DEFAULTS[f"parallelism.{k}"]) for k in (
             "data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",

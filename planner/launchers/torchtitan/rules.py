@@ -83,7 +83,7 @@ def torchtitan_dims(plan: Plan, deg: Degrees) -> dict[str, int]:
     sh = plan.sharding
     if sh.kind == "ddp":
         rep, shard = deg.dp, 1
-    elif sh.kind == "hsdp":
+    elif sh.kind == "hsdp" and sh.group is not None:
         shard = max(sh.group // deg.cp, 1)
         rep = deg.dp // shard if deg.dp % shard == 0 else 0
     else:
@@ -136,7 +136,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "optimizer state); torchtitan shards with FSDP2 only.",
             hint="Use sharding=fsdp, zero2 (FSDP without reshard after forward), hsdp:N or ddp.",
         ))
-    if sh.kind == "hsdp" and (sh.group % deg.cp or dims["dp_replicate"] == 0):
+    if sh.kind == "hsdp" and sh.group is not None and (sh.group % deg.cp or dims["dp_replicate"] == 0):
         out.append(Violation(
             "torchtitan-hsdp",
             f"hsdp:{sh.group} with cp={deg.cp} and dp={deg.dp}: torchtitan's FSDP group is dp_shard*cp, so "

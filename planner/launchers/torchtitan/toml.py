@@ -65,8 +65,8 @@ def toml_violations(setup) -> list[Violation]:
     if flavor_for(model) is None:
         out.append(Violation("torchtitan-model", f"torchtitan {TORCHTITAN_TOML_VERSION} has no model flavor for "
                              f"{model.name}.", hint="Use --format megatron or bridge."))
-    elif edits := catalog_edits(model):
-        name, flavor = flavor_for(model)
+    elif (edits := catalog_edits(model)) and (found := flavor_for(model)):
+        name, flavor = found
         out.append(Violation("torchtitan-model", f"torchtitan's {name} {flavor} flavor builds the catalog's {model.name}, "
                              "and this model differs from it (" + "; ".join(edits) + "): the job would train the "
                              "catalog model.", hint="Use --format megatron, whose flags state the architecture."))
@@ -98,7 +98,9 @@ def toml_sections(setup) -> dict[str, dict[str, object]]:
     if found:
         raise violations_error(found, f"torchtitan {TORCHTITAN_TOML_VERSION}")
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
-    name, flavor = flavor_for(model)
+    flavor_found = flavor_for(model)
+    assert flavor_found is not None, "toml_violations refuses a model with no flavor (torchtitan-model)"
+    name, flavor = flavor_found
     dims = torchtitan_dims(plan, deg)
     local, pp_micro = torchtitan_batch(plan, deg, job, f"torchtitan {TORCHTITAN_TOML_VERSION}")
     fp8 = (plan.precision or job.default_precision) == "fp8"

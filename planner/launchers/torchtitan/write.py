@@ -70,7 +70,9 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
 
     check_launcher_rules(setup, target="torchtitan", torchtitan_config=torchtitan_config)
     model, job, plan, deg = setup.model, setup.job, setup.plan, setup.deg
-    module, config = torchtitan_config_for(model, torchtitan_config)
+    cfg = torchtitan_config_for(model, torchtitan_config)
+    assert cfg is not None, "check_launcher_rules refuses a model torchtitan has no config for"
+    module, config = cfg
     dims = torchtitan_dims(plan, deg)
     local, pp_micro = torchtitan_batch(plan, deg, job, "torchtitan")
     ov = [
