@@ -62,6 +62,33 @@ def architecture(model) -> dict:
                                      "training_tokens", "notes"})
 
 
+def megatron_architecture(model) -> tuple[dict, list[str]]:
+    """The architecture a Megatron-LM command line can state for ``model`` (what the flags the
+    exporter writes build), and each feature it cannot state, with why."""
+    from planner.specs.model import RoPE
+
+    arch, why = architecture(model), []
+    if model.position_embedding == "rope" and model.rope is None:
+        arch["rope"] = RoPE(theta=10000).model_dump()
+        why.append("rope: the model states no RoPE; Megatron rotates with its --rotary-base default 10000")
+    r = model.rope
+    if model.attention.kind == "mla" and r is not None and r.scaling == "yarn":
+        # MLATransformerConfig's YaRN fields without a flag (its defaults stand; the export notes it)
+        for key, fixed in (("original_max_position_embeddings", 4096), ("beta_fast", 32.0), ("beta_slow", 1.0)):
+            if getattr(r, key) != fixed:
+                arch["rope"][key] = fixed
+                why.append(f"rope.{key} {getattr(r, key)}: MLA's YaRN takes it from no flag ({fixed} stands)")
+    return arch, why
+
+
+def flag_model(back):
+    """The model the read-back Megatron flags describe, built from them alone (not the catalog
+    model they match)."""
+    from planner.launchers.megatron.model import model_from_hints
+
+    return model_from_hints(back.args.model_hints)
+
+
 def default_plan(model) -> str:
     """A plan every launcher can run for the model: FSDP (torchtitan shards with it only), the
     all-to-all dispatcher (torchtitan's command line selects no other), PP where the layers split."""
@@ -83,4 +110,12 @@ def roundtrip(model_name: str, fmt: str, plan_text: str | None = None) -> list[s
         out.append(f"job: {setup.job} -> {back.job}")
     if architecture(back.model) != architecture(setup.model):
         out.append(f"model: {setup.model.name} -> {back.model.name}")
+    if fmt == "megatron":
+        # The flags themselves describe the model: built from them alone, it is the exported one
+        # up to what Megatron's command line cannot state.
+        want, _ = megatron_architecture(setup.model)
+        got = architecture(flag_model(back))
+        if got != want:
+            out.append(f"flags: {setup.model.name}: " + ", ".join(
+                f"{k}: {want.get(k)} -> {got.get(k)}" for k in sorted(set(want) | set(got)) if want.get(k) != got.get(k)))
     return out

@@ -185,3 +185,25 @@ def test_a_top_level_override_alone_on_its_line_is_kept(tmp_path):
     bj = job_from_bridge(f, hw="h100", gpus=16)
     assert bj.args.values["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
     assert bj.plan.precision == "fp8" and bj.assumptions["fp8_recipe"] == "tensorwise"
+
+
+def test_a_whole_config_without_mixed_precision_trains_in_fp32():
+    """ConfigContainer.mixed_precision defaults to None (Megatron-Bridge training/config.py): a
+    whole ConfigContainer YAML without it keeps the model's fp32 and is refused unless --precision
+    says how to cost it; a recipe-built launch has its recipe's bf16_mixed (recipes/common.py)."""
+    text = (FIXTURES / "llama31_8b_pretrain_dryrun_tp2.yaml").read_text()
+    assert "mixed_precision: bf16_mixed\n" in text and "  bf16: true\n" in text
+    fp32 = text.replace("mixed_precision: bf16_mixed\n", "").replace("  bf16: true\n", "  bf16: false\n")
+    fp32 = fp32.replace("    _target_: torch.bfloat16\n  perform_initialization", "    _target_: torch.float32\n  perform_initialization")
+    with pytest.raises(PlannerError, match="trains in fp32"):
+        job_from_bridge(fp32, hw="h100", gpus=16)
+    back = job_from_bridge(fp32, hw="h100", gpus=16, precision="bf16")
+    assert back.job.precisions == ["bf16"] and any("fp32" in n for n in back.notes)
+    # without a mixed-precision config the model section's own bf16 decides
+    assert job_from_bridge(text.replace("mixed_precision: bf16_mixed\n", ""), hw="h100",
+                           gpus=16).job.precisions == ["bf16"]
+    assert job_from_bridge(text.replace("mixed_precision: bf16_mixed\n", "mixed_precision: null\n")
+                           .replace("  bf16: true\n", "  bf16: false\n"), hw="h100", gpus=16,
+                           precision="bf16").plan.to_string() == "tp=2,cp=2,precision=bf16"
+    recipe = job_from_bridge("--recipe llama31_8b_pretrain_config\n-tp 2\n", hw="h100", gpus=16)
+    assert recipe.job.precisions == ["bf16"]  # the recipe's bf16_mixed

@@ -1,15 +1,18 @@
 """Every export reads back, through the reader `planner check` uses, to the same plan, job and
 model (issue 42): each catalog model in each launch format either round-trips or is refused with a
 PlannerError naming what the launcher cannot run. Readers take a missing flag as the framework's
-default (Megatron-LM trains in fp32 without --bf16/--fp16), and torchtitan's schedules come back."""
+default (Megatron-LM trains in fp32 without --bf16/--fp16), and torchtitan's schedules come back.
+A Megatron export is also compared with the model its flags alone build (not the catalog model they
+match): RoPE, gpt-oss's clamped unit, the router bias... all come back, up to the features
+tests/_roundtrip.py megatron_architecture lists with why."""
 
 from __future__ import annotations
 
 import pytest
-from tests._roundtrip import FORMATS, export_text, read_back, roundtrip, setup_for
+from tests._roundtrip import FORMATS, default_plan, export_text, flag_model, read_back, roundtrip, setup_for
 
 from planner.errors import PlannerError
-from planner.specs.catalog import catalog_names
+from planner.specs.catalog import catalog_names, load_model
 
 # A model per format and per architecture feature (GQA, sliding windows with sinks and biases, MLA).
 FAST = [("llama3.1-8b", "megatron"), ("gpt-oss-120b", "megatron"), ("deepseek-v2", "megatron"),
@@ -101,3 +104,25 @@ def test_an_fp8_toml_names_the_converters_torchtitan_0_2_registers(hw, converter
     assert f'converters = ["{converter}"]' in text
     back = read_back(text, "torchtitan-toml")
     assert back.plan == setup.plan and back.plan.precision == "fp8"
+
+
+def test_megatron_flags_state_every_bundled_architecture_but_the_listed_features():
+    # What test_every_model_in_every_format_reads_back_or_is_refused lets differ between the
+    # exported model and the one its flags build: only these, each for the reason given.
+    from tests._roundtrip import megatron_architecture
+
+    listed = {name: megatron_architecture(load_model(name))[1] for name in catalog_names("models")}
+    listed = {name: why for name, why in listed.items() if why}
+    assert listed["kimi-k2"] == ["rope.beta_fast 1.0: MLA's YaRN takes it from no flag (32.0 stands)"]
+    assert all(why == ["rope: the model states no RoPE; Megatron rotates with its --rotary-base default 10000"]
+               for name, why in listed.items() if name != "kimi-k2"), listed
+    assert "beta_fast 1" in export_text(setup_for("kimi-k2", "pp=1,mbs=1,ep=8"), "megatron")  # the export says so
+
+
+def test_gpt_oss_exports_its_clamped_unit_and_router_bias():
+    text = export_text(setup_for("gpt-oss-120b", default_plan(load_model("gpt-oss-120b"))), "megatron")
+    assert "--quick-geglu" in text and "--activation-func-clamp-value 7" in text and "--swiglu" not in text
+    assert "--disable-bias-linear" not in text  # biases everywhere, the router's included
+    back = read_back(text, "megatron")
+    built = flag_model(back)
+    assert built.ffn.clamp == 7.0 and built.moe.router_linear_bias and built.moe.expert_bias

@@ -375,6 +375,38 @@ def fp8_preset_recipe(name: str) -> str | None:
     return next((recipe for key, recipe in FP8_PRESET_RECIPES if key in name), None)
 
 
+def mixed_precision_name(args: BridgeArgs, val) -> str:
+    """The mixed-precision preset a launch trains with, 'fp32' for none.
+
+    A recipe-built config (a run_recipe.py launch, an override list or an override YAML) has its
+    recipe's value: every pretrain recipe starts from _pretrain_common (megatron/bridge/recipes/
+    common.py, v0.6.0), which sets mixed_precision="bf16_mixed". A whole ConfigContainer YAML is
+    the configuration itself: ConfigContainer.mixed_precision defaults to None
+    (megatron/bridge/training/config.py), no mixed-precision config, so a file without one, or with
+    null, keeps the model's dtype; a config written out as its fields names bf16 / fp16 / fp8."""
+    given = args.values
+    if args.kind != "yaml":
+        mp = val("mixed_precision", "bf16_mixed")
+        return mp if isinstance(mp, str) else "bf16_mixed"
+    mp = given.get("mixed_precision")
+    if isinstance(mp, str) and mp not in ("null", "None"):
+        return mp
+    fields = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("mixed_precision.")}
+    if fields.get("fp8"):
+        return "bf16_with_fp8_mixed" if fields.get("bf16", True) else "fp16_with_fp8_mixed"
+    if fields.get("bf16") is True:
+        return "bf16_mixed"
+    if fields.get("fp16") is True:
+        return "fp16_mixed"
+    return "fp32"
+
+
+def _model_half(given: dict) -> bool:
+    """Whether a ConfigContainer YAML's model section trains in bf16 / fp16 by itself."""
+    return (given.get("model.bf16") is True or given.get("model.fp16") is True
+            or given.get("model.params_dtype") in ("bf16", "fp16"))
+
+
 def launch_assumptions(args: BridgeArgs) -> dict:
     """The planner Assumptions a Bridge launch sets: its FP8 recipe, CUDA graphs and TE operation
     fuser through the Megatron reader's own rules (the Bridge fields are the TransformerConfig
@@ -383,8 +415,7 @@ def launch_assumptions(args: BridgeArgs) -> dict:
     from planner.launchers.megatron.read import assumptions_from_flags
 
     val, _ = _lookup(args)
-    mp = val("mixed_precision", "bf16_mixed")
-    name = mp if isinstance(mp, str) else "bf16_mixed"
+    name = mixed_precision_name(args, val)
     flags = {"fp8": "fp8" in name, "fp8_recipe": fp8_preset_recipe(name),
              "cuda_graph_impl": val("model.cuda_graph_impl", "none"), "cuda_graph_modules": val("model.cuda_graph_scope"),
              "use_transformer_engine_op_fuser": bool(val("model.use_transformer_engine_op_fuser", False)),
@@ -455,11 +486,14 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
         notes.append("model.cpu_offloading (layer-level offload) modeled as offload=activations")
     offload = str(Offload(optimizer=opt_off, activations=act_off))
 
-    mp = val("mixed_precision", "bf16_mixed")
-    mp_name = mp if isinstance(mp, str) else "bf16_mixed"
+    mp_name = mixed_precision_name(args, val)
+    if mp_name == "fp32":
+        # The dtype the model config keeps without a mixed-precision config: bf16 / fp16 when
+        # the YAML's model section says so (its params_dtype), else TransformerConfig's fp32.
+        mp_name = "bf16_mixed" if _model_half(given) else "fp32"
     if "nvfp4" in mp_name or "fp4" in mp_name:
         raise PlannerError(f"mixed_precision={mp_name}: the launch trains in NVFP4; planner's precisions are bf16 and fp8.")
-    precision = "fp8" if "fp8" in mp_name else "bf16"
+    precision = "fp8" if "fp8" in mp_name else "fp32" if mp_name == "fp32" else "bf16"
     if "fp8" in mp_name and fp8_preset_recipe(mp_name) is None:
         notes.append(f"mixed_precision={mp_name}: planner models the hardware's FP8 recipe (blockwise on Hopper, "
                      "MXFP8 on Blackwell)")
@@ -508,7 +542,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     ep_overlap = bool(given.get(ep_key, given.get("model.overlap_moe_expert_parallel_comm", False)))
 
     plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
-                offload=offload, precision=precision, moments=moments, layout=layout_text, dispatcher=dispatcher,
+                offload=offload, precision=None if precision == "fp32" else precision, moments=moments, layout=layout_text, dispatcher=dispatcher,
                 ep_overlap="on" if ep_overlap else "off")
     seq = _int({"dataset.seq_length": given.get("dataset.seq_length", given.get("model.seq_length"))},
                "dataset.seq_length")
@@ -608,6 +642,15 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
     instances = job_map["_instances"]
     if plan_map["sharding"] == "fsdp" and instances > 1 and world % (tp * pp) == 0:
         plan_map["sharding"] = f"hsdp:{world // (tp * pp) // instances}"
+    if job_map["precisions"] == ["fp32"]:
+        if precision is None:
+            raise PlannerError(
+                f"'{label}' trains in fp32: it is a whole ConfigContainer without a mixed-precision config "
+                "(mixed_precision absent or null: ConfigContainer's default None) and its model section keeps fp32 "
+                "parameters. planner models bf16 and fp8 training only, so it cannot predict this run.",
+                hint="Add mixed_precision: bf16_mixed to the file if that is what you meant to run, or pass "
+                "--precision bf16 to have planner cost it as bf16 training.")
+        notes.append(f"the launch trains in fp32 (no mixed-precision config); costed as --precision {precision}")
     j = resolve_job(m, gpus=world, global_batch=gbs, seq_len=seq_len or job_map["seq_len"],
                     precision=precision or ",".join(job_map["precisions"]), job_file=job_file,
                     domain_fill=domain_fill, memory_margin_gib=memory_margin_gib)

@@ -12,6 +12,16 @@ Facts from megatron-core 0.19.2 (megatron/training/arguments.py, megatron/core/t
   bounded integers and lists instead (a count above the layer count is refused);
 - without ``--vocab-size`` the vocabulary is the tokenizer's (``len(tokenizer)`` for
   HuggingFaceTokenizer, the vocab.json entries for GPT2BPETokenizer).
+
+A flag the command line leaves out reads as the framework's default (core_v0.19.0), each where it
+is set: ``--normalization`` LayerNorm, ``--hidden-dropout`` / ``--attention-dropout`` 0.1
+(TransformerConfig's fields, which ArgumentGroupFactory turns into flags with those defaults);
+``--position-embedding-type`` learned_absolute, tied embeddings unless
+``--untie-embeddings-and-output-weights``, ``--rotary-base`` 10000, ``--rotary-percent`` 1.0,
+``--rope-scaling-factor`` 8.0, ``--rotary-scaling-factor`` 1.0 (arguments.py
+_add_network_size_args, _add_mla_args); ``--kv-lora-rank`` 32, ``--qk-head-dim`` 128,
+``--qk-pos-emb-head-dim`` 64, ``--v-head-dim`` 128 (_add_mla_args); ``--ffn-hidden-size``
+4 x hidden, or int(8 x hidden / 3 / 64) x 64 with ``--swiglu`` (validate_args).
 """
 
 from __future__ import annotations
@@ -238,10 +248,88 @@ def pattern_has_foreign_chars(text: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+def _float_flag(v: dict, dest: str, default: float | None = None) -> float | None:
+    """A float flag value (argparse type=float), the default when absent; a clear error naming the flag."""
+    value = v.get(dest)
+    if value is None or value is True:
+        return default
+    try:
+        return float(ascii_number(value, float)) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        pass
+    int_value("--" + dest.replace("_", "-"), value)  # an unresolved $VAR: the error that names it
+    raise PlannerError(f"--{dest.replace('_', '-')} {value}: Megatron expects a number there.")
+
+
+# Megatron's fixed Llama 3 RoPE bands: RotaryEmbedding._apply_scaling (megatron/core/models/common/
+# embeddings/rotary_pos_embedding.py, core_v0.19.0) is called with the factor alone, its other
+# arguments keep these defaults.
+_LLAMA3_BANDS = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def rope_hints(v: dict, mla: bool) -> dict | None:
+    """The RoPE the flags build (a RoPE-shaped dict), or None without rotary embeddings.
+
+    - GQA: ``--position-embedding-type rope`` (``--use-rotary-position-embeddings`` is its
+      deprecated spelling, validate_args) with ``--use-rope-scaling`` for Llama 3's bands or
+      ``--rotary-seq-len-interpolation-factor`` for linear interpolation; ``yarn`` takes the
+      YaRN values _apply_yarn_config_from_args (megatron/training/argument_utils.py) sets:
+      ``--rotary-scaling-factor`` (1.0), ``--yarn-original-max-position-embeddings`` (4096),
+      ``--yarn-beta-fast`` (32), ``--yarn-beta-slow`` (1), rounding of the correction range
+      (True unless ``--no-yarn-correction-range-round-to-int``).
+    - MLA rotates inside the attention by ``--rope-type``: absent, core_transformer_config_from_args
+      pops it and MLATransformerConfig's default 'yarn' stands, with its fixed 4096 original
+      positions and betas 32 / 1 (no flag sets them) and the flag's ``--rotary-scaling-factor``.
+    - ``--mscale`` / ``--mscale-all-dim`` left out read as None: Megatron's defaults (1.0, 0.0)
+      give YaRN's attention scale 0.1 ln(factor) + 1 (_yarn_get_mscale), the scale a config.json
+      without them means; given, they are kept as written.
+    """
+    pe = v.get("position_embedding_type") or ("rope" if v.get("use_rotary_position_embeddings") else
+                                              "learned_absolute")
+    if not mla and pe not in ("rope", "yarn"):
+        return None
+    r: dict[str, Any] = {"theta": float(int_value("--rotary-base", v.get("rotary_base"), 10000)),
+                         "percent": _float_flag(v, "rotary_percent", 1.0)}
+    mscales = {k: _float_flag(v, k) for k in ("mscale", "mscale_all_dim") if v.get(k) is not None}
+    if mla:
+        if (v.get("rope_type") or "yarn") == "yarn":
+            r.update(scaling="yarn", factor=_float_flag(v, "rotary_scaling_factor", 1.0),
+                     original_max_position_embeddings=4096, beta_fast=32.0, beta_slow=1.0, **mscales)
+        return r
+    if pe == "yarn":
+        r.update(scaling="yarn", factor=_float_flag(v, "rotary_scaling_factor", 1.0),
+                 original_max_position_embeddings=int_value("--yarn-original-max-position-embeddings",
+                                                            v.get("yarn_original_max_position_embeddings"), 4096),
+                 beta_fast=_float_flag(v, "yarn_beta_fast", 32.0), beta_slow=_float_flag(v, "yarn_beta_slow", 1.0),
+                 truncate=v.get("yarn_correction_range_round_to_int") is not False, **mscales)
+    elif v.get("use_rope_scaling"):
+        r.update(scaling="llama3", factor=_float_flag(v, "rope_scaling_factor", 8.0), **_LLAMA3_BANDS)
+    elif v.get("rotary_seq_len_interpolation_factor") is not None:
+        r.update(scaling="linear", factor=float(int_value("--rotary-seq-len-interpolation-factor",
+                                                          v["rotary_seq_len_interpolation_factor"])))
+    return r
+
+
+def _activation(v: dict) -> tuple[str, float | None]:
+    """(planner's activation, clamp) of the MLP flags (core_transformer_config_from_args):
+    ``--swiglu`` SiLU-gated; ``--quick-geglu`` the quick-GELU-gated unit, which with
+    ``--glu-linear-offset 1`` and ``--activation-func-clamp-value`` is gpt-oss's clamped unit
+    (Megatron-Bridge's GPTOSSProvider sets exactly these three), planner's 'swiglu' with a clamp
+    as config.json's hidden_act silu names it; else GELU (2 matrices; --squared-relu too)."""
+    clamp = _float_flag(v, "activation_func_clamp_value")
+    if v.get("swiglu"):
+        return "swiglu", clamp  # mlp.py's glu() clamps the unfused unit
+    if v.get("quick_geglu"):
+        gpt_oss = clamp is not None and _float_flag(v, "glu_linear_offset", 0.0) == 1.0
+        return ("swiglu" if gpt_oss else "geglu"), clamp
+    return "gelu", None  # the clamp applies to gated units only (mlp.py glu())
+
+
 def model_hints(v: dict) -> dict:
     """ModelSpec-shaped facts the flags state (argparse dest -> value, as parse_megatron_argv
-    gives them); keys the flags do not give are absent, except where Megatron's default decides
-    (biases, MTP, activation, tied embeddings)."""
+    gives them). An architecture flag the command line leaves out reads as Megatron's default (the
+    module docstring lists each with its source); the size flags Megatron requires (layers, hidden
+    size, heads) and the vocabulary are absent when absent."""
     h: dict[str, Any] = {}
     for dest, key in (("num_layers", "num_layers"), ("hidden_size", "hidden_size"), ("vocab_size", "vocab_size"),
                       ("max_position_embeddings", "max_position_embeddings")):
@@ -251,48 +339,62 @@ def model_hints(v: dict) -> dict:
         # --padded-vocab-size is the embedding's row count (argument_utils.py passes it as vocab_size)
         h["vocab_size"] = int_value("--padded-vocab-size", v["padded_vocab_size"])
     h["mtp_layers"] = int_value("--mtp-num-layers", v.get("mtp_num_layers"), 0) or 0
-    if "untie_embeddings_and_output_weights" in v:
-        h["tie_embeddings"] = not v["untie_embeddings_and_output_weights"]
-    if v.get("normalization"):
-        h["norm"] = "rmsnorm" if v["normalization"] == "RMSNorm" else "layernorm"
-    if v.get("position_embedding_type"):
-        h["position_embedding"] = "learned" if v["position_embedding_type"] == "learned_absolute" else "rope"
+    # --untie-embeddings-and-output-weights is a store_true switch: without it the output layer
+    # shares the embedding (arguments.py _add_network_size_args).
+    h["tie_embeddings"] = not v.get("untie_embeddings_and_output_weights", False)
+    # TransformerConfig.normalization defaults to "LayerNorm"; the flag's default is that field's.
+    h["norm"] = "rmsnorm" if (v.get("normalization") or "LayerNorm") == "RMSNorm" else "layernorm"
+    mla = bool(v.get("multi_latent_attention"))
+    rope = rope_hints(v, mla)
+    h["position_embedding"] = "rope" if rope is not None else "learned"
+    if rope is not None:
+        h["rope"] = rope
     for dest in ("attention_dropout", "hidden_dropout"):
-        if v.get(dest) is not None:
-            try:
-                h[dest] = float(v[dest])
-            except ValueError:
-                raise PlannerError(f"--{dest.replace('_', '-')} {v[dest]}: Megatron expects a number there.") from None
+        h[dest] = _float_flag(v, dest, 0.1)  # TransformerConfig: hidden_dropout = attention_dropout = 0.1
     bias = v.get("add_bias_linear", True) is not False  # --disable-bias-linear clears Megatron's default
     heads = int_value("--num-attention-heads", v.get("num_attention_heads"))
-    if v.get("multi_latent_attention"):
+    hidden = int_value("--hidden-size", v.get("hidden_size"))
+    if mla:
         h["attention"] = {k: val for k, val in dict(
             kind="mla", num_heads=heads, q_lora_rank=int_value("--q-lora-rank", v.get("q_lora_rank")),
-            kv_lora_rank=int_value("--kv-lora-rank", v.get("kv_lora_rank"), 512),
+            kv_lora_rank=int_value("--kv-lora-rank", v.get("kv_lora_rank"), 32),
             qk_nope_head_dim=int_value("--qk-head-dim", v.get("qk_head_dim"), 128),
             qk_rope_head_dim=int_value("--qk-pos-emb-head-dim", v.get("qk_pos_emb_head_dim"), 64),
             v_head_dim=int_value("--v-head-dim", v.get("v_head_dim"), 128)).items() if val is not None or k == "q_lora_rank"}
     elif heads:
         kv = int_value("--num-query-groups", v.get("num_query_groups"), 1) if v.get("group_query_attention") else heads
-        hidden = int_value("--hidden-size", v.get("hidden_size"))
         hd = int_value("--kv-channels", v.get("kv_channels")) or (hidden // heads if hidden else None)
         h["attention"] = {k: val for k, val in dict(
             kind="gqa", num_heads=heads, num_kv_heads=kv, head_dim=hd, qk_norm=bool(v.get("qk_layernorm")),
             qkv_bias=bias or bool(v.get("add_qkv_bias")), output_bias=bias).items() if val is not None}
         h["attention"].update(_local_attention_hints(v, h.get("num_layers")))
+    activation, clamp = _activation(v)
     ffn = int_value("--ffn-hidden-size", v.get("ffn_hidden_size"))
-    h["ffn"] = {"activation": "swiglu" if v.get("swiglu") else "gelu", "bias": bias}
+    if ffn is None and hidden:
+        # validate_args: 4 x hidden, or with --swiglu (only that switch) 8/3 x hidden rounded down to 64
+        ffn = int((4 * hidden * 2 / 3) / 64) * 64 if v.get("swiglu") else 4 * hidden
+    h["ffn"] = {"activation": activation, "bias": bias}
+    if clamp is not None:
+        h["ffn"]["clamp"] = clamp
     if ffn:
         h["ffn"]["hidden_size"] = ffn
     if v.get("num_experts"):
         E = int_value("--num-experts", v["num_experts"])
+        # TopKRouter gives its gating linear a bias whenever add_bias_linear is on
+        # (megatron/core/transformer/moe/router.py, core_v0.19.0).
         moe: dict[str, Any] = {"num_experts": E, "top_k": int_value("--moe-router-topk", v.get("moe_router_topk"), 2),
                                "expert_hidden_size": int_value("--moe-ffn-hidden-size", v.get("moe_ffn_hidden_size")) or ffn,
-                               "expert_bias": bias}
+                               "expert_bias": bias, "router_linear_bias": bias}
         shared = int_value("--moe-shared-expert-intermediate-size", v.get("moe_shared_expert_intermediate_size"))
         if shared:
-            moe["shared_expert_hidden_size"] = shared
-            moe["num_shared_experts"] = max(shared // moe["expert_hidden_size"], 1) if moe["expert_hidden_size"] else 1
+            # Megatron builds one shared MLP of this width; planner counts it as n experts of the
+            # routed width where it divides (the width then follows from the count).
+            width = moe["expert_hidden_size"]
+            if width and shared % width == 0:
+                moe["num_shared_experts"] = shared // width
+            else:
+                moe["num_shared_experts"] = 1
+                moe["shared_expert_hidden_size"] = shared
         freq = parse_moe_layer_freq(str(v.get("moe_layer_freq", "1")), h.get("num_layers"))
         if isinstance(freq, list):
             first_dense = next((i for i, x in enumerate(freq) if x), len(freq))
@@ -303,6 +405,8 @@ def model_hints(v: dict) -> dict:
                 moe["first_k_dense"] = first_dense
         elif freq > 1:
             moe["layer_freq"] = freq
+        if moe.get("first_k_dense", 0) == 0 and "layer_pattern" not in moe and "layer_freq" not in moe:
+            h["ffn"]["bias"] = False  # no dense MLP to carry the bias: the spec's default
         if v.get("moe_router_score_function"):
             moe["score_function"] = v["moe_router_score_function"]
         if v.get("moe_router_enable_expert_bias"):
@@ -312,12 +416,8 @@ def model_hints(v: dict) -> dict:
         if v.get("moe_router_group_topk"):
             moe["group_top_k"] = int_value("--moe-router-group-topk", v["moe_router_group_topk"])
         if v.get("moe_router_topk_scaling_factor") is not None:
-            try:
-                f = float(v["moe_router_topk_scaling_factor"])
-            except ValueError:
-                raise PlannerError(f"--moe-router-topk-scaling-factor {v['moe_router_topk_scaling_factor']}: Megatron "
-                                   "expects a number there.") from None
-            if f > 0 and f != 1.0:
+            f = _float_flag(v, "moe_router_topk_scaling_factor")
+            if f is not None and f > 0 and f != 1.0:
                 moe["routed_scaling_factor"] = f
         h["moe"] = moe
     return h

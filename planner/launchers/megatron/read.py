@@ -241,9 +241,8 @@ _IGNORED_DESTS = {
     "dist_ckpt_strictness", "ckpt_fully_parallel_load", "async_save", "use_persistent_ckpt_worker",
     "auto_detect_ckpt_format", "num_workers", "dataloader_type", "data_cache_path", "no_mmap_bin_files",
     "moe_aux_loss_coeff", "moe_router_load_balancing_type", "moe_router_bias_update_rate",
-    "moe_z_loss_coeff", "moe_input_jitter_eps", "mtp_loss_scaling_factor", "rotary_base", "rotary_percent",
-    "rotary_scaling_factor", "rope_type", "mscale", "mscale_all_dim", "beta_fast", "beta_slow",
-    "original_max_position_embeddings", "norm_epsilon", "make_vocab_size_divisible_by",
+    "moe_z_loss_coeff", "moe_input_jitter_eps", "mtp_loss_scaling_factor", "norm_epsilon",
+    "make_vocab_size_divisible_by",
     "manual_gc", "manual_gc_interval", "manual_gc_eval", "cross_entropy_loss_fusion",
     "cross_entropy_fusion_impl", "moe_permute_fusion", "moe_router_fusion", "apply_rope_fusion",
     "masked_softmax_fusion", "bias_gelu_fusion", "bias_swiglu_fusion", "bias_dropout_fusion",
@@ -256,9 +255,6 @@ _IGNORED_DESTS = {
     "moe_router_topk_scaling_factor", "moe_router_pre_softmax", "moe_router_dtype",
     "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
     "moe_router_group_topk", "micro_batch_size", "global_batch_size",
-    # rotary details: no effect on memory or time (the exporter writes them from the model's rope)
-    "use_rope_scaling", "rope_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast",
-    "yarn_beta_slow", "yarn_correction_range_round_to_int", "rotary_seq_len_interpolation_factor",
 }
 
 # Flags read into the plan, job or model hints. Flags that args_violations checks but planner does
@@ -288,6 +284,11 @@ _USED_DESTS = {
     "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
     "moe_router_group_topk", "moe_router_topk_scaling_factor", "moe_router_pre_softmax",
     "micro_batch_size", "global_batch_size", "ckpt_format", "padded_vocab_size",
+    # the model's RoPE and MLP activation (planner.launchers.megatron.model rope_hints, _activation)
+    "rotary_base", "rotary_percent", "rotary_scaling_factor", "rope_type", "mscale", "mscale_all_dim",
+    "use_rope_scaling", "rope_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast",
+    "yarn_beta_slow", "yarn_correction_range_round_to_int", "rotary_seq_len_interpolation_factor",
+    "use_rotary_position_embeddings", "quick_geglu", "glu_linear_offset", "activation_func_clamp_value",
 }
 
 

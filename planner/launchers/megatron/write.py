@@ -167,6 +167,24 @@ def window_args(model) -> list[str]:
     return args + ["--window-attn-skip-freq", _pattern(flags)]
 
 
+def activation_args(model) -> list[str]:
+    """The MLP's activation flags. A clamped gated unit is gpt-oss's: Megatron-Bridge's
+    GPTOSSProvider builds it as quick_gelu, gated, glu_linear_offset 1.0 and
+    activation_func_clamp_value 7.0, the three flags below (core_transformer_config_from_args maps
+    --quick-geglu to the gated quick_gelu); the grouped experts fuse it
+    (weighted_bias_quick_geglu_impl), the dense MLP fuses only GELU and SwiGLU (mlp.py), so a dense
+    or shared-expert MLP runs it unfused."""
+    f = model.ffn
+    if not f.gated:
+        return []
+    if f.clamp is None:
+        return ["--swiglu"]
+    args = ["--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", _number(f.clamp)]
+    if any(k == "dense" for k in model.layer_kinds) or (model.moe is not None and model.moe.shared_hidden):
+        args += ["--no-bias-gelu-fusion"]  # a dense or shared-expert MLP: mlp.py refuses to fuse quick_gelu
+    return args
+
+
 def architecture_args(model, job, notes: list[str] | None = None) -> list[str]:
     """Model-shape flags: the same for every plan of a model. Details Megatron-LM's command line
     cannot state are appended to ``notes``."""
@@ -211,8 +229,7 @@ def architecture_args(model, job, notes: list[str] | None = None) -> list[str]:
             flags = [0 if a.uses_rope(i) else 1 for i in range(model.num_layers)]
             every = model.num_layers % a.no_rope_every == 0  # TransformerConfig: an int N must divide the layers
             args += ["--no-rope-freq", str(a.no_rope_every) if every else _pattern(flags)]
-    if model.ffn.gated:
-        args += ["--swiglu"]
+    args += activation_args(model)
     args += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
     yarn_gqa = a.kind == "gqa" and model.rope is not None and model.rope.scaling == "yarn"
     args += ["--position-embedding-type", "learned_absolute" if model.position_embedding == "learned" else
@@ -224,7 +241,8 @@ def architecture_args(model, job, notes: list[str] | None = None) -> list[str]:
         args += ["--untie-embeddings-and-output-weights"]
 
 
-    has_bias = model.ffn.bias or (a.kind == "gqa" and a.output_bias) or (model.moe is not None and model.moe.expert_bias)
+    has_bias = model.ffn.bias or (a.kind == "gqa" and a.output_bias) or (model.moe is not None and (
+        model.moe.expert_bias or model.moe.router_linear_bias))
     if not has_bias:
         args += ["--disable-bias-linear"]  # Megatron's default adds biases to every linear
     # Megatron defaults both dropouts to 0.1; the model's values are what planner's memory model uses.
