@@ -207,3 +207,15 @@ def test_a_whole_config_without_mixed_precision_trains_in_fp32():
                            precision="bf16").plan.to_string() == "tp=2,cp=2,precision=bf16"
     recipe = job_from_bridge("--recipe llama31_8b_pretrain_config\n-tp 2\n", hw="h100", gpus=16)
     assert recipe.job.precisions == ["bf16"]  # the recipe's bf16_mixed
+
+
+def test_fsdp_sharding_strategy_default_per_source():
+    """Without ddp.data_parallel_sharding_strategy, a whole ConfigContainer has MCore's 'no_shard';
+    a recipe-built launch has the recipes' optim_grads_params (recipes/common.py _pretrain_common)."""
+    text = (FIXTURES / "llama31_8b_pretrain_dryrun_tp2.yaml").read_text()
+    assert text.count("  data_parallel_sharding_strategy: no_shard\n") == 1
+    whole = text.replace("  data_parallel_sharding_strategy: no_shard\n", "").replace(
+        "  use_megatron_fsdp: false\n", "  use_megatron_fsdp: true\n", 1)
+    assert job_from_bridge(whole, hw="h100", gpus=16).plan.sharding == "ddp"
+    recipe = job_from_bridge("--recipe llama31_8b_pretrain_config\nddp.use_megatron_fsdp=true\n", hw="h100", gpus=16)
+    assert recipe.plan.sharding == "fsdp"

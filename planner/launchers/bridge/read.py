@@ -511,7 +511,9 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
 
     instances = _int_at(val, "ddp.num_distributed_optimizer_instances", 1) or 1
     if val("ddp.use_megatron_fsdp", False):
-        strategy = val("ddp.data_parallel_sharding_strategy", "optim_grads_params")
+        # A recipe's DDP config sets optim_grads_params (recipes/common.py _pretrain_common); a whole
+        # ConfigContainer without the field has MCore DistributedDataParallelConfig's 'no_shard'.
+        strategy = val("ddp.data_parallel_sharding_strategy", "no_shard" if args.kind == "yaml" else "optim_grads_params")
         sharding = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}.get(
             str(strategy))
         if sharding is None:
