@@ -101,3 +101,11 @@ def test_shared_experts_read_as_the_routed_width_count():
     assert h["moe"]["num_shared_experts"] == 2 and "shared_expert_hidden_size" not in h["moe"]
     odd = hints("--num-experts 8 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 384")["moe"]
     assert (odd["num_shared_experts"], odd["shared_expert_hidden_size"]) == (1, 384)
+
+
+def test_a_missing_micro_batch_size_is_noted_megatron_has_no_default():
+    # TrainingConfig.micro_batch_size is None and validate_args asserts it is set
+    args = plan_from_megatron_args("--num-layers 4 --hidden-size 1024 --num-attention-heads 8")
+    assert args.plan.mbs == 1 and any("--micro-batch-size not given" in n for n in args.notes)
+    given = plan_from_megatron_args("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --micro-batch-size 2")
+    assert given.plan.mbs == 2 and not any("--micro-batch-size" in n for n in given.notes)

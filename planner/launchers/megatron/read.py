@@ -468,6 +468,11 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     ep = _int(v, "expert_model_parallel_size", 1)
     etp = _int(v, "expert_tensor_parallel_size")
     mbs = _int(v, "micro_batch_size", 1)
+    if v.get("micro_batch_size") is None:
+        # Megatron has no default here: TrainingConfig.micro_batch_size is None and validate_args
+        # asserts it is set (arguments.py, core_v0.19.0).
+        notes.append("--micro-batch-size not given: Megatron's validate_args asserts it is set, so this launch does "
+                     "not start as written; read as 1")
     _int(v, "num_layers")  # refused here when not an integer; the layer count is read with the model
 
     # ---- virtual pipeline --------------------------------------------------------------------
