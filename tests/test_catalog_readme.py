@@ -112,13 +112,16 @@ def test_quick_start_is_two_commands_and_ci_runs_the_second():
     # .ci/run performs command 2 step by step (venv, install with test extras, the test command).
     assert "-m venv" in ci and '. "$VENV/bin/activate"' in ci
     assert "pip install --progress-bar off -e '.[test]'" in ci
-    # ... then the README's test command, after the install; only the lint checks follow it.
+    # ... then the README's test command, after the install; then the second step (the slow and the
+    # launcher validators' tests, once the validation venvs are built) and the lint checks.
     lines = ci.rstrip().splitlines()
     test_cmd = QUICK_START_TEST.split(" && ")[-1]
     assert test_cmd == "python -m pytest" and test_cmd in lines
     after = lines[lines.index(test_cmd) + 1:]
     assert lines.index(test_cmd) > lines.index("python -m pip install --progress-bar off -e '.[test]'")
     assert [ln for ln in after if ln and not ln.startswith("#")] == [
+        'for pid in "${pids[@]}"; do wait "$pid"; done', "tail -n 2 .ci-logs/*.log 2>/dev/null || true",
+        'python -m pytest -m "slow or megatron"',
         "python -m pip install --progress-bar off -e '.[lint]'", "ruff check planner tests scripts benchmarks", "mypy"]
 
 
