@@ -1,5 +1,5 @@
-"""README.md: the catalog tables are generated from the YAML (and fail here when stale), the quick
-start's test command is the one .ci/run runs, and .ci/run is a runnable bash script.
+"""docs/usage.md's catalog tables are generated from the YAML (and fail here when stale), the README's
+quick start's test command is the one .ci/run runs, and .ci/run is a runnable bash script.
 
 Regenerate the tables after changing models/ or hw_specs/:
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+CATALOG_DOC = REPO / "docs" / "usage.md"
 CI = REPO / ".ci" / "run"
 
 QUICK_START_TEST = "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest"
@@ -83,23 +84,23 @@ TABLES = {"models": models_table, "hardware": hardware_table}
 
 def _section(text: str, name: str) -> re.Match:
     m = re.search(rf"<!-- BEGIN {name} table.*?-->\n(.*?)<!-- END {name} table -->", text, re.S)
-    assert m, f"README.md lacks the markers of the {name} table"
+    assert m, f"docs/usage.md lacks the markers of the {name} table"
     return m
 
 
 def regenerate() -> None:
-    text = README.read_text()
+    text = CATALOG_DOC.read_text()
     for name, make in TABLES.items():
         m = _section(text, name)
         text = text[: m.start(1)] + make() + "\n" + text[m.end(1):]
-    README.write_text(text)
+    CATALOG_DOC.write_text(text)
 
 
 def test_readme_catalog_tables_are_current():
-    text = README.read_text()
+    text = CATALOG_DOC.read_text()
     for name, make in TABLES.items():
         assert _section(text, name).group(1) == make() + "\n", (
-            f"the {name} table in README.md is stale: run PYTHONPATH=. python tests/test_catalog_readme.py")
+            f"the {name} table in docs/usage.md is stale: run PYTHONPATH=. python tests/test_catalog_readme.py")
 
 
 def test_quick_start_is_two_commands_and_ci_runs_the_second():
@@ -140,4 +141,4 @@ def test_ci_script_fails_without_a_suitable_python(tmp_path):
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
     regenerate()
-    print("README.md tables regenerated")
+    print("docs/usage.md tables regenerated")

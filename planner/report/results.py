@@ -64,6 +64,8 @@ REPORTS: tuple[Report, ...] = (
 )
 SEED_CLAIMS = "seed-claims"
 README = "README"
+FIGURES = "readme-figures"
+"""The figures the top-level README quotes (planner.report.readme_figures): readme-figures.md."""
 PUBLISHED_RUNS = "published-runs"
 """planner validate on the bundled published runs: validation/published-runs.{md,json,png}."""
 ERROR_BANDS = "error-bands"
@@ -72,7 +74,7 @@ COMMAND = "PYTHONPATH=. python -m planner.report.results"
 
 
 def report_names() -> list[str]:
-    return [r.name for r in REPORTS] + [SEED_CLAIMS, PUBLISHED_RUNS, README]
+    return [r.name for r in REPORTS] + [SEED_CLAIMS, PUBLISHED_RUNS, README, FIGURES]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +277,10 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
     say = progress or (lambda msg: None)
     gen = Generated()
     prepare_folder(folder, "reports")
-    wanted = [r for r in REPORTS if r.name in names or README in names]
+    from planner.report import readme_figures
+
+    wanted = [r for r in REPORTS if r.name in names or README in names
+              or (FIGURES in names and r.name in readme_figures.HEADLINE_REPORTS)]
     for r in wanted:
         say(f"[{r.name}] searching")
         out = build_report(r, progress=lambda msg, n=r.name: say(f"[{n}] {msg}"))
@@ -292,24 +297,31 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
         claims = build_claims(progress=lambda msg: say(f"[seed-claims] {msg}"), compares=gen.outs)
         gen.files[f"{SEED_CLAIMS}.json"] = dump_json(claims)
         gen.files[f"{SEED_CLAIMS}.md"] = markdown_claims(claims)
-    if PUBLISHED_RUNS in names:
+    validation = None
+    if PUBLISHED_RUNS in names or FIGURES in names:
         from planner.commands.validate import COMMAND as VALIDATE_COMMAND
         from planner.validate import PUBLISHED_RUNS as RUNS_FILE, validate_file
         from planner.validate.report import markdown, plot
 
         say("[published-runs] evaluating")
         report = validate_file(RUNS_FILE)
+        validation = json.loads(dump_json(report))
+    if PUBLISHED_RUNS in names:
         (folder / "validation").mkdir(parents=True, exist_ok=True)
         gen.files[f"validation/{PUBLISHED_RUNS}.json"] = dump_json(report)
         gen.files[f"validation/{PUBLISHED_RUNS}.md"] = markdown(report, VALIDATE_COMMAND)
         from planner.validate.bands import bands_from_report
 
         # What explain and search print next to a predicted step time (planner.validate.bands).
-        gen.files[f"validation/{ERROR_BANDS}.json"] = dump_json(bands_from_report(json.loads(dump_json(report))))
+        gen.files[f"validation/{ERROR_BANDS}.json"] = dump_json(bands_from_report(validation))
         if plots:
             plot(report, folder / "validation" / f"{PUBLISHED_RUNS}.png")
     if README in names:
         gen.files["README.md"] = render_readme(gen.outs)
+    if FIGURES in names:
+        # From the JSON as written (what the README test reads back from results/).
+        outs = {n: json.loads(dump_json(gen.outs[n])) for n in readme_figures.HEADLINE_REPORTS}
+        gen.files[readme_figures.FILE] = readme_figures.render(validation, outs)
     from planner.files import write_text
 
     for name, text in gen.files.items():
