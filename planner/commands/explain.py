@@ -62,6 +62,12 @@ def explain_cmd(
             check_output(plot, "plot", suffixes=(".png",))  # before the work, and never over an input
         setup = resolve_setup(src.model, src.hw, src.job, src.plan, assumptions)
     result, mem = _evaluate(setup, src, top, plot)
+    from planner.search.risks import plan_risks
+
+    # The documented run-time failures this plan's combination is known for (software/risks/runtime.yaml),
+    # for the launcher it was read from, or for every launcher when it was given as a plan.
+    target = "torchtitan" if torchtitan is not None else "megatron" if (megatron_args or bridge) else "any"
+    result["risks"] = [r.to_json() for r in plan_risks(src.model, setup.plan, target)]
     if json:
         from planner.cost.evaluate import context_json
 

@@ -33,7 +33,7 @@ def search_cmd(
     torchtitan_config: TorchtitanConfigOpt = None,
     fix: FixOpt = None,
     max_: MaxOpt = None,
-    top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="How many plans to rank.")] = 10,
+    top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="How many plans (families, unless --all-variants) to show.")] = 10,
     solver: Annotated[str, typer.Option("--solver", help="cpsat (default) or exhaustive (the enumeration oracle).")] = "cpsat",
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds the solver may take.")] = 60.0,
     per_stage: Annotated[bool, typer.Option("--per-stage/--no-per-stage", help="Refine pipeline layouts stage by stage where a bound says it can win (deterministic; FEASIBLE when a refinement enters the ranking). --no-per-stage keeps the uniform and standard uneven layouts.")] = True,
@@ -45,6 +45,7 @@ def search_cmd(
     timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock timings (JSON output is otherwise byte-stable).")] = False,
     json: JsonOpt = False,
     markdown: MarkdownOpt = False,
+    all_variants: Annotated[bool, typer.Option("--all-variants", help="Show every ranked plan, not the best of each family (degrees, sharding, precision; VPP, layout, micro-batch, recompute and offload vary inside one).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the solver's full status (what it proved over which space), not its one-line summary.")] = False,
 ) -> None:
     """Rank feasible plans: parallel degrees, layout, recompute, offload, precision, sharding."""
@@ -62,7 +63,11 @@ def search_cmd(
         from planner.files import check_output
 
         check_output(save, "saved search")  # before the search runs, and never over a file it read
+    from dataclasses import replace
+
     opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, solver, torchtitan_config)
+    # Ties are ties (planner.search.ties) and families are shown unless every variant is asked for.
+    opts = replace(opts, ties=True, families=not all_variants)
     assumptions = target_assumptions(assumptions, opts.target)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
     _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,

@@ -179,6 +179,8 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
         word = "slower" if vs["slower_by"] > 0 else "faster"
         c.print(f"versus the search's top plan {esc(vs['top_plan'])}: step {fmt_time(vs['step_time_s'])} vs "
                 f"{fmt_time(vs['top_step_time_s'])} ({abs(vs['slower_by']):.1%} {word})")
+    for risk in result.get("risks", []):
+        c.print(f"[yellow]runtime risk[/yellow] {esc(risk['name'])}: {esc(risk['text'])} ({esc(risk['source'])})")
     if unknown_flags:
         c.print("[yellow]Megatron flags planner does not model:[/yellow] " + esc(" ".join(unknown_flags)))
     if "plot" in result:
@@ -244,12 +246,17 @@ _WRAPPABLE = ("levers", "degrees", "family")
 
 
 def search_rows(plans: list[dict]) -> list[tuple[list[str], str]]:
-    """(cells, full plan string) per ranked plan, in SEARCH_COLUMNS order."""
+    """(cells, full plan string) per ranked plan, in SEARCH_COLUMNS order. The family cell is the
+    plan's family (planner.search.families: degrees, sharding, precision, and its variants' spread)
+    where the search gave one, else the parallelisms it uses."""
+    from planner.search.families import family_cell
+
     rows = []
     for p in plans:
         mem, tm = p["memory"], p["time"]
         room = mem["headroom_bytes"] / GiB
-        rows.append(([str(p["rank"]), plan_family(p["plan"]), plan_degrees(p["plan"]), plan_levers(p["plan"]),
+        family = family_cell(p["family"]) if p.get("family") else plan_family(p["plan"])
+        rows.append(([str(p["rank"]), family, plan_degrees(p["plan"]), plan_levers(p["plan"]),
                       f"{mem['peak_bytes'] / GiB:.1f}/{room:.1f}", fmt_time(tm["step_time_s"]),
                       f"{tm['tokens_per_s_per_gpu']:,.0f}", short_band(tm)], p["plan_string"]))
     return rows
@@ -318,6 +325,8 @@ def print_search(result, out: dict, saved=None, verbose: bool = False) -> None:
     sv = out["solver"]
     text = status_line(sv) if verbose else status_brief(sv)
     c.print("solver: " + esc(text).replace(sv["status"], f"[bold]{sv['status']}[/bold]", 1))
+    if sv.get("ties"):
+        c.print("ties: " + esc(ties_text(sv["ties"])))
     if out["plans"]:
         c.print(margin_text(h, j, out["plans"][0]["memory"].get("margin_bytes", 0.0)))
         c.print("[bold]Ranked plans[/bold]: peak/room = the worst stage's estimated reserved memory and its headroom, "
@@ -339,6 +348,19 @@ def print_search(result, out: dict, saved=None, verbose: bool = False) -> None:
         print_sensitivity(out["sensitivity"])
     if saved:
         c.print(f"saved to {esc(saved)} (use: planner explain/export --from {esc(saved)} --rank K)")
+
+
+def ties_text(ties: dict) -> str:
+    """The tie rule and what the list shows, one line (the JSON: solver.ties)."""
+    text = (f"steps within {100 * ties['resolution']:.1f}% tie (the model's resolution for "
+            f"{ties.get('class') or 'every class pooled'}: median error of the step ratio of two plans of one job, "
+            f"{ties['series']} published series); robust plans first within a tie")
+    if ties.get("families"):
+        text += (f"; the best plan of each of {ties['families_found']} families in {ties['plans_ranked']} ranked plans "
+                 f"(--all-variants: every plan)")
+    if not ties.get("first_group_complete", True):
+        text += f"; all {ties['plans_ranked']} ranked plans tie with the fastest (--top higher ranks more)"
+    return text
 
 
 def launchers_line(plans: list[dict]) -> str:

@@ -45,6 +45,11 @@ class Options:
     """Layouts that do not fit uniformly but might with per-stage choices, tried in bound order."""
     torchtitan_config: str | None = None
     """--torchtitan-config MODULE:FUNCTION: the torchtitan rules read it as export and check do."""
+    ties: bool = False
+    """Order plans the model cannot tell apart robust-first (planner.search.ties; ``search`` sets it)."""
+    families: bool = False
+    """Show the first plan of each family, ``top`` families out of a larger ranking
+    (planner.search.families; ``search`` sets it unless --all-variants). Implies ``ties``."""
 
 
 @dataclass
@@ -89,8 +94,16 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     from planner.cost.setup import Assumptions
 
     options = options or Options()
-    return _Run(model, hw, job, options, target_assumptions(assumptions or Assumptions(), options.target),
-                progress).search()
+    shown = options.top
+    if options.families:
+        from planner.search.families import pool_size
+
+        # Rank more plans than the families shown, so each family has its variants and the first tie
+        # group its robust members; the one arrangement after the walked order cuts back to ``shown``.
+        options = replace(options, top=pool_size(options.top))
+    run = _Run(model, hw, job, options, target_assumptions(assumptions or Assumptions(), options.target), progress)
+    run.shown = shown
+    return run.search()
 
 
 def target_assumptions(assumptions, target: str):
@@ -128,6 +141,8 @@ class _Run:
         self.dominated: dict = {}
         self.block_sources: list = []
         """The search's cost contexts, whose block costs a ranked plan's reports read."""
+        self.shown = options.top
+        """How many plans the result holds (fewer than ``top`` ranked when families are shown)."""
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
@@ -319,6 +334,12 @@ class _Run:
         plans, gap = _walked_order([_with_time(p) for p in plans])
         if gap > ESTIMATE_TOLERANCE and status == "OPTIMAL":
             status = "FEASIBLE"  # proven over the tables' estimate, not over the walked times shown
+        ties: dict = {}
+        if o.ties or o.families:
+            from planner.search.families import arrange
+
+            plans, ties = arrange(plans, self.model, self.hw, self.job, o.target, families=o.families,
+                                  shown=self.shown, pool=o.top)
         self.lap("evaluate_s")
         self.timings["total_s"] = round(time.perf_counter() - self.t0, 4)
         from planner.search.status import solver_json
@@ -327,6 +348,8 @@ class _Run:
             "dropped_by_rules": [p.plan.to_string() for p in bad],
             "dropped_by_exact_memory": [p.plan.to_string() for p in unfit],
             "dropped_as_dominated": dominated})
+        if ties:
+            solver["ties"] = ties
         return SearchResult(self.space, costed.tables, plans, solver, self.timings)
 
 

@@ -1,0 +1,130 @@
+"""Families, not near-twins: the ranked plans in tie order (planner.search.ties), grouped by family.
+
+A family is what an engineer chooses between: the parallel degrees (TP, CP, PP, EP, expert TP, DP),
+the sharding and the precision. Inside a family the pipeline's virtual stages and layout, the
+micro-batch size, recompute, offload and the dispatcher vary; those variants differ by a few per cent,
+less than the model can tell apart, and ten of them filled the old top ten. ``search`` shows the first
+plan of each family in tie order (its most robust plan among the fastest ties) with the family's
+spread over the plans ranked; ``--all-variants`` shows every plan.
+
+Pure functions over the ranked plans; the driver calls :func:`arrange` once, after the walked order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from planner.search.risks import Risk, plan_risks
+from planner.search.ties import NO_RESOLUTION, Resolution, job_resolution, robustness, tie_order
+
+POOL_FACTOR = 4
+"""With families shown, the search ranks this many times the plans asked for (at most MAX_POOL), so
+that the families shown each have their variants and the first tie group its robust members."""
+MAX_POOL = 100
+"""The most plans a search ranks for families (search's --top bound)."""
+
+
+def family_key(plan, gpus: int) -> str:
+    """A typed ``Plan``'s family on ``gpus`` GPUs: its degrees above 1 (expert TP where it differs
+    from TP), sharding and precision, e.g. 'pp2 ep64 dp128 zero2 bf16'."""
+    d = plan.degrees(gpus)
+    degrees = []
+    for k in ("tp", "cp", "pp", "ep", "dp"):
+        v = getattr(d, k)
+        if v > 1:
+            degrees.append(f"{k}{v}")
+        if k == "ep" and d.etp != d.tp:
+            degrees.append(f"etp{d.etp}")
+    precision = [str(getattr(plan.precision, "value", plan.precision))] if plan.precision else []
+    return " ".join([*(degrees or ["1 GPU"]), str(plan.sharding), *precision])
+
+
+def pool_size(top: int) -> int:
+    """How many plans to rank for ``top`` families."""
+    return max(top, min(POOL_FACTOR * top, MAX_POOL))
+
+
+@dataclass(frozen=True)
+class Family:
+    key: str
+    variants: int
+    best_step_s: float
+    worst_step_s: float
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "variants": self.variants, "best_step_time_s": self.best_step_s,
+                "worst_step_time_s": self.worst_step_s,
+                "spread": round(self.worst_step_s / self.best_step_s - 1, 4) if self.best_step_s > 0 else 0.0}
+
+
+
+def family_cell(family: dict) -> str:
+    """The search table's family cell from a plan's ``family`` JSON: identity, and the spread of its
+    variants over the plans ranked."""
+    if family["variants"] == 1:
+        return family["key"]
+    return f"{family['key']}; {family['variants']} variants to +{100 * family['spread']:.1f}%"
+
+
+def families_of(keys: Sequence[str], steps: Sequence[float]) -> dict[str, Family]:
+    """Each family's variant count and best and worst step over the plans given."""
+    out: dict[str, Family] = {}
+    for k, s in zip(keys, steps):
+        f = out.get(k)
+        out[k] = Family(k, 1, s, s) if f is None else Family(k, f.variants + 1, min(f.best_step_s, s),
+                                                                  max(f.worst_step_s, s))
+    return out
+
+
+def first_of_each(keys: Sequence[str]) -> list[int]:
+    """Indices of the first item of each family, in order."""
+    seen: set[str] = set()
+    out = []
+    for i, k in enumerate(keys):
+        if k not in seen:
+            seen.add(k)
+            out.append(i)
+    return out
+
+
+def arrange(plans: list, model, hw, job, target: str, *, families: bool, shown: int, pool: int,
+            risks: tuple[Risk, ...] | None = None, resolution: Resolution | None = None) -> tuple[list, dict]:
+    """The driver's ``Ranked`` plans (walked order) in tie order, renumbered, each evaluation given
+    ``family``, ``tie_group`` and ``risks``; with ``families`` only the first plan of each family, at
+    most ``shown``. ``pool``: how many plans the search asked for (fewer ranked: the space has no more).
+    Returns the plans and the ``ties`` JSON object."""
+    if not plans:
+        return plans, {}
+    if resolution is None:
+        precision = plans[0].setup.plan.precision or job.default_precision
+        resolution = job_resolution(model, hw, str(getattr(precision, "value", precision))) if hw is not None \
+            else NO_RESOLUTION
+    found = {id(p): [r for r in plan_risks(model, p.setup.plan, target, risks)] for p in plans}
+
+    def step(p) -> float:
+        return float(p.evaluation["time"]["step_time_s"])
+
+    def robust(p) -> tuple:
+        mem = p.evaluation["memory"]
+        return robustness(p.setup.plan, mem["headroom_bytes"], mem["capacity_bytes"],
+                          [r.name for r in found[id(p)]]).key()
+
+    ordered = tie_order(plans, step, robust, resolution.relative)
+    keys = [family_key(p.setup.plan, job.gpus) for _, p in ordered]
+    fams = families_of(keys, [step(p) for _, p in ordered])
+    pick = first_of_each(keys)[:shown] if families else list(range(min(len(ordered), shown)))
+    fastest = min(step(p) for p in plans)
+    last_in_first_group = max(step(p) for g, p in ordered if g == 1)
+    out = []
+    for rank, i in enumerate(pick, start=1):
+        group, p = ordered[i]
+        ev = {**p.evaluation, "family": fams[keys[i]].to_json(), "tie_group": group,
+              "risks": [r.to_json() for r in found[id(p)]]}
+        out.append(replace(p, rank=rank, evaluation=ev))
+    slowest = max(step(p) for p in plans)
+    info = {**resolution.to_json(), "families": families, "plans_ranked": len(plans), "families_found": len(fams),
+            "first_group_size": sum(1 for g, _ in ordered if g == 1),
+            "first_group_complete": slowest > fastest * (1 + resolution.relative) or len(plans) < pool,
+            "first_group_slowest_step_time_s": last_in_first_group}
+    return out, info
