@@ -97,6 +97,7 @@ def _evaluate(setup, src, top, plot) -> tuple[dict, object]:
     from planner.validate.bands import attach_band
 
     attach_band(result, setup)
+    mem.add_reserved_json(result["memory"])
     if src.script is not None and src.script.args.unknown_flags:
         result["unknown_megatron_flags"] = list(src.script.args.unknown_flags)
     if top is not None:

@@ -37,7 +37,7 @@ from planner.cost.constant import ConstantMemory, RankParams, block_params, cons
 from planner.cost.flops import BF16, Shard, model_shape
 from planner.cost.pieces import (
     ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
-    peak_over_profiles, span_crossings, stranded_expert_bytes, workload_reserved,
+    comm_lines, peak_over_profiles, span_crossings, stranded_expert_bytes, workload_reserved,
 )
 from planner.cost.pipeline import (
     BlockCost, RankCost, data_parallel, dp_exposure, optimizer_shard,
@@ -1118,6 +1118,25 @@ class Costs:
         return total + attention_score_bytes(ctx.model, ctx.assumptions.implementation, mbs, d.tp,
                                              ctx.job.seq_len // d.cp)
 
+    def comm_lines(self) -> list:
+        """:meth:`comm_buffers` line by line (planner.cost.pieces.comm_lines; the local spec's
+        attention-score buffer is not among them), for the reports: the first variant's levers."""
+        ctx, b = self.ctx, self.batch
+        lv = b.variants[0]
+        d = self.key_deg()
+        mbs = ctx.keys.col["mbs"][b.key_rows]
+        sp = (d.tp > 1) & ctx.assumptions.sequence_parallel
+        return comm_lines(ctx.model, ctx.efficiency.memory, d, crosses=span_crossings(self._key_spans()),
+                          dispatcher=lv.dispatcher, tokens=mbs * ctx.job.seq_len // d.cp, sp=sp)
+
+    def attention_score_buffer(self) -> np.ndarray:
+        """The local spec's persistent attention-score buffer (0 with Transformer Engine)."""
+        ctx, b = self.ctx, self.batch
+        d = self.key_deg()
+        mbs = ctx.keys.col["mbs"][b.key_rows]
+        return _column(attention_score_bytes(ctx.model, ctx.assumptions.implementation, mbs, d.tp,
+                                             ctx.job.seq_len // d.cp), b.n_keys)
+
     def activation_peak(self, r: int) -> np.ndarray:
         """Highest activation + transient bytes of rank ``r`` over its schedule (exact maximum over
         the distinct in-flight vectors before each forward and backward)."""
@@ -1193,6 +1212,31 @@ class Costs:
         recomputes = np.array([v.recompute.kind != "none" for v in self.batch.variants]).repeat(self.batch.n_keys)
         return workload_reserved(wl, base + act_peak, base + self.optimizer_transient(r), act_peak, stranded,
                                  recomputes=recomputes, pipelined=self.batch.pp > 1)
+
+    def reserved_terms(self, r: int) -> dict[str, np.ndarray]:
+        """What :meth:`reserved_bytes` adds above the allocated peak of rank ``r``, term by term
+        (they sum to reserved minus allocated): with the workload model, 'stranded' (expert blocks
+        the forward-backward peak cannot reuse, beyond the allocated peak), 'partial_segments'
+        (the peak fraction), 'small_pool' (the fixed bytes), 'recompute' and 'pipeline' (shares of
+        the activation peak); otherwise 'allocator_fraction' (a measured share of the peak)."""
+        ctx = self.ctx
+        wl = ctx.allocator_workload
+        peak = self.peak_bytes(r)
+        if wl is None:
+            return {"allocator_fraction": peak * ctx.allocator_fraction}
+        const = self.constant(r)
+        base = const.total + self.comm_buffers() + const.fsdp_buffers
+        act_peak = self.activation_peak(r)
+        stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
+            lambda v: self._stranded(r, v)))
+        recomputes = np.array([v.recompute.kind != "none" for v in self.batch.variants]).repeat(self.batch.n_keys)
+        top = np.maximum(base + act_peak + stranded, base + self.optimizer_transient(r))
+        n = self.n
+        return {"stranded": _column(top - peak, n),
+                "partial_segments": _column(top * wl.peak_fraction.value, n),
+                "small_pool": _column(wl.base_bytes.value, n),
+                "recompute": _column(wl.recompute_fraction.value * recomputes * act_peak, n),
+                "pipeline": _column(wl.pipeline_fraction.value * float(self.batch.pp > 1) * act_peak, n)}
 
     def _stranded(self, r: int, lv: Levers):
         """Stranded expert blocks of rank ``r`` (pieces.stranded_expert_bytes): on the local spec the

@@ -8,6 +8,7 @@ this module names the peak's moment the way the seed does and lays the result ou
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from planner.cost.compose import Costs, batch_of_setup, evaluate_batch
@@ -44,6 +45,12 @@ class StageMemory:
     """Activations and op temporaries at the forward-backward peak (above the constant bytes)."""
     fwd_bwd_moment: dict | None = None
     """Where the forward-backward peak happens (the overall moment unless the optimizer step peaks)."""
+    reserved_terms: dict[str, float] | None = None
+    """Reserved minus allocated, term by term (planner.cost.compose.Costs.reserved_terms)."""
+    comm_lines: tuple = ()
+    """The communication buffers line by line (planner.cost.pieces.CommLine, this plan's values)."""
+    attention_score_buffer: float = 0.0
+    """The local spec's persistent attention-score buffer (part of ``comm_buffers``)."""
 
     @property
     def base_bytes(self) -> float:
@@ -198,8 +205,11 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
         from planner.cost.schedules.inflight import held_vectors
 
         end_vec = max(held_vectors(name, pp, vpp, m, rank), key=held)
+    terms = {k: _one(v) for k, v in costs.reserved_terms(rank).items()}
+    lines = tuple(dataclasses.replace(ln, count=_one(ln.count), each=_one(ln.each)) for ln in costs.comm_lines())
     return StageMemory(rank, const, comm, chunks, end_vec, held(end_vec), peak, components, moment, opt_t,
-                       _one(costs.host_bytes(rank)), _one(costs.reserved_bytes(rank)), act_peak, fb_moment)
+                       _one(costs.host_bytes(rank)), _one(costs.reserved_bytes(rank)), act_peak, fb_moment,
+                       terms, lines, _one(costs.attention_score_buffer()))
 
 
 def stage_memory(setup, rank: int) -> StageMemory:
@@ -293,6 +303,17 @@ class MemoryReport:
             "peak_phase": "optimizer_step" if s.optimizer_transient > s.activation_peak else "forward_backward",
         }
 
+    def add_reserved_json(self, mj: dict) -> dict:
+        """``mj`` (this report's :meth:`to_json`) with explain's reserved detail: per stage and for
+        the worst, 'reserved_breakdown' and 'case_b' (kept out of the search's plan JSON, where
+        every ranked plan would carry them)."""
+        for s, sj in zip(self.stages, mj["stages"]):
+            sj["reserved_breakdown"] = reserved_breakdown_json(s, self.reserved(s))
+            sj["case_b"] = case_b_json(s, self.reserved(s), self.capacity_bytes, self.setup)
+        worst = mj["stages"][[s.rank for s in self.stages].index(self.worst.rank)]
+        mj["reserved_breakdown"], mj["case_b"] = worst["reserved_breakdown"], worst["case_b"]
+        return mj
+
     def to_json(self) -> dict:
         w = self.worst
         worst = self.stage_json(w)
@@ -316,6 +337,120 @@ class MemoryReport:
                         "capacity is usable HBM less the CUDA context and the user margin",
             },
         }
+
+
+HOLDING_TERMS = {
+    # term: (the seed's cause of case B it is, what drives it)
+    "stranded": ("fragmentation", "transient size mix: freed expert-weight-sized blocks (the local spec's "
+                 "AdamW sqrt(v) and unfused weight gradients) too small for the activation requests"),
+    "partial_segments": ("fragmentation", "segments partly used at the peak (a share of the peak)"),
+    "small_pool": ("fragmentation", "the small pool (2 MiB segments) and the allocator's rounding, fixed"),
+    "recompute": ("staircase", "recompute: the re-created forward allocates while the backward's gradient "
+                  "blocks stay cached"),
+    "pipeline": ("staircase", "pipeline in-flight stair: one micro-batch's backward frees blocks between later "
+                 "micro-batches' activations"),
+    "allocator_fraction": ("staircase", "a measured share of the allocated peak (the caching allocator's stair "
+                           "and fragmentation together)"),
+}
+"""The workload model's terms (hw_specs/efficiency <generation>.yaml memory.allocator_workload), each
+with the seed's name for its cause (staircase, fragmentation, stream split) and what drives it."""
+
+GRAPH_POOL_NOTE = "CUDA-graph private pools: 0 until the software-stack work models graph capture"
+OUTSIDE_ALLOCATOR = ("NCCL communicators and DeepEP/HybridEP buffers are allocated by their libraries outside "
+                     "PyTorch's caching allocator (torch.cuda.memory_reserved and memtrace do not see them); "
+                     "planner counts them with the allocated peak so the capacity check covers them")
+
+
+def _line_json(ln) -> dict:
+    out = {"count": round(ln.count), "bytes_each": round(ln.each), "bytes": round(ln.total), "estimate": ln.estimate,
+           "source": ln.source}
+    if ln.env:
+        out["env"] = list(ln.env)
+    return out
+
+
+def reserved_breakdown_json(s: StageMemory, reserved: float) -> dict:
+    """What a stage's reserved peak is made of: the allocated peak with its buffers line by line
+    (communicators per group, dispatcher buffers, PP receive slots, GEMM workspaces, graph pools),
+    and the allocator's holding above it term by term. Estimates are labelled."""
+    from planner.cost.pieces import GROUP_PURPOSE, NCCL_PROTOCOL_BYTES
+
+    comms = []
+    for ln in s.comm_lines:
+        if ln.kind != "nccl" or not ln.count:
+            continue
+        per_channel = sum(NCCL_PROTOCOL_BYTES.values())
+        comms.append({"group": ln.name, "purpose": GROUP_PURPOSE[ln.name], **_line_json(ln),
+                      "channels_implied": round(ln.each / per_channel, 1)})
+    by_kind = {ln.kind: ln for ln in s.comm_lines if ln.kind != "nccl"}
+    disp, p2p, ws, graphs = (by_kind[k] for k in ("dispatcher", "p2p", "workspace", "graph_pool"))
+    holding = reserved - s.peak_bytes
+    terms = s.reserved_terms or {}
+    return {
+        "reserved_peak_bytes": round(reserved),
+        "allocated_peak_bytes": round(s.peak_bytes),
+        "allocator_holding_bytes": round(holding),
+        "allocator_holding_terms": {k: round(v) for k, v in terms.items()},
+        "communicators": comms,
+        "communicator_bytes": round(sum(c["bytes"] for c in comms)),
+        "nccl_defaults": {"bytes_per_channel_and_peer": dict(NCCL_PROTOCOL_BYTES),
+                          "note": "NCCL_BUFFSIZE (Simple), LL and LL128 buffers per channel and peer (NCCL docs, "
+                                  "src/include/device.h); channels_implied = bytes each / their sum"},
+        "dispatcher": {"name": disp.name, **_line_json(disp)},
+        "pp_receive_buffers": _line_json(p2p),
+        "gemm_workspaces": {"streams": round(ws.count), **_line_json(ws)},
+        "graph_pools": {**_line_json(graphs), "note": GRAPH_POOL_NOTE},
+        "attention_score_buffer_bytes": round(s.attention_score_buffer),
+        "note": OUTSIDE_ALLOCATOR,
+    }
+
+
+def case_b_json(s: StageMemory, reserved: float, capacity: float, setup) -> dict:
+    """The seed's case B for one stage, predicted: reserved at the limit while allocated is GiBs
+    lower. The gap (reserved minus allocated), what drives it (the workload model's terms, each
+    with the seed's cause) and what would shrink it. ``at_risk`` uses memtrace's thresholds
+    (planner.memtrace.diagnose NEAR_LIMIT, GAP_B), so a snapshot and a prediction read alike."""
+    from planner.cost.setup import allocator_workload
+    from planner.memtrace.diagnose import GAP_B, NEAR_LIMIT
+
+    gap = reserved - s.peak_bytes
+    terms = s.reserved_terms or {}
+    drivers = [{"term": k, "bytes": round(v), "cause": HOLDING_TERMS[k][0], "why": HOLDING_TERMS[k][1]}
+               for k, v in sorted(terms.items(), key=lambda kv: -kv[1]) if v > 0]
+    mem = setup.efficiency.memory
+    workload = allocator_workload(mem, setup.assumptions) is not None
+    shrink = []
+    if workload:
+        alt = s.peak_bytes * mem.allocator_fraction_expandable.value
+        shrink.append({"lever": "expandable_segments", "gap_bytes": round(alt),
+                       "how": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (explain --expandable-segments): "
+                              "segments grow in place, so a transient spike leaves no whole segment behind "
+                              f"(measured gap at most {mem.allocator_fraction_expandable.value:.0%} of allocated)"})
+    if terms.get("stranded", 0) > 0:
+        shrink.append({"lever": "fused_experts", "gap_bytes": round(gap - terms["stranded"]),
+                       "how": "Transformer Engine's grouped GEMM and fused Adam write no per-expert temporaries"})
+    if terms.get("pipeline", 0) > 0:
+        shrink.append({"lever": "fewer_in_flight", "gap_bytes": None,
+                       "how": "the stair grows with the activation peak: smaller mbs or vpp, or recompute, lower it"})
+    if terms.get("recompute", 0) > 0:
+        shrink.append({"lever": "less_recompute", "gap_bytes": round(gap - terms["recompute"]),
+                       "how": "no recompute (if it fits) removes the re-created forward's stair"})
+    shrink.append({"lever": "fewer_streams", "gap_bytes": None,
+                   "how": f"{round(mem.gemm_workspace_streams.value)} streams run GEMMs (each its own workspace and "
+                          "pool: the seed's stream split); keep communication on the main stream where little overlaps"})
+    shrink.append({"lever": "bucket_sizes", "gap_bytes": None,
+                   "how": "fixed, smaller DDP buckets (--ddp-bucket-size) keep gradient-reduce and optimizer-step "
+                          "transients small and reusable"})
+    return {
+        "gap_bytes": round(gap),
+        "gap_share_of_reserved": round(gap / reserved, 4) if reserved else 0.0,
+        "at_risk": bool(reserved >= (1 - NEAR_LIMIT) * capacity and gap >= GAP_B * capacity),
+        "allocator": "caching allocator, workload model" if workload else (
+            "explicit margin" if setup.assumptions.allocator_margin_bytes is not None else "measured fraction"),
+        "drivers": drivers,
+        "shrink": shrink,
+        "estimate": True,
+    }
 
 
 def _moment_json(m: dict) -> dict:

@@ -476,28 +476,89 @@ def span_crossings(spans) -> dict[str, bool]:
     return {name: spans[name].domains > 1 for name in COMMUNICATOR_GROUPS if name in spans}
 
 
-def comm_bytes(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp):
-    """NCCL communicators of this GPU's process groups, EP dispatcher staging, PP send/receive
-    buffers and GEMM workspaces. Degrees and ``crosses`` entries may be arrays.
+# NCCL's documented per-connection buffer defaults (NCCL docs, Environment Variables; NVIDIA/nccl
+# src/include/device.h DEFAULT_BUFFSIZE, DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE): Simple
+# 4 MiB (NCCL_BUFFSIZE), LL 8 lines x 512 threads x 8 steps x 16 B = 512 KiB, LL128 120 elements
+# x 640 threads x 8 steps x 8 B = 4.69 MiB, per channel and peer. What they explain of the profile's
+# per-communicator estimate (hw_specs/efficiency, nccl_bytes_per_communicator) is said in explain;
+# the estimate itself stays the profile's number.
+NCCL_PROTOCOL_BYTES = {"Simple": 4 * 2**20, "LL": 8 * 512 * 8 * 16, "LL128": 120 * 640 * 8 * 8}
+NCCL_ENV = ("NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
+            "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_PROTO")
+"""The environment variables that change a communicator's buffers (NCCL docs, Environment
+Variables): the per-protocol sizes, the channel counts and the protocols set up."""
+GROUP_PURPOSE = {"tp": "tensor parallel", "cp": "context parallel", "dpcp": "data parallel x CP (gradients, "
+                 "distributed optimizer)", "pp": "pipeline send/receive", "ep": "expert parallel all-to-all",
+                 "edp": "expert data parallel", "etp": "expert tensor parallel"}
+
+
+@dataclass(frozen=True)
+class CommLine:
+    """One line of the communication buffers a GPU holds: ``count`` x ``each`` bytes (numbers or
+    per-plan arrays). ``kind``: 'nccl' (a communicator of process group ``name``), 'dispatcher',
+    'p2p', 'workspace' or 'graph_pool'; ``estimate``: not measured."""
+
+    kind: str
+    name: str
+    count: Num
+    each: Num
+    source: str
+    estimate: bool = True
+    env: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> Num:
+        return self.count * self.each
+
+
+def comm_lines(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp) -> list[CommLine]:
+    """What :func:`comm_bytes` sums, one line per communicator group, dispatcher buffer, PP
+    receive slots, GEMM workspaces and CUDA-graph pools. Degrees and ``crosses`` entries may be
+    arrays.
 
     A communicator costs its buffers only if its group has more than one rank (NCCL initializes
     lazily); groups inside one NVLink domain use the intra-domain size."""
     sizes = {"tp": deg.tp, "cp": deg.cp, "dpcp": np.asarray(deg.dp) * np.asarray(deg.cp), "pp": deg.pp,
              "ep": deg.ep, "edp": deg.edp, "etp": deg.etp}
-    total = 0.0
+    lines = []
     for name in COMMUNICATOR_GROUPS:
         if name == "etp" and not model.is_moe:
             continue
-        per = where(crosses.get(name, False), mem.nccl_bytes_per_communicator_internode.value,
-                    mem.nccl_bytes_per_communicator.value)
-        total = total + per * (np.asarray(sizes[name]) > 1)
-    if model.is_moe and dispatcher in ("deepep", "hybridep"):
-        total = total + mem.ep_a2a_staging_bytes.value * model.hidden_size / 7168 * (np.asarray(deg.ep) > 1)
+        cross = crosses.get(name, False)
+        per = where(cross, mem.nccl_bytes_per_communicator_internode.value, mem.nccl_bytes_per_communicator.value)
+        src = where(cross, 1, 0)
+        source = (mem.nccl_bytes_per_communicator_internode if np.all(src) else mem.nccl_bytes_per_communicator).source
+        lines.append(CommLine("nccl", name, (np.asarray(sizes[name]) > 1) * 1, per, source, env=NCCL_ENV))
+    # Megatron's flex dispatcher keeps one DeepEP/HybridEP buffer per EP group, sized at first use
+    # from DeepEP's dispatch and combine configs (megatron/core/transformer/moe/fused_a2a.py
+    # get_buffer: Buffer.get_*_config(group.size()).get_nvl/rdma_buffer_size_hint(hidden_bytes)),
+    # so it grows with the hidden size.
+    flex = model.is_moe and dispatcher in ("deepep", "hybridep")
+    lines.append(CommLine("dispatcher", str(dispatcher) if flex else "none", (np.asarray(deg.ep) > 1) * 1 if flex else 0,
+                          mem.ep_a2a_staging_bytes.value * model.hidden_size / 7168,
+                          mem.ep_a2a_staging_bytes.source, env=("NUM_SMS",) if flex else ()))
     # Megatron allocates receive buffers per in-flight transfer: forward and backward, and two of
     # each when P2P overlaps with compute (interleaved schedule).
     slots = where(np.asarray(deg.vpp) > 1, 4, 2) * (np.asarray(deg.pp) > 1)
-    total = total + slots * BF16 * tokens * model.hidden_size / where(sp, deg.tp, 1)
-    total = total + mem.gemm_workspace_bytes.value * mem.gemm_workspace_streams.value
+    lines.append(CommLine("p2p", "pp", slots, BF16 * tokens * model.hidden_size / where(sp, deg.tp, 1),
+                          "one micro-batch's activation (tokens x hidden / SP, bf16) per in-flight transfer "
+                          "(megatron/core/pipeline_parallel/p2p_communication.py)", estimate=False))
+    lines.append(CommLine("workspace", "cublas", mem.gemm_workspace_streams.value, mem.gemm_workspace_bytes.value,
+                          mem.gemm_workspace_bytes.source + "; streams: " + mem.gemm_workspace_streams.source,
+                          env=("CUBLAS_WORKSPACE_CONFIG",)))
+    # CUDA-graph private pools are not modeled yet (the software profiles will say when a release
+    # captures graphs); the line keeps their place in the breakdown.
+    lines.append(CommLine("graph_pool", "cuda_graphs", 0, 0.0, "not modeled: 0 until graph capture is modeled"))
+    return lines
+
+
+def comm_bytes(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp):
+    """NCCL communicators of this GPU's process groups, EP dispatcher staging, PP send/receive
+    buffers and GEMM workspaces: the sum of :func:`comm_lines`, in their order."""
+    total = 0.0
+    for line in comm_lines(model, mem, deg, crosses=crosses, dispatcher=dispatcher, tokens=tokens, sp=sp):
+        if line.kind != "graph_pool":  # nothing yet: keeps the sum's terms as they were
+            total = total + line.total
     return total if np.ndim(total) else float(total)
 
 

@@ -146,6 +146,8 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
         c.print(f"phase peaks (allocated, worst stage): forward-backward {fmt_gib(fb['allocated_peak_bytes'])}"
                 + (f" ({moment_text(fb['moment'])})" if "moment" in fb else "")
                 + f" · optimizer step {fmt_gib(opt['allocated_peak_bytes'])}")
+    for line in reserved_lines(mj):
+        c.print(esc(line))
     warm = ", ".join(f"{s['rank']}: {s['activations_end_of_warmup_bytes'] / GiB:.1f}" for s in mj["stages"])
     c.print(f"activations held at the end of the warm-up forward, by stage (GiB): {warm}")
     host = mj["host"]
@@ -185,6 +187,43 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
         c.print("[yellow]Megatron flags planner does not model:[/yellow] " + esc(" ".join(unknown_flags)))
     if "plot" in result:
         c.print(f"plot written to {esc(result['plot'])}")
+
+
+def reserved_lines(mj: dict) -> list[str]:
+    """The worst stage's reserved peak line by line (memory JSON 'reserved_breakdown'), then the
+    seed's case B per stage: the predicted reserved-minus-allocated gap, what drives it, what
+    would shrink it. Plain text (no markup): names and sources come from data files."""
+    rb = mj.get("reserved_breakdown")
+    if not rb:
+        return []
+    g = lambda b: f"{b / GiB:.2f} GiB"  # noqa: E731
+    out = [f"reserved peak, worst stage (estimates): {g(rb['reserved_peak_bytes'])} = allocated "
+           f"{g(rb['allocated_peak_bytes'])} + allocator holding {g(rb['allocator_holding_bytes'])}"]
+    for c in rb["communicators"]:
+        out.append(f"  NCCL {c['group']} ({c['purpose']}): {c['count']} x {g(c['bytes_each'])} "
+                   f"(~{c['channels_implied']:g} channels x Simple+LL+LL128 buffers; NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS)")
+    d = rb["dispatcher"]
+    out.append(f"  dispatcher buffers ({d['name']}): {d['count']} x {g(d['bytes_each'])}")
+    out.append(f"  PP receive buffers: {rb['pp_receive_buffers']['count']} x {g(rb['pp_receive_buffers']['bytes_each'])}")
+    w = rb["gemm_workspaces"]
+    out.append(f"  cuBLAS/TE workspaces: {w['streams']} streams x {g(w['bytes_each'])}")
+    out.append(f"  CUDA-graph pools: {g(rb['graph_pools']['bytes'])} (not modeled yet)")
+    if rb["attention_score_buffer_bytes"]:
+        out.append(f"  attention-score buffer (local spec): {g(rb['attention_score_buffer_bytes'])}")
+    terms = ", ".join(f"{k.replace('_', ' ')} {g(v)}" for k, v in rb["allocator_holding_terms"].items() if v)
+    out.append(f"  allocator holding: {terms or '0'}")
+    for s in mj["stages"]:
+        cb = s.get("case_b")
+        if not cb:
+            continue
+        drivers = ", ".join(f"{d['term'].replace('_', ' ')} {g(d['bytes'])} ({d['cause']})" for d in cb["drivers"][:3])
+        best = [x for x in cb["shrink"] if x["gap_bytes"] is not None]
+        shrink = "; ".join(f"{x['lever'].replace('_', ' ')} -> {g(x['gap_bytes'])}" for x in best) or \
+            ", ".join(x["lever"].replace("_", " ") for x in cb["shrink"])
+        flag = " [case B: reserved at the limit, allocated GiBs lower]" if cb["at_risk"] else ""
+        out.append(f"stage {s['rank']}: reserved - allocated {g(cb['gap_bytes'])}{flag}; drivers: {drivers or '-'}; "
+                   f"would shrink it: {shrink}")
+    return out
 
 
 def short_band(tm: dict) -> str:

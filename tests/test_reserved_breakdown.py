@@ -1,0 +1,102 @@
+"""The reserved breakdown in explain (issue 41): allocated peak plus the allocator's holding, the
+buffers line by line, and the seed's case B per stage."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cost.compose import costs_of
+from planner.cost.memory import memory_report
+from planner.cost.pieces import NCCL_PROTOCOL_BYTES, comm_bytes
+from planner.report.tables import reserved_lines
+
+from tests._models import setup_for
+
+MOE = "tp=2,pp=2,ep=8,mbs=1,recompute=full,dispatcher=deepep"
+KW = dict(gpus=64, global_batch=512, seq_len=4096)
+
+
+def _report(plan=MOE, model="qwen3-30b-a3b", **assumptions):
+    rep = memory_report(setup_for(model, "h100", plan, **KW, **assumptions))
+    return rep.add_reserved_json(rep.to_json())
+
+
+def test_nccl_protocol_defaults_are_nccls():
+    # device.h: DEFAULT_BUFFSIZE 1 << 22; LL: 8 lines x 512 threads x NCCL_STEPS 8 x 16 B; LL128:
+    # 120 elements x 640 threads x 8 steps x 8 B.
+    assert NCCL_PROTOCOL_BYTES == {"Simple": 4194304, "LL": 524288, "LL128": 4915200}
+
+
+@pytest.mark.parametrize("impl", ["te", "megatron-local"])
+def test_breakdown_lines_add_up_to_the_buffers_and_the_gap(impl):
+    setup = setup_for("qwen3-30b-a3b", "h100", MOE, **KW, implementation=impl)
+    costs = costs_of(setup)
+    lines = costs.comm_lines()
+    # The lines are the one composition of the buffers: their sum is comm_bytes, and with the
+    # attention-score buffer the stage's comm_buffers.
+    assert sum(float(ln.total[0]) if hasattr(ln.total, "__len__") else ln.total for ln in lines) == pytest.approx(
+        float(costs.comm_buffers()[0]) - float(costs.attention_score_buffer()[0]), rel=1e-12)
+    rep = memory_report(setup, costs)
+    mj = rep.add_reserved_json(rep.to_json())
+    assert "reserved_breakdown" not in rep.to_json()  # the search's plan JSON stays as it was
+    for s in mj["stages"]:
+        rb = s["reserved_breakdown"]
+        assert rb["reserved_peak_bytes"] == s["peak_bytes"]
+        assert rb["allocated_peak_bytes"] == s["allocated_peak_bytes"]
+        assert sum(rb["allocator_holding_terms"].values()) == pytest.approx(rb["allocator_holding_bytes"], abs=8)
+        assert s["case_b"]["gap_bytes"] == rb["allocator_holding_bytes"]
+        groups = {c["group"] for c in rb["communicators"]}
+        assert groups == {"tp", "dpcp", "pp", "ep", "edp", "etp"}  # cp = 1: no communicator
+        assert rb["dispatcher"]["name"] == "deepep" and rb["dispatcher"]["count"] == 1
+        assert rb["graph_pools"]["bytes"] == 0 and "graph capture" in rb["graph_pools"]["note"]
+        assert rb["gemm_workspaces"]["streams"] == 2
+        assert all(c["estimate"] and "NCCL_BUFFSIZE" in c["env"] for c in rb["communicators"])
+    assert mj["reserved_breakdown"] == mj["stages"][mj["worst_stage"]]["reserved_breakdown"]
+
+
+def test_comm_bytes_is_unchanged_by_the_lines():
+    """comm_bytes sums the lines: a plan without pipeline, EP or a dispatcher keeps the former sum
+    (communicators of groups larger than one, and the workspaces)."""
+    from planner.specs.efficiency import load_efficiency
+    from planner.specs.plan import Degrees
+
+    mem = load_efficiency("hopper").memory
+    m = setup_for("llama3.1-8b", "h100", "tp=2", gpus=8, global_batch=8, seq_len=4096).model
+    d = Degrees(tp=2, cp=1, pp=1, vpp=1, dp=4, ep=1, etp=1, edp=4)
+    got = comm_bytes(m, mem, d, crosses={}, dispatcher=None, tokens=4096, sp=True)
+    # tp, dp x cp and edp communicators, and the workspaces
+    want = 3 * mem.nccl_bytes_per_communicator.value + mem.gemm_workspace_bytes.value * mem.gemm_workspace_streams.value
+    assert got == want
+
+
+def test_case_b_terms_under_the_workload_model():
+    mj = _report(implementation="megatron-local")
+    cb = mj["case_b"]
+    terms = {d["term"] for d in cb["drivers"]}
+    assert {"stranded", "small_pool", "partial_segments", "recompute", "pipeline"} <= terms
+    causes = {d["cause"] for d in cb["drivers"]}
+    assert causes <= {"staircase", "fragmentation", "stream split"}
+    levers = [x["lever"] for x in cb["shrink"]]
+    assert levers[0] == "expandable_segments"
+    assert cb["shrink"][0]["gap_bytes"] < cb["gap_bytes"]  # expandable segments shrink the gap
+    assert {"fewer_streams", "bucket_sizes"} <= set(levers)
+
+
+def test_expandable_segments_has_one_term_and_no_expandable_advice():
+    cb = _report(implementation="megatron-local", expandable_segments=True)["case_b"]
+    assert [d["term"] for d in cb["drivers"]] == ["allocator_fraction"]
+    assert "expandable_segments" not in [x["lever"] for x in cb["shrink"]]
+
+
+def test_case_b_flag_follows_memtraces_thresholds():
+    """at_risk: reserved within NEAR_LIMIT of the capacity and the gap at least GAP_B of it; a
+    plan far from the limit is not case B."""
+    assert _report()["case_b"]["at_risk"] is False
+
+
+def test_explain_prints_the_breakdown():
+    mj = _report(implementation="megatron-local")
+    text = "\n".join(reserved_lines(mj))
+    assert "allocator holding" in text and "NCCL ep" in text and "CUDA-graph pools" in text
+    assert "dispatcher buffers (deepep)" in text
+    assert text.count("reserved - allocated") == len(mj["stages"])
