@@ -41,7 +41,7 @@ def test_robustness_order_is_the_documented_one():
     worse = {
         "no runtime risk": robustness(_plan(), 50 * GiB, cap, ["r"]),
         "no offload": robustness(_plan(offload="optimizer"), 50 * GiB, cap),
-        "distributed optimizer or DDP before FSDP variants": robustness(_plan(sharding="zero2"), 50 * GiB, cap),
+        "distributed optimizer or DDP before FSDP variants (Megatron)": robustness(_plan(sharding="zero2"), 50 * GiB, cap),
         "less recompute": robustness(_plan(recompute="full"), 50 * GiB, cap),
         "headroom not tight": robustness(_plan(), 1 * GiB, cap),
         "fewer parallel dimensions": robustness(_plan(tp=2), 50 * GiB, cap),
@@ -185,3 +185,28 @@ def test_arrange_shows_the_robust_plan_of_a_tie_and_one_plan_per_family():
     every, _ = arrange([risky_fast, risky_twin, robust, slow], moe, None, _Job(), "megatron", families=False,
                        shown=10, pool=40, resolution=res)
     assert len(every) == 4 and every[0].plan is robust.plan
+
+
+def test_the_robust_search_pins_dist_opt_without_offload_unless_the_user_fixed_either():
+    from planner.search.families import is_robust, needs_robust_search, robust_limits
+    from planner.search.space import Limits
+    from planner.search.ties import Resolution
+
+    lim = robust_limits(Limits.parse("tp=2", "pp=4"))
+    assert lim is not None and str(lim.fix["sharding"]) == "dist_opt" and str(lim.fix["offload"]) == "none"
+    assert lim.fix["tp"] == 2 and lim.max == {"pp": 4}
+    assert robust_limits(Limits.parse("sharding=zero2", None)) is None
+    assert robust_limits(Limits.parse("offload=optimizer", None)) is None
+    moe = load_model("qwen3-235b-a22b")
+    assert is_robust(_plan(pp=2, ep=8), []) and not is_robust(_plan(pp=2, offload="optimizer"), [])
+    res = Resolution(0.05, "K", 0.1, 0.5, 3, "test")
+    risky = _ranked(_plan(pp=2, ep=8, sharding="zero2"), 1.0, 10.0)
+    robust_far = _ranked(_plan(pp=2, ep=8), 1.2, 10.0)
+    robust_near = _ranked(_plan(pp=2, ep=8), 1.04, 10.0)
+    assert needs_robust_search([risky, robust_far], moe, None, _Job(), "megatron", res)
+    assert not needs_robust_search([risky, robust_near], moe, None, _Job(), "megatron", res)
+    assert not needs_robust_search([risky], moe, None, _Job(), "torchtitan", res)
+    assert not needs_robust_search([risky], moe, None, _Job(), "any", res)
+    # the sharding counts against a plan for Megatron only (torchtitan's FSDP2 is its plain path)
+    cap = 100 * GiB
+    assert robustness(_plan(sharding="fsdp"), 50 * GiB, cap, target="any").key() == robustness(_plan(), 50 * GiB, cap, target="any").key()

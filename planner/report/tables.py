@@ -397,8 +397,13 @@ def ties_text(ties: dict) -> str:
     if ties.get("families"):
         text += (f"; the best plan of each of {ties['families_found']} families in {ties['plans_ranked']} ranked plans "
                  f"(--all-variants: every plan)")
+    rs = ties.get("robust_search")
+    if rs:
+        text += (f"; no robust plan tied with the fastest, so a second search ({rs['fix']}) added {rs['plans']}"
+                 + (f" ({rs['none_because']})" if rs.get("none_because") else ""))
     if not ties.get("first_group_complete", True):
-        text += f"; all {ties['plans_ranked']} ranked plans tie with the fastest (--top higher ranks more)"
+        text += (f"; all {ties.get('plans_searched', ties['plans_ranked'])} plans of the main search tie with the "
+                 f"fastest, more may (--top higher ranks more)")
     return text
 
 

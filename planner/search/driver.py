@@ -94,16 +94,45 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
     from planner.cost.setup import Assumptions
 
     options = options or Options()
-    shown = options.top
-    if options.families:
-        from planner.search.families import pool_size
+    assumptions = target_assumptions(assumptions or Assumptions(), options.target)
+    if not (options.ties or options.families):
+        return _Run(model, hw, job, options, assumptions, progress).search()
+    return _tied_search(model, hw, job, options, assumptions, progress)
 
-        # Rank more plans than the families shown, so each family has its variants and the first tie
-        # group its robust members; the one arrangement after the walked order cuts back to ``shown``.
-        options = replace(options, top=pool_size(options.top))
-    run = _Run(model, hw, job, options, target_assumptions(assumptions or Assumptions(), options.target), progress)
-    run.shown = shown
-    return run.search()
+
+def _tied_search(model, hw, job, options: Options, assumptions, progress) -> SearchResult:
+    """The search with ties and families (planner.search.families.arrange, the one place they are
+    applied): with families it ranks more plans than it shows, so each family has its variants and the
+    first tie group its members; when that group holds no robust plan (all on a runtime risk, offloading
+    or FSDP-sharded), a second search pinned to the distributed optimizer without offload (the user's
+    --fix and --max kept) adds the fastest robust plans, which a tie may then rank first."""
+    from planner.search.families import arrange, needs_robust_search, pool_size, robust_limits
+
+    inner = replace(options, ties=False, families=False,
+                    top=pool_size(options.top) if options.families else options.top)
+    result = _Run(model, hw, job, inner, assumptions, progress).search()
+    plans = list(result.plans)
+    searched = len(plans)
+    robust: dict = {}
+    limits = robust_limits(options.limits)
+    if limits is not None and needs_robust_search(plans, model, hw, job, options.target):
+        (progress or (lambda msg: None))("searching the robust plans (distributed optimizer, no offload)")
+        robust = {"fix": "sharding=dist_opt,offload=none", "plans": 0}
+        try:
+            extra = _Run(model, hw, job, replace(inner, limits=limits), assumptions, progress).search()
+        except PlannerError as exc:  # nothing robust fits: the ranking stands, and says why
+            robust["none_because"] = str(exc).split("\n")[0][:200]
+        else:
+            have = {p.plan.to_string() for p in plans}
+            new = [p for p in extra.plans if p.plan.to_string() not in have]
+            robust["plans"] = len(new)
+            plans += new
+    plans, ties = arrange(plans, model, hw, job, options.target, families=options.families, shown=options.top,
+                          pool=inner.top, searched=searched)
+    if robust:
+        ties["robust_search"] = robust
+    result.solver["ties"] = ties
+    return replace(result, plans=plans)
 
 
 def target_assumptions(assumptions, target: str):
@@ -141,8 +170,6 @@ class _Run:
         self.dominated: dict = {}
         self.block_sources: list = []
         """The search's cost contexts, whose block costs a ranked plan's reports read."""
-        self.shown = options.top
-        """How many plans the result holds (fewer than ``top`` ranked when families are shown)."""
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
@@ -334,12 +361,6 @@ class _Run:
         plans, gap = _walked_order([_with_time(p) for p in plans])
         if gap > ESTIMATE_TOLERANCE and status == "OPTIMAL":
             status = "FEASIBLE"  # proven over the tables' estimate, not over the walked times shown
-        ties: dict = {}
-        if o.ties or o.families:
-            from planner.search.families import arrange
-
-            plans, ties = arrange(plans, self.model, self.hw, self.job, o.target, families=o.families,
-                                  shown=self.shown, pool=o.top)
         self.lap("evaluate_s")
         self.timings["total_s"] = round(time.perf_counter() - self.t0, 4)
         from planner.search.status import solver_json
@@ -348,8 +369,6 @@ class _Run:
             "dropped_by_rules": [p.plan.to_string() for p in bad],
             "dropped_by_exact_memory": [p.plan.to_string() for p in unfit],
             "dropped_as_dominated": dominated})
-        if ties:
-            solver["ties"] = ties
         return SearchResult(self.space, costed.tables, plans, solver, self.timings)
 
 

@@ -88,11 +88,45 @@ def first_of_each(keys: Sequence[str]) -> list[int]:
     return out
 
 
+def is_robust(plan, risks: Sequence[Risk]) -> bool:
+    """No runtime risk, no offload, no FSDP-variant sharding: what the robust search pins."""
+    off = plan.offload
+    return not risks and not (off.optimizer or off.activations) and plan.sharding.kind not in ("zero2", "fsdp", "hsdp")
+
+
+def robust_limits(limits):
+    """The user's --fix/--max with the distributed optimizer and no offload pinned, or None where the
+    user fixed either (their choice wins)."""
+    from planner.search.space import Limits
+    from planner.specs.plan import Plan
+
+    if "sharding" in limits.fix or "offload" in limits.fix:
+        return None
+    return Limits({**limits.fix, **Plan.given("sharding=dist_opt,offload=none", "--fix")}, dict(limits.max))
+
+
+def needs_robust_search(plans: list, model, hw, job, target: str, resolution: Resolution | None = None) -> bool:
+    """Whether the first tie group of the driver's ranked plans holds no robust plan (then the fastest
+    robust plans are searched for: they may be ties of the fastest). Megatron only: torchtitan's data
+    parallelism is FSDP2 (no distributed optimizer to pin), and under --target any FSDP is what
+    torchtitan's export takes."""
+    if not plans or target != "megatron":
+        return False
+    if resolution is None:
+        precision = plans[0].setup.plan.precision or job.default_precision
+        resolution = job_resolution(model, hw, str(getattr(precision, "value", precision)))
+    fastest = min(float(p.evaluation["time"]["step_time_s"]) for p in plans)
+    group = [p for p in plans if float(p.evaluation["time"]["step_time_s"]) <= fastest * (1 + resolution.relative)]
+    return not any(is_robust(p.setup.plan, plan_risks(model, p.setup.plan, target)) for p in group)
+
+
 def arrange(plans: list, model, hw, job, target: str, *, families: bool, shown: int, pool: int,
-            risks: tuple[Risk, ...] | None = None, resolution: Resolution | None = None) -> tuple[list, dict]:
+            risks: tuple[Risk, ...] | None = None, resolution: Resolution | None = None,
+            searched: int | None = None) -> tuple[list, dict]:
     """The driver's ``Ranked`` plans (walked order) in tie order, renumbered, each evaluation given
     ``family``, ``tie_group`` and ``risks``; with ``families`` only the first plan of each family, at
-    most ``shown``. ``pool``: how many plans the search asked for (fewer ranked: the space has no more).
+    most ``shown``. ``pool``: how many plans the search asked for (fewer ranked: the space has no more);
+    ``searched``: how many of ``plans`` (the first) that search ranked (the rest: the robust search's).
     Returns the plans and the ``ties`` JSON object."""
     if not plans:
         return plans, {}
@@ -108,7 +142,7 @@ def arrange(plans: list, model, hw, job, target: str, *, families: bool, shown: 
     def robust(p) -> tuple:
         mem = p.evaluation["memory"]
         return robustness(p.setup.plan, mem["headroom_bytes"], mem["capacity_bytes"],
-                          [r.name for r in found[id(p)]]).key()
+                          [r.name for r in found[id(p)]], target).key()
 
     ordered = tie_order(plans, step, robust, resolution.relative)
     keys = [family_key(p.setup.plan, job.gpus) for _, p in ordered]
@@ -122,9 +156,10 @@ def arrange(plans: list, model, hw, job, target: str, *, families: bool, shown: 
         ev = {**p.evaluation, "family": fams[keys[i]].to_json(), "tie_group": group,
               "risks": [r.to_json() for r in found[id(p)]]}
         out.append(replace(p, rank=rank, evaluation=ev))
-    slowest = max(step(p) for p in plans)
-    info = {**resolution.to_json(), "families": families, "plans_ranked": len(plans), "families_found": len(fams),
+    main = plans[:searched] if searched is not None else plans
+    slowest = max(step(p) for p in main)
+    info = {**resolution.to_json(), "families": families, "plans_ranked": len(plans), "plans_searched": len(main), "families_found": len(fams),
             "first_group_size": sum(1 for g, _ in ordered if g == 1),
-            "first_group_complete": slowest > fastest * (1 + resolution.relative) or len(plans) < pool,
+            "first_group_complete": slowest > fastest * (1 + resolution.relative) or len(main) < pool,
             "first_group_slowest_step_time_s": last_in_first_group}
     return out, info

@@ -31,7 +31,7 @@ whose step is within the resolution of it forms one tie group; the group is orde
 :func:`robustness` first and step time last; then the next group starts at the fastest plan left. So no
 plan moves ahead of one outside its group, and within a group the robust plan comes first: no runtime
 risk (software/risks/runtime.yaml), no offload, the plain distributed optimizer (or DDP) before
-Megatron-FSDP / FSDP variants, less recompute, headroom that is not tight, fewer parallel dimensions,
+Megatron-FSDP variants (for Megatron: torchtitan's FSDP2 is its plain path), less recompute, headroom that is not tight, fewer parallel dimensions,
 then the faster step.
 """
 
@@ -54,7 +54,7 @@ allocator's fragmentation and an MoE's routing imbalance from step to step move 
 per cent of HBM, which the estimated peak does not carry; a plan inside it may fail where one with
 room does not."""
 
-ROBUSTNESS_ORDER = ("no runtime risk", "no offload", "distributed optimizer or DDP before FSDP variants",
+ROBUSTNESS_ORDER = ("no runtime risk", "no offload", "distributed optimizer or DDP before FSDP variants (Megatron)",
                     "less recompute", "headroom not tight", "fewer parallel dimensions", "faster step")
 """The order within a tie group, most important first (the JSON's ``ties.order``)."""
 
@@ -191,13 +191,16 @@ class Robustness:
         return (bool(self.risks), self.offload, self.fsdp, self.recompute, self.tight, self.dims)
 
 
-def robustness(plan, headroom_bytes: float, capacity_bytes: float, risks: Sequence[str] = ()) -> Robustness:
-    """The robustness of a typed ``Plan`` with its headroom and the names of the runtime risks it matches."""
+def robustness(plan, headroom_bytes: float, capacity_bytes: float, risks: Sequence[str] = (),
+               target: str = "megatron") -> Robustness:
+    """The robustness of a typed ``Plan`` with its headroom and the names of the runtime risks it
+    matches. The sharding counts for Megatron only: torchtitan's data parallelism is FSDP2 (its plain,
+    default path), and under --target any an FSDP plan is the one torchtitan's export takes."""
     off = plan.offload
     return Robustness(
         risks=tuple(risks),
         offload=bool(off.optimizer or off.activations),
-        fsdp=plan.sharding.kind in _FSDP,
+        fsdp=target == "megatron" and plan.sharding.kind in _FSDP,
         recompute=_RECOMPUTE_RANK[plan.recompute.kind],
         tight=headroom_bytes < TIGHT_HEADROOM * capacity_bytes,
         dims=sum(1 for k in _DIMS if (getattr(plan, k) or 1) > 1),
