@@ -23,8 +23,9 @@ def test_search_markdown(capsys):
     assert code == 0
     assert out.startswith("# llama3.1-8b on h100: ranked plans")
     rows = _table_rows(out)
-    assert rows[0].startswith("| # | plan | peak / capacity (GiB) | headroom (GiB) |")
+    assert rows[0].startswith("| # | family | plan | peak / capacity (GiB) | headroom (GiB) |")
     assert len(rows) == 2 + 3
+    assert "Ties: steps within " in out  # the model's resolution (planner.search.ties)
     assert "memory margin" in out and "`--memory-margin 0`" in out
 
 

@@ -38,6 +38,8 @@ def _margin_line(job: dict, mem: dict) -> str:
 
 
 def search_markdown(out: dict) -> str:
+    from planner.search.families import family_cell
+
     m, h, j = out["model"]["name"], out["hardware"]["name"], out["job"]
     lines = [f"# {m} on {h}: ranked plans", "",
              f"{j['gpus']:,} GPUs · global batch {j['global_batch']:,} × seq {j['seq_len']:,} · precisions "
@@ -47,16 +49,21 @@ def search_markdown(out: dict) -> str:
     sv = out["solver"]
     lines += [f"Solver: {sv['name']} {sv['status']}, {sv['structural_keys']:,} layouts × {sv['lever_combinations']} "
               "lever combinations.", ""]
+    if sv.get("ties"):
+        from planner.report.tables import ties_text
+
+        text = ties_text(sv["ties"])
+        lines += [f"Ties: {text}.", ""]
     if out["plans"]:
         lines += [_margin_line(j, out["plans"][0]["memory"]), ""]
     rows = []
     for p in out["plans"]:
         mem, tm = p["memory"], p["time"]
-        rows.append([str(p["rank"]), _code(p["plan_string"]),
+        rows.append([str(p["rank"]), family_cell(p["family"]) if p.get("family") else "-", _code(p["plan_string"]),
                      f"{mem['peak_bytes'] / GiB:.1f} / {mem['capacity_bytes'] / GiB:.1f}", _headroom(mem),
                      fmt_time(tm["step_time_s"]), short_band(tm), f"{tm['tokens_per_s_per_gpu']:,.0f}",
                      f"{tm['mfu']:.1%}", tm.get("bottleneck", "")])
-    header = ["#", "plan", "peak / capacity (GiB)", "headroom (GiB)", "step", "measured step likely",
+    header = ["#", "family", "plan", "peak / capacity (GiB)", "headroom (GiB)", "step", "measured step likely",
               "tokens/s/GPU", "MFU", "bottleneck"]
     lines += [markdown_table(header, rows), ""]
     first: dict = {}
@@ -115,6 +122,8 @@ def explain_markdown(context: dict, result: dict) -> str:
     if vs:
         word = "slower" if vs["slower_by"] > 0 else "faster"
         lines += [f"Against the search's top plan {_code(vs['top_plan'])}: {abs(vs['slower_by']):.1%} {word}.", ""]
+    for risk in result.get("risks", []):
+        lines += [f"Runtime risk {_code(risk['name'])}: {risk['text']} ({risk['source']}).", ""]
     if result.get("unknown_megatron_flags"):
         lines += ["Flags planner does not model: " + ", ".join(_code(f) for f in result["unknown_megatron_flags"]) + ".",
                   ""]
