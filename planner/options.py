@@ -53,6 +53,12 @@ MemoryMarginOpt = Annotated[
         help=f"GiB kept free on every GPU, beyond the allocator margin. Default: {DEFAULT_MEMORY_MARGIN:.0%} of the "
         "usable HBM (planner's largest measured memory error, +2.9 % on H200s); 0 ranks plans up to the capacity.")
 ]
+ExpandableOpt = Annotated[
+    bool | None, typer.Option(
+        "--expandable-segments/--no-expandable-segments",
+        help="Cost reserved memory with PyTorch's expandable segments on or off (PYTORCH_CUDA_ALLOC_CONF); default: "
+        "on with Transformer Engine, off for megatron-local, or as a read launch script sets it.")
+]
 PlanOpt = Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs, e.g. \"tp=2,pp=4,vpp=2,ep=8,mbs=1,recompute=full\".")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (stable: same input, same bytes).")]
 MarkdownOpt = Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown (for a pull request or a design doc).")]
@@ -516,7 +522,13 @@ def launch_assumptions(src: PlanSource, base, from_file=None):
     if src.script is not None:
         from planner.launchers.megatron.read import assumptions_from_flags
 
-        return base.model_copy(update=assumptions_from_flags(src.script.args.values))
+        from planner.launchers.allocator_env import expandable_from_env
+
+        update = assumptions_from_flags(src.script.args.values)
+        expandable = expandable_from_env(src.script.args.env)  # PYTORCH_CUDA_ALLOC_CONF in the script
+        if expandable is not None:
+            update = {**update, "expandable_segments": expandable}
+        return base.model_copy(update=update)
     if src.bridge is not None:
         return base.model_copy(update=src.bridge.assumptions)
     if src.torchtitan is not None:

@@ -11,7 +11,7 @@ import typer
 from planner.cli import app
 from planner.commands.export import BridgeFileOpt, FromOpt, TorchtitanFileOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
 from planner.options import (
-    CalibrationOpt, DomainFillOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
+    CalibrationOpt, DomainFillOpt, ExpandableOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
     PrecisionOpt, RoutingOpt, SeqLenOpt, SetOpt, build_assumptions, launch_assumptions, plan_source, print_json,
     rule_failures_exit,
 )
@@ -35,6 +35,7 @@ def explain_cmd(
     routing_imbalance: RoutingOpt = None,
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
+    expandable_segments: ExpandableOpt = None,
     megatron_args: Annotated[Path | None, typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
     bridge: BridgeFileOpt = None,
     torchtitan: TorchtitanFileOpt = None,
@@ -55,6 +56,8 @@ def explain_cmd(
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
                           model_set=model_set)
         assumptions = launch_assumptions(src, build_assumptions(routing_imbalance, implementation, calibration), from_file)
+        if expandable_segments is not None:  # the command line over a script's or saved search's setting
+            assumptions = assumptions.model_copy(update={"expandable_segments": expandable_segments})
         top = _top_of(against) if against is not None else None
         if plot is not None:
             from planner.files import check_output

@@ -250,6 +250,10 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
             "unresolved_variables": sj.args.unresolved, "not_run": sj.args.not_run,
             "notes": sj.notes + [v.message for v in flag_rules if v.rule == "sequence-parallel-needs-tp"],
             "model_mismatches": sj.mismatches})
+        from planner.launchers.allocator_env import expandable_from_env
+
+        if expandable_from_env(sj.args.env) is not None:  # read back: the reserved estimate below uses it
+            report["expandable_segments"] = expandable_from_env(sj.args.env)
     if src.bridge is not None:
         bj = src.bridge
         a = bj.args

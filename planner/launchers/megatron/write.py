@@ -423,6 +423,10 @@ def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaun
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
     nproc = gpus_per_node(hw, job.gpus, nproc_per_node)
     env, why = environment(hw, plan)
+    from planner.launchers.allocator_env import allocator_environment
+
+    alloc_env, alloc_why = allocator_environment(setup)
+    env, why = {**env, **alloc_env}, {**why, **alloc_why}
     launch = MegatronLaunch(env=env, env_notes=why, nproc_per_node=nproc, nnodes=job.gpus // nproc)
     launch.groups = [
         ("MODEL_ARGS", architecture_args(model, job, launch.notes)),
