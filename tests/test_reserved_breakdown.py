@@ -100,3 +100,34 @@ def test_explain_prints_the_breakdown():
     assert "allocator holding" in text and "NCCL ep" in text and "CUDA-graph pools" in text
     assert "dispatcher buffers (deepep)" in text
     assert text.count("reserved - allocated") == len(mj["stages"])
+
+
+@pytest.mark.parametrize("name", ["megatron-none", "megatron-full"])
+def test_memtrace_reads_the_predicted_reserved_breakdown_less_the_fixed_term(tmp_path, name):
+    """The bundled Megatron-Core snapshots (tests/fixtures/memtrace/real: local spec, 40 M
+    parameters, one H200) against explain's reserved breakdown for their configuration. Allocated
+    agrees within 5 %; reserved does NOT: planner predicts 2.6 GB against 1.1 GB, and the excess
+    is the workload model's fixed small-pool term (1.45 GiB, an intercept fit on 16-78 GiB runs,
+    hw_specs/efficiency/hopper.yaml allocator_workload.base_bytes): without it the prediction is
+    within 5 % of the snapshot's reserved peak. A toy run's small pool is far smaller, so the term
+    should scale with the workload; until it does, small plans read high (safe side)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from benchmarks.gpu import configs
+    from planner.memtrace.loader import load_snapshot
+    from planner.memtrace.report import analyze
+
+    real = Path(__file__).parent / "fixtures" / "memtrace" / "real"
+    path = tmp_path / f"{name}.pickle"
+    path.write_bytes(gzip.decompress((real / f"{name}.pickle.gz").read_bytes()))
+    measured = analyze(load_snapshot(path), source=path.name).report["timeline"]
+    run = json.loads((real / f"{name}.run.json").read_text())
+    assert measured["reserved_peak_bytes"] == max(s["fwd_bwd_peak_reserved"] for s in run["steps"][-1:])
+    rep = memory_report(configs.planner_setup(configs.by_name(run["config"])))
+    rb = rep.add_reserved_json(rep.to_json())["reserved_breakdown"]
+    assert rb["allocated_peak_bytes"] == pytest.approx(measured["allocated_peak_bytes"], rel=0.05)
+    assert rb["reserved_peak_bytes"] > 2 * measured["reserved_peak_bytes"]  # the disagreement, as it stands
+    without_fixed = rb["reserved_peak_bytes"] - rb["allocator_holding_terms"]["small_pool"]
+    assert without_fixed == pytest.approx(measured["reserved_peak_bytes"], rel=0.05)
