@@ -127,6 +127,34 @@ CalibrationOpt = Annotated[
     Path | None, typer.Option("--calibration", help="A calibration file from 'planner calibrate' (measured GEMM, HBM and collective rates).")
 ]
 
+SoftwareOpt = Annotated[str | None, typer.Option(
+    "--software", help="The framework release the plan runs on (see 'planner software'), e.g. megatron-core-0.16, "
+    "megatron-bridge-0.6, torchtitan-0.2.2; a lever the release lacks is refused. Default: the newest release of the "
+    "--target launcher.")]
+
+
+def resolve_software(name: str | None, target, saved: str | None = None):
+    """(profile, where it came from) for --software ``name``, else a saved search's profile, else the
+    newest release of ``target``'s launcher (None for --target any). A release of another launcher
+    than ``target`` is refused: its rules are not the ones that launch checks."""
+    from planner.specs.catalog import default_software, load_software
+
+    t = str(getattr(target, "value", target))
+    if name is not None:
+        profile, origin = load_software(name), "--software"
+    elif saved is not None:
+        profile, origin = load_software(saved), "the saved search"
+    else:
+        profile = default_software(t)
+        return profile, (f"assumed: the newest {profile.framework} release planner knows (give --software)"
+                         if profile is not None else "none: --target any names no launcher")
+    if t in ("megatron", "torchtitan") and profile.launcher != t:
+        raise PlannerError(f"--software {profile.name} is a {profile.launcher} release ({profile.title}), but the "
+                           f"plan is checked for --target {t}.",
+                           hint=f"Give a {t} release (see 'planner software') or --target {profile.launcher}.")
+    return profile, origin
+
+
 
 def resolve_job(
     model,

@@ -290,6 +290,7 @@ SHARED_RULES: dict[str, str] = {
     "layout-loss": "layout ends with L, once (validate_layer_layout)",
     "layout-layers": "layout holds num_layers decoder layers (validate_layer_layout)",
     "layout-mtp": "layout MTP count, order and placement (validate_layer_layout)",
+    "software-lever": "the --software release has every lever the plan uses (software/<name>.yaml features)",
 }
 """The rules every launcher shares, by name (model_violations, Plan.degrees, build_layout). Each
 launcher's own: planner.launchers.megatron.rules.PLAN_RULES (and ARGS_RULES for command lines),
@@ -306,13 +307,15 @@ def _canonical(plan: Plan, model: ModelSpec, hw: HardwareSpec | None, job: Job) 
 
 def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job | None = None,
                         target: Target = "megatron", *, hw: HardwareSpec | None = None,
-                        torchtitan_config: str | None = None) -> list[Violation]:
+                        torchtitan_config: str | None = None, software=None) -> list[Violation]:
     """Every rule ``target`` breaks: the shared model/plan rules, then the launcher's own.
 
     ``setup_or_plan`` is a resolved :class:`planner.cost.setup.Setup` (model, hw and job are taken
     from it) or a :class:`Plan` with ``model``, ``job`` and ``hw`` given (it is canonicalized here;
     a Plan that resolve_setup would refuse still gets its full list of violations). ``target='any'``
-    keeps only the shared rules (plans some launcher, or none yet, could run)."""
+    keeps only the shared rules (plans some launcher, or none yet, could run). ``software`` (a
+    :class:`planner.specs.software.SoftwareProfile` of ``target``'s launcher) adds one
+    ``software-lever`` violation per plan lever that release lacks."""
     from planner.errors import PlanRuleError
     from planner.specs.layout import build_layout
     from planner.specs.plan import Plan as _Plan
@@ -349,6 +352,10 @@ def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job 
         from planner.launchers.torchtitan.rules import plan_violations as torchtitan_plan_violations
 
         out += torchtitan_plan_violations(model, hw, job, plan, deg, torchtitan_config=torchtitan_config)
+    if software is not None and target == software.launcher:
+        from planner.specs.software import software_violations
+
+        out += software_violations(plan, software, out)
     seen, unique = set(), []
     for v in out:
         if (v.rule, v.message) not in seen:

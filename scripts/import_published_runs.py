@@ -64,7 +64,8 @@ HEADER = """\
 # this file.
 #
 # Schema (planner/validate/runs.py; a user's own runs file uses the same keys):
-#   name, source {where, commit, row}, software (container / commit), confidence (H: primary source read and
+#   name, source {where, commit, row}, software (container / commit), software_profile (the planner software
+#   profile of the release the software states, software/<name>.yaml; absent: the launcher's default), confidence (H: primary source read and
 #   settings matched exactly; M: derived or partly stated; L: unsure), hardware (catalog name), model (catalog
 #   name, or a description when planner's catalog lacks it), model_overrides (ModelSpec fields, e.g. the MTP
 #   depth the run trained with), gpus, global_batch (sequences), seq_len, precision (bf16 | fp8 | nvfp4),
@@ -1100,8 +1101,35 @@ def flag_calibration(runs: list[dict]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+_RELEASE_OF_SOFTWARE = (
+    # (pattern in the run's 'software' text, planner software profile): the release the source
+    # states. NeMo containers name their Megatron-Core release (docs/releases/software-versions.md of
+    # Megatron-Bridge); 26.08 ships Megatron-Bridge 0.6.0; the 26.04.01 and 26.06.01 patches keep their
+    # base container's MCore. Development builds ('MCore dev 0.15.0' of NeMo 25.11, the dev-branch commit
+    # the Megatron-LM DeepSeek-V3 GB200 guide pins) are no release: they ran HybridEP, which the
+    # core_v0.15.0 tag lacks, so they keep the default and the report says so.
+    (r"Megatron-Bridge 0\.6\.", "megatron-bridge-0.6"),
+    (r"MCore (?:main )?0\.(1[2-9])\.", "megatron-core-0.{}"),
+    (r"NeMo 26\.04\.01 ", "megatron-core-0.17"),
+    (r"NeMo 26\.06\.01 ", "megatron-core-0.18"),
+)
+
+
+def software_profile(text: str | None) -> str | None:
+    """The software profile (software/<name>.yaml) of the release a run's 'software' text states,
+    None where it states none planner has a profile for (commits, 'not stated', other stacks)."""
+    import re
+
+    for pattern, name in _RELEASE_OF_SOFTWARE:
+        m = re.search(pattern, text or "")
+        if m:
+            return name.format(*m.groups())
+    return None
+
+
 def order_keys(run: dict) -> dict:
-    order = ("name", "source", "recipe", "software", "confidence", "hardware", "model", "model_overrides", "gpus",
+    run = {**run, "software_profile": software_profile(run.get("software"))}
+    order = ("name", "source", "recipe", "software", "software_profile", "confidence", "hardware", "model", "model_overrides", "gpus",
              "global_batch", "seq_len", "precision", "plan", "megatron_args", "args_origin", "assumptions",
              "not_modeled", "measured", "flops_convention", "series", "calibration", "not_evaluable", "notes")
     out = {k: run[k] for k in order if k in run and run[k] is not None and run[k] != {}}

@@ -86,7 +86,9 @@ def test_plan_source_provenance(capsys):
     prov = json.loads(out)["provenance"]
     assert prov == {"model": "--model", "hardware": "the model's reference job",
                     "job": {"gpus": "the model's reference job", "global_batch": "the model's reference job",
-                            "seq_len": "the model's reference job"}}
+                            "seq_len": "the model's reference job"},
+                    "software": "megatron-core-0.19 (assumed: the newest megatron-core release planner knows "
+                                "(give --software))"}
     code, out, _ = _run(capsys, "check", *QWEN, "--json")
     prov = json.loads(out)["provenance"]
     assert prov["hardware"] == "--hw" and prov["job"]["gpus"] == "--gpus"

@@ -117,3 +117,141 @@ def test_software_commands(capsys):
     assert code == 0 and "overlap" in out
     code, out, err = _run(capsys, "show-software", "nope")
     assert code == 2 and "Unknown software profile" in err
+
+
+# ---- the option on the commands, saved searches, exports, check, validate ---------------------
+QWEN = ["--model", "qwen3-235b-a22b", "--hw", "h100", "--gpus", "512", "--global-batch", "1024"]
+QWEN_PLAN = "tp=2,pp=8,vpp=4,ep=32,layout=Ett|(ttt|)*30ttL"
+
+
+def test_the_option_is_on_every_command_the_brief_names():
+    surface = json.loads((catalog_root() / "tests" / "data" / "cli_surface.json").read_text())
+    text = json.dumps(surface)
+    for command in ("search", "explain", "compare", "export", "check", "validate"):
+        assert command in text
+    from planner.cli import _register, app
+    import typer.main
+
+    _register()
+    group = typer.main.get_command(app)
+    for command in ("search", "explain", "compare", "export", "check", "validate"):
+        options = {o for p in group.commands[command].params for o in p.opts}
+        assert "--software" in options, command
+
+
+def test_a_plan_lever_the_release_lacks_is_refused_by_check_and_export(capsys):
+    plan = QWEN_PLAN + ",dispatcher=hybridep"
+    code, out, err = _run(capsys, "check", *QWEN, "--plan", plan, "--software", "megatron-core-0.15", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["status"] == "FAIL"
+    lever = [v for v in report["violations"] if v["rule"] == "software-lever"]
+    assert lever and "megatron-core 0.15.0" in lever[0]["message"] and "megatron-core 0.16.0" in lever[0]["message"]
+    code, out, err = _run(capsys, "check", *QWEN, "--plan", plan, "--software", "megatron-core-0.16", "--json")
+    assert not [v for v in json.loads(out)["violations"] if v["rule"].startswith("software")]
+    code, out, err = _run(capsys, "export", *QWEN, "--plan", plan, "--software", "megatron-core-0.15")
+    assert code != 0 and "software-lever" in err and "0.16.0" in err
+
+
+def test_a_release_of_another_launcher_is_refused(capsys):
+    code, out, err = _run(capsys, "check", *QWEN, "--plan", QWEN_PLAN, "--software", "torchtitan-0.3.0")
+    assert code == 2 and "torchtitan release" in err and "--target megatron" in err
+
+
+def test_an_export_records_its_release_and_check_reads_it_back(capsys, tmp_path):
+    path = tmp_path / "q.sh"
+    code, _, err = _run(capsys, "export", *QWEN, "--plan", QWEN_PLAN + ",dispatcher=alltoall", "--software",
+                        "megatron-core-0.14", "--out", str(path))
+    assert code == 0, err
+    assert "# software: megatron-core-0.14 (megatron-core 0.14.0)" in path.read_text().splitlines()[:6]
+    code, out, err = _run(capsys, "check", "--megatron-args", str(path), "--json")
+    report = json.loads(out)
+    assert report["software"]["name"] == "megatron-core-0.14"
+    assert report["provenance"]["software"] == "megatron-core-0.14 (the launch's planner export header)"
+    # JSON is no launcher's format: it names a release only when one is given.
+    code, out, _ = _run(capsys, "export", *QWEN, "--plan", QWEN_PLAN, "--format", "json")
+    assert "software" not in json.loads(out)
+    code, out, _ = _run(capsys, "export", *QWEN, "--plan", QWEN_PLAN, "--format", "json", "--software", "bridge-0.6")
+    assert json.loads(out)["software"]["name"] == "megatron-bridge-0.6"
+
+
+def test_check_says_what_it_assumed_and_dates_the_launch_flags(capsys, tmp_path):
+    code, out, err = _run(capsys, "check", *QWEN, "--plan", QWEN_PLAN, "--json")
+    prov = json.loads(out)["provenance"]["software"]
+    assert prov.startswith("megatron-core-0.19 (assumed: the newest megatron-core release")
+    code, out, err = _run(capsys, "check", *QWEN, "--plan", QWEN_PLAN)
+    assert "software megatron-core-0.19 (assumed" in out
+    # A launch without planner's header: its flags that exist only from some release on are dated,
+    # and a --software release without them is refused.
+    path = tmp_path / "q.sh"
+    _run(capsys, "export", *QWEN, "--plan", QWEN_PLAN + ",dispatcher=hybridep,ep_overlap=on", "--out", str(path))
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("# software:"))
+    path.write_text(text)
+    code, out, err = _run(capsys, "check", "--megatron-args", str(path), "--json")
+    report = json.loads(out)
+    dated = report["software"]["launch_flags_dated"]
+    assert "--overlap-moe-expert-parallel-comm (from megatron-core 0.14.0)" in dated
+    assert "launch_flags_dated" in report["provenance"]["software"]
+    code, out, err = _run(capsys, "check", "--megatron-args", str(path), "--software", "megatron-core-0.13", "--json")
+    rules = {v["rule"] for v in json.loads(out)["violations"]}
+    assert code == 1 and {"software-flag", "software-lever"} <= rules
+
+
+def test_check_takes_the_release_of_bridge_and_torchtitan_launches(capsys, tmp_path):
+    path = tmp_path / "b.sh"
+    code, _, err = _run(capsys, "export", *QWEN, "--plan", QWEN_PLAN, "--format", "bridge", "--out", str(path))
+    assert code == 0, err
+    code, out, err = _run(capsys, "check", "--bridge", str(path), "--json")
+    assert json.loads(out)["software"]["name"] == "megatron-bridge-0.6"
+    toml = tmp_path / "t.toml"
+    code, _, err = _run(capsys, "export", "--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--global-batch",
+                        "32", "--plan", "tp=1,sharding=fsdp", "--format", "torchtitan-toml", "--out", str(toml))
+    assert code == 0, err
+    assert "# software: torchtitan-0.2.2" in toml.read_text()
+    code, out, err = _run(capsys, "check", "--torchtitan", str(toml), "--json")
+    assert json.loads(out)["software"]["name"] == "torchtitan-0.2.2"
+    code, out, err = _run(capsys, "export", "--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--global-batch",
+                          "32", "--plan", "tp=1,sharding=fsdp", "--format", "torchtitan-toml", "--software",
+                          "torchtitan-0.3.0")
+    assert code == 2 and "no longer reads" in err
+
+
+def test_search_offers_only_the_release_s_levers_and_saves_it(capsys, tmp_path):
+    from planner.errors import PlannerError as _PE
+    from planner.search.space import Limits, software_levers
+
+    levers = {"dispatcher": ("deepep", "alltoall", "hybridep"), "ep_overlap": ("off", "on")}
+    kept = software_levers(levers, load_software("megatron-core-0.13"), Limits())
+    assert kept == {"dispatcher": ("deepep", "alltoall"), "ep_overlap": ("off",)}
+    with pytest.raises(_PE, match="--fix dispatcher=hybridep.*megatron-core 0.15.0.*first in megatron-core 0.16.0"):
+        software_levers({"dispatcher": ("hybridep",)}, load_software("megatron-core-0.15"), Limits())
+    saved = tmp_path / "s.json"
+    code, out, err = _run(capsys, "search", "--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--global-batch",
+                          "32", "--top", "1", "--time-limit", "10", "--software", "megatron-core-0.16", "--save",
+                          str(saved), "--json")
+    assert code == 0, err
+    assert json.loads(saved.read_text())["software"]["name"] == "megatron-core-0.16"
+    code, out, err = _run(capsys, "export", "--from", str(saved), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["software"]["name"] == "megatron-core-0.16"
+    code, out, err = _run(capsys, "explain", "--from", str(saved), "--json")
+    assert json.loads(out)["software"]["origin"] == "the saved search"
+
+
+def test_validate_uses_each_run_s_release(capsys):
+    from planner.validate.evaluate import run_software
+    from planner.validate.runs import load_runs
+
+    runs = {r.name: r for r in load_runs(catalog_root() / "tests" / "data" / "published_runs.yaml")}
+    stated = runs["mb2606-deepseek-v3-b300-fp8mx-256gpu"]
+    assert run_software(stated)[0].name == stated.software_profile == "megatron-core-0.18"
+    guide = runs["mcg-dsv3-gb200-mxfp8-step01"]  # a dev-branch build: no release, the default (said so)
+    profile, origin = run_software(guide)
+    assert profile.name == "megatron-core-0.19" and origin.startswith("default")
+    assert run_software(guide, "megatron-core-0.16")[0].name == "megatron-core-0.16"
+    code, out, err = _run(capsys, "validate", str(catalog_root() / "tests" / "data" / "published_runs.yaml"),
+                          "--only", stated.name, "--only", guide.name, "--json")
+    report = json.loads(out)
+    by_name = {r["name"]: r for r in report["runs"]}
+    assert by_name[stated.name]["software"] == {"profile": "megatron-core-0.18", "origin": "the runs file"}
+    assert by_name[guide.name]["software"]["origin"].startswith("default")
+    assert report["software"]["stated"] == {"megatron-core-0.18": 1}

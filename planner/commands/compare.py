@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MaxOpt,
     MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt, build_assumptions,
-    SetOpt, TorchtitanConfigOpt, print_json, resolve_model, resolve_specs, search_options,
+    SetOpt, SoftwareOpt, TorchtitanConfigOpt, print_json, resolve_model, resolve_specs, search_options,
 )
 
 DEFAULT_HW = ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72")
@@ -48,6 +48,7 @@ def compare_cmd(
     moments: MomentsOpt = "fp32",
     target: SearchTargetOpt = "megatron",
     torchtitan_config: TorchtitanConfigOpt = None,
+    software: SoftwareOpt = None,
     fix: FixOpt = None,
     max_: MaxOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="Plans ranked per hardware (the top-K usage counts these).")] = 10,
@@ -80,8 +81,18 @@ def compare_cmd(
         from planner.files import check_output
 
         check_output(plot, "plot", suffixes=(".png",))  # before the searches run
-    opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, torchtitan_config=torchtitan_config)
+    import dataclasses
+
+    from planner.options import resolve_software
+
+    profile, origin = resolve_software(software, target)
+    opts = dataclasses.replace(search_options(target, top, time_limit, fix, max_, moments, per_stage,
+                                              torchtitan_config=torchtitan_config), software=profile)
     out = _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, prices)
+    if software is not None:  # the default release offers every lever the search ranks: its reports stay as they were
+        from planner.launchers.common import software_record
+
+        out["software"] = software_record(profile, origin)
     _output(out, counts, plot, timings, json, markdown)
 
 

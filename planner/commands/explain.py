@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.commands.export import BridgeFileOpt, FromOpt, TorchtitanFileOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
 from planner.options import (
     CalibrationOpt, DomainFillOpt, ExpandableOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
-    PrecisionOpt, RoutingOpt, SeqLenOpt, SetOpt, build_assumptions, launch_assumptions, plan_source, print_json,
+    PrecisionOpt, RoutingOpt, SeqLenOpt, SetOpt, SoftwareOpt, build_assumptions, launch_assumptions, plan_source, print_json,
     rule_failures_exit,
 )
 
@@ -36,6 +36,7 @@ def explain_cmd(
     implementation: ImplOpt = "te",
     calibration: CalibrationOpt = None,
     expandable_segments: ExpandableOpt = None,
+    software: SoftwareOpt = None,
     megatron_args: Annotated[Path | None, typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
     bridge: BridgeFileOpt = None,
     torchtitan: TorchtitanFileOpt = None,
@@ -58,6 +59,7 @@ def explain_cmd(
         assumptions = launch_assumptions(src, build_assumptions(routing_imbalance, implementation, calibration), from_file)
         if expandable_segments is not None:  # the command line over a script's or saved search's setting
             assumptions = assumptions.model_copy(update={"expandable_segments": expandable_segments})
+        software_rec = _software(src, software)
         top = _top_of(against) if against is not None else None
         if plot is not None:
             from planner.files import check_output
@@ -71,6 +73,8 @@ def explain_cmd(
     # for the launcher it was read from, or for every launcher when it was given as a plan.
     target = "torchtitan" if torchtitan is not None else "megatron" if (megatron_args or bridge) else "any"
     result["risks"] = [r.to_json() for r in plan_risks(src.model, setup.plan, target)]
+    if software_rec is not None:
+        result["software"] = software_rec
     if json:
         from planner.cost.evaluate import context_json
 
@@ -86,6 +90,28 @@ def explain_cmd(
         print_explain(setup, mem, result, unknown_flags=result.get("unknown_megatron_flags", []))
     if not result["memory"]["fits"]:
         raise typer.Exit(1)  # does not fit: the report is printed, the status says so
+
+
+def _software(src, given: str | None) -> dict | None:
+    """The release explain prices the plan for, when one is named (--software, the saved search's,
+    or a read launch's): a plan lever it lacks is refused as check refuses it (exit 1). A plan
+    string without --software names none, and explain prices it as before."""
+    read = (src.script or src.bridge or src.torchtitan) is not None
+    saved = src.saved.software if src.saved is not None else None
+    if given is None and saved is None and not read:
+        return None
+    from planner.launchers.software import launch_choice
+    from planner.rules import violations_error
+    from planner.specs.software import software_violations
+
+    target = "torchtitan" if src.torchtitan is not None else "megatron"
+    choice = launch_choice(src, target, given)
+    if choice.profile is None:
+        return None
+    found = software_violations(src.plan, choice.profile) + choice.violations()
+    if found:
+        raise violations_error(found, target)
+    return choice.record()
 
 
 def _evaluate(setup, src, top, plot) -> tuple[dict, object]:

@@ -13,7 +13,7 @@ from planner.cli import app
 from planner.errors import PlannerError
 from planner.options import (
     DomainFillOpt, GlobalBatchOpt, GpusOpt, JobArgs, JobFileOpt, JsonOpt, PrecisionOpt, SeqLenOpt,
-    SetOpt, TorchtitanConfigOpt, plan_source, print_json, rule_failures_exit, torchtitan_config_option,
+    SetOpt, SoftwareOpt, TorchtitanConfigOpt, plan_source, print_json, rule_failures_exit, torchtitan_config_option,
 )
 
 FromOpt = Annotated[Path | None, typer.Option("--from", help="A 'planner search --save' file (JSON with a 'plans' list).")]
@@ -101,6 +101,7 @@ def export_cmd(
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
     model_set: SetOpt = None,
+    software: SoftwareOpt = None,
 ) -> None:
     """Write what a launcher runs for a plan. A plan the launcher would reject is not exported: the
     error names the rule (see 'planner check'). Predictions in the output are always recomputed."""
@@ -122,8 +123,12 @@ def export_cmd(
         check_output(out, "export")  # never over the saved search, model, job or hardware it read
     canon = export_canonical(p, m, h, j)
     target = {"bridge": "megatron", "torchtitan-toml": "torchtitan"}.get(fmt, fmt)  # the launcher a format runs
+    profile = _export_software(fmt, software, saved)
     if fmt != "json":
-        found = launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config)
+        # The TOML writer checks 0.2.2's own rules when it writes (torchtitan.toml.toml_violations):
+        # the release's levers are checked after them, so that those keep their own words.
+        found = launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config,
+                                    software=None if fmt == "torchtitan-toml" else profile)
         if fmt == "bridge":
             from planner.launchers.bridge.write import bridge_violations
 
@@ -145,6 +150,11 @@ def export_cmd(
         from planner.launchers.megatron.write import export_megatron
 
         text = export_megatron(setup, predictions=pred, nproc_per_node=nproc_per_node)
+        from planner.launchers.software import script_flag_violations
+
+        dated = script_flag_violations(text, profile)
+        if dated:
+            raise violations_error(dated, "megatron")
     elif fmt == "bridge":
         from planner.launchers.bridge.write import export_bridge
 
@@ -153,6 +163,11 @@ def export_cmd(
         from planner.launchers.torchtitan.toml import export_torchtitan_toml
 
         text = export_torchtitan_toml(setup, predictions=pred, torchtitan_config=torchtitan_config)
+        from planner.specs.software import software_violations
+
+        lacks = software_violations(canon, profile)
+        if lacks:
+            raise violations_error(lacks, "torchtitan")
     elif fmt == "torchtitan":
         from planner.launchers.torchtitan.write import export_torchtitan
 
@@ -162,7 +177,53 @@ def export_cmd(
         from planner.launchers.json_export import export_json
 
         text = export_json(setup, predictions=pred, torchtitan_config=torchtitan_config)
-    _write(text, out)
+    _write(_with_software(text, fmt, profile), out)
+
+
+def _export_software(fmt: str, given: str | None, saved):
+    """The release an export is written for: --software, the saved search's, else the newest
+    release of the format's launcher (torchtitan-toml: torchtitan 0.2.2, the last release that
+    reads TOML job files; bridge: Megatron-Bridge 0.6, the release planner's Bridge writer
+    writes). json names a release only when one is given."""
+    from planner.options import resolve_software
+    from planner.specs.catalog import load_software
+
+    saved_name = saved.software if saved is not None else None
+    target = {"bridge": "megatron", "torchtitan-toml": "torchtitan", "json": "any"}.get(fmt, fmt)
+    if given is not None or saved_name is not None:
+        profile, _ = resolve_software(given, target, saved=saved_name)
+        if fmt == "torchtitan-toml" and profile.version_tuple > (0, 2, 2):
+            raise PlannerError(f"--format torchtitan-toml writes a TOML job file, which {profile.title} no longer reads "
+                               "(torchtitan 0.3.0 launches with --module/--config).",
+                               hint="Use --format torchtitan, or --software torchtitan-0.2.2.")
+        return profile
+    if fmt == "torchtitan-toml":
+        return load_software("torchtitan-0.2.2")
+    if fmt == "bridge":
+        return load_software("megatron-bridge-0.6")
+    return resolve_software(None, target)[0]
+
+
+def _with_software(text: str, fmt: str, profile) -> str:
+    """The export with the release it was written for: a '# software:' line after the script
+    header's model line (check reads it back), a 'software' key in JSON."""
+    if profile is None:
+        return text
+    if fmt == "json":
+        import json as _json
+
+        from planner.launchers.common import software_record
+        from planner.options import json_text
+
+        data = _json.loads(text)
+        data["software"] = software_record(profile)
+        return json_text(data) + ("\n" if text.endswith("\n") else "")
+    lines = text.split("\n")
+    for i, line in enumerate(lines[:20]):
+        if line.startswith("# model: "):
+            lines.insert(i + 1, f"# software: {profile.name} ({profile.title})")
+            break
+    return "\n".join(lines)
 
 
 @app.command("check")
@@ -189,6 +250,7 @@ def check_cmd(
     job: JobFileOpt = None,
     domain_fill: DomainFillOpt = None,
     model_set: SetOpt = None,
+    software: SoftwareOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Check a plan (or a Megatron launch script) against the launchers' start-up checks and planner's
@@ -202,7 +264,7 @@ def check_cmd(
         if target is not None and target not in ("megatron", "torchtitan", "any"):
             raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
         chosen = target or ("torchtitan" if torchtitan is not None else "megatron")
-        report = _check_report(src, chosen, torchtitan_config)
+        report = _check_report(src, chosen, torchtitan_config, software)
     if json:
         print_json(report)
     else:
@@ -211,16 +273,20 @@ def check_cmd(
         raise typer.Exit(1)  # planner.cli.main returns it as the exit status
 
 
-def _check_report(src, target: str, torchtitan_config) -> dict:
+def _check_report(src, target: str, torchtitan_config, software: str | None = None) -> dict:
     """Every rule the plan (and a launch script's own flags) breaks, with the predictions when none."""
     from planner.launchers.common import export_canonical, predictions
+    from planner.launchers.software import launch_choice
     from planner.rules import launcher_violations
+
+    choice = launch_choice(src, target, software)
 
     read = (src.script or src.bridge or src.torchtitan) is not None
     canon = src.plan if read else export_canonical(src.plan, src.model, src.hw, src.job)
     if src.torchtitan is not None and torchtitan_config is None:
         torchtitan_config = _torchtitan_config_of(src)
-    found = launcher_violations(canon, src.model, src.job, target, hw=src.hw, torchtitan_config=torchtitan_config)
+    found = launcher_violations(canon, src.model, src.job, target, hw=src.hw, torchtitan_config=torchtitan_config,
+                                software=choice.profile) + choice.violations()
     if not read and (src.plan.dp is not None or src.plan.edp is not None):
         # The canonical plan drops a given dp and edp (plan_source leaves them to this report).
         from planner.rules import Violation
@@ -236,8 +302,15 @@ def _check_report(src, target: str, torchtitan_config) -> dict:
             found = toml_violations(resolve_setup(src.model, src.hw, src.job, canon))
         except PlanRuleError:  # a plan resolve_setup refuses: the list above has every rule it breaks
             found = [v for v in found if v.rule not in _REPLACED]
+        if choice.profile is not None and not any(v.rule == "software-lever" for v in found):
+            from planner.specs.software import software_violations
+
+            found += software_violations(canon, choice.profile, found)
     report = {"model": src.model.name, "hardware": src.hw.name, "job": src.job.model_dump(mode="json", exclude_none=True),
-              "plan": canon.to_string(), "target": target, "provenance": src.provenance}
+              "plan": canon.to_string(), "target": target,
+              "provenance": {**src.provenance, "software": _software_words(choice)}}
+    if choice.profile is not None:
+        report["software"] = choice.record()
     if src.script is not None:
         from planner.launchers.megatron.rules import args_violations
 
@@ -321,12 +394,20 @@ def _torchtitan_config_of(src) -> str | None:
     return None if torchtitan_config_for(src.model) == (a.module, a.config) else f"{a.module}:{a.config}"
 
 
+def _software_words(choice) -> str:
+    """Where check's release came from, in words ('megatron-core-0.19 (assumed: ...)')."""
+    if choice.profile is None:
+        return choice.origin
+    return f"{choice.profile.name} ({choice.origin})"
+
+
 def provenance_line(prov: dict) -> str:
     """'from: model --model, hardware launch header, GPUs torchrun ...': where each value came from."""
     job = prov.get("job") or {}
     parts = [f"{label} {where}" for label, where in (("model", prov.get("model")), ("hardware", prov.get("hardware")),
                                                       ("GPUs", job.get("gpus")), ("global batch", job.get("global_batch")),
-                                                      ("seq", job.get("seq_len"))) if where]
+                                                      ("seq", job.get("seq_len")),
+                                                      ("software", prov.get("software"))) if where]
     return "from: " + ", ".join(parts) if parts else ""
 
 

@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, HwOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt,
     MarkdownOpt, MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
-    SetOpt, TorchtitanConfigOpt, build_assumptions, print_json, resolve_specs, search_options,
+    SetOpt, SoftwareOpt, TorchtitanConfigOpt, build_assumptions, print_json, resolve_software, resolve_specs, search_options,
 )
 
 
@@ -31,6 +31,7 @@ def search_cmd(
     moments: MomentsOpt = "fp32",
     target: SearchTargetOpt = "megatron",
     torchtitan_config: TorchtitanConfigOpt = None,
+    software: SoftwareOpt = None,
     fix: FixOpt = None,
     max_: MaxOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=100, help="How many plans (families, unless --all-variants) to show.")] = 10,
@@ -65,13 +66,14 @@ def search_cmd(
         check_output(save, "saved search")  # before the search runs, and never over a file it read
     from dataclasses import replace
 
+    profile, origin = resolve_software(software, target)
     opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, solver, torchtitan_config)
     # Ties are ties (planner.search.ties) and families are shown unless every variant is asked for.
-    opts = replace(opts, ties=True, families=not all_variants)
+    opts = replace(opts, ties=True, families=not all_variants, software=profile)
     assumptions = target_assumptions(assumptions, opts.target)
     result, sens = _run(m, h, j, opts, assumptions, sensitivity)
     _output(m, h, j, opts, assumptions, result, sens, save=save, timings=timings, json=json, markdown=markdown,
-            given=model, verbose=verbose)
+            given=model, verbose=verbose, software_origin=origin)
 
 
 def _run(m, h, j, opts, assumptions, sensitivity: bool):
@@ -103,9 +105,9 @@ def launchers_of(setup, torchtitan_config: str | None = None) -> dict[str, list[
 
 
 def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool, markdown: bool = False,
-            given=None, verbose: bool = False) -> None:
+            given=None, verbose: bool = False, software_origin: str | None = None) -> None:
     from planner.cost.evaluate import context_json
-    from planner.launchers.common import model_record
+    from planner.launchers.common import model_record, software_record
     from planner.validate.bands import attach_band
 
     out = {**context_json(m, h, j, assumptions), "target": opts.target, "solver": result.solver,
@@ -117,6 +119,9 @@ def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, js
     if opts.target == "any":
         for entry, r in zip(out["plans"], result.plans):
             entry["launchers"] = launchers_of(r.setup, opts.torchtitan_config)
+    if opts.software is not None:
+        # The release the plans were ranked for: explain and export --from take it from here.
+        out["software"] = software_record(opts.software, software_origin)
     if sens is not None:
         out["sensitivity"] = sens
     if timings:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from planner.cli import app
-from planner.options import CalibrationOpt, JsonOpt, print_json
+from planner.options import CalibrationOpt, JsonOpt, SoftwareOpt, print_json
 from planner.errors import excerpt
 
 COMMAND = "planner validate tests/data/published_runs.yaml --markdown"
@@ -37,6 +37,7 @@ def validate_cmd(
     plot: Annotated[Path | None, typer.Option("--plot", help="Write predicted against measured tokens/s per GPU as a PNG.")] = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown.")] = False,
     calibration: CalibrationOpt = None,
+    software: SoftwareOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Predict every run of a runs file and compare with what was measured: tokens/s and model TFLOP/s
@@ -62,7 +63,11 @@ def validate_cmd(
             raise PlannerError(f"No run named {', '.join(unknown)} in '{runs}'.",
                                hint="Give names as the runs file spells them (see 'name:').")
         specs = [r for r in specs if r.name in set(only)]
-    results = evaluate_runs(specs, cal)
+    if software is not None:
+        from planner.specs.catalog import load_software
+
+        load_software(software)  # an unknown name fails here, once, not per run
+    results = evaluate_runs(specs, cal, software)
     if not any(r.evaluated for r in results):
         # A report of only "not evaluated" lines compares nothing: exiting 0 would let a script
         # (or CI) take a runs file planner cannot read for a passed validation.

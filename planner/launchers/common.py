@@ -114,6 +114,9 @@ class SavedSearch(_Saved):
     hardware: SavedName | Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     job: SavedJob | None = None
     assumptions: dict[str, Any] | None = None
+    software: SavedName | None = None
+    """The release the search planned for (its --software, or the default it assumed); None in
+    files written before planner knew releases, and for --target any."""
     plans: list[SavedEntry] = Field(min_length=1, max_length=10000)
 
 
@@ -128,6 +131,8 @@ class SavedPlan:
     time: dict | None
     edp: int | None
     assumptions: dict | None = None
+    software: str | None = None
+    """The saved search's software profile name (explain and export default to it)."""
 
 
 def _name(entry: Any) -> str | None:
@@ -199,7 +204,8 @@ def read_saved_plan(path: Path, rank: int) -> SavedPlan:
                                                             "domain_fill"}) if saved.job else None
     return SavedPlan(plan, saved.model, _name(saved.hardware), job,
                      entry.memory.model_dump(exclude_none=True) if entry.memory else None,
-                     entry.time.model_dump(exclude_none=True) if entry.time else None, edp, saved.assumptions)
+                     entry.time.model_dump(exclude_none=True) if entry.time else None, edp, saved.assumptions,
+                     _name(saved.software))
 
 
 def _sha256(path: Path) -> str:
@@ -596,4 +602,14 @@ def catalog_edits(model, settable: tuple[str, ...] = ("mtp_layers",)) -> list[st
             out.append(f"{path}: catalog {b}, this model {a}")
 
     walk(mine, theirs, "")
+    return out
+
+
+def software_record(profile, origin: str | None = None) -> dict:
+    """How a JSON output (a saved search, check's report, an export) names the release a plan is
+    for: its name (what --software and a saved search's 'software' read back), framework and
+    version, and where the choice came from."""
+    out = {"name": profile.name, "framework": profile.framework, "version": profile.version}
+    if origin:
+        out["origin"] = origin
     return out

@@ -76,7 +76,7 @@ def gpus_that_fit(space: Space, options, assumptions, max_factor: int = 64) -> i
         job = space.job.model_copy(update={"gpus": gpus, "global_batch": batch})
         sp = build_space(space.model, space.hw, job, target=space.target, limits=space.limits,
                          implementation=assumptions.implementation, moments=options.moments,
-                         torchtitan_config=space.torchtitan_config)
+                         torchtitan_config=space.torchtitan_config, software=options.software)
         if len(sp):
             valid = lambda i, sp=sp: not struct_violations(sp.model, sp.hw, sp.job, sp.struct(i), sp.target,  # noqa: E731
                                                            sp.torchtitan_config)

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -50,6 +50,9 @@ class Options:
     families: bool = False
     """Show the first plan of each family, ``top`` families out of a larger ranking
     (planner.search.families; ``search`` sets it unless --all-variants). Implies ``ties``."""
+    software: Any = None
+    """The release the plans run on (planner.specs.software.SoftwareProfile): the search offers only
+    its levers. None: no release (--target any, or a caller that names none)."""
 
 
 @dataclass
@@ -189,7 +192,7 @@ class _Run:
         self.say("enumerating the plan space")
         self.space = build_space(self.model, self.hw, self.job, target=o.target, limits=o.limits,
                                  implementation=self.assumptions.implementation, moments=o.moments,
-                                 torchtitan_config=o.torchtitan_config)
+                                 torchtitan_config=o.torchtitan_config, software=o.software)
         self.lap("space_s")
         if not len(self.space):
             raise no_structure(self.space, o)

@@ -468,10 +468,10 @@ gather) unless ``--fix`` sets them: then every plan of the space carries the fix
 
 def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits | None = None,
                 implementation: str = "te", moments: tuple[str, ...] = ("fp32",),
-                check_rules: bool = False, torchtitan_config: str | None = None) -> Space:
+                check_rules: bool = False, torchtitan_config: str | None = None, software=None) -> Space:
     """Enumerate the structural keys that satisfy the divisibility and layout rules (and, with
     ``check_rules``, every launcher rule: small spaces only; the search checks those lazily, best
-    candidates first), and the lever options."""
+    candidates first), and the lever options (only those the ``software`` release offers, when given)."""
     limits = limits or Limits()
     opts = degree_options(model, hw, job, limits)
     fam = _families(model, job, limits, opts)
@@ -482,7 +482,7 @@ def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits |
     rows, layout_of, fm_of = _with_vpp(fm, opts["pp"], vpps, layout_index)
     rows, layout_of, fm_of, schedule_of, schedules = _with_schedules(rows, layout_of, fm_of, target, limits, pruned)
     keys = np.stack([rows[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
-    levers = lever_options(model, hw, job, target, limits, implementation, moments)
+    levers = software_levers(lever_options(model, hw, job, target, limits, implementation, moments), software, limits)
     space = Space(model, hw, job, target, limits, keys, layout_of, tuple(layouts), levers, pruned)
     space.messages = messages
     space.torchtitan_config = torchtitan_config
@@ -581,6 +581,29 @@ def lever_options(model, hw, job, target, limits: Limits, implementation: str, m
         if key in opts:
             opts[key] = [value]
     return {k: tuple(v) for k, v in opts.items()}
+
+
+def software_levers(levers: dict[str, tuple], software, limits: Limits) -> dict[str, tuple]:
+    """The lever options a release offers (planner.specs.software.SoftwareProfile.offers): the
+    search never ranks a plan the chosen --software cannot launch. A --fix value the release lacks
+    is refused here, naming the release, rather than leaving nothing to rank."""
+    if software is None:
+        return levers
+    out = {}
+    for key, values in levers.items():
+        kept = tuple(v for v in values if v is None or software.offers(key, v))
+        if not kept:
+            from planner.specs.software import lever_features, first_release_with
+
+            shown = str(values[0]) if values else "?"
+            firsts = [first_release_with(f, software) for f in lever_features(key, values[0])] if values else []
+            since = ", ".join(f"first in {f.title}" for f in firsts if f is not None)
+            raise PlannerError(
+                f"--fix {key}={shown} is a lever {software.title} ({software.name}) does not have"
+                + (f" ({since} among the releases planner knows)" if since else "") + ".",
+                hint="Give --software a newer release (see 'planner software') or leave the lever to the search.")
+        out[key] = kept
+    return out
 
 
 def make_plan(s: Struct, lever_values: dict) -> Plan:

@@ -246,15 +246,17 @@ def first_release_with(feature: str, profile: SoftwareProfile) -> SoftwareProfil
     return min(found, key=lambda p: p.version_tuple) if found else None
 
 
-def software_violations(plan: Plan, profile: SoftwareProfile) -> list[Violation]:
+def software_violations(plan: Plan, profile: SoftwareProfile, found: list | None = None) -> list[Violation]:
     """One ``software-lever`` violation per plan lever the release lacks, naming the release and
-    the first release planner knows with it."""
+    the first release planner knows with it. A lever a launcher rule in ``found`` already refuses
+    (its message opens with 'key=value') is left to that rule's own words."""
     from planner.rules import Violation
 
+    refused = tuple(v.message for v in found or ())
     out: list[Violation] = []
     for key, text in plan_lever_values(plan):
         missing = profile.missing(key, text)
-        if not missing:
+        if not missing or any(m.startswith(f"{key}={text}") for m in refused):
             continue
         parts = []
         for f in missing:

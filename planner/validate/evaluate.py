@@ -70,6 +70,12 @@ class RunResult:
     reader: Reader | None = None
     counted: bool = True
     """Counted in the class statistics (False: a series run whose inputs equal a later run's)."""
+    software: str | None = None
+    """The software profile the run was evaluated with."""
+    software_origin: str | None = None
+    """'the runs file' (its software_profile) or 'default: ...' (the runs file states no release)."""
+    software_lacks: list[str] = field(default_factory=list)
+    """Levers of the evaluated plan that the run's release does not have (a runs-file or reader error)."""
 
     @property
     def evaluated(self) -> bool:
@@ -108,6 +114,10 @@ class RunResult:
             out["reader"] = self.reader.to_json()
         if self.run.not_modeled:
             out["not_modeled"] = sorted(self.run.not_modeled)
+        if self.software is not None:
+            out["software"] = {"profile": self.software, "origin": self.software_origin}
+            if self.software_lacks:
+                out["software"]["lacks"] = list(self.software_lacks)
         return out
 
 
@@ -220,14 +230,42 @@ def measured_throughput(run: RunSpec, flops_per_token_megatron: float) -> tuple[
     return None, "nothing comparable published"
 
 
-def evaluate_run(run: RunSpec, calibration=None) -> RunResult:
-    """The prediction of one run against its measurement (or why it is not evaluated)."""
-    if run.not_evaluable:
-        return RunResult(run.name, "not evaluated", run.not_evaluable, run)
+def run_software(run: RunSpec, default: str | None = None):
+    """(profile, origin) of the release a run is evaluated with: its ``software_profile``, else
+    ``default`` (validate --software), else the newest release of its launcher (torchtitan where the
+    run's software or plan is torchtitan's, Megatron-Core otherwise), said as a default."""
+    from planner.specs.catalog import default_software, load_software
+
+    if run.software_profile:
+        return load_software(run.software_profile), "the runs file"
+    if default is not None:
+        return load_software(default), "default: --software (the runs file states no release)"
+    titan = "torchtitan" in (run.software or "").lower() or "recompute=op" in (run.plan or "")
+    profile = default_software("torchtitan" if titan else "megatron")
+    return profile, f"default: the newest {profile.framework} release planner knows (the runs file states none)"
+
+
+def evaluate_run(run: RunSpec, calibration=None, software: str | None = None) -> RunResult:
+    """The prediction of one run against its measurement (or why it is not evaluated), with the
+    release its runs file names (or the default, said so)."""
     try:
-        return _evaluate(run, calibration)
+        profile, origin = run_software(run, software)
     except PlannerError as exc:
         return RunResult(run.name, "not evaluated", exc.paragraph(), run)
+    if run.not_evaluable:
+        res = RunResult(run.name, "not evaluated", run.not_evaluable, run)
+    else:
+        try:
+            res = _evaluate(run, calibration)
+        except PlannerError as exc:
+            res = RunResult(run.name, "not evaluated", exc.paragraph(), run)
+    res.software, res.software_origin = profile.name, origin
+    if res.evaluated:
+        from planner.specs.plan import Plan
+        from planner.specs.software import software_violations
+
+        res.software_lacks = [v.message for v in software_violations(Plan.parse(res.plan), profile)]
+    return res
 
 
 def _evaluate(run: RunSpec, calibration) -> RunResult:
@@ -283,10 +321,10 @@ def _evaluate(run: RunSpec, calibration) -> RunResult:
     return res
 
 
-def evaluate_runs(runs: list[RunSpec], calibration=None) -> list[RunResult]:
+def evaluate_runs(runs: list[RunSpec], calibration=None, software: str | None = None) -> list[RunResult]:
     """Every run's result, with the class-statistics flag set: a run of a series whose planner
     inputs equal those of a later run of the same series is not counted (one configuration, one vote)."""
-    results = [evaluate_run(r, calibration) for r in runs]
+    results = [evaluate_run(r, calibration, software) for r in runs]
     later: dict[tuple, int] = {}
     for i, res in enumerate(results):
         if res.evaluated and res.run.series:

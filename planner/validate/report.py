@@ -53,8 +53,26 @@ def build(results: list[RunResult], runs_label: str) -> dict:
         "memory_summary": {s: mem[s]["all"].to_json() for s in SUBSETS},
         "targets": {"definition": {k: v for k, v in TARGETS.items()}, "met_on_validation": targets_met(summary)},
         "ranking": ranking_json(results),
+        "software": software_json(results),
         "runs": [r.to_json() for r in results],
     }
+
+
+def software_json(results: list[RunResult]) -> dict:
+    """Runs per software profile, split by where it came from: the runs file's software_profile
+    (the release the source states) or the default (the runs file states none)."""
+    stated: dict[str, int] = {}
+    default: dict[str, int] = {}
+    lacking = []
+    for r in results:
+        if r.software is None:
+            continue
+        into = stated if r.software_origin == "the runs file" else default
+        into[r.software] = into.get(r.software, 0) + 1
+        if r.software_lacks:
+            lacking.append(r.name)
+    return {"stated": dict(sorted(stated.items())), "default": dict(sorted(default.items())),
+            "runs_with_levers_their_release_lacks": lacking}
 
 
 def markdown(report: dict, command: str) -> str:
@@ -75,6 +93,16 @@ def markdown(report: dict, command: str) -> str:
               f"{c['counted']} counted in the statistics), {c['not_evaluated']} not evaluated (reasons below); "
               f"{c['read_from_megatron_flags']} read from their Megatron flags, {c['reader_disagreements']} with a "
               "reader disagreement.", ""]
+    sw = report.get("software")
+    if sw:
+        def counts(d: dict) -> str:
+            return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
+
+        lines += [f"Software: each run is evaluated with the profile of the release its source states "
+                  f"(`software_profile`; {sum(sw['stated'].values())} runs: {counts(sw['stated'])}); the "
+                  f"{sum(sw['default'].values())} runs that state none use the default ({counts(sw['default'])})"
+                  + (f"; runs whose plan uses a lever their release lacks: {', '.join(sw['runs_with_levers_their_release_lacks'])}"
+                     if sw["runs_with_levers_their_release_lacks"] else "") + ".", ""]
     lines += ["## Summary by class", ""]
     for subset in SUBSETS:
         s = report["summary"][subset]

@@ -68,6 +68,10 @@ class RunSpec(Spec):
     """The recipe or script the settings were read from, when it is not the source itself."""
     software: str | None = None
     """Container, framework commit or release the run used."""
+    software_profile: str | None = Field(None, max_length=200)
+    """The planner software profile (``planner software``) of the release the run used, where its
+    source states it; None: the default release of its launcher (validate --software), which the
+    report says."""
     confidence: Literal["H", "M", "L"] = "M"
     """H: primary source read and settings matched exactly; M: derived or partly stated; L: unsure."""
     hardware: str
