@@ -255,3 +255,21 @@ def test_validate_uses_each_run_s_release(capsys):
     assert by_name[stated.name]["software"] == {"profile": "megatron-core-0.18", "origin": "the runs file"}
     assert by_name[guide.name]["software"]["origin"].startswith("default")
     assert report["software"]["stated"] == {"megatron-core-0.18": 1}
+
+
+def test_flags_an_older_release_does_not_parse_are_refused(capsys, tmp_path):
+    """--use-megatron-fsdp arrived in megatron-core 0.14 (--use-custom-fsdp before: arguments.py at
+    core_v0.13.0 and core_v0.14.0): planner's writer writes the new flag, so a 0.13 export of an
+    FSDP plan is refused, and check finds the flag in a launch said to run on 0.13."""
+    assert "--use-megatron-fsdp" in load_software("megatron-core-0.13").flags_absent.flags
+    assert "--use-megatron-fsdp" not in load_software("megatron-core-0.14").flags_absent.flags
+    assert load_software("megatron-core-0.19").flags_absent is None
+    llama = ["--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--global-batch", "32", "--plan", "sharding=fsdp"]
+    code, out, err = _run(capsys, "export", *llama, "--software", "megatron-core-0.13")
+    assert code == 2 and "--use-megatron-fsdp" in err and "software-flag" in err
+    path = tmp_path / "l.sh"
+    code, out, err = _run(capsys, "export", *llama, "--software", "megatron-core-0.14", "--out", str(path))
+    assert code == 0, err
+    code, out, err = _run(capsys, "check", "--megatron-args", str(path), "--software", "megatron-core-0.13", "--json")
+    flagged = [v["message"] for v in json.loads(out)["violations"] if v["rule"] == "software-flag"]
+    assert code == 1 and flagged and "--use-megatron-fsdp" in flagged[0]

@@ -62,6 +62,8 @@ class SoftwareChoice:
     origin: str
     launch_needs: list[tuple[str, str]] = field(default_factory=list)
     """(flag dest, feature) of the launch's flags that exist only from some release on."""
+    flags: set[str] = field(default_factory=set)
+    """Every --flag the launch text writes (for the release's flags_absent)."""
 
     def record(self) -> dict | None:
         from planner.launchers.common import software_record
@@ -87,6 +89,15 @@ class SoftwareChoice:
         if self.profile is None:
             return []
         out = []
+        dated = {f"--{dest.replace('_', '-')}" for dest, _ in self.launch_needs}
+        absent = self.profile.flags_absent
+        unparsed = sorted(f for f in self.flags if absent is not None and f in absent.flags and f not in dated)
+        if unparsed:
+            out.append(Violation(
+                "software-flag",
+                f"the launch sets {', '.join(unparsed)}, which {self.profile.title} ({self.profile.name}) does not parse "
+                f"({absent.source.split(':')[0]}).",
+                hint="Give --software the release the launch runs on (see 'planner software')."))
         for dest, feature in self.launch_needs:
             if self.profile.has(feature):
                 continue
@@ -129,8 +140,10 @@ def launch_choice(src, target: str, given: str | None) -> SoftwareChoice:
                  if values.get(dest) not in (None, False, [], "")]
     if given is not None or src.saved is not None and src.saved.software:
         profile, origin = resolve_software(given, target, saved=None if given else src.saved.software)
-        return SoftwareChoice(profile, origin, needs)
+        text = _read_text(src)
+        return SoftwareChoice(profile, origin, needs, script_flags(text) if text and src.script is not None else set())
     text = _read_text(src)
+    flags = script_flags(text) if text and src.script is not None else set()
     named = header_software(text) if text else None
     if named is not None:
         profile, origin = load_software(named), "the launch's planner export header"
@@ -148,11 +161,11 @@ def launch_choice(src, target: str, given: str | None) -> SoftwareChoice:
         if profile is not None and needs:
             origin = (f"assumed: the newest {profile.framework} release planner knows; the launch's flags date it no "
                       "earlier than the releases listed in launch_flags_dated (give --software)")
-        return SoftwareChoice(profile, origin, needs)
+        return SoftwareChoice(profile, origin, needs, flags)
     if target in ("megatron", "torchtitan") and profile.launcher != target:
         profile = default_software(target)
         origin = f"assumed: the newest {profile.framework} release planner knows (the launch's is for another launcher)"
-    return SoftwareChoice(profile, origin, needs)
+    return SoftwareChoice(profile, origin, needs, flags)
 
 
 def script_flag_violations(text: str, profile) -> list:
@@ -161,6 +174,12 @@ def script_flag_violations(text: str, profile) -> list:
     an older release that needs a newer flag is refused instead of written."""
     if profile is None or profile.framework != "megatron-core":
         return []
-    used = set(re.findall(r"(?<![A-Za-z0-9-])--([a-z0-9][a-z0-9-]*)", text))
-    needs = [(dest, feature) for dest, feature in MEGATRON_FLAG_FEATURES.items() if dest.replace("_", "-") in used]
-    return SoftwareChoice(profile, "", needs).violations()
+    used = script_flags(text)
+    needs = [(dest, feature) for dest, feature in MEGATRON_FLAG_FEATURES.items() if f"--{dest.replace('_', '-')}" in used]
+    return SoftwareChoice(profile, "", needs, used).violations()
+
+
+def script_flags(text: str) -> set[str]:
+    """Every --flag a launch text writes (comments left out: the export header's plan is no flag)."""
+    lines = [line.split("#", 1)[0] for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return set(re.findall(r"(?<![A-Za-z0-9-])(--[a-z0-9][a-z0-9-]*)", "\n".join(lines)))

@@ -119,6 +119,12 @@ class DefaultLever(Sourced):
     """Which recipes set it (None: every recipe of the release)."""
 
 
+class AbsentFlags(Sourced):
+    """Command-line flags the release's parser lacks that planner's writer can write."""
+
+    flags: list[Annotated[str, Field(pattern=r"^--[a-z0-9][a-z0-9-]{0,80}$")]] = Field(max_length=500)
+
+
 class SoftwareRule(Sourced):
     """A launcher rule the release carries (minimum versions, incompatible combinations)."""
 
@@ -145,6 +151,8 @@ class SoftwareProfile(Spec):
     """For Megatron-Bridge: the megatron-core release it pins (its 3rdparty/Megatron-LM submodule)."""
     description: str | None = Field(None, max_length=600)
     features: dict[Feature, Sourced]
+    flags_absent: AbsentFlags | None = None
+    """For a Megatron-Core release older than the writer's (0.19): the flags it does not parse."""
     default_levers: dict[str, DefaultLever] = {}
     rules: list[SoftwareRule] = []
 
