@@ -92,7 +92,7 @@ class SoftwareChoice:
         dated = {f"--{dest.replace('_', '-')}" for dest, _ in self.launch_needs}
         absent = self.profile.flags_absent
         unparsed = sorted(f for f in self.flags if absent is not None and f in absent.flags and f not in dated)
-        if unparsed:
+        if unparsed and absent is not None:
             out.append(Violation(
                 "software-flag",
                 f"the launch sets {', '.join(unparsed)}, which {self.profile.title} ({self.profile.name}) does not parse "

@@ -260,7 +260,7 @@ def evaluate_run(run: RunSpec, calibration=None, software: str | None = None) ->
         except PlannerError as exc:
             res = RunResult(run.name, "not evaluated", exc.paragraph(), run)
     res.software, res.software_origin = profile.name, origin
-    if res.evaluated:
+    if res.evaluated and res.plan is not None:
         from planner.specs.plan import Plan
         from planner.specs.software import software_violations
 
