@@ -555,7 +555,7 @@ def comm_lines(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp) -> lis
 def comm_bytes(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp):
     """NCCL communicators of this GPU's process groups, EP dispatcher staging, PP send/receive
     buffers and GEMM workspaces: the sum of :func:`comm_lines`, in their order."""
-    total = 0.0
+    total: float | np.ndarray = 0.0
     for line in comm_lines(model, mem, deg, crosses=crosses, dispatcher=dispatcher, tokens=tokens, sp=sp):
         if line.kind != "graph_pool":  # nothing yet: keeps the sum's terms as they were
             total = total + line.total
