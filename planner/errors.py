@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 
 class PlannerError(Exception):
@@ -24,6 +25,18 @@ class PlannerError(Exception):
 
     def paragraph(self) -> str:
         return f"{self.message} {self.hint}" if self.hint else self.message
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule, by name (planner.rules and each launcher's rules module list them)."""
+
+    rule: str
+    message: str
+    hint: str | None = None
+
+    def error(self) -> PlanRuleError:
+        return PlanRuleError(self.rule, self.message, hint=self.hint)
 
 
 class PlanRuleError(PlannerError):

@@ -137,7 +137,8 @@ def resolve_software(name: str | None, target, saved: str | None = None):
     """(profile, where it came from) for --software ``name``, else a saved search's profile, else the
     newest release of ``target``'s launcher (None for --target any). A release of another launcher
     than ``target`` is refused: its rules are not the ones that launch checks."""
-    from planner.specs.catalog import default_software, load_software
+    from planner.launchers.registry import default_software
+    from planner.specs.catalog import load_software
 
     t = str(getattr(target, "value", target))
     if name is not None:

@@ -2,10 +2,10 @@
 with each launcher's own start-up checks.
 
 Each rule has a name (shown in errors and exported with `planner export`) and cites the check it
-mirrors. ``check_model_rules`` raises on the first shared violation; ``launcher_violations`` lists
-all of them for a launcher target (the shared rules, then the launcher's own from
-``planner.launchers.<launcher>.rules``), so the search can filter and the exporter can refuse with
-the rule's name.
+mirrors. ``check_model_rules`` raises on the first shared violation; ``shared_violations`` lists
+all of them. Each launcher's own rules are composed on top of these by
+``planner.launchers.registry.launcher_violations`` (this module sits below the launchers and
+imports none of them), so the search can filter and the exporter can refuse with the rule's name.
 """
 
 from __future__ import annotations
@@ -13,25 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from planner.errors import PlanRuleError
+from planner.errors import PlanRuleError, Violation
+from planner.specs.layout import build_layout
+from planner.specs.plan import Plan, default_schedule
 
 if TYPE_CHECKING:
     from planner.specs.hardware import HardwareSpec
     from planner.specs.job import Job
     from planner.specs.model import ModelSpec
-    from planner.specs.plan import Degrees, Plan
+    from planner.specs.plan import Degrees
 
 Target = Literal["megatron", "torchtitan", "any"]
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    message: str
-    hint: str | None = None
-
-    def error(self) -> PlanRuleError:
-        return PlanRuleError(self.rule, self.message, hint=self.hint)
 
 
 def shape_violations(model: ModelSpec, plan: Plan) -> list[Violation]:
@@ -80,7 +72,6 @@ def schedule_runs(name: str | None, p: int, m):
 
 def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Violation]:
     """A plan's schedule against its degrees and micro-batch count (the schedules' own checks)."""
-    from planner.specs.plan import default_schedule
 
     name = plan.schedule or default_schedule(plan.pp, plan.vpp)
     out: list[Violation] = []
@@ -305,23 +296,28 @@ def _canonical(plan: Plan, model: ModelSpec, hw: HardwareSpec | None, job: Job) 
     return plan.canonical_for(model, hw, job)
 
 
-def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job | None = None,
-                        target: Target = "megatron", *, hw: HardwareSpec | None = None,
-                        torchtitan_config: str | None = None, software=None) -> list[Violation]:
-    """Every rule ``target`` breaks: the shared model/plan rules, then the launcher's own.
+@dataclass(frozen=True)
+class Checked:
+    """A plan after the rules every launcher shares: the violations found, and what a launcher's
+    own rules read (``degrees_ok``: the GPUs divide, so ``deg`` holds dp and edp)."""
 
-    ``setup_or_plan`` is a resolved :class:`planner.cost.setup.Setup` (model, hw and job are taken
-    from it) or a :class:`Plan` with ``model``, ``job`` and ``hw`` given (it is canonicalized here;
-    a Plan that resolve_setup would refuse still gets its full list of violations). ``target='any'``
-    keeps only the shared rules (plans some launcher, or none yet, could run). ``software`` (a
-    :class:`planner.specs.software.SoftwareProfile` of ``target``'s launcher) adds one
-    ``software-lever`` violation per plan lever that release lacks."""
-    from planner.errors import PlanRuleError
-    from planner.specs.layout import build_layout
-    from planner.specs.plan import Plan as _Plan
+    violations: list[Violation]
+    model: ModelSpec
+    hw: HardwareSpec | None
+    job: Job
+    plan: Plan
+    deg: Degrees
+    degrees_ok: bool
 
+
+def shared_violations(setup_or_plan, model: ModelSpec | None = None, job: Job | None = None, *,
+                      hw: HardwareSpec | None = None) -> Checked:
+    """The rules every launcher shares, on a resolved :class:`planner.cost.setup.Setup` (model, hw
+    and job are taken from it) or a :class:`Plan` with ``model``, ``job`` and ``hw`` given (it is
+    canonicalized here; a Plan that resolve_setup would refuse still gets its full list). Each
+    launcher's own rules are composed on top by ``planner.launchers.registry.launcher_violations``."""
     given: list[Violation] = []
-    if isinstance(setup_or_plan, _Plan):
+    if isinstance(setup_or_plan, Plan):
         if model is None or job is None or hw is None:
             raise TypeError("launcher_violations(plan, ...) needs model, job and hw")
         if setup_or_plan.dp is not None or setup_or_plan.edp is not None:
@@ -331,8 +327,7 @@ def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job 
     else:
         s = setup_or_plan
         model, hw, job, plan = s.model, s.hw, s.job, s.plan
-    if target not in ("megatron", "torchtitan", "any"):
-        raise ValueError(f"unknown launcher target {target!r}")
+    assert model is not None and job is not None
     # Every rule is checked, not only the first: the degree rules, then the rules that need no
     # dp or edp where the GPUs do not divide (model_violations and Megatron's own skip what
     # needs them; torchtitan's mesh needs them all).
@@ -344,43 +339,25 @@ def launcher_violations(setup_or_plan, model: ModelSpec | None = None, job: Job 
         build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule)
     except PlanRuleError as exc:
         out.append(_violation(exc))
-    if target == "megatron":
-        from planner.launchers.megatron.rules import plan_violations
+    return Checked(out, model, hw, job, plan, deg, not errors)
 
-        out += plan_violations(model, hw, job, plan, deg)
-    elif target == "torchtitan" and not errors:
-        from planner.launchers.torchtitan.rules import plan_violations as torchtitan_plan_violations
 
-        out += torchtitan_plan_violations(model, hw, job, plan, deg, torchtitan_config=torchtitan_config)
-    if software is not None and target == software.launcher:
-        from planner.specs.software import software_violations
-
-        out += software_violations(plan, software, out)
+def unique_violations(found: list[Violation]) -> list[Violation]:
+    """``found`` without repeats (same rule and message), first kept."""
     seen, unique = set(), []
-    for v in out:
+    for v in found:
         if (v.rule, v.message) not in seen:
             seen.add((v.rule, v.message))
             unique.append(v)
     return unique
 
 
-violations = launcher_violations
-"""Short name used by the search (``--target``) and ``planner check``."""
-
-
-def violations_error(found: list[Violation], target: str) -> PlanRuleError:
-    """One PlanRuleError naming the first rule and listing the others."""
+def violations_error(found: list[Violation], launcher: str) -> PlanRuleError:
+    """One PlanRuleError naming the first rule and listing the others (``launcher``: the name the
+    message gives the launcher, e.g. ``Megatron-LM``)."""
     first = found[0]
     others = "; ".join(f"[{v.rule}] {v.message}" for v in found[1:])
-    launcher = {"megatron": "Megatron-LM", "torchtitan": "torchtitan"}.get(target, target)
     msg = f"{launcher} would reject this plan: {first.message}"
     if others:
         msg += f" Also: {others}"
     return PlanRuleError(first.rule, msg, hint=first.hint)
-
-
-def check_launcher_rules(setup_or_plan, model=None, job=None, target: Target = "megatron", **kw) -> None:
-    """Raise every violation for ``target`` as one PlanRuleError naming the first rule."""
-    found = launcher_violations(setup_or_plan, model, job, target, **kw)
-    if found:
-        raise violations_error(found, target)

@@ -20,7 +20,7 @@ import pytest
 from planner.errors import PlannerError
 from planner.launchers.megatron.model import model_hints, parse_moe_layer_freq
 from planner.launchers.megatron.read import job_from_script, plan_from_megatron_args, read_script
-from planner.rules import launcher_violations
+from planner.launchers.registry import launcher_violations
 
 FIXTURES = Path(__file__).parent / "fixtures" / "launch_scripts"
 

@@ -18,7 +18,7 @@ from planner.cost.flops import FusedAttention, Gemm, Shard, model_shape, op_sac_
 from planner.cost.rates import build_rates
 from planner.cost.setup import Assumptions, resolve_setup
 from planner.errors import PlanRuleError
-from planner.rules import launcher_violations
+from planner.launchers.registry import launcher_violations
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.efficiency import load_efficiency
 from planner.specs.job import Job

@@ -11,13 +11,8 @@ from planner.launchers.megatron.read import plan_from_megatron_args
 from planner.launchers.megatron.rules import ARGS_RULES, args_violations
 from planner.launchers.torchtitan import rules as torchtitan_rules
 from planner.launchers.torchtitan.rules import torchtitan_batch_violations
-from planner.rules import (
-    SHARED_RULES,
-    check_launcher_rules,
-    launcher_violations,
-    model_violations,
-    shape_violations,
-)
+from planner.launchers.registry import check_launcher_rules, launcher_violations
+from planner.rules import SHARED_RULES, model_violations, shape_violations
 from planner.errors import PlanRuleError
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec

@@ -12,7 +12,7 @@ import pytest
 
 from planner.cost.setup import Assumptions
 from planner.errors import NothingFitsError
-from planner.rules import launcher_violations
+from planner.launchers.registry import launcher_violations
 from planner.search.driver import Options, run_search
 from planner.search.space import Limits, build_space
 from planner.specs.catalog import load_hardware, load_model

@@ -19,7 +19,7 @@ import pytest
 from planner.cost.evaluate import plan_evaluation
 from planner.cost.setup import resolve_setup
 from planner.errors import NothingFitsError, PlannerError
-from planner.rules import launcher_violations
+from planner.launchers.registry import launcher_violations
 from planner.search.driver import Options, run_search
 from planner.search.space import COL, Limits, build_space
 from planner.validate.evaluate import resolve_run

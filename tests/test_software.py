@@ -9,7 +9,8 @@ import re
 import pytest
 from planner.cli import main
 from planner.errors import PlannerError
-from planner.specs.catalog import all_software, catalog_root, default_software, load_software, software_names
+from planner.launchers.registry import default_software
+from planner.specs.catalog import all_software, catalog_root, load_software, software_names
 from planner.specs.plan import Plan
 from planner.specs.software import FEATURES, LEVER_FEATURES, software_violations
 

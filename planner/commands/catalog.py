@@ -239,10 +239,11 @@ def software_summary(p) -> dict:
 @app.command("software")
 def software_cmd(json: JsonOpt = False) -> None:
     """List the framework releases planner knows (--software): launcher and features."""
-    from planner.specs.catalog import all_software, default_software
+    from planner.launchers.registry import default_software, searchable
+    from planner.specs.catalog import all_software
 
     rows = [software_summary(p) for p in all_software()]
-    defaults = {t: (d.name if (d := default_software(t)) is not None else None) for t in ("megatron", "torchtitan")}
+    defaults = {x.name: (d.name if (d := default_software(x.name)) is not None else None) for x in searchable()}
     if json:
         print_json({"software": rows, "defaults": defaults})
         return

@@ -71,7 +71,10 @@ def explain_cmd(
 
     # The documented run-time failures this plan's combination is known for (software/risks/runtime.yaml),
     # for the launcher it was read from, or for every launcher when it was given as a plan.
-    target = "torchtitan" if torchtitan is not None else "megatron" if (megatron_args or bridge) else "any"
+    from planner.launchers import registry
+
+    read = "torchtitan" if torchtitan is not None else "bridge" if bridge else "megatron" if megatron_args else None
+    target = registry.launcher(read).rules_of if read is not None else registry.ANY
     result["risks"] = [r.to_json() for r in plan_risks(src.model, setup.plan, target)]
     if software_rec is not None:
         result["software"] = software_rec

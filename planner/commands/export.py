@@ -79,7 +79,6 @@ def _saved_predictions_differ(saved, pred: dict) -> str | None:
     return None
 
 
-FORMATS = ("megatron", "bridge", "torchtitan", "torchtitan-toml", "json")
 
 
 @app.command("export")
@@ -106,11 +105,15 @@ def export_cmd(
     """Write what a launcher runs for a plan. A plan the launcher would reject is not exported: the
     error names the rule (see 'planner check'). Predictions in the output are always recomputed."""
     from planner.cost.setup import resolve_setup
+    from planner.launchers import registry
     from planner.launchers.common import export_canonical, predictions
-    from planner.rules import launcher_violations, violations_error
+    from planner.rules import violations_error
 
-    if fmt not in FORMATS:
-        raise PlannerError(f"Unknown --format '{fmt}'.", hint="Choose " + ", ".join(FORMATS[:-1]) + f" or {FORMATS[-1]}.")
+    chosen = registry.format_named(fmt)
+    if chosen is None:
+        names = [f.name for f, _ in registry.formats()]
+        raise PlannerError(f"Unknown --format '{fmt}'.", hint="Choose " + ", ".join(names[:-1]) + f" or {names[-1]}.")
+    form, launcher = chosen
     _check_nproc(nproc_per_node)
     _check_torchtitan_config(torchtitan_config)
     _check_recipe(bridge_recipe)
@@ -122,19 +125,19 @@ def export_cmd(
 
         check_output(out, "export")  # never over the saved search, model, job or hardware it read
     canon = export_canonical(p, m, h, j)
-    target = {"bridge": "megatron", "torchtitan-toml": "torchtitan"}.get(fmt, fmt)  # the launcher a format runs
-    profile = _export_software(fmt, software, saved)
-    if fmt != "json":
-        # The TOML writer checks 0.2.2's own rules when it writes (torchtitan.toml.toml_violations):
-        # the release's levers are checked after them, so that those keep their own words.
-        found = launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config,
-                                    software=None if fmt == "torchtitan-toml" else profile)
-        if fmt == "bridge":
-            from planner.launchers.bridge.write import bridge_violations
-
-            found += bridge_violations(m, bridge_recipe, canon)
+    target = launcher.rules_of if launcher is not None else registry.ANY  # the rules the launch obeys
+    profile = _export_software(form, launcher, software, saved)
+    request = registry.ExportRequest({}, nproc_per_node, torchtitan_config, bridge_recipe)
+    if launcher is not None:
+        # A format whose writer checks its release's own rules when it writes (the TOML writer:
+        # torchtitan.toml.toml_violations) has the release's levers checked after them, so that
+        # those keep their own words.
+        found = registry.launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config,
+                                             software=profile if form.release_in_rules else None)
+        if form.extra_rules is not None:
+            found += form.extra_rules(m, canon, request)
         if found:
-            raise violations_error(found, {"bridge": "Megatron-Bridge"}.get(fmt, target))
+            raise violations_error(found, launcher.label)
     from planner.cost.setup import Assumptions
     from planner.options import saved_assumptions
     from planner.search.driver import target_assumptions
@@ -146,70 +149,42 @@ def export_cmd(
         differ = _saved_predictions_differ(saved, pred)
         if differ:
             typer.echo(f"note: plan {rank} of '{from_file}': {differ}.", err=True)
-    if fmt == "megatron":
-        from planner.launchers.megatron.write import export_megatron
+    from dataclasses import replace
 
-        text = export_megatron(setup, predictions=pred, nproc_per_node=nproc_per_node)
-        from planner.launchers.software import script_flag_violations
-
-        dated = script_flag_violations(text, profile)
-        if dated:
-            raise violations_error(dated, "megatron")
-    elif fmt == "bridge":
-        from planner.launchers.bridge.write import export_bridge
-
-        text = export_bridge(setup, predictions=pred, recipe=bridge_recipe, nproc_per_node=nproc_per_node)
-    elif fmt == "torchtitan-toml":
-        from planner.launchers.torchtitan.toml import export_torchtitan_toml
-
-        text = export_torchtitan_toml(setup, predictions=pred, torchtitan_config=torchtitan_config)
-        from planner.specs.software import software_violations
-
-        lacks = software_violations(canon, profile)
-        if lacks:
-            raise violations_error(lacks, "torchtitan")
-    elif fmt == "torchtitan":
-        from planner.launchers.torchtitan.write import export_torchtitan
-
-        text = export_torchtitan(setup, predictions=pred, torchtitan_config=torchtitan_config,
-                                 nproc_per_node=nproc_per_node)
-    else:
-        from planner.launchers.json_export import export_json
-
-        text = export_json(setup, predictions=pred, torchtitan_config=torchtitan_config)
-    _write(_with_software(text, fmt, profile), out)
+    text = form.write(setup, replace(request, predictions=pred))
+    if form.written_rules is not None and launcher is not None:
+        late = form.written_rules(text, canon, profile)
+        if late:
+            raise violations_error(late, launcher.label)
+    _write(_with_software(text, form, profile), out)
 
 
-def _export_software(fmt: str, given: str | None, saved):
-    """The release an export is written for: --software, the saved search's, else the newest
-    release of the format's launcher (torchtitan-toml: torchtitan 0.2.2, the last release that
-    reads TOML job files; bridge: Megatron-Bridge 0.6, the release planner's Bridge writer
-    writes). json names a release only when one is given."""
+def _export_software(form, launcher, given: str | None, saved):
+    """The release an export is written for: --software, the saved search's, else the format's own
+    release (Format.release) or the newest release of the format's launcher. json names a release
+    only when one is given."""
+    from planner.launchers.registry import ANY
     from planner.options import resolve_software
     from planner.specs.catalog import load_software
 
     saved_name = saved.software if saved is not None else None
-    target = {"bridge": "megatron", "torchtitan-toml": "torchtitan", "json": "any"}.get(fmt, fmt)
+    target = launcher.rules_of if launcher is not None else ANY
     if given is not None or saved_name is not None:
         profile, _ = resolve_software(given, target, saved=saved_name)
-        if fmt == "torchtitan-toml" and profile.version_tuple > (0, 2, 2):
-            raise PlannerError(f"--format torchtitan-toml writes a TOML job file, which {profile.title} no longer reads "
-                               "(torchtitan 0.3.0 launches with --module/--config).",
-                               hint="Use --format torchtitan, or --software torchtitan-0.2.2.")
+        if form.check_release is not None:
+            form.check_release(profile)
         return profile
-    if fmt == "torchtitan-toml":
-        return load_software("torchtitan-0.2.2")
-    if fmt == "bridge":
-        return load_software("megatron-bridge-0.6")
+    if form.release is not None:
+        return load_software(form.release)
     return resolve_software(None, target)[0]
 
 
-def _with_software(text: str, fmt: str, profile) -> str:
+def _with_software(text: str, form, profile) -> str:
     """The export with the release it was written for: a '# software:' line after the script
     header's model line (check reads it back), a 'software' key in JSON."""
     if profile is None:
         return text
-    if fmt == "json":
+    if form.json:
         import json as _json
 
         from planner.launchers.common import software_record
@@ -261,9 +236,14 @@ def check_cmd(
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
                           script_args=script_args, model=model, hw=hw, command="check", bridge=bridge, torchtitan=torchtitan,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill), model_set=model_set)
-        if target is not None and target not in ("megatron", "torchtitan", "any"):
-            raise PlannerError(f"Unknown --target '{target}'.", hint="Choose megatron, torchtitan or any.")
-        chosen = target or ("torchtitan" if torchtitan is not None else "megatron")
+        from planner.launchers import registry
+
+        names = registry.targets()
+        if target is not None and target not in names:
+            raise PlannerError(f"Unknown --target '{target}'.", hint="Choose " + ", ".join(names[:-1]) + f" or {names[-1]}.")
+        read = registry.launcher("torchtitan" if torchtitan is not None else "bridge" if bridge is not None
+                                 else "megatron")  # the launch given, whose rules apply by default
+        chosen = target or read.rules_of
         report = _check_report(src, chosen, torchtitan_config, software)
     if json:
         print_json(report)
@@ -276,8 +256,8 @@ def check_cmd(
 def _check_report(src, target: str, torchtitan_config, software: str | None = None) -> dict:
     """Every rule the plan (and a launch script's own flags) breaks, with the predictions when none."""
     from planner.launchers.common import export_canonical, predictions
+    from planner.launchers.registry import launcher_violations
     from planner.launchers.software import launch_choice
-    from planner.rules import launcher_violations
 
     choice = launch_choice(src, target, software)
 
@@ -439,7 +419,9 @@ def _print_report(r: dict) -> None:
 
     for ln in prediction_lines(r):
         echo(f"predicted: {ln}")
-    target = {"megatron": "Megatron-LM", "torchtitan": "torchtitan", "any": "the shared rules"}[r["target"]]
+    from planner.launchers.registry import label
+
+    target = label(r["target"])
     if r.get("launcher") == "megatron-bridge" and r["target"] == "megatron":
         target = "Megatron-Bridge (Megatron-Core)"
     if r["status"] == "FAIL":

@@ -98,10 +98,9 @@ def launchers_of(setup, torchtitan_config: str | None = None) -> dict[str, list[
     """Under --target any (the shared rules only), which launcher's export takes a plan: per
     launcher, the rules that would refuse it (empty: the export takes it), so that no plan is
     proposed for torchtitan or Megatron-LM that its export then refuses unsaid."""
-    from planner.rules import launcher_violations
+    from planner.launchers.registry import verdicts
 
-    return {t: [v.rule for v in launcher_violations(setup, target=t, torchtitan_config=torchtitan_config)]
-            for t in ("megatron", "torchtitan")}
+    return {t: [v.rule for v in found] for t, found in verdicts(setup, torchtitan_config).items()}
 
 
 def _output(m, h, j, opts, assumptions, result, sens, *, save, timings: bool, json: bool, markdown: bool = False,

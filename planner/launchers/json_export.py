@@ -3,17 +3,17 @@ launcher rules it breaks (so a script can tell whether 'export --format megatron
 
 from __future__ import annotations
 
+from planner import __version__
+from planner.errors import Violation
+from planner.launchers.common import plan_json, to_json_text
+from planner.specs.catalog import spec_hash
 
-def export_json(setup, *, predictions: dict | None = None, torchtitan_config: str | None = None) -> str:
-    from planner import __version__
-    from planner.launchers.common import plan_json, to_json_text
-    from planner.rules import launcher_violations
-    from planner.specs.catalog import spec_hash
 
-    launchers = {}
-    for target in ("megatron", "torchtitan"):
-        found = launcher_violations(setup, target=target, torchtitan_config=torchtitan_config)
-        launchers[target] = {"exportable": not found, "violations": [{"rule": v.rule, "message": v.message} for v in found]}
+def export_json(setup, *, verdicts: dict[str, list[Violation]], predictions: dict | None = None) -> str:
+    """``verdicts``: per launcher, the rules it would refuse the plan by
+    (planner.launchers.registry.verdicts: every searchable launcher, in registry order)."""
+    launchers = {name: {"exportable": not found, "violations": [{"rule": v.rule, "message": v.message} for v in found]}
+                 for name, found in verdicts.items()}
     obj = {
         "planner_version": __version__,
         "model": {"name": setup.model.name, "spec_hash": spec_hash(setup.model)},

@@ -131,7 +131,8 @@ def _read_text(src) -> str | None:
 def launch_choice(src, target: str, given: str | None) -> SoftwareChoice:
     """The release for plan source ``src`` (planner.options.PlanSource) checked for ``target``."""
     from planner.options import resolve_software
-    from planner.specs.catalog import default_software, load_software
+    from planner.launchers.registry import default_software
+    from planner.specs.catalog import load_software
 
     needs: list[tuple[str, str]] = []
     if src.script is not None:

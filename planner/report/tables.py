@@ -409,10 +409,11 @@ def ties_text(ties: dict) -> str:
 
 def launchers_line(plans: list[dict]) -> str:
     """Under --target any: which export takes each plan (its 'launchers' rules, empty = takes it)."""
-    names = {"megatron": "Megatron-LM", "torchtitan": "torchtitan"}
+    from planner.launchers.registry import label
+
     parts = []
     for p in plans:
-        ok = [names[t] for t, rules in p["launchers"].items() if not rules]
+        ok = [label(t) for t, rules in p["launchers"].items() if not rules]
         parts.append(f"#{p['rank']} {' and '.join(ok) if ok else 'neither'}")
     return ("--target any (the shared rules only): the exports take " + "; ".join(parts)
             + " (--json: the rules each export would refuse a plan by)")

@@ -1,4 +1,5 @@
-"""Launcher rules for the search, evaluated with the real rule functions of planner.rules.
+"""Launcher rules for the search, evaluated with the real rule functions (each launcher's record in
+planner.launchers.registry composes the shared rules with its own).
 
 Structural keys are checked one by one. Lever rules (which recompute, offload, overlap,
 dispatcher, sharding and precision combinations a launcher accepts) depend on a few structural
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 
-from planner.rules import Target, launcher_violations
+from planner.launchers.registry import launcher_violations
+from planner.rules import Target
 from planner.specs.plan import Recompute, Sharding
 
 

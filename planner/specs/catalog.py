@@ -446,17 +446,8 @@ def all_software():
     return [load_software(n) for n in software_names()]
 
 
-DEFAULT_FRAMEWORK = {"megatron": "megatron-core", "torchtitan": "torchtitan"}
-"""The framework whose newest release a launcher target defaults to: --target megatron writes
-Megatron-LM's pretrain script, which is megatron-core's release (Megatron-Bridge is the other
-Megatron launcher, chosen by naming its profile)."""
-
-
-def default_software(target: str):
-    """The newest release planner knows of the ``target`` launcher's framework; None for
-    --target any (no launcher, so no release)."""
-    framework = DEFAULT_FRAMEWORK.get(str(getattr(target, "value", target)))
-    if framework is None:
-        return None
+def newest_release(framework: str):
+    """The newest release planner knows of ``framework`` (None: none); a launcher's default
+    (planner.launchers.registry.default_software)."""
     found = [p for p in all_software() if p.framework == framework]
     return max(found, key=lambda p: p.version_tuple) if found else None

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from planner.errors import Violation
 from planner.specs.common import Spec
 from planner.specs.model import Name
 
 if TYPE_CHECKING:
-    from planner.rules import Violation
     from planner.specs.plan import Plan
 
 Framework = Literal["megatron-core", "megatron-bridge", "torchtitan"]
@@ -258,7 +258,6 @@ def software_violations(plan: Plan, profile: SoftwareProfile, found: list | None
     """One ``software-lever`` violation per plan lever the release lacks, naming the release and
     the first release planner knows with it. A lever a launcher rule in ``found`` already refuses
     (its message opens with 'key=value') is left to that rule's own words."""
-    from planner.rules import Violation
 
     refused = tuple(v.message for v in found or ())
     out: list[Violation] = []

@@ -234,7 +234,8 @@ def run_software(run: RunSpec, default: str | None = None):
     """(profile, origin) of the release a run is evaluated with: its ``software_profile``, else
     ``default`` (validate --software), else the newest release of its launcher (torchtitan where the
     run's software or plan is torchtitan's, Megatron-Core otherwise), said as a default."""
-    from planner.specs.catalog import default_software, load_software
+    from planner.launchers.registry import default_software
+    from planner.specs.catalog import load_software
 
     if run.software_profile:
         return load_software(run.software_profile), "the runs file"

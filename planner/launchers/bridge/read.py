@@ -428,7 +428,7 @@ def launch_assumptions(args: BridgeArgs) -> dict:
 
 def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[str]]:
     """(plan mapping, job mapping, notes, fields taken from the recipe's defaults)."""
-    from planner.launchers.megatron.read import _pipeline_from_flags, full_recompute, selective_recompute
+    from planner.launchers.megatron.read import pipeline_from_flags, full_recompute, selective_recompute
     from planner.specs.plan import Offload
 
     given = args.values
@@ -462,7 +462,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
         "num_virtual_stages_per_pipeline_rank": vpp_v,
     }
     mv = {k: (str(v) if isinstance(v, int) and not isinstance(v, bool) else v) for k, v in mv.items() if v is not None}
-    vpp, layout_text = _pipeline_from_flags(mv, pp, notes) if pp > 1 else (1, None)
+    vpp, layout_text = pipeline_from_flags(mv, pp, notes) if pp > 1 else (1, None)
 
     gran = val("model.recompute_granularity")
     recompute = "none"

@@ -11,6 +11,8 @@ builds, checked against Megatron-Bridge itself by tests/megatron_validate/test_b
 
 from __future__ import annotations
 
+BRIDGE_RELEASE = "megatron-bridge-0.6"
+"""The software profile (software/) the Bridge export is written for when none is given."""
 BRIDGE_VERSION = "0.6.2"
 
 BRIDGE_RECIPES: dict[str, str] = {

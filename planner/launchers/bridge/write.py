@@ -41,16 +41,13 @@ import shlex
 from dataclasses import dataclass, field
 
 from planner.launchers.bridge.recipes import BRIDGE_VERSION, has_comm_overlap, recipe_for
-from planner.launchers.common import catalog_edits
-from planner.rules import Violation, check_launcher_rules
+from planner.launchers.bridge.rules import bridge_violations
+from planner.launchers.checks import check_with
+from planner.launchers.megatron.rules import megatron_offload_modules, own_violations
+from planner.rules import violations_error
 
 FP8_RECIPES = {"blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
 """planner's FP8 recipe per hardware -> Bridge's mixed_precision recipe name."""
-
-PLAN_RULES: dict[str, str] = {
-    "bridge-recipe": "Megatron-Bridge has a recipe for the model (or --bridge-recipe names one)",
-}
-
 
 @dataclass
 class BridgeLaunch:
@@ -65,31 +62,6 @@ class BridgeLaunch:
     def argv(self) -> list[str]:
         """The arguments of run_recipe.py."""
         return ["--recipe", self.recipe, "--mode", "pretrain", "--dataset", "mock", *self.overrides]
-
-
-def bridge_violations(model, recipe_override: str | None = None, plan=None) -> list[Violation]:
-    if plan is not None and (plan.grad_reduce != "fp32" or plan.param_gather != "bf16"):
-        return [Violation(
-            "bridge-grad-dtypes",
-            f"grad_reduce={plan.grad_reduce}, param_gather={plan.param_gather}: the Megatron-Bridge export writes fp32 "
-            "gradient reduction and bf16 parameter gathers only (the recipe's mixed-precision settings decide them).",
-            hint="Export --format megatron, which writes --grad-reduce-in-bf16 and --fp8-param-gather, or use the "
-            "defaults (grad_reduce=fp32, param_gather=bf16).")]
-    edits = catalog_edits(model) if recipe_override is None else []
-    if recipe_for(model, recipe_override) is not None and edits:
-        return [Violation(
-            "bridge-recipe",
-            f"the recipe {recipe_for(model)} builds the catalog's {model.name} from its HuggingFace config, and this "
-            "model differs from it (" + "; ".join(edits) + "): the launch would train the catalog model.",
-            hint="Name a recipe that builds this model with --bridge-recipe, or export --format megatron, whose "
-            "flags state the architecture.")]
-    if recipe_for(model, recipe_override) is None:
-        return [Violation(
-            "bridge-recipe",
-            f"Megatron-Bridge {BRIDGE_VERSION} has no recipe for {model.name} that planner knows.",
-            hint="Name one with --bridge-recipe RECIPE_FUNCTION (e.g. a recipe you wrote, registered where "
-            "run_recipe.py finds it), or export --format megatron.")]
-    return []
 
 
 def hydra_value(value) -> str:
@@ -111,7 +83,6 @@ def hydra_value(value) -> str:
 
 def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
     """(ConfigContainer field path, value) for every plan-relevant setting, in script order."""
-    from planner.launchers.megatron.rules import megatron_offload_modules
     from planner.specs.layout import build_layout
 
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
@@ -191,9 +162,8 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
 def bridge_launch(setup, *, recipe: str | None = None, nproc_per_node: int | None = None) -> BridgeLaunch:
     """The run_recipe.py launch of a resolved setup; raises PlanRuleError naming the rule it breaks."""
     from planner.launchers.common import gpus_per_node
-    from planner.rules import violations_error
 
-    check_launcher_rules(setup, target="megatron")
+    check_with(own_violations, "Megatron-LM", setup)
     found = bridge_violations(setup.model, recipe, setup.plan)
     if found:
         raise violations_error(found, "Megatron-Bridge")

@@ -377,7 +377,7 @@ def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | No
     return None
 
 
-def _pipeline_from_flags(v: dict, pp: int, notes: list[str]) -> tuple[int, str | None]:
+def pipeline_from_flags(v: dict, pp: int, notes: list[str]) -> tuple[int, str | None]:
     """(vpp, layout) the pipeline flags give, as Megatron's validate_args derives them:
     --num-layers-per-virtual-pipeline-stage divides the layers per stage counting the embedding and
     the loss when --account-for-embedding/loss-in-pipeline-split count them."""
@@ -476,7 +476,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     _int(v, "num_layers")  # refused here when not an integer; the layer count is read with the model
 
     # ---- virtual pipeline --------------------------------------------------------------------
-    vpp, layout = _pipeline_from_flags(v, pp, notes)
+    vpp, layout = pipeline_from_flags(v, pp, notes)
 
     # ---- recompute ---------------------------------------------------------------------------
     gran = v.get("recompute_granularity")
@@ -722,7 +722,7 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
     if _needs_layer_count(args.values, plan.pp):
         # The pipeline flags count layers the flags do not give: count the model's.
         v = {**args.values, "num_layers": str(m.num_layers), "mtp_num_layers": str(m.mtp_layers)}
-        vpp, layout = _pipeline_from_flags(v, plan.pp, notes)
+        vpp, layout = pipeline_from_flags(v, plan.pp, notes)
         plan = plan.replace(vpp=vpp, layout=layout)
     canon = export_canonical(plan, m, h, j)
     notes += header_disagreement(text, h, j.gpus)

@@ -13,9 +13,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from planner.rules import Violation
+from planner.errors import Violation
 
 if TYPE_CHECKING:
+    from planner.rules import Checked
     from planner.specs.hardware import HardwareSpec
     from planner.specs.job import Job
     from planner.specs.model import ModelSpec
@@ -149,6 +150,12 @@ def _schedule_violations(plan: Plan, job: Job, deg: Degrees) -> list[Violation]:
                 hint=f"Choose a global batch, mbs or dp that gives a multiple of {plan.pp} micro-batches.",
             ))
     return out
+
+
+def own_violations(checked: Checked, torchtitan_config: str | None = None) -> list[Violation]:
+    """Megatron-LM's own rules on a plan the shared rules have checked (its registry record's rules;
+    the torchtitan config is not Megatron's to read)."""
+    return plan_violations(checked.model, checked.hw, checked.job, checked.plan, checked.deg)
 
 
 def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:

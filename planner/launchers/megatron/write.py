@@ -3,7 +3,7 @@
 Every flag name below is one of megatron-core 0.19.2's own option strings (the table in
 :mod:`planner.launchers.megatron.flags`, dumped from its argparse parser; a test checks that each
 emitted flag is in it). Plans Megatron would refuse never reach this module: :func:`megatron_launch`
-runs :func:`planner.rules.check_launcher_rules` first and raises the violated rule.
+runs Megatron's rules (:func:`planner.launchers.checks.check_with`) first and raises the violated rule.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from planner.launchers.megatron.rules import megatron_offload_modules
-from planner.rules import check_launcher_rules
+from planner.launchers.checks import check_with
+from planner.launchers.megatron.rules import megatron_offload_modules, own_violations
 
 # Flags that need Transformer Engine at config time (TransformerConfig imports TE for them); the
 # CPU validation harness drops these and re-adds them, as launchers.md §2 recommends.
@@ -419,7 +419,7 @@ def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaun
     """All flags for a resolved setup; raises PlanRuleError naming the rule Megatron would break."""
     from planner.launchers.common import gpus_per_node
 
-    check_launcher_rules(setup, target="megatron")
+    check_with(own_violations, "Megatron-LM", setup)
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
     nproc = gpus_per_node(hw, job.gpus, nproc_per_node)
     env, why = environment(hw, plan)

@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.launchers.common import catalog_edits
-from planner.rules import Violation
+from planner.errors import Violation
+from planner.rules import violations_error
 
 if TYPE_CHECKING:
+    from planner.rules import Checked
     from planner.specs.hardware import HardwareSpec
     from planner.specs.job import Job
     from planner.specs.model import ModelSpec
@@ -89,6 +91,15 @@ def torchtitan_dims(plan: Plan, deg: Degrees) -> dict[str, int]:
     else:
         rep, shard = 1, deg.dp
     return {"dp_replicate": rep, "dp_shard": shard, "cp": deg.cp, "tp": deg.tp, "pp": deg.pp, "ep": deg.ep}
+
+
+def own_violations(checked: Checked, torchtitan_config: str | None = None) -> list[Violation]:
+    """torchtitan's own rules on a plan the shared rules have checked (its registry record's rules):
+    none where the GPUs do not divide, since its device mesh needs every degree."""
+    if not checked.degrees_ok:
+        return []
+    return plan_violations(checked.model, checked.hw, checked.job, checked.plan, checked.deg,
+                           torchtitan_config=torchtitan_config)
 
 
 def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees,
@@ -263,8 +274,6 @@ def torchtitan_batch(plan, deg, job, where: str) -> tuple[int, int]:
     pipeline parallelism the data-parallel rank's whole batch split into micro-batches of mbs,
     else one micro-batch of mbs; refused (``where`` names the launcher in the message) when
     torchtitan's Trainer would refuse the split."""
-    from planner.rules import violations_error
-
     dims = torchtitan_dims(plan, deg)
     local, pp_micro = (job.global_batch // deg.dp, plan.mbs) if plan.pp > 1 else (plan.mbs, 1)
     batch = torchtitan_batch_violations(job.global_batch, local, dims["dp_replicate"] * dims["dp_shard"], plan.pp, pp_micro)

@@ -23,10 +23,23 @@ from __future__ import annotations
 
 import json
 
+from planner.errors import PlannerError, Violation
+from planner.launchers.checks import violations_with
 from planner.launchers.common import catalog_edits
-from planner.rules import Violation, violations_error
+from planner.launchers.torchtitan.rules import own_violations
+from planner.rules import violations_error
 
 TORCHTITAN_TOML_VERSION = "0.2.2"
+TOML_RELEASE = "torchtitan-0.2.2"
+"""The release --format torchtitan-toml is written for by default: the last that reads TOML job files."""
+
+
+def check_toml_release(profile) -> None:
+    """Refuse a release that no longer reads TOML job files (0.3.0 launches with --module/--config)."""
+    if profile.version_tuple > (0, 2, 2):
+        raise PlannerError(f"--format torchtitan-toml writes a TOML job file, which {profile.title} no longer reads "
+                           "(torchtitan 0.3.0 launches with --module/--config).",
+                           hint="Use --format torchtitan, or --software torchtitan-0.2.2.")
 
 FLAVORS: dict[str, tuple[str, str]] = {
     "llama3.1-8b": ("llama3", "8B"),
@@ -58,9 +71,7 @@ def flavor_for(model) -> tuple[str, str] | None:
 
 def toml_violations(setup) -> list[Violation]:
     """What torchtitan 0.2.2 cannot run of a plan: the 0.3.0 rules it shares, and its own."""
-    from planner.rules import launcher_violations
-
-    out = [v for v in launcher_violations(setup, target="torchtitan") if v.rule not in _REPLACED]
+    out = [v for v in violations_with(own_violations, setup) if v.rule not in _REPLACED]
     model, plan = setup.model, setup.plan
     if flavor_for(model) is None:
         out.append(Violation("torchtitan-model", f"torchtitan {TORCHTITAN_TOML_VERSION} has no model flavor for "

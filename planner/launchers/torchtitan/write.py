@@ -28,9 +28,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from planner.launchers.torchtitan.rules import (
-    TORCHTITAN_SCHEDULES, torchtitan_batch, torchtitan_config_for, torchtitan_dims,
+    TORCHTITAN_SCHEDULES, own_violations, torchtitan_batch, torchtitan_config_for, torchtitan_dims,
 )
-from planner.rules import check_launcher_rules
+from planner.launchers.checks import check_with
 
 
 @dataclass
@@ -68,10 +68,10 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
     """All overrides for a resolved setup; raises PlanRuleError listing what torchtitan lacks."""
     from planner.launchers.common import gpus_per_node
 
-    check_launcher_rules(setup, target="torchtitan", torchtitan_config=torchtitan_config)
+    check_with(own_violations, "torchtitan", setup, torchtitan_config=torchtitan_config)
     model, job, plan, deg = setup.model, setup.job, setup.plan, setup.deg
     cfg = torchtitan_config_for(model, torchtitan_config)
-    assert cfg is not None, "check_launcher_rules refuses a model torchtitan has no config for"
+    assert cfg is not None, "torchtitan's rules refuse a model torchtitan has no config for"
     module, config = cfg
     dims = torchtitan_dims(plan, deg)
     local, pp_micro = torchtitan_batch(plan, deg, job, "torchtitan")

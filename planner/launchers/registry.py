@@ -1,0 +1,214 @@
+"""Every launcher planner writes, reads and checks for: one :class:`Launcher` record each, in
+:data:`LAUNCHERS`. Commands, the search and the exports find a launcher's formats, rules, reader,
+schedules and software here by its name; nothing outside this module switches on launcher names.
+
+Adding a launcher is its package (``write.py``, ``read.py``, ``rules.py`` with ``own_violations``)
+and one record below.
+
+Names: a launcher's ``name`` is what ``--target`` takes where it is searchable (``megatron``,
+``torchtitan``; ``any`` is no launcher, the shared rules only); Megatron-Bridge runs Megatron-Core,
+so its plans are Megatron's (``rules_of``) plus its own rules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from planner.errors import PlannerError, Violation
+from planner.launchers.bridge import rules as bridge_rules
+from planner.launchers.bridge.read import job_from_bridge
+from planner.launchers.bridge.recipes import BRIDGE_RELEASE
+from planner.launchers.bridge.write import export_bridge
+from planner.launchers.checks import OwnRules, check_with, violations_with
+from planner.launchers.json_export import export_json
+from planner.launchers.megatron import rules as megatron_rules
+from planner.launchers.megatron.read import job_from_script
+from planner.launchers.megatron.write import export_megatron
+from planner.launchers.torchtitan import rules as torchtitan_rules
+from planner.launchers.torchtitan.read import job_from_torchtitan
+from planner.launchers.software import script_flag_violations
+from planner.launchers.torchtitan.toml import TOML_RELEASE, check_toml_release, export_torchtitan_toml
+from planner.launchers.torchtitan.write import export_torchtitan
+from planner.specs.catalog import newest_release
+from planner.specs.software import software_violations
+
+if TYPE_CHECKING:
+    from planner.cost.setup import Setup
+    from planner.specs.model import ModelSpec
+    from planner.specs.plan import Plan
+    from planner.specs.software import SoftwareProfile
+
+ANY = "any"
+"""The target that is no launcher: the shared rules only (``--target any``)."""
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What ``planner export`` passes every writer (each reads what its launcher needs)."""
+
+    predictions: dict
+    nproc_per_node: int | None = None
+    torchtitan_config: str | None = None
+    bridge_recipe: str | None = None
+
+
+@dataclass(frozen=True)
+class Format:
+    """One ``export --format``: what it writes and the launcher whose rules it obeys."""
+
+    name: str
+    write: Callable[[Setup, ExportRequest], str]
+    extra_rules: Callable[[ModelSpec, Plan, ExportRequest], list[Violation]] | None = None
+    """Rules of the format itself, beyond its launcher's (Bridge's recipe)."""
+    release: str | None = None
+    """The release it is written for when none is given (None: the launcher's newest)."""
+    check_release: Callable[[SoftwareProfile], None] | None = None
+    """Refuses a given release the format cannot be written for (a PlannerError)."""
+    release_in_rules: bool = True
+    """Whether the release's levers are checked with the launcher's rules (False: after writing,
+    by ``written_rules``, where the writer checks the release's own rules first)."""
+    written_rules: Callable[[str, Plan, SoftwareProfile | None], list[Violation]] | None = None
+    """Rules on the written text and the release (Megatron's dated flags)."""
+    json: bool = False
+    """Its output is a JSON object (the release goes in as a key, not a header line)."""
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str
+    label: str
+    """How messages name it (``Megatron-LM would reject this plan: ...``)."""
+    rules: OwnRules | None
+    """Its own start-up rules, on top of the shared ones (planner.launchers.checks)."""
+    rules_of: str
+    """The searchable launcher whose rules its plans obey (itself, or Megatron for Bridge)."""
+    formats: tuple[Format, ...]
+    reader: Callable | None
+    """Its launch read back to a job (what check and explain take with its option)."""
+    framework: str | None
+    """The software framework whose newest release it defaults to (planner/specs/software.py)."""
+    schedules: tuple[str, ...] = ()
+    """Pipeline schedules it names (planner's name -> its own), for the exporters and readers."""
+
+    @property
+    def searchable(self) -> bool:
+        return self.rules_of == self.name
+
+
+def _release_lacks(text: str, plan, profile) -> list[Violation]:
+    return software_violations(plan, profile) if profile is not None else []
+
+
+def _bridge_rules(model, plan, req: ExportRequest) -> list[Violation]:
+    return bridge_rules.bridge_violations(model, req.bridge_recipe, plan)
+
+
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher("megatron", "Megatron-LM", megatron_rules.own_violations, "megatron",
+             (Format("megatron", lambda s, r: export_megatron(s, predictions=r.predictions,
+                                                              nproc_per_node=r.nproc_per_node),
+                     written_rules=lambda text, plan, profile: script_flag_violations(text, profile)),),
+             job_from_script, "megatron-core"),
+    Launcher("bridge", "Megatron-Bridge", megatron_rules.own_violations, "megatron",
+             (Format("bridge", lambda s, r: export_bridge(s, predictions=r.predictions, recipe=r.bridge_recipe,
+                                                          nproc_per_node=r.nproc_per_node),
+                     extra_rules=_bridge_rules, release=BRIDGE_RELEASE),),
+             job_from_bridge, "megatron-bridge"),
+    Launcher("torchtitan", "torchtitan", torchtitan_rules.own_violations, "torchtitan",
+             (Format("torchtitan", lambda s, r: export_torchtitan(s, predictions=r.predictions,
+                                                                  torchtitan_config=r.torchtitan_config,
+                                                                  nproc_per_node=r.nproc_per_node)),
+              Format("torchtitan-toml", lambda s, r: export_torchtitan_toml(s, predictions=r.predictions,
+                                                                            torchtitan_config=r.torchtitan_config),
+                     release=TOML_RELEASE, check_release=check_toml_release, release_in_rules=False,
+                     written_rules=_release_lacks)),
+             job_from_torchtitan, "torchtitan", tuple(torchtitan_rules.TORCHTITAN_SCHEDULES)),
+)
+
+JSON_FORMAT = Format("json", lambda s, r: export_json(s, predictions=r.predictions,
+                                                      verdicts=verdicts(s, r.torchtitan_config)), json=True)
+"""The one format of no launcher: the plan, its predictions and every searchable launcher's verdict."""
+
+_BY_NAME = {launcher.name: launcher for launcher in LAUNCHERS}
+
+
+def launcher(name: str) -> Launcher:
+    """The record of launcher ``name`` (a PlannerError naming the known ones otherwise)."""
+    found = _BY_NAME.get(str(getattr(name, "value", name)))
+    if found is None:
+        raise PlannerError(f"Unknown launcher {name!r}.", hint="Choose " + ", ".join(_BY_NAME) + ".")
+    return found
+
+
+def searchable() -> tuple[Launcher, ...]:
+    """The launchers ``--target`` names, in registry order."""
+    return tuple(x for x in LAUNCHERS if x.searchable)
+
+
+def targets() -> tuple[str, ...]:
+    """``--target``'s values: every searchable launcher, then ``any``."""
+    return tuple(x.name for x in searchable()) + (ANY,)
+
+
+def formats() -> tuple[tuple[Format, Launcher | None], ...]:
+    """Every ``export --format`` with its launcher (None for JSON), in registry order, JSON last."""
+    return tuple((f, x) for x in LAUNCHERS for f in x.formats) + ((JSON_FORMAT, None),)
+
+
+def format_named(name: str) -> tuple[Format, Launcher | None] | None:
+    return next(((f, x) for f, x in formats() if f.name == name), None)
+
+
+def label(target: str) -> str:
+    """How messages name ``target``'s launcher (``the shared rules`` for any)."""
+    target = str(getattr(target, "value", target))
+    return "the shared rules" if target == ANY else launcher(target).label
+
+
+def _own(target: str) -> OwnRules | None:
+    target = str(getattr(target, "value", target))
+    if target == ANY:
+        return None
+    found = _BY_NAME.get(target)
+    if found is None:
+        raise ValueError(f"unknown launcher target {target!r}")
+    return found.rules
+
+
+def default_software(target: str):
+    """The newest release planner knows of the ``target`` launcher's framework; None for
+    --target any (no launcher, so no release). --target megatron writes Megatron-LM's pretrain
+    script, which is megatron-core's release (Bridge is chosen by naming its profile)."""
+    target = str(getattr(target, "value", target))
+    if target == ANY:
+        return None
+    framework = launcher(target).framework
+    return newest_release(framework) if framework is not None else None
+
+
+def launcher_violations(setup_or_plan, model=None, job=None, target: str = "megatron", *, hw=None,
+                        torchtitan_config: str | None = None, software=None) -> list[Violation]:
+    """Every rule ``target`` breaks: the shared model/plan rules, then the launcher's own.
+
+    ``setup_or_plan`` is a resolved :class:`planner.cost.setup.Setup` (model, hw and job are taken
+    from it) or a :class:`Plan` with ``model``, ``job`` and ``hw`` given (it is canonicalized here;
+    a Plan that resolve_setup would refuse still gets its full list of violations). ``target='any'``
+    keeps only the shared rules (plans some launcher, or none yet, could run). ``software`` (a
+    :class:`planner.specs.software.SoftwareProfile`) adds one ``software-lever`` violation per plan
+    lever that release lacks, where it is ``target``'s launcher's release."""
+    target = str(getattr(target, "value", target))
+    own_release = software if software is not None and software.launcher == target else None
+    return violations_with(_own(target), setup_or_plan, model, job, hw=hw, torchtitan_config=torchtitan_config,
+                           software=own_release)
+
+
+def check_launcher_rules(setup_or_plan, model=None, job=None, target: str = "megatron", **kw) -> None:
+    """Raise every violation for ``target`` as one PlanRuleError naming the first rule."""
+    check_with(_own(target), label(target), setup_or_plan, model, job, **kw)
+
+
+def verdicts(setup, torchtitan_config: str | None = None) -> dict[str, list[Violation]]:
+    """Per searchable launcher, the rules it would refuse ``setup`` by (empty: its export takes it)."""
+    return {x.name: launcher_violations(setup, target=x.name, torchtitan_config=torchtitan_config)
+            for x in searchable()}
