@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from planner.errors import PlanRuleError, Violation
 from planner.specs.layout import build_layout
 from planner.specs.plan import Plan, default_schedule
+from planner.specs.schedule import schedule_named
 
 if TYPE_CHECKING:
     from planner.specs.hardware import HardwareSpec
@@ -39,40 +40,20 @@ def shape_violations(model: ModelSpec, plan: Plan) -> list[Violation]:
     return out
 
 
-SCHEDULE_VPP = {"1f1b": "vpp=1", "interleaved": "vpp > 1", "zbv": "vpp=2", "dualpipev": "vpp=2", "dualpipe": "vpp=1"}
-"""Virtual stages each schedule runs: Megatron's 1F1B one chunk and interleaved several
-(schedules.py); torch's ZBVZeroBubble and DualPipeV exactly two in a V (schedules.py 3247-3252,
-3434-3437); DualPipe one layout of pp stages, of which each rank holds two (its own and its
-mirror's)."""
-
-OVERLAP_SCHEDULES = ("1f1b", "interleaved", "dualpipe", "dualpipev")
-"""Schedules with overlapped forward-and-backward pairs: Megatron's combined 1F1B, DualPipe's
-F&B chunks. The zero-bubble schedules run one op at a time."""
-
-
 def schedule_fits_vpp(schedule: str, vpp: int) -> bool:
-    """Whether ``schedule`` runs ``vpp`` chunks per rank (:data:`SCHEDULE_VPP`)."""
-    return {"1f1b": vpp == 1, "interleaved": vpp > 1, "zbv": vpp == 2, "dualpipev": vpp == 2,
-            "dualpipe": vpp == 1}.get(schedule, True)
+    """Whether ``schedule`` runs ``vpp`` chunks per rank (planner.specs.schedule.Schedule.vpp)."""
+    return schedule_named(schedule).fits_vpp(vpp)
 
 
 def schedule_runs(name: str | None, p: int, m):
     """Whether schedule ``name`` takes ``m`` micro-batches on ``p`` stages, whatever the levers (an
-    integer or an integer array: the search drops the keys before costing them): DualPipe an even
-    pp and an even m >= 2 pp (DualPipe.step asserts), DualPipeV m >= 2 pp (DualPipeV.step; torch's
-    ScheduleDualPipeV), zero bubble whole rounds of m // p (torch's ScheduleInterleavedZeroBubble)."""
-    if name == "dualpipe":
-        return (p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p)
-    if name == "dualpipev":
-        return m >= 2 * p
-    if name == "zb-h1":
-        return m % ((m // p) + (m < p)) == 0  # at least one round
-    return m == m
+    integer or an integer array: the search drops the keys before costing them); each schedule's
+    own rule and its source: planner.specs.schedule.Schedule.runs."""
+    return m == m if name is None else schedule_named(name).takes(p, m)
 
 
 def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Violation]:
     """A plan's schedule against its degrees and micro-batch count (the schedules' own checks)."""
-
     name = plan.schedule or default_schedule(plan.pp, plan.vpp)
     out: list[Violation] = []
     if name is not None and plan.pp == 1:
@@ -81,19 +62,13 @@ def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Vi
     if name is None:
         return out
     p, m = plan.pp, micro_batches
-    if not schedule_fits_vpp(name, plan.vpp):
-        out.append(Violation("schedule-vpp", f"schedule={name} runs {SCHEDULE_VPP[name]}; the plan has vpp={plan.vpp}.",
-                             hint=f"Set {SCHEDULE_VPP[name]}."))
-    if name == "dualpipe" and not schedule_runs(name, p, m):
-        out.append(Violation("dualpipe-shape", f"DualPipe needs an even pp, an even micro-batch count and at least "
-                             f"2 pp micro-batches (DualPipe.step asserts); the plan has pp={p} and {m} micro-batches."))
-    if name == "dualpipev" and not schedule_runs(name, p, m):
-        out.append(Violation("dualpipev-microbatches", f"DualPipeV needs at least 2 pp = {2 * p} micro-batches, one per "
-                             f"stage (DualPipeV.step; torch's ScheduleDualPipeV); the plan has {m}."))
-    if name == "zb-h1" and not schedule_runs(name, p, m):
-        out.append(Violation("zero-bubble-rounds", f"Zero bubble runs rounds of micro-batches: {m} micro-batches are not "
-                             f"a multiple of the {max(1, m // p)} rounds (torch's ScheduleInterleavedZeroBubble raises)."))
-    if plan.ep_overlap and name not in OVERLAP_SCHEDULES:
+    s = schedule_named(name)
+    if not s.fits_vpp(plan.vpp):
+        out.append(Violation("schedule-vpp", f"schedule={name} runs {s.vpp_text}; the plan has vpp={plan.vpp}.",
+                             hint=f"Set {s.vpp_text}."))
+    if s.runs is not None and not s.takes(p, m):
+        out.append(Violation(s.runs.rule, s.runs.message(p, m)))
+    if plan.ep_overlap and not s.overlap_pairs:
         out.append(Violation("ep-overlap-schedule", f"ep_overlap={plan.ep_overlap} with schedule={name}: the zero-bubble "
                              "schedules run one op at a time, with no forward-and-backward pair to hide an all-to-all in.",
                              hint="Set ep_overlap=off, or use interleaved, dualpipe or dualpipev."))
@@ -102,7 +77,7 @@ def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Vi
                              f"interleaved order takes groups of pp={p} micro-batches; {m} is not a multiple of {p} "
                              "(forward_backward_pipelining_with_interleaving refuses it; the order deadlocks).",
                              hint=f"Choose a global batch, mbs or dp that gives a multiple of {p} micro-batches."))
-    if plan.ep_overlap == "wgrad" and name not in ("1f1b", "interleaved"):
+    if plan.ep_overlap == "wgrad" and not s.megatron:
         out.append(Violation("ep-overlap-wgrad", f"ep_overlap=wgrad is Megatron's --delay-wgrad-compute; schedule={name} "
                              "splits weight gradients off by itself.", hint="Use ep_overlap=on."))
     return out

@@ -1157,7 +1157,7 @@ class Costs:
             # bytes held between input and weight gradient where it splits the backward.
             held = np.concatenate([kept, self.wgrad_kept(r)]) if schedule_of(name).splits_backward else kept
             rest[sel] = False
-            per = m[sel] if name in MEGATRON_ORDERS else b.micro_batches[sel]
+            per = m[sel] if schedule_of(name).record.order in MEGATRON_ORDERS else b.micro_batches[sel]
             for mi in np.unique(per):
                 cols = sel[per == mi]
                 out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
@@ -1327,7 +1327,7 @@ def most_held(name: str, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...
     from planner.cost.schedules.inflight import held_matrix
 
     n = schedule_of(name).chunks(vpp)
-    if name == "combined-1f1b":
+    if schedule_of(name).record.order == "combined":
         m = int(profile_microbatches(pp, vpp, m))  # the same vectors (inflight.profiles)
     held = held_matrix(name, pp, vpp, m, rank)[2][:, :n]
     return tuple(held[int(np.argmax(held.sum(axis=1)))].tolist())

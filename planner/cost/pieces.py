@@ -31,6 +31,7 @@ from planner.cost.arrays import Num, maximum, where
 from planner.cost.flops import Shard
 from planner.cost.schedule import inflight_table, offload_share, profile_microbatches
 from planner.cost.schedules import inflight as schedule_inflight
+from planner.specs.schedule import schedule_named
 
 BF16 = 2
 FP32 = 4
@@ -655,10 +656,11 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
     1F1B or interleaved by ``vpp``, as always); for a schedule that splits the backward ``kept``
     has a second row per chunk, the bytes held between its input- and weight-gradient passes."""
     best = None
-    if schedule in (None, "1f1b", "interleaved", "combined-1f1b"):
+    record = None if schedule is None else schedule_named(schedule)
+    if record is None or record.order in ("megatron", "combined"):
         # Megatron's orders repeat: a capped count shows the same vectors (planner.cost.schedule
         # .profile_microbatches), so keys with many micro-batch counts share one matrix.
-        m = int(profile_microbatches(pp, 1 if schedule == "1f1b" else vpp, m))
+        m = int(profile_microbatches(pp, vpp if record is None else record.chunks(vpp), m))
     fwd_profile, bwd_profile = profile_matrices(pp, vpp, m, rank, offload, schedule)
     for (N, chunk), rise in ((fwd_profile, fwd_rise), (bwd_profile, bwd_rise)):
         if N is None:

@@ -31,12 +31,13 @@ from planner.cost.schedules.batch import (
 )
 from planner.cost.schedules.timing import LayerTimes
 from planner.specs.plan import EpOverlap
+from planner.specs.schedule import schedule_named
 
 
 def walk_name(schedule: str | None, levers, vpp: int = 1) -> str | None:
     """The schedule walk a plan runs (planner.cost.schedules names), None for the closed forms
     (also for EP overlap under 1F1B with PP > 1, which Megatron refuses: rule ep-overlap-needs-vpp)."""
-    if schedule in (None, "1f1b", "interleaved"):
+    if schedule is None or schedule_named(schedule).order == "megatron":
         return "combined-1f1b" if levers.ep_overlap and (schedule is None or vpp > 1) else None
     return schedule
 

@@ -127,7 +127,9 @@ def time_floors(ctx, floors: dict, layout, rows: np.ndarray, schedule: str | Non
     time of every plan of context rows ``rows`` of ``layout`` under ``schedule``."""
     from planner.cost.pipeline import pipeline_time
 
-    walked = schedule not in (None, "1f1b", "interleaved")
+    from planner.specs.schedule import schedule_named
+
+    walked = schedule is not None and schedule_named(schedule).order != "megatron"
     names, counts = rank_block_counts(ctx, layout)
     bk = ctx.keys.bk_of[rows]
     per = np.stack([floors[n + "/compute" if walked else n][bk] for n in names])  # (blocks, keys)

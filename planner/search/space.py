@@ -21,7 +21,7 @@ search bounds them without costing most, see planner.search.bounds):
 - per (PP, VPP) the layout Megatron uses (an even split where the layers divide) or the
   balanced uneven layout of :func:`planner.specs.layout.suggest_layout`; a ``--fix layout=`` is
   used as given (the launcher rules validate it) and sets VPP from its stage count;
-- per key, the pipeline schedules of ``--target`` that run its VPP (:data:`SCHEDULE_OPTIONS`):
+- per key, the pipeline schedules of ``--target`` that run its VPP (planner.specs.schedule.Schedule.searched_under):
   Megatron's default for the degrees, and under torchtitan and ``any`` the zero-bubble and
   DualPipe schedules.
 """
@@ -258,25 +258,18 @@ def recompute_options(model, implementation: str = "te", target: str = "megatron
     return opts
 
 
-SCHEDULE_OPTIONS = {
-    "megatron": (),
-    "torchtitan": ("zb-h1", "zbv", "dualpipev"),
-    "any": ("zb-h1", "zbv", "dualpipev", "dualpipe"),
-}
-"""Schedules the search tries beyond Megatron's default for the degrees (1F1B, interleaved), per
---target: Megatron-Core 0.19.2 runs only those two (and its combined 1F1B, the ep_overlap lever);
-torch.distributed.pipelining, through torchtitan, also InterleavedZeroBubble, ZBVZeroBubble and
-DualPipeV; deepseek-ai/DualPipe's DualPipe runs under neither (--target any)."""
-
-
 def schedule_options(target: str, pp: int, vpp: int) -> list[str | None]:
-    """The schedules of a structural key: the default (None), then those of :data:`SCHEDULE_OPTIONS`
-    whose chunk count fits ``vpp`` (planner.rules.SCHEDULE_VPP; the launcher rules check the rest)."""
-    from planner.rules import schedule_fits_vpp
+    """The schedules of a structural key: the default (None), then those a ``target`` search tries
+    (planner.specs.schedule.Schedule.searched_under: Megatron-Core 0.19.2 runs only 1F1B and
+    interleaved, and its combined 1F1B as the ep_overlap lever; torch.distributed.pipelining, through
+    torchtitan, also InterleavedZeroBubble, ZBVZeroBubble and DualPipeV; deepseek-ai/DualPipe's
+    DualPipe runs under neither, so --target any) whose chunk count fits ``vpp`` (the launcher rules
+    check the rest)."""
+    from planner.specs.schedule import searched
 
     if pp == 1:
         return [None]
-    return [None] + [s for s in SCHEDULE_OPTIONS.get(target, ()) if schedule_fits_vpp(s, vpp)]
+    return [None] + [s.name for s in searched(target) if s.fits_vpp(vpp)]
 
 
 def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target: str, limits: Limits,

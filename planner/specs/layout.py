@@ -153,12 +153,12 @@ class VirtualStage:
         return len(self.layers)
 
 
-PLACEMENTS = {"zbv": "v", "dualpipev": "v", "dualpipe": "dual"}
-"""Schedules whose stages do not loop over the ranks (the rest: 'loop')."""
-
-
 def placement_of(schedule: str | None) -> str:
-    return PLACEMENTS.get(schedule or "", "loop")
+    """Where the stages of ``schedule`` sit (planner.specs.schedule.Schedule.placement; 'loop'
+    without one)."""
+    from planner.specs.schedule import schedule_named
+
+    return "loop" if not schedule else schedule_named(schedule).placement
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema, field_validator
 
 from planner.errors import PlannerError, PlanRuleError, excerpt, suggest
 from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, GpuCount, NotBool, Spec
+from planner.specs.schedule import default_schedule as default_record, nameable
 
 MAX_PLAN_TEXT = 16384
 """Longest plan string read (a layout of 128 stages written out is about 1,000 characters)."""
@@ -38,16 +39,21 @@ KEY_ORDER = (
     "schedule",
 )
 
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev")
-"""Pipeline schedules a plan can name (planner.cost.schedules; docs/research/schedules.md)."""
+SCHEDULES = nameable()
+"""Pipeline schedules a plan can name (their records: planner.specs.schedule.REGISTRY)."""
+
+
+if TYPE_CHECKING:
+    ScheduleName = str
+else:
+    # pydantic checks a plan's schedule against the registry's names (its message lists them)
+    ScheduleName = Literal[SCHEDULES]
 
 
 def default_schedule(pp: int, vpp: int) -> str | None:
-    """The schedule a plan without ``schedule`` runs: Megatron's interleaved 1F1B with virtual
-    stages, its 1F1B otherwise; none without pipeline parallelism."""
-    if pp <= 1:
-        return None
-    return "interleaved" if vpp > 1 else "1f1b"
+    """The name of the schedule a plan without ``schedule`` runs (planner.specs.schedule.default_schedule)."""
+    s = default_record(pp, vpp)
+    return None if s is None else s.name
 
 
 class _Named:
@@ -345,7 +351,7 @@ class Plan(Spec):
     ep_overlap: EpOverlapValue = EpOverlap.OFF
     """Overlap EP all-to-all with compute: off, on (Megatron --overlap-moe-expert-parallel-comm;
     DualPipe's overlapped chunks), wgrad (Megatron's overlap with --delay-wgrad-compute)."""
-    schedule: Literal["1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"] | None = None
+    schedule: ScheduleName | None = None
     """Pipeline schedule; None runs Megatron's default (interleaved with vpp > 1, else 1F1B).
     zbv and dualpipev hold two stages per rank in a V (vpp=2), dualpipe the stages r and pp-1-r
     of one layout of pp stages (vpp=1, two parameter copies per pipeline)."""

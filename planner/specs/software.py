@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from planner.errors import Violation
 from planner.specs.common import Spec
 from planner.specs.model import Name
+from planner.specs.schedule import REGISTRY as SCHEDULE_REGISTRY
 
 if TYPE_CHECKING:
     from planner.specs.plan import Plan
@@ -92,10 +93,8 @@ LEVER_FEATURES: dict[tuple[str, str], tuple[str, ...]] = {
     ("recompute", "selective"): ("recompute_modules",),
     ("recompute", "shared_experts"): ("recompute_shared_experts",),
     ("recompute", "op"): ("recompute_op",),
-    ("schedule", "interleaved"): ("schedule_interleaved",),
-    ("schedule", "zb-h1"): ("schedule_zb_h1",),
-    ("schedule", "zbv"): ("schedule_zbv",),
-    ("schedule", "dualpipev"): ("schedule_dualpipev",),
+    # each schedule's own feature (planner.specs.schedule.Schedule.software_feature)
+    **{("schedule", s.name): (s.software_feature,) for s in SCHEDULE_REGISTRY if s.software_feature},
 }
 """(plan key, value) -> the features the value needs. Values not listed need nothing a release
 could lack (ddp, recompute full, fp32 moments, the 1F1B schedule, ...). ``sharding=hsdp:N`` is

@@ -3,7 +3,8 @@
 a time walk over the ranks (:mod:`~planner.cost.schedules.walk`, a discrete-event simulation) and
 the in-flight chunks over the step (:mod:`~planner.cost.schedules.inflight`).
 
-Schedules by name (docs/research/schedules.md says who runs each and with which flags):
+Schedules by name (their records, every fact about each: planner.specs.schedule.REGISTRY;
+docs/research/schedules.md says who runs each and with which flags):
 
 ====================  ==========================================================================
 ``1f1b``              Megatron-Core 1F1B (v = 1); torch ``1F1B``
@@ -29,40 +30,51 @@ from planner.cost.schedules.ops import Placement, dual_placement, loop_placement
 from planner.cost.schedules.result import WalkResult, result_of
 from planner.cost.schedules.timing import StepTimes
 from planner.cost.schedules.walk import build, simulate
+from planner.specs.schedule import REGISTRY
+from planner.specs.schedule import Schedule as Record
 
 
 @dataclass(frozen=True)
 class Schedule:
-    name: str
-    order: Callable[[int, int, int, int], tuple]
-    """(p, v, m, rank) -> the rank's items."""
-    placement: Callable[[int, int, int], Placement]
-    """(p, v, m) -> where every chunk sits."""
-    chunks: Callable[[int], int]
-    """Chunks per rank for a requested v."""
-    splits_backward: bool
-    """Whether weight gradients run as their own W ops (and hold memory between I and W)."""
-    parameter_copies: int
-    """Copies of the model's parameters the PP group holds."""
+    """A schedule's record (planner.specs.schedule.Schedule) with its order generator and
+    placement resolved to the walk's functions."""
+
+    record: Record
+    generator: Callable[[int, int, int, int], tuple]
+    """(p, chunks per rank, m, rank) -> the rank's items (orders.GENERATORS)."""
+
+    def order(self, p: int, v: int, m: int, rank: int) -> tuple:
+        """The rank's items for a requested v."""
+        return self.generator(p, self.record.chunks(v), m, rank)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def splits_backward(self) -> bool:
+        return self.record.splits_backward
+
+    @property
+    def parameter_copies(self) -> int:
+        return self.record.parameter_copies
+
+    def chunks(self, v: int) -> int:
+        """Chunks per rank for a requested v."""
+        return self.record.chunks(v)
+
+    def placement(self, p: int, v: int, m: int) -> Placement:
+        """Where every chunk sits."""
+        kind = self.record.placement
+        if kind == "v":
+            return v_placement(p, m)
+        if kind == "dual":
+            return dual_placement(p, m)
+        return loop_placement(p, self.record.chunks(v), m)
 
 
-def _fixed(n: int) -> Callable[[int], int]:
-    return lambda v: n
-
-
-SCHEDULES: dict[str, Schedule] = {
-    "1f1b": Schedule("1f1b", lambda p, v, m, r: orders.megatron_1f1b(p, 1, m, r),
-                     lambda p, v, m: loop_placement(p, 1, m), _fixed(1), False, 1),
-    "interleaved": Schedule("interleaved", orders.megatron_1f1b, loop_placement, lambda v: v, False, 1),
-    "combined-1f1b": Schedule("combined-1f1b", orders.megatron_overlap, loop_placement, lambda v: v, False, 1),
-    "zb-h1": Schedule("zb-h1", orders.zb_h1, loop_placement, lambda v: v, True, 1),
-    "zbv": Schedule("zbv", lambda p, v, m, r: orders.zbv(p, m, r), lambda p, v, m: v_placement(p, m),
-                    _fixed(2), True, 1),
-    "dualpipe": Schedule("dualpipe", lambda p, v, m, r: orders.dualpipe(p, m, r),
-                         lambda p, v, m: dual_placement(p, m), _fixed(2), True, 2),
-    "dualpipev": Schedule("dualpipev", lambda p, v, m, r: orders.dualpipev(p, m, r),
-                          lambda p, v, m: v_placement(p, m), _fixed(2), True, 1),
-}
+SCHEDULES: dict[str, Schedule] = {r.name: Schedule(r, orders.GENERATORS[r.order]) for r in REGISTRY}
+"""Every schedule of planner.specs.schedule.REGISTRY, by name."""
 
 
 def schedule(name: str) -> Schedule:

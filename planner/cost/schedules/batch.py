@@ -37,6 +37,7 @@ from planner.cost.schedules.graph import Graph, Lin, durations, graph_of, longes
 from planner.cost.schedules.ops import Commit, Pair, Placement, Post
 from planner.cost.schedules.timing import LayerTimes, StepTimes
 from planner.cost.schedules.walk import COMPUTE, Tasks, _Builder, build, op_inputs, op_outputs
+from planner.specs.schedule import schedule_named
 
 
 def symbolic_layers(prefix, probes: tuple[LayerTimes, ...]) -> tuple[LayerTimes, ...]:
@@ -480,10 +481,11 @@ def pipeline_estimate(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_w
     op = lambda kind, r: np.mean([d(r, k) for k in items[r] if k[:2] == ("op", kind)], axis=0)  # noqa: E731
     mean = lambda kind: np.mean([op(kind, r) for r in range(p)], axis=0)  # noqa: E731
     t = 2 * p2p
-    if name == "combined-1f1b":
+    sched = schedule_named(name)
+    if sched.bubble == "combined":
         fill = np.cumsum([np.zeros(n)] + [op("F", r) + op("B", r) + t for r in range(p - 1)], axis=0)
         return dataclasses.replace(res, step=(busy + fill).max(axis=0))
-    bubble_of = {"zb-h1": _zb_bubble, "zbv": _zb_bubble, "dualpipe": _dual_bubble, "dualpipev": _dual_bubble}[name]
+    bubble_of = BUBBLES[sched.bubble]
     step = busy.max(axis=0) + bubble_of(name, p, mean, items, d, pair_overlap) + (p - 1) * t
     return dataclasses.replace(res, step=step)
 
@@ -494,10 +496,15 @@ def _zb_bubble(name, p, mean, items, d, pair_overlap):
 
 
 def _dual_bubble(name, p, mean, items, d, pair_overlap):
-    stages = p if name == "dualpipe" else 2 * p
+    stages = p if schedule_named(name).placement == "dual" else 2 * p
     b, w = mean("B"), mean("W")
     if pair_overlap:
         fb = np.mean([np.mean([d(r, k) for k in items[r] if k[0] == "pair"], axis=0) for r in range(p)], axis=0)
     else:
         fb = mean("F") + b
     return (stages / 2 - 1) * np.maximum(fb + b - 3 * w, 0.0)
+
+
+BUBBLES = {"zb": _zb_bubble, "dual": _dual_bubble}
+"""The bubble closed form of each kind a schedule record names (planner.specs.schedule.BubbleKind;
+Megatron's own and the combined 1F1B's fill are taken apart above)."""

@@ -30,9 +30,9 @@ from planner.cost.schedules import rank_items, schedule
 from planner.cost.schedules.ops import ops_of
 from planner.cost.schedules.orders import check_combined
 
-MEGATRON = ("1f1b", "interleaved")
-MEGATRON_ORDERS = {"1f1b": 0, "interleaved": 0, "combined-1f1b": 1}
-"""Megatron's orders and the forwards each adds to the interleaved warm-up."""
+MEGATRON_ORDERS = {"megatron": 0, "combined": 1}
+"""Megatron's order kinds (planner.specs.schedule.OrderKind) and the forwards each adds to the
+interleaved warm-up."""
 
 
 def width(name: str, v: int) -> int:
@@ -59,9 +59,10 @@ def profiles(name: str, p: int, v: int, m: int, rank: int):
 def profile_table(name: str, p: int, v: int, m: int, rank: int):
     """:func:`profiles` as one array of distinct (kind: 0 forward / 1 backward, chunk, held
     vector) rows in numeric order (planner.cost.schedule.distinct_table)."""
-    if name in MEGATRON:
-        return inflight_table(p, v if name == "interleaved" else 1, m, rank)
-    if name == "combined-1f1b":
+    s = schedule(name)
+    if s.record.order == "megatron":
+        return inflight_table(p, s.chunks(v), m, rank)
+    if s.record.order == "combined":
         # Megatron's order with one more warm-up forward: its steady state repeats like the
         # interleaved one's, so the same capped count shows the same vectors (a test checks it).
         m = int(profile_microbatches(p, v, m))
@@ -80,11 +81,12 @@ def held_matrix(name: str, p: int, v: int, m: int, rank: int):
     """The rank's ops as arrays (kind: an index of KINDS, chunk) and ``held``: row i the held
     vector just before op i (planner.cost.schedule.running_held). Megatron's orders come in closed
     form (planner.cost.schedule.megatron_ops; a test checks them against their ops)."""
-    n = schedule(name).chunks(v)
-    if name in MEGATRON_ORDERS:
-        if name == "combined-1f1b":
+    s = schedule(name)
+    n = s.chunks(v)
+    if s.record.order in MEGATRON_ORDERS:
+        if s.record.order == "combined":
             check_combined(p, v)
-        kinds, chunks = megatron_ops(p, n, m, rank, MEGATRON_ORDERS[name])
+        kinds, chunks = megatron_ops(p, n, m, rank, MEGATRON_ORDERS[s.record.order])
     else:
         ops = [op for item in rank_items(name, p, v, m, rank) for op in ops_of(item)]
         kinds = np.array([KINDS.index(op.kind) for op in ops], dtype=np.int8)

@@ -7,8 +7,11 @@ as torch's and DualPipe's counters do; for Megatron's schedules they are the glo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from planner.cost.schedule import Op, chunk_order, rank_ops, warmup_count
 from planner.cost.schedules.ops import Commit, Pair, Post
+from planner.specs.schedule import OrderKind
 
 
 def megatron_1f1b(p: int, v: int, m: int, rank: int) -> tuple:
@@ -257,3 +260,15 @@ def dualpipev(p: int, m: int, rank: int) -> tuple:
     if m < 2 * p:
         raise ValueError(f"DualPipeV needs m >= 2 PP micro-batches; got p={p}, m={m}")
     return _dual_steps(_DualPipeRank(False), p, rank, m, rank == p - 1, False)
+
+
+GENERATORS: dict[OrderKind, Callable[[int, int, int, int], tuple]] = {
+    "megatron": megatron_1f1b,
+    "combined": megatron_overlap,
+    "zb-h1": zb_h1,
+    "zbv": lambda p, v, m, rank: zbv(p, m, rank),
+    "dualpipe": lambda p, v, m, rank: dualpipe(p, m, rank),
+    "dualpipev": lambda p, v, m, rank: dualpipev(p, m, rank),
+}
+"""The generator of each order kind a schedule record names (planner.specs.schedule.OrderKind),
+called with the schedule's chunks per rank (the V and DualPipe orders fix their own two)."""

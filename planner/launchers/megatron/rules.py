@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.errors import Violation
+from planner.specs.schedule import schedule_named
 
 if TYPE_CHECKING:
     from planner.rules import Checked
@@ -128,11 +129,9 @@ def _schedule_violations(plan: Plan, job: Job, deg: Degrees) -> list[Violation]:
     RuntimeError when 0 < m % PP < PP, the group defaulting to PP, model_parallel_config.py
     567-568). The combined 1F1B of --overlap-moe-expert-parallel-comm runs inside the same function."""
     out: list[Violation] = []
-    if plan.schedule not in (None, "1f1b", "interleaved"):
-        runs = ("torchtitan (ZBVZeroBubble)" if plan.schedule == "zbv" else
-                "torchtitan (InterleavedZeroBubble)" if plan.schedule == "zb-h1" else
-                "torchtitan (DualPipeV) or deepseek-ai/DualPipe" if plan.schedule == "dualpipev" else
-                "deepseek-ai/DualPipe only (no launcher planner exports to)")
+    s = None if plan.schedule is None else schedule_named(plan.schedule)
+    if s is not None and not s.megatron:
+        runs = s.runs_under
         out.append(Violation(
             "megatron-schedule",
             f"schedule={plan.schedule}: Megatron-Core 0.19.2 runs 1F1B and interleaved 1F1B only (its combined 1F1B "

@@ -21,6 +21,7 @@ from typing import Any
 
 from planner.errors import PlannerError, excerpt
 from planner.files import check_flow_nesting, nesting_error
+from planner.specs.schedule import REGISTRY, by_torchtitan_name
 
 # planner's reading of each key, the 0.2.2 / 0.3.0 dataclass default where a file leaves it out.
 DEFAULTS = {
@@ -86,8 +87,14 @@ IGNORED_SECTIONS = ("job.", "profiling.", "metrics.", "optimizer.", "lr_schedule
                     "quantize.", "lr-scheduler.", "hf_assets_path", "dump_folder", "metrics", "model.hf_assets_path",
                     "training.dataset", "training.steps", "training.max_norm", "training.dataset_path",
                     "training.gc_freq", "training.dtype", "training.mixed_precision", "training.seed")
-SINGLE_STAGE = {"1f1b", "gpipe"}
-MULTI_STAGE = {"interleaved1f1b", "loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev"}
+SINGLE_STAGE = {"gpipe"} | {s.torchtitan.lower() for s in REGISTRY if s.torchtitan is not None and s.vpp[1] == 1
+                             and s.torchtitan_min_vpp == 1}
+"""torch.distributed.pipelining's single-stage schedules: GPipe, which planner does not model, and
+those of the records that run one stage per rank."""
+MULTI_STAGE = {"loopedbfs"} | {s.torchtitan.lower() for s in REGISTRY
+                              if s.torchtitan is not None and (s.vpp[0] > 1 or s.torchtitan_min_vpp > 1)}
+"""torch.distributed.pipelining's multi-stage schedules: LoopedBFS, which planner does not model,
+and those of the records that run two or more stages per rank."""
 
 
 @dataclass
@@ -452,9 +459,8 @@ def plan_schedule(name: str) -> str | None:
     """planner's schedule for a torch.distributed.pipelining schedule name (matched without case,
     as torchtitan's get_schedule_class does), the inverse of the writers' TORCHTITAN_SCHEDULES;
     None for the schedules planner does not model (GPipe, LoopedBFS)."""
-    from planner.launchers.torchtitan.rules import TORCHTITAN_SCHEDULES
-
-    return next((ours for ours, theirs in TORCHTITAN_SCHEDULES.items() if theirs.lower() == name.lower()), None)
+    s = by_torchtitan_name(name)
+    return None if s is None else s.name
 
 
 FLOAT8_RECIPE_KEYS = ("quantize.linear.float8.recipe_name", "float8.recipe_name")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from planner.launchers.common import catalog_edits
 from planner.errors import Violation
 from planner.rules import violations_error
+from planner.specs.schedule import REGISTRY, schedule_named
 
 if TYPE_CHECKING:
     from planner.rules import Checked
@@ -246,9 +247,8 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
     return out
 
 
-TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-h1": "InterleavedZeroBubble",
-                        "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
-"""--parallelism.pipeline_parallel_schedule for planner's schedules (torch 2.13 get_schedule_class)."""
+TORCHTITAN_SCHEDULES = {s.name: s.torchtitan for s in REGISTRY if s.torchtitan is not None}
+"""--parallelism.pipeline_parallel_schedule for planner's schedules (planner.specs.schedule.Schedule.torchtitan)."""
 
 
 def _schedule_violations(plan: Plan) -> list[Violation]:
@@ -258,14 +258,16 @@ def _schedule_violations(plan: Plan) -> list[Violation]:
     from planner.specs.plan import default_schedule
 
     name = plan.schedule or default_schedule(plan.pp, plan.vpp)
-    if name == "dualpipe":
-        return [Violation("torchtitan-schedule", "schedule=dualpipe: torch.distributed.pipelining (and so torchtitan) "
-                          "ships DualPipeV only; DualPipe's two directions and parameter copies run under "
-                          "deepseek-ai/DualPipe.", hint="Use schedule=dualpipev (vpp=2), or --target any.")]
-    if name == "zb-h1" and plan.vpp < 2:
-        return [Violation("torchtitan-stages-per-rank", "schedule=zb-h1 with vpp=1: torchtitan's InterleavedZeroBubble is a "
-                          "multi-stage schedule and needs at least two stages per rank (the paper's one-stage ZB-H1 "
-                          "runs only as a --parallelism.pipeline_parallel_schedule_csv).", hint="Set vpp=2 or more.")]
+    s = None if name is None else schedule_named(name)
+    if s is not None and s.torchtitan is None:
+        return [Violation("torchtitan-schedule", f"schedule={name}: torch.distributed.pipelining (and so torchtitan) "
+                          f"does not ship it; it runs under {s.runs_under}.",
+                          hint="Use schedule=dualpipev (vpp=2), or --target any.")]
+    if s is not None and plan.vpp < s.torchtitan_min_vpp:
+        return [Violation("torchtitan-stages-per-rank", f"schedule={name} with vpp={plan.vpp}: torchtitan's {s.torchtitan} is a "
+                          f"multi-stage schedule and needs at least {s.torchtitan_min_vpp} stages per rank (the paper's "
+                          "one-stage ZB-H1 runs only as a --parallelism.pipeline_parallel_schedule_csv).",
+                          hint=f"Set vpp={s.torchtitan_min_vpp} or more.")]
     return []
 
 
