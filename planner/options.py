@@ -63,7 +63,7 @@ PlanOpt = Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pa
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (stable: same input, same bytes).")]
 MarkdownOpt = Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown (for a pull request or a design doc).")]
 # The search space's bounds, shared by search and compare (compare applies them on every hardware).
-MomentsOpt = Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16.")]
+MomentsOpt = Annotated[str, typer.Option("--moments", help="Allowed Adam moment precisions, comma-separated: fp32, bf16 (bf16: the precision-aware optimizer, searched where the --software release has it).")]
 class Target(str, Enum):
     """The launcher a plan must run on (its start-up rules apply)."""
 

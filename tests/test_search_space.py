@@ -128,20 +128,58 @@ def test_pipeline_time_is_monotone_and_smallest_when_balanced():
         assert pipeline_time([t.sum() / pp] * pp, m, v) <= base + 1e-12
 
 
-def test_fixed_levers_the_search_does_not_vary_reach_every_plan():
-    """grad_reduce and param_gather stay at Megatron's defaults unless fixed; fixed, every ranked
-    plan carries them and its numbers are explain's (the tables were costed with them)."""
+def _search_8b(limits: str | None = None, precisions=("bf16",), **kw):
+    model, hw = load_model("llama3.1-8b"), load_hardware("h100")
+    job = Job(gpus=8, global_batch=64, seq_len=4096, precisions=precisions)
+    return model, hw, job, run_search(model, hw, job, Options(top=3, per_stage=False,
+                                                              limits=Limits.parse(limits, "pp=2"), **kw))
+
+
+def test_grad_reduce_and_moments_are_searched_and_win_where_they_pay():
+    """grad_reduce (fp32|bf16) and the Adam moments (fp32|bf16) are levers: on a small dense job
+    the bf16 gradient reduction and bf16 moments each save memory and traffic, so the best plan
+    takes them and beats the best plan with both pinned to fp32. Every ranked plan's numbers
+    are explain's (the tables were costed with its levers)."""
     from planner.cost.evaluate import plan_evaluation
     from planner.cost.setup import resolve_setup
 
-    model, hw, job = load_model("llama3.1-8b"), load_hardware("h100"), Job(gpus=8, global_batch=64, seq_len=4096)
-    plain = run_search(model, hw, job, Options(top=3, per_stage=False, limits=Limits.parse(None, "pp=2")))
-    fixed = run_search(model, hw, job, Options(top=3, per_stage=False, limits=Limits.parse("grad_reduce=bf16", "pp=2")))
-    assert all(p.plan.grad_reduce == "fp32" for p in plain.plans)
-    assert all(p.plan.grad_reduce == "bf16" for p in fixed.plans)
-    assert fixed.space.scope["levers"]["grad_reduce"] == ["bf16"]
-    for p in fixed.plans:
+    model, hw, job, plain = _search_8b()
+    assert plain.space.scope["levers"]["grad_reduce"] == ["fp32", "bf16"]
+    assert plain.space.scope["levers"]["moments"] == ["fp32", "bf16"]
+    assert plain.space.scope["levers"]["param_gather"] == ["bf16"]  # fp8 only with an FP8 precision
+    *_, pinned = _search_8b("grad_reduce=fp32", moments=("fp32",))
+    assert all(p.plan.grad_reduce == "fp32" and p.plan.moments == "fp32" for p in pinned.plans)
+    best = plain.plans[0]
+    assert best.plan.grad_reduce == "bf16" and best.plan.moments == "bf16"
+    assert best.objective_us < pinned.plans[0].objective_us
+    for p in plain.plans:
         again = plan_evaluation(resolve_setup(model, hw, job, p.plan, Assumptions()))
         assert again["memory"] == p.evaluation["memory"] and again["time"] == p.evaluation["time"]
-    assert fixed.plans[0].evaluation["memory"]["peak_bytes"] < plain.plans[0].evaluation["memory"]["peak_bytes"] \
-        or fixed.plans[0].objective_us <= plain.plans[0].objective_us
+
+
+def test_fp8_param_gather_is_searched_with_fp8_and_refused_without():
+    """param_gather=fp8 is offered when the job allows FP8 and taken by the best plan (FP8 weights
+    halve the gather); the launcher rules keep it off every bf16 plan (param-gather-fp8) and off
+    DDP (param-gather-sharded: validate_args needs a sharded optimizer)."""
+    *_, f8 = _search_8b(precisions=("bf16", "fp8"))
+    assert f8.space.scope["levers"]["param_gather"] == ["bf16", "fp8"]
+    assert f8.plans[0].plan.param_gather == "fp8" and f8.plans[0].plan.precision == "fp8"
+    *_, bf16_only = _search_8b("precision=bf16", precisions=("bf16", "fp8"))
+    assert all(p.plan.param_gather == "bf16" for p in bf16_only.plans)
+    *_, ddp = _search_8b("sharding=ddp", precisions=("bf16", "fp8"))
+    assert all(p.plan.param_gather == "bf16" for p in ddp.plans)
+
+
+def test_levers_the_release_lacks_are_not_searched():
+    """torchtitan 0.3.0 reduces gradients in float32 only: its profile does not offer
+    grad_reduce=bf16, so the search never ranks it, and a --fix of it is refused naming the release."""
+    from planner.errors import PlannerError
+    from planner.specs.catalog import load_software
+
+    titan = load_software("torchtitan-0.3.0")
+    assert not titan.offers("grad_reduce", "bf16")
+    *_, res = _search_8b(target="torchtitan", software=titan)
+    assert res.space.scope["levers"]["grad_reduce"] == ["fp32"]
+    assert all(p.plan.grad_reduce == "fp32" for p in res.plans)
+    with pytest.raises(PlannerError, match="grad_reduce=bf16"):
+        _search_8b("grad_reduce=bf16", target="torchtitan", software=titan)

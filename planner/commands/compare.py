@@ -45,7 +45,7 @@ def compare_cmd(
         "--sweep-gpus", help="GPU counts, comma-separated (e.g. 256,1024,4096,16384): the best plan per hardware "
         "at each scale. Without --global-batch the batch is the reference job's, raised to a power of two with "
         "at least 1,024 tokens per GPU where the count needs more (Llama 3's 16K-GPU run).")] = None,
-    moments: MomentsOpt = "fp32",
+    moments: MomentsOpt = "fp32,bf16",
     target: SearchTargetOpt = "megatron",
     torchtitan_config: TorchtitanConfigOpt = None,
     software: SoftwareOpt = None,

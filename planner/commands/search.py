@@ -28,7 +28,7 @@ def search_cmd(
     domain_fill: DomainFillOpt = None,
     memory_margin: MemoryMarginOpt = None,
     model_set: SetOpt = None,
-    moments: MomentsOpt = "fp32",
+    moments: MomentsOpt = "fp32,bf16",
     target: SearchTargetOpt = "megatron",
     torchtitan_config: TorchtitanConfigOpt = None,
     software: SoftwareOpt = None,

@@ -428,7 +428,7 @@ def _own_causes(bc: BlockCost) -> BlockCost:
 def least_constant_bytes(model, layout: PipelineLayout, cols: dict, options) -> np.ndarray:
     """(pp, keys) bytes: per pipeline rank of ``layout`` and key (``cols``: integer columns tp, cp,
     ep, etp, dp, edp), the least weights, gradients and optimizer states of one GPU over
-    ``options``, (sharding, moments, offload) triples (the search's memory bound)."""
+    ``options``, (sharding, moments, offload, grad_reduce) tuples (the search's memory bound)."""
     from planner.cost.constant import RankParams
 
     n, pp = len(cols["tp"]), layout.pp
@@ -438,9 +438,9 @@ def least_constant_bytes(model, layout: PipelineLayout, cols: dict, options) -> 
                       for f in ("dense", "expert", "largest_layer")))
     deg = {k: np.tile(cols[k], pp) for k in ("dp", "cp", "edp")}
     floor = None
-    for sharding, moments, offload in options:
+    for sharding, moments, offload, grad_reduce in options:
         total = constant_bytes(rp, dp=deg["dp"], cp=deg["cp"], edp=deg["edp"], sharding=sharding, moments=moments,
-                               offload_optimizer=offload.optimizer).total
+                               offload_optimizer=offload.optimizer, grad_bytes=2.0 if grad_reduce == "bf16" else 4.0).total
         floor = total if floor is None else np.minimum(floor, total)
     assert floor is not None  # at least one lever option
     return np.broadcast_to(floor, (pp * n,)).reshape(pp, n)

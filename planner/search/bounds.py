@@ -9,7 +9,7 @@ chunks' forward rise with nothing else held (every chunk runs a forward; the in-
 before it are >= 0, and activation offload scales held chunks, never the running one), which is
 at least the kept bytes of the chunk's decoder layers for one micro-batch. Each layer's kept bytes
 are taken at their least over the space's recompute, precision and EP-overlap options, constant
-memory (each rank's own parameters) at its least over sharding, moments and offload
+memory (each rank's own parameters) at its least over sharding, moments, offload and grad_reduce
 (:func:`constant_floors`). A key whose bound exceeds the allocation limit
 fits under no lever choice. The bound grows with the micro-batch size (every activation term
 scales with the micro-batch's tokens, constant memory does not change), so when a micro-batch
@@ -190,13 +190,13 @@ def rank_composition(model, layout) -> tuple:
 
 def constant_floors(space, layout, keys: np.ndarray) -> np.ndarray:
     """Per pipeline rank of ``layout`` and key (rows of ``keys``, the space's columns), the least
-    bytes of one GPU's weights, gradients and optimizer states over the space's sharding, moments
-    and offload options: (pp, keys)."""
+    bytes of one GPU's weights, gradients and optimizer states over the space's sharding, moments,
+    offload and gradient-dtype options: (pp, keys)."""
     from planner.cost.compose import least_constant_bytes
     from planner.search.space import COL
 
     cols = {k: keys[:, COL[k]] for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
-    options = itertools.product(*(space.levers[k] for k in ("sharding", "moments", "offload")))
+    options = itertools.product(*(space.levers[k] for k in ("sharding", "moments", "offload", "grad_reduce")))
     return least_constant_bytes(space.model, layout, cols, options)
 
 

@@ -38,7 +38,9 @@ class Options:
     solver: str = "cpsat"
     time_limit_s: float = 60.0
     limits: Limits = field(default_factory=Limits)
-    moments: tuple[str, ...] = ("fp32",)
+    moments: tuple[str, ...] = ("fp32", "bf16")
+    """Adam moment dtypes the search may use; the release's profile keeps those it offers
+    (bf16: Megatron's precision-aware optimizer, --use-precision-aware-optimizer)."""
     per_stage: bool = True
     """Refine layouts (and, for --target any, per-rank recompute) with the per-stage CP-SAT model."""
     per_stage_keys: int = 12

@@ -53,7 +53,7 @@ def struct_violations(model, hw, job, s, target: Target, torchtitan_config: str 
 
 LEVER_GROUPS = (
     ("recompute", "offload", "ep_overlap", "dispatcher"),
-    ("sharding", "precision", "moments", "offload"),
+    ("sharding", "precision", "moments", "offload", "grad_reduce", "param_gather"),
 )
 
 

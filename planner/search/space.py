@@ -1,5 +1,6 @@
 """The plan space: structural keys (parallel degrees, layout, micro-batch) and lever options
-(recompute, precision, moments, sharding, offload, dispatcher, EP overlap).
+(recompute, precision, moments, sharding, offload, dispatcher, EP overlap, gradient-reduce and
+parameter-gather dtypes).
 
 A uniform plan is a structural key plus one value per lever. Costs are separable into tables over
 lever *groups* (see tables.py), so the CP-SAT model and the oracle never need the full product.
@@ -41,7 +42,8 @@ from planner.specs.layout import parse_layout, suggest_layout
 from planner.specs.model import ModelSpec
 from planner.specs.plan import EpOverlap, Plan, default_schedule
 
-LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap")
+LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap", "grad_reduce",
+          "param_gather")
 
 KEY_COLUMNS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp", "edp", "micro_batches")
 """The integer columns of a structural key (the cost model's planner.cost.compose.KEY_FIELDS)."""
@@ -454,9 +456,9 @@ def _layout_options(model, limits: Limits, pps: list[int], pruned: dict) -> tupl
     return vpps, index, layouts
 
 
-PINNED_KEYS = ("grad_reduce", "param_gather")
-"""Levers the search leaves at Megatron's defaults (fp32 gradient reduction, bf16 parameter
-gather) unless ``--fix`` sets them: then every plan of the space carries the fixed value."""
+PINNED_KEYS: tuple[str, ...] = ()
+"""Plan keys the search leaves at their defaults unless ``--fix`` sets them (then every plan of the
+space carries the fixed value). Empty since grad_reduce and param_gather became levers (issue 39)."""
 
 
 def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits | None = None,
@@ -569,6 +571,11 @@ def lever_options(model, hw, job, target, limits: Limits, implementation: str, m
         "dispatcher": [hw.default_dispatcher] + [d for d in ("alltoall", "deepep", "hybridep") if d != hw.default_dispatcher]
         if model.is_moe else [None],
         "ep_overlap": [EpOverlap.OFF, EpOverlap.ON] if model.is_moe else [EpOverlap.OFF],
+        # Megatron's --grad-reduce-in-bf16 (megatron/training/arguments.py) halves the main-gradient
+        # buffer and its reduction; --fp8-param-gather gathers FP8 primary weights, only with an FP8
+        # precision (the launcher rules, planner.rules param-gather-fp8 / -sharded, refuse the rest).
+        "grad_reduce": ["fp32", "bf16"],
+        "param_gather": ["bf16"] + (["fp8"] if Precision("fp8") in precisions else []),
     }
     for key, value in limits.fix.items():
         if key in opts:

@@ -2,11 +2,12 @@
 
 Memory and time separate into terms that each depend on the structural key and a few levers:
 
-    peak(stage r) = W[r](sharding, moments, offload) + C[r](sharding, dispatcher, ep_overlap)
+    peak(stage r) = W[r](sharding, moments, offload, grad_reduce)
+                    + C[r](sharding, dispatcher, ep_overlap, grad_reduce)
                     + max(A[r](recompute, precision, offload, ep_overlap),
-                          OT[r](sharding, moments, offload, precision))
+                          OT[r](sharding, moments, offload, precision, grad_reduce))
     step time     = TP(recompute, precision, dispatcher, ep_overlap, offload)
-                    + TD(sharding, precision, recompute, dispatcher, ep_overlap)
+                    + TD(sharding, precision, recompute, dispatcher, ep_overlap, grad_reduce, param_gather)
                     + TO(sharding, moments, offload, precision)
 
 W is constant memory (weights, gradients, optimizer), C communication and FSDP buffers, A the
@@ -39,17 +40,20 @@ if TYPE_CHECKING:
 MiB = 2**20
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "W": ("sharding", "moments", "offload"),
-    "C": ("sharding", "dispatcher", "ep_overlap"),
+    # grad_reduce sets the main-gradient bytes (W), the reduce-scatter buffers of sharded
+    # gradients (C), the fp32 gradient copy of the optimizer step (OT) and the reduction's bytes
+    # (TD); param_gather the all-gather's bytes (TD) only.
+    "W": ("sharding", "moments", "offload", "grad_reduce"),
+    "C": ("sharding", "dispatcher", "ep_overlap", "grad_reduce"),
     "A": ("recompute", "precision", "offload", "ep_overlap"),
-    "OT": ("sharding", "moments", "offload", "precision"),
+    "OT": ("sharding", "moments", "offload", "precision", "grad_reduce"),
     "TP": ("recompute", "precision", "dispatcher", "ep_overlap", "offload"),
-    "TD": ("sharding", "precision", "recompute", "dispatcher", "ep_overlap"),
+    "TD": ("sharding", "precision", "recompute", "dispatcher", "ep_overlap", "grad_reduce", "param_gather"),
     "TO": ("sharding", "moments", "offload", "precision"),
 }
 RULE_GROUPS = {
     "R1": ("recompute", "offload", "ep_overlap", "dispatcher"),
-    "R2": ("sharding", "precision", "moments", "offload"),
+    "R2": ("sharding", "precision", "moments", "offload", "grad_reduce", "param_gather"),
 }
 TIME_TERMS = ("TP", "TD", "TO")
 MEMORY_TERMS = ("W", "C", "A", "OT", "HW", "HA")
