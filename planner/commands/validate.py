@@ -14,6 +14,8 @@ from planner.errors import excerpt
 
 COMMAND = "planner validate tests/data/published_runs.yaml --markdown"
 """What the bundled report says generated it (`planner results` writes the same Markdown)."""
+SEARCH_COMMAND = "planner validate tests/data/published_runs.yaml --search --markdown"
+"""What the bundled search-mode report says generated it (`planner results --only published-runs-search`)."""
 
 
 SHOWN_REASONS = 3
@@ -38,13 +40,16 @@ def validate_cmd(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown.")] = False,
     calibration: CalibrationOpt = None,
     software: SoftwareOpt = None,
+    search: Annotated[bool, typer.Option("--search", help="Search each run as a new user would: its published degrees (tp, cp, pp, vpp, ep, etp, layout) pinned with --fix, every other lever left to the search (top 1, the run's software release); compare the best plan with the measured throughput and with the recipe's own plan. About 45 s on the bundled runs.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Predict every run of a runs file and compare with what was measured: tokens/s and model TFLOP/s
     per GPU, step time and peak memory where published; signed error per run (predicted / measured - 1)
     and median, median |error| and worst per class (MoE/dense x Hopper/Blackwell x precision), the
     calibration and validation subsets apart; and, for jobs that ran several plans, how many pairs
-    planner orders as measured and Kendall's tau-b. Runs planner cannot express get a line saying why."""
+    planner orders as measured and Kendall's tau-b. Runs planner cannot express get a line saying why.
+    With --search, each run's best plan with its published degrees pinned instead (per run, per class,
+    the runs beyond +-25 % with the mechanism suspected, and where the search loses to the recipe, why)."""
     from planner.errors import PlannerError
     from planner.validate import _label
     from planner.validate.evaluate import evaluate_runs
@@ -72,6 +77,12 @@ def validate_cmd(
         # A report of only "not evaluated" lines compares nothing: exiting 0 would let a script
         # (or CI) take a runs file planner cannot read for a passed validation.
         raise PlannerError(no_run_evaluated(results, runs))
+    if search:
+        if plot is not None:
+            raise PlannerError("--plot draws the recipes' predictions; it does not combine with --search.",
+                               hint="Run 'planner validate' without --search for the figure.")
+        _search_report(results, runs, calibration, json=json, markdown=markdown)
+        return
     report = build(results, _label(runs))
     if plot is not None:
         render_plot(report, plot)
@@ -82,3 +93,23 @@ def validate_cmd(
         typer.echo(render_markdown(report, COMMAND))
     else:
         typer.echo(text_table(report))
+
+
+def _search_report(results, runs: Path, calibration: Path | None, *, json: bool, markdown: bool) -> None:
+    """validate --search: every evaluated run searched with its degrees pinned, a progress line on stderr."""
+    from rich.console import Console
+
+    from planner.validate import _label
+    from planner.validate.searched import build_search, search_markdown, search_runs, search_text
+
+    err = Console(stderr=True, highlight=False)
+    with err.status("searching", spinner="dots") as status:
+        rows = search_runs(results, None if calibration is None else str(calibration),
+                           progress=lambda msg: status.update(msg))
+    report = build_search(rows, _label(runs))
+    if json:
+        print_json(report)
+    elif markdown:
+        typer.echo(search_markdown(report, SEARCH_COMMAND))
+    else:
+        typer.echo(search_text(report))

@@ -1,0 +1,438 @@
+"""`planner validate --search`: each published run searched as a new user would, its published
+degrees pinned, against what it measured and against the recipe's own plan.
+
+For every evaluated run (its recipe predicted once, by :mod:`planner.validate.evaluate`): the search
+(:func:`planner.search.driver.run_search`, its public entry point) on the run's model, hardware,
+GPU count, global batch, sequence length, assumptions and software release, with the published
+degrees pinned as ``--fix`` pins them (tp, cp, pp, vpp, ep, etp and the layout where the recipe has
+one) and every other lever left to the search, top 1. Whatever levers the search offers are
+searched: nothing here names a lever.
+
+Per run: the best plan, its predicted tokens/s per GPU, the recipe's, the measured, the signed
+error (best predicted / measured - 1, validate's convention) and the gain (best / recipe - 1).
+Where the gain is negative the search lost to the recipe; :func:`loss_reasons` names why (the
+recipe's plan breaks a launcher rule or does not fit by planner's memory model, or uses a lever
+value or schedule outside the search's space); a loss with no such reason is a search defect and
+is reported as one. Where the signed error passes +-25 %, :func:`suspected` names the larger of
+its two factors (the cost model on the published plan; the search's own changes).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import PlannerError
+from planner.validate.evaluate import RunResult
+from planner.validate.summary import Stats, class_order, stats_of
+
+PINNED = ("tp", "cp", "pp", "vpp", "ep", "etp")
+"""The published degrees the search keeps (the issue's user pins these with --fix; the layout too
+where the recipe has one). dp and edp follow from them and the GPU count."""
+
+LOSS_TOLERANCE = 1e-4
+"""Relative shortfall below which the search's plan counts as fast as the recipe's: the search
+ranks by its integer tables (one microsecond per term, planner.search.driver.ESTIMATE_TOLERANCE)."""
+
+BEYOND = 0.25
+TARGETS = {"median_abs": 0.10, "class_median": 0.10, "beyond": BEYOND, "max_beyond": 3}
+"""Issue 39's acceptance for search mode on the bundled runs: median |signed error| <= 10 %, each
+class's median signed error within +-10 %, at most three runs beyond +-25 %, each with the
+mechanism suspected."""
+
+
+@dataclass
+class SearchedRun:
+    """One run searched with its published degrees pinned (or why it was not)."""
+
+    recipe: RunResult
+    status: str
+    """'searched', 'search failed' (the search refused or found nothing: ``reason``) or 'not
+    searched' (the recipe side was not evaluated)."""
+    reason: str | None = None
+    fix: str | None = None
+    """The --fix the search ran with."""
+    target: str | None = None
+    best_plan: str | None = None
+    best: dict[str, Any] = field(default_factory=dict)
+    """The best plan's predicted tokens_per_s_per_gpu, step_time_s, peak_reserved_gib."""
+    recipe_plan_json: dict = field(default_factory=dict)
+    best_plan_json: dict = field(default_factory=dict)
+    space: dict = field(default_factory=dict)
+    """The search's space (solver JSON ``space``: degrees, schedules, levers offered)."""
+    losses: list[str] = field(default_factory=list)
+    """Why the search could not find the recipe's plan, where it lost to it."""
+    seconds: float = 0.0
+    """Wall time of the search (kept out of the JSON: the report is byte-stable)."""
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+    @property
+    def searched(self) -> bool:
+        return self.status == "searched"
+
+    @property
+    def recipe_tps(self) -> float | None:
+        return self.recipe.predicted.get("tokens_per_s_per_gpu")
+
+    @property
+    def measured_tps(self) -> float | None:
+        return self.recipe.measured.get("tokens_per_s_per_gpu")
+
+    @property
+    def error(self) -> float | None:
+        """Best plan predicted / measured - 1 (tokens/s per GPU)."""
+        if not self.searched or not self.measured_tps:
+            return None
+        return self.best["tokens_per_s_per_gpu"] / self.measured_tps - 1
+
+    @property
+    def gain(self) -> float | None:
+        """How much faster than the recipe's plan planner predicts its own: best / recipe - 1."""
+        if not self.searched or not self.recipe_tps:
+            return None
+        return self.best["tokens_per_s_per_gpu"] / self.recipe_tps - 1
+
+    @property
+    def lost(self) -> bool:
+        """The search found nothing as fast as the recipe (or nothing at all, for a run whose recipe
+        planner evaluates)."""
+        if self.status == "search failed":
+            return True
+        g = self.gain
+        return g is not None and g < -LOSS_TOLERANCE
+
+    def to_json(self) -> dict:
+        r = _r6
+        out: dict[str, Any] = {"name": self.name, "status": self.status, "class": self.recipe.klass,
+                               "subset": self.recipe.subset, "counted": self.recipe.counted and self.searched}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.fix is not None:
+            out["fix"] = self.fix
+            out["target"] = self.target
+            out["software"] = self.recipe.software
+        if self.recipe.evaluated:
+            out["recipe_plan"] = self.recipe.plan
+            out["recipe_tokens_per_s_per_gpu"] = r(self.recipe_tps)
+            out["measured_tokens_per_s_per_gpu"] = r(self.measured_tps)
+            out["recipe_error"] = r(self.recipe.error)
+        if self.searched:
+            out.update(best_plan=self.best_plan, best={k: r(v) for k, v in self.best.items()},
+                       error=r(self.error), gain=r(self.gain), changed=changed_keys(self.recipe_plan_json,
+                                                                                     self.best_plan_json))
+        if self.lost:
+            out["lost_to_recipe"] = True
+            out["loss_reasons"] = list(self.losses)
+        e = self.error
+        if e is not None and abs(e) > BEYOND:
+            out["suspected"] = suspected(self)
+        return out
+
+
+def _r6(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.6g}")
+
+
+# ---------------------------------------------------------------------------------------------
+def pinned_fix(plan) -> str:
+    """The --fix text that pins a plan's published degrees (and its layout where it has one), as a
+    user would type it."""
+    pairs = [f"{k}={getattr(plan, k)}" for k in PINNED if getattr(plan, k) is not None]
+    if plan.layout:
+        pairs.append(f"layout={plan.layout}")
+    return ",".join(pairs)
+
+
+def changed_keys(recipe: dict, best: dict) -> dict[str, list]:
+    """The plan keys where the search's plan differs from the recipe's: key -> [recipe, best]."""
+    keys = [k for k in best if k not in PINNED and k not in ("dp", "edp", "layout")]
+    keys += [k for k in recipe if k not in best and k not in PINNED and k not in ("dp", "edp", "layout")]
+    # A schedule the plan leaves unset is the launcher's default for its degrees.
+    shown = lambda plan, k: plan.get(k) if k != "schedule" else plan.get(k) or "default"  # noqa: E731
+    return {k: [shown(recipe, k), shown(best, k)] for k in dict.fromkeys(keys) if shown(recipe, k) != shown(best, k)}
+
+
+def outside_space(recipe: dict, space: dict, best: dict | None = None) -> list[str]:
+    """The recipe's plan keys whose value the search's space does not hold (space as the solver
+    JSON's ``space``: degrees with mbs, schedules, levers). A plan key the space does not list as a
+    lever is one the search leaves at its default: outside where the recipe's value differs from
+    the best plan's (``best``)."""
+    out = []
+    degrees, levers = space.get("degrees", {}), space.get("levers", {})
+    if "mbs" in degrees and recipe.get("mbs") not in degrees["mbs"]:
+        out.append(f"mbs={recipe.get('mbs')} (the search tries {', '.join(map(str, degrees['mbs']))})")
+    schedule = recipe.get("schedule") or "default"
+    if space.get("schedules") and schedule not in space["schedules"]:
+        out.append(f"schedule={schedule} (the search tries {', '.join(space['schedules'])})")
+    for key, value in recipe.items():
+        if key in PINNED or key in ("dp", "edp", "layout", "mbs", "schedule") or value is None:
+            continue
+        offered = levers.get(key)
+        if offered is None:
+            if best is not None and best.get(key) != value:
+                out.append(f"{key}={value} (the search does not vary {key}: it keeps {best.get(key)})")
+            continue
+        if str(value) not in offered:
+            out.append(f"{key}={value} (the search tries {', '.join(offered)})")
+    return out
+
+
+def loss_reasons(recipe: RunResult, recipe_plan: dict, space: dict, rule_breaks: list[str],
+                 best_plan: dict | None = None) -> list[str]:
+    """Why a search that lost could not find the recipe's plan (empty: the recipe's plan is in its
+    space, so the loss is a search defect)."""
+    out = [f"the recipe's plan breaks {b}" for b in rule_breaks]
+    if recipe.predicted and not recipe.predicted.get("fits", True):
+        out.append(f"planner's memory model puts the recipe's plan over the GPU's memory "
+                   f"({recipe.predicted['peak_reserved_gib']:.1f} GiB reserved predicted), so the search cannot rank it")
+    out += [f"the recipe uses {x}, outside the search's space" for x in outside_space(recipe_plan, space, best_plan)]
+    return out
+
+
+def suspected(s: SearchedRun) -> str:
+    """The mechanism suspected for a run beyond +-25 %: the larger of the error's two factors,
+    1 + error = (recipe predicted / measured) x (best / recipe)."""
+    re, g = s.recipe.error, s.gain
+    if re is None or g is None:
+        return "unknown"
+    if abs(math.log1p(re)) >= abs(math.log1p(g)):
+        what = (f"the cost model on the published plan itself: the recipe is predicted {100 * re:+.0f}% "
+                f"(planner's bottleneck: {s.recipe.bottleneck})")
+        nm = sorted(s.recipe.run.not_modeled)
+        if re < 0 and nm:
+            what += f"; the run uses optimizations planner does not model ({', '.join(nm)})"
+        return what + f"; the search adds {100 * g:+.0f}%"
+    changed = changed_keys(s.recipe_plan_json, s.best_plan_json)
+    diff = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()) or "no key"
+    return (f"the search's own plan, predicted {100 * g:+.0f}% over the recipe ({diff}): a gain nobody measured "
+            f"(the recipe is predicted {100 * re:+.0f}%)")
+
+
+# ---------------------------------------------------------------------------------------------
+def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun:
+    """The search for one evaluated run, its degrees pinned (or why it was not searched)."""
+    if not recipe.evaluated:
+        return SearchedRun(recipe, "not searched", f"the recipe was not evaluated: {recipe.reason}")
+    from planner.cost.setup import resolve_setup
+    from planner.launchers.registry import launcher, launcher_violations
+    from planner.search.driver import Options, run_search
+    from planner.search.space import Limits
+    from planner.specs.catalog import load_software
+    from planner.validate.evaluate import resolve_run
+
+    model, hw, job, plan, assumptions, _ = resolve_run(recipe.run)
+    if calibration is not None:
+        assumptions = assumptions.model_copy(update={"calibration": calibration})
+    setup = resolve_setup(model, hw, job, plan, assumptions)
+    profile = load_software(recipe.software) if recipe.software else None
+    # Bridge's plans obey Megatron's rules: the search runs for the launcher whose rules apply.
+    target = launcher(profile.launcher).rules_of if profile is not None else "megatron"
+    fix = pinned_fix(setup.plan)
+    out = SearchedRun(recipe, "searched", fix=fix, target=target, recipe_plan_json=setup.plan.to_json())
+    breaks = [f"{v.rule} ({v.message.split('. ')[0].rstrip('.')})"
+              for v in launcher_violations(setup, target=target, software=profile)]
+    t0 = time.perf_counter()
+    try:
+        found = run_search(model, hw, job, Options(target=target, top=1, limits=Limits.parse(fix, None),
+                                                   software=profile), assumptions=assumptions)
+    except PlannerError as exc:
+        out.status, out.reason = "search failed", exc.paragraph()
+        out.losses = [f"the recipe's plan breaks {b}" for b in breaks]
+        out.seconds = time.perf_counter() - t0
+        return out
+    out.seconds = time.perf_counter() - t0
+    best = found.plans[0]
+    ev = best.evaluation
+    out.best_plan = best.plan.to_string()
+    out.best_plan_json = best.plan.to_json()
+    out.best = {"tokens_per_s_per_gpu": ev["time"]["tokens_per_s_per_gpu"], "step_time_s": ev["time"]["step_time_s"],
+                "peak_reserved_gib": ev["memory"]["peak_bytes"] / 2**30}
+    out.space = found.solver.get("space", {})
+    if out.lost:
+        out.losses = loss_reasons(recipe, out.recipe_plan_json, out.space, breaks, out.best_plan_json)
+    return out
+
+
+def search_runs(results: list[RunResult], calibration: str | None = None,
+                progress: Callable[[str], None] | None = None) -> list[SearchedRun]:
+    """Every run searched (the recipe side evaluated once, by the caller), with a progress line."""
+    say = progress or (lambda msg: None)
+    out = []
+    todo = sum(r.evaluated for r in results)
+    done = 0
+    for r in results:
+        if r.evaluated:
+            done += 1
+            say(f"searching {done}/{todo}: {r.name}")
+        out.append(search_run(r, calibration))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+def summarize_search(rows: list[SearchedRun]) -> dict:
+    """Statistics over the counted, searched runs: all, per class; runs beyond +-25 %; losses."""
+    counted = [s for s in rows if s.searched and s.recipe.counted and s.error is not None]
+    classes: dict[str, list] = {}
+    for s in counted:
+        classes.setdefault(s.recipe.klass or "?", []).append((s.name, s.error))
+    beyond = [s for s in counted if abs(s.error or 0) > BEYOND]
+    gains = [s.gain for s in counted if s.gain is not None]
+    lost = [s for s in rows if s.lost]
+    return {
+        "all": stats_of([(s.name, s.error) for s in counted if s.error is not None]),
+        "classes": {k: stats_of(v) for k, v in sorted(classes.items(), key=lambda kv: class_order(kv[0]))},
+        "recipe_all": stats_of([(s.name, s.recipe.error) for s in counted if s.recipe.error is not None]),
+        "median_gain": statistics.median(gains) if gains else None,
+        "beyond": [(s.name, s.error, suspected(s)) for s in beyond],
+        "lost": [(s.name, s.gain, s.losses or ["none named: the recipe's plan is in the search's space (a search "
+                                               "defect)"]) for s in lost],
+    }
+
+
+def targets_met(summary: dict) -> dict[str, bool]:
+    a: Stats = summary["all"]
+    return {
+        "median |signed error| <= 10%": a.median_abs is not None and a.median_abs <= TARGETS["median_abs"],
+        "every class median within +-10%": all(s.median_signed is not None and abs(s.median_signed) <= TARGETS["class_median"]
+                                               for s in summary["classes"].values()),
+        "at most 3 runs beyond +-25%": len(summary["beyond"]) <= TARGETS["max_beyond"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+SIGN = ("signed error = the best plan's predicted / measured - 1 on tokens/s per GPU (positive: planner predicts "
+        "its plan faster than the run ran); gain = the best plan's predicted / the recipe's predicted - 1")
+
+
+def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
+    """The search-mode report's JSON (no timings: same inputs, same bytes)."""
+    from planner import __version__
+
+    s = summarize_search(rows)
+    searched = [r for r in rows if r.searched]
+    return {
+        "runs_file": runs_label,
+        "planner_version": __version__,
+        "mode": "search",
+        "pinned": list(PINNED) + ["layout"],
+        "sign_convention": SIGN,
+        "counts": {"runs": len(rows), "searched": len(searched),
+                   "search_failed": sum(r.status == "search failed" for r in rows),
+                   "not_searched": sum(r.status == "not searched" for r in rows),
+                   "counted": sum(r.recipe.counted for r in searched),
+                   "lost_to_recipe": len(s["lost"])},
+        "summary": {"all": s["all"].to_json(), "classes": {k: v.to_json() for k, v in s["classes"].items()},
+                    "recipe_all": s["recipe_all"].to_json(), "median_gain": _r6(s["median_gain"])},
+        "beyond_25pct": [{"name": n, "error": _r6(e), "suspected": why} for n, e, why in s["beyond"]],
+        "lost_to_recipe": [{"name": n, "gain": _r6(g), "why": why} for n, g, why in s["lost"]],
+        "targets": {"definition": dict(TARGETS), "met": targets_met(s)},
+        "runs": [r.to_json() for r in rows],
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.0f}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def search_markdown(report: dict, command: str) -> str:
+    c, s = report["counts"], report["summary"]
+    lines = [
+        "# Published runs, searched: planner's best plan with the published degrees pinned",
+        "",
+        f"Generated by `{command}` from `{report['runs_file']}`; planner {report['planner_version']}. For every run "
+        "whose recipe planner evaluates, `planner search` on the run's model, hardware, GPU count, global batch, "
+        "sequence length, assumptions and software release, with the published degrees pinned (`--fix` of "
+        f"{', '.join(report['pinned'])} where the recipe has one) and every other lever left to the search, top 1; "
+        f"{report['sign_convention']}. Series runs with the same planner inputs count once, as in "
+        "published-runs.md.",
+        "",
+        f"{c['runs']} runs: {c['searched']} searched ({c['counted']} counted), {c['search_failed']} whose search "
+        f"failed, {c['not_searched']} not searched (their recipe is not evaluated); the search lost to the recipe "
+        f"on {c['lost_to_recipe']}.",
+        "",
+        "## Summary by class",
+        "",
+        "| class | runs | median abs. error | median signed error | worst signed error (run) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, st in [("all", s["all"]), *s["classes"].items()]:
+        label = "**all**" if name == "all" else name
+        worst = f"{_pct(st['worst_signed_error'])} ({st['worst_run']})" if st["n"] else "–"
+        lines.append(f"| {label} | {st['n']} | {_pct(st['median_abs_error']).lstrip('+')} | "
+                     f"{_pct(st['median_signed_error'])} | {worst} |")
+    ra = s["recipe_all"]
+    lines += ["", f"The recipes themselves on the same runs: median abs. error {_pct(ra['median_abs_error']).lstrip('+')}, "
+              f"median signed {_pct(ra['median_signed_error'])}; median gain of the search's plan over the recipe's "
+              f"{_pct(s['median_gain'])}.", ""]
+    met = report["targets"]["met"]
+    lines += ["Issue 39's acceptance (search mode): " + "; ".join(f"{k}: {'met' if v else 'not met'}"
+                                                                  for k, v in met.items()) + ".", ""]
+    lines += ["## Runs beyond +-25 %", ""]
+    lines += [f"- {b['name']}: {_pct(b['error'])}; suspected: {b['suspected']}" for b in report["beyond_25pct"]] or ["None."]
+    lines += ["", "## Where the search loses to the recipe", ""]
+    lines += [f"- {x['name']}: gain {_pct(x['gain'])}; " + "; ".join(x["why"]) for x in report["lost_to_recipe"]] \
+        or ["Nowhere: on every run the search finds a plan predicted at least as fast as the recipe's."]
+    lines += ["", "## Every run", "",
+              "°: series run not counted. Gain: the best plan over the recipe's, both predicted.", "",
+              "| run | class | measured | recipe | best | error | gain | best plan |",
+              "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in report["runs"]:
+        if r["status"] != "searched":
+            continue
+        mark = "" if r["counted"] else " °"
+        lines.append(f"| {r['name']}{mark} | {r['class']} | {_num(r['measured_tokens_per_s_per_gpu'])} | "
+                     f"{_num(r['recipe_tokens_per_s_per_gpu'])} | {_num(r['best']['tokens_per_s_per_gpu'])} | "
+                     f"{_pct(r['error'])} | {_pct(r['gain'])} | `{_cell(r['best_plan'])}` |")
+    failed = [r for r in report["runs"] if r["status"] == "search failed"]
+    if failed:
+        lines += ["", "## Searches that failed", ""]
+        lines += [f"- {r['name']}: {r['reason']}" for r in failed]
+    lines += ["", "---", "Numbers under \"recipe\" and \"best\" are planner's predictions (tokens/s per GPU); "
+              "\"measured\" is as the sources publish it.", ""]
+    return "\n".join(lines)
+
+
+def search_text(report: dict) -> str:
+    """The terminal view: the summary, one line per run, the runs beyond +-25 % and the losses."""
+    s = report["summary"]
+    out = [f"search mode ({report['counts']['counted']} runs counted; pinned: {', '.join(report['pinned'])})",
+           f"  {'class':32} {'n':>3} {'median|e|':>10} {'median e':>9} {'worst':>8}  worst run"]
+    for name, st in [("all", s["all"]), *s["classes"].items()]:
+        out.append(f"  {name:32} {st['n']:>3} {_pct(st['median_abs_error']).lstrip('+'):>10} "
+                   f"{_pct(st['median_signed_error']):>9} {_pct(st['worst_signed_error']):>8}  {st['worst_run'] or ''}")
+    out += ["", f"{'run':58} {'measured':>9} {'recipe':>9} {'best':>9} {'error':>8} {'gain':>8}"]
+    for r in report["runs"]:
+        if r["status"] == "searched":
+            tag = " " if r["counted"] else "°"
+            out.append(f"{r['name'][:57]:57}{tag} {_num(r['measured_tokens_per_s_per_gpu']):>9} "
+                       f"{_num(r['recipe_tokens_per_s_per_gpu']):>9} {_num(r['best']['tokens_per_s_per_gpu']):>9} "
+                       f"{_pct(r['error']):>8} {_pct(r['gain']):>8}")
+        elif r["status"] == "search failed":
+            out.append(f"{r['name']}: search failed: {r['reason']}")
+    out += ["", "beyond +-25%:"] + [f"  {b['name']}: {_pct(b['error'])}; suspected: {b['suspected']}"
+                                    for b in report["beyond_25pct"]]
+    out += ["lost to the recipe:"] + [f"  {x['name']}: {_pct(x['gain'])}; " + "; ".join(x["why"])
+                                      for x in report["lost_to_recipe"]]
+    out += ["", "targets (issue 39, search mode): " + "; ".join(f"{k}: {'met' if v else 'not met'}"
+                                                                for k, v in report["targets"]["met"].items()),
+            f"({report['sign_convention']}; °: series run not counted)"]
+    return "\n".join(out)
+
+
+__all__ = ["build_search", "search_markdown", "search_text", "SearchedRun", "search_run", "search_runs", "summarize_search", "targets_met", "pinned_fix",
+           "outside_space", "loss_reasons", "suspected", "changed_keys", "PINNED", "TARGETS", "LOSS_TOLERANCE"]

@@ -1,0 +1,142 @@
+"""`planner validate --search`: each bundled run searched with its published degrees pinned, never
+losing to the recipe's own plan without a named reason, and issue 39's acceptance as it stands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.cli import main
+from planner.specs.plan import Plan
+from planner.validate import PUBLISHED_RUNS
+from planner.validate.evaluate import evaluate_run, evaluate_runs
+from planner.validate.runs import load_runs
+from planner.validate.searched import (
+    LOSS_TOLERANCE, PINNED, SearchedRun, build_search, changed_keys, outside_space, pinned_fix, search_run,
+    search_markdown, search_runs, search_text, summarize_search, targets_met,
+)
+
+SUBSET = (
+    "llama3-405b-8k-h100-16384gpu",                 # dense / Hopper / bf16, Megatron, a pinned layout
+    "mb2511-llama3-8b-b200-fp8cs-8gpu",             # dense / Blackwell / fp8: loses by levers the search keeps fixed
+    "mb2602-qwen3-235b-a22b-gb300-fp8mx-256gpu",    # MoE / Blackwell / fp8
+    "zoo-qwen3-235b-h100-256gpu-bf16-seq16k-dropless",  # MoE / Hopper / bf16
+    "tt-llama31-8b-h100-8gpu-fsdp-bf16",            # torchtitan
+    "tt-llama31-8b-h100-8gpu-fsdp-compile-float8",  # torchtitan fp8: its recipe breaks a rule of the release
+)
+"""A representative subset for the default run (a few seconds): each class the bundled runs span
+but one, both launchers, a search that wins, one that ties, one that loses for a named reason and
+one whose search fails."""
+
+
+_LOADED: list = []
+
+
+def _runs(names=None):
+    if not _LOADED:  # the bundled file takes about a second to read and check
+        _LOADED.extend(load_runs(PUBLISHED_RUNS))
+    runs = _LOADED
+    return [r for r in runs if names is None or r.name in names]
+
+
+def _never_loses_unexplained(rows: list[SearchedRun]) -> None:
+    for s in rows:
+        if s.status == "not searched":
+            continue
+        if s.lost:
+            assert s.losses, (f"{s.name}: the search's best ({s.best_plan}) is predicted {s.gain} below the recipe "
+                              f"({s.recipe.plan}), whose plan is in the search's space: a search defect")
+        else:
+            assert s.searched and s.gain is not None and s.gain >= -LOSS_TOLERANCE
+        if s.searched:
+            best, recipe = Plan.parse(s.best_plan), Plan.parse(s.recipe.plan)
+            for k in PINNED:  # the published degrees are kept
+                assert getattr(best, k) == getattr(recipe, k) or getattr(recipe, k) is None, (s.name, k)
+
+
+@pytest.fixture(scope="module")
+def subset_rows():
+    results = [evaluate_run(r) for r in _runs(set(SUBSET))]
+    assert len(results) == len(SUBSET)
+    return search_runs(results)
+
+
+def test_the_search_never_loses_to_the_recipe_unsaid_on_a_subset(subset_rows):
+    _never_loses_unexplained(subset_rows)
+    by = {s.name: s for s in subset_rows}
+    # Megatron's defaults (fp32 gradient reduction, bf16 parameter gather) are what the search keeps;
+    # the recipe's bf16/fp8 is named as the reason it loses.
+    lost = by["mb2511-llama3-8b-b200-fp8cs-8gpu"]
+    assert any("grad_reduce=bf16" in why for why in lost.losses) or not lost.lost
+    failed = by["tt-llama31-8b-h100-8gpu-fsdp-compile-float8"]
+    assert failed.status == "search failed" and any("torchtitan-fp8" in why for why in failed.losses)
+    assert by["llama3-405b-8k-h100-16384gpu"].gain >= -LOSS_TOLERANCE
+
+
+@pytest.mark.slow
+def test_the_search_never_loses_to_the_recipe_unsaid_on_every_bundled_run():
+    _never_loses_unexplained(search_runs(evaluate_runs(_runs())))
+
+
+def test_the_fix_pins_the_published_degrees_and_layout_only():
+    plan = Plan.parse("tp=2,pp=4,vpp=2,ep=8,etp=1,mbs=2,recompute=full,layout=Et|(tt|)*7L")
+    assert pinned_fix(plan) == "tp=2,cp=1,pp=4,vpp=2,ep=8,etp=1,layout=Et|(tt|)*7L"
+    assert pinned_fix(Plan.parse("tp=8,mbs=4")) == "tp=8,cp=1,pp=1,vpp=1,ep=1"
+
+
+def test_a_recipe_value_outside_the_space_is_named_and_one_inside_is_not():
+    space = {"degrees": {"mbs": [1, 2]}, "schedules": ["default"],
+             "levers": {"recompute": ["none", "full"], "moments": ["fp32"]}}
+    inside = {"tp": 2, "mbs": 2, "recompute": "full", "moments": "fp32", "grad_reduce": "fp32"}
+    assert outside_space(inside, space, {**inside, "recompute": "none"}) == []
+    outside = {**inside, "mbs": 4, "moments": "bf16", "grad_reduce": "bf16", "schedule": "dualpipe"}
+    named = " ".join(outside_space(outside, space, inside))
+    for key in ("mbs=4", "moments=bf16", "schedule=dualpipe", "grad_reduce=bf16 (the search does not vary"):
+        assert key in named
+    assert changed_keys({"tp": 2, "mbs": 1, "schedule": None}, {"tp": 2, "mbs": 2, "schedule": None}) == {"mbs": [1, 2]}
+
+
+def test_an_unevaluated_run_is_not_searched_and_says_why():
+    run = next(r for r in _runs() if r.not_evaluable)
+    s = search_run(evaluate_run(run))
+    assert s.status == "not searched" and "not evaluated" in s.reason and not s.lost
+
+
+def test_cli_search_json_markdown_and_text(capsys):
+    name = "llama3-405b-8k-h100-16384gpu"
+    assert main(["validate", str(PUBLISHED_RUNS), "--only", name, "--search", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    run = report["runs"][0]
+    assert report["mode"] == "search" and run["name"] == name and run["status"] == "searched"
+    assert run["fix"].startswith("tp=8,cp=1,pp=16,vpp=2") and "layout=" in run["fix"]
+    assert run["error"] == pytest.approx(run["best"]["tokens_per_s_per_gpu"] / run["measured_tokens_per_s_per_gpu"] - 1,
+                                         rel=1e-4, abs=1e-5)
+    assert run["gain"] == pytest.approx(run["best"]["tokens_per_s_per_gpu"] / run["recipe_tokens_per_s_per_gpu"] - 1,
+                                        rel=1e-4, abs=1e-5)
+    assert report["summary"]["all"]["n"] == 1
+    md = search_markdown(report, "planner validate --search --markdown")
+    assert "# Published runs, searched" in md and name in md and "Issue 39's acceptance" in md
+    assert name in search_text(report)
+    assert main(["validate", str(PUBLISHED_RUNS), "--only", name, "--search", "--plot", "x.png"]) == 2
+    assert "--plot" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_issue_39_acceptance_in_search_mode_as_it_stands():
+    """Issue 39: median |signed error| <= 10 %, each class's median within +-10 %, at most three runs
+    beyond +-25 %, each with its mechanism suspected. NOT met yet (results/validation/published-runs-search.md):
+    this asserts the measured values, so a change that moves them shows here; turn it into the
+    acceptance's own assertions once they hold."""
+    rows = search_runs(evaluate_runs(_runs()))
+    s = summarize_search(rows)
+    met = targets_met(s)
+    assert all(why and why != "unknown" for _, _, why in s["beyond"])  # every run beyond +-25 % has a mechanism
+    # Measured 2026-05 with the search's levers of main at 1ebdad7: median |e| 10.4 %, 25 runs beyond +-25 %.
+    assert met == {"median |signed error| <= 10%": False, "every class median within +-10%": False,
+                   "at most 3 runs beyond +-25%": False}
+    assert 0.05 <= s["all"].median_abs <= 0.15
+    assert 10 <= len(s["beyond"]) <= 40
+    report = build_search(rows, "published_runs.yaml")
+    assert report["counts"]["searched"] + report["counts"]["search_failed"] + report["counts"]["not_searched"] == \
+        report["counts"]["runs"]
