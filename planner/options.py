@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from planner.errors import PlannerError
+from planner.inputs import DEFAULT_MEMORY_MARGIN, finite_option
 
 ModelOpt = Annotated[
     str,
@@ -40,12 +41,6 @@ JobFileOpt = Annotated[
 DomainFillOpt = Annotated[
     int | None, typer.Option("--domain-fill", help="Use N GPUs of each NVLink domain (e.g. 64 of an NVL72 rack's 72); the rest stay idle.")
 ]
-DEFAULT_MEMORY_MARGIN = 0.03
-"""The default memory margin: 3 % of the usable HBM kept free on every GPU, beyond the allocator
-margin. It is planner's largest measured memory error, rounded up: the allocated peak of
-Megatron-Core on H200s against ``planner explain`` was +0.1 to +1.9 % off on one GPU (22 runs,
-results/validation/gpu-memory.md) and +0.6 to +2.9 % per rank on two (12 ranks,
-results/validation/multi-gpu.md). ``--memory-margin 0`` ranks plans up to the capacity."""
 
 MemoryMarginOpt = Annotated[
     float | None, typer.Option(
@@ -133,78 +128,6 @@ SoftwareOpt = Annotated[str | None, typer.Option(
     "--target launcher.")]
 
 
-def resolve_software(name: str | None, target, saved: str | None = None):
-    """(profile, where it came from) for --software ``name``, else a saved search's profile, else the
-    newest release of ``target``'s launcher (None for --target any). A release of another launcher
-    than ``target`` is refused: its rules are not the ones that launch checks."""
-    from planner.launchers.registry import default_software
-    from planner.specs.catalog import load_software
-
-    t = str(getattr(target, "value", target))
-    if name is not None:
-        profile, origin = load_software(name), "--software"
-    elif saved is not None:
-        profile, origin = load_software(saved), "the saved search"
-    else:
-        profile = default_software(t)
-        return profile, (f"assumed: the newest {profile.framework} release planner knows (give --software)"
-                         if profile is not None else "none: --target any names no launcher")
-    if t in ("megatron", "torchtitan") and profile.launcher != t:
-        raise PlannerError(f"--software {profile.name} is a {profile.launcher} release ({profile.title}), but the "
-                           f"plan is checked for --target {t}.",
-                           hint=f"Give a {t} release (see 'planner software') or --target {profile.launcher}.")
-    return profile, origin
-
-
-
-def resolve_job(
-    model,
-    *,
-    gpus: int | None = None,
-    global_batch: int | None = None,
-    seq_len: int | None = None,
-    precision: str | None = None,
-    job_file: Path | None = None,
-    domain_fill: int | None = None,
-    memory_margin_gib: float | None = None,
-):
-    """Job from (in increasing priority) the model's reference job, a job file, and options."""
-    from planner.specs.catalog import read_yaml, validate_spec
-    from planner.specs.job import Job
-
-    data: dict = {}
-    origin = "the command line"
-    if model.reference_job is not None:
-        ref = model.reference_job
-        data.update(gpus=ref.gpus, global_batch=ref.global_batch, seq_len=ref.seq_len, source=ref.source)
-    if job_file is not None:
-        data.update(read_yaml(Path(job_file), "job"))
-        origin = str(job_file)
-    overrides = dict(gpus=gpus, global_batch=global_batch, seq_len=seq_len, domain_fill=domain_fill)
-    for key, value in overrides.items():
-        if value is not None:
-            data[key] = value
-            data.pop("source", None) if key != "domain_fill" else None
-    if precision:
-        data["precisions"] = [p.strip() for p in precision.split(",") if p.strip()]
-    if memory_margin_gib is not None:
-        finite_option("--memory-margin", memory_margin_gib, low=0.0, high=2**20, unit="GiB",
-                      negative="a negative margin would hand memory back that the GPU does not have")
-        data["memory_margin_bytes"] = memory_margin_gib * 2**30
-        data["memory_margin_fraction"] = 0.0
-    elif "memory_margin_bytes" not in data and "memory_margin_fraction" not in data:
-        data["memory_margin_fraction"] = DEFAULT_MEMORY_MARGIN
-    for key, value in overrides.items():
-        if value is not None:
-            count_option(f"--{key.replace('_', '-')}", value)
-    missing = [k for k in ("gpus", "global_batch", "seq_len") if k not in data]
-    if missing:
-        raise PlannerError(
-            f"The job is missing {', '.join(missing)}: {model.name} has no reference job to fall back on.",
-            hint="Give --gpus, --global-batch and --seq-len, or --job job.yaml.",
-        )
-    return validate_spec(Job, data, "job", origin)
-
 
 def check_margin(job, hw) -> None:
     """The job's --memory-margin must leave some of the GPU's memory once the CUDA context is
@@ -222,47 +145,6 @@ def check_margin(job, hw) -> None:
             f"{usable / 2**30:.1f} GiB usable HBM ({context / 2**30:.1f} GiB go to the CUDA context).",
             hint="Give a margin of a few GiB.",
         )
-
-
-def finite_option(option: str, value: float, *, low: float | None = None, high: float | None = None,
-                  unit: str = "", low_inclusive: bool = True, negative: str | None = None,
-                  low_text: str | None = None) -> float:
-    """A float from the command line must be a finite number in [low, high]: typer reads 'nan'
-    and 'inf' as floats, so every float option is checked here, as one paragraph."""
-    import math
-
-    u = f" {unit}" if unit else ""
-    if not math.isfinite(value):
-        raise PlannerError(f"{option} {value} is not a number planner can use: give a finite number"
-                           + (f" of {unit}" if unit else "") + ".")
-    if low is not None and (value < low or (value == low and not low_inclusive)):
-        if value < 0 and negative:
-            raise PlannerError(f"{option} {value:g} is negative: {negative}.", hint=f"Give a value of at least {low:g}{u}.")
-        shown = low_text or f"{low:g}{u}"
-        bound = f"at least {shown}" if low_inclusive else f"more than {shown}"
-        raise PlannerError(f"{option} {value:g} is out of range: it must be {bound}.")
-    if high is not None and value > high:
-        raise PlannerError(f"{option} {value:g} is out of range: it must be at most {high:g}{u}.")
-    return value
-
-
-def count_option(option: str, value: int) -> int:
-    """An integer option (GPUs, batch, sequence length, domain fill) in the range the job allows,
-    with the bound and its reason in the message."""
-    from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
-
-    if value < 1:
-        raise PlannerError(f"{option} {value} must be a positive integer.")
-    high, why = {
-        "--gpus": (MAX_GPUS, "beyond any cluster built (the largest hold about 10^5 GPUs)"),
-        "--domain-fill": (MAX_GPUS, "beyond any NVLink domain"),
-        "--global-batch": (MAX_GLOBAL_BATCH, "beyond any training run (published runs use up to 16,384 sequences)"),
-        "--seq-len": (MAX_SEQ_LEN, "beyond any training context (the longest are about 1M tokens)"),
-    }.get(option, (None, ""))
-    if high is not None and value > high:
-        raise PlannerError(f"{option} {value:,} is {why}: planner accepts at most {high:,} "
-                           f"(2^{high.bit_length() - 1}).")
-    return value
 
 
 def _finite(obj):
@@ -304,7 +186,7 @@ def _json_default(o):
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class JobArgs:
-    """The job options of a command line, before they meet a model (see :func:`resolve_job`)."""
+    """The job options of a command line, before they meet a model (see :func:`planner.specs.job_input.resolve_job`)."""
 
     gpus: int | None = None
     global_batch: int | None = None
@@ -376,6 +258,8 @@ def resolve_specs(model, hw, args: JobArgs, model_set: list[str] | tuple[str, ..
         if hw is None:
             raise PlannerError("No hardware given.", hint="Pass --hw (see 'planner hw').")
     h = hw if not isinstance(hw, str) else load_hardware(hw)
+    from planner.specs.job_input import resolve_job
+
     j = resolve_job(m, gpus=args.gpus, global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
                     job_file=args.job_file, domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin)
     check_margin(j, h)

@@ -14,7 +14,7 @@ from planner.cli import main
 from planner.cost.setup import Assumptions, resolve_setup
 from planner.cost.time import time_report
 from planner.launchers.megatron.read import assumptions_from_flags
-from planner.options import resolve_job
+from planner.specs.job_input import resolve_job
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.efficiency import load_efficiency
 from planner.specs.plan import Plan

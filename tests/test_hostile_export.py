@@ -19,7 +19,7 @@ from planner.cli import main
 from planner.cost.setup import resolve_setup
 from planner.launchers.megatron.write import export_megatron, megatron_launch
 from planner.launchers.torchtitan.write import export_torchtitan, torchtitan_launch
-from planner.options import resolve_job
+from planner.specs.job_input import resolve_job
 from planner.specs.catalog import catalog_root, load_hardware, load_model
 from planner.specs.plan import Plan
 

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from planner.cli import main
-from planner.options import DEFAULT_MEMORY_MARGIN, resolve_job
+from planner.inputs import DEFAULT_MEMORY_MARGIN
+from planner.specs.job_input import resolve_job
 from planner.specs.catalog import load_hardware, load_model
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import PlannerError
-from planner.options import resolve_job
+from planner.specs.job_input import resolve_job
 from planner.specs.catalog import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"

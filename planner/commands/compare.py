@@ -63,7 +63,7 @@ def compare_cmd(
     markdown: MarkdownOpt = False,
 ) -> None:
     """Compare the best plan of one job across hardware (Hopper vs Blackwell): speed, memory, cost to train, and why the plans differ."""
-    from planner.options import finite_option
+    from planner.inputs import finite_option
 
     finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
     if tokens is not None:
@@ -83,7 +83,7 @@ def compare_cmd(
         check_output(plot, "plot", suffixes=(".png",))  # before the searches run
     import dataclasses
 
-    from planner.options import resolve_software
+    from planner.launchers.registry import resolve_software
 
     profile, origin = resolve_software(software, target)
     opts = dataclasses.replace(search_options(target, top, time_limit, fix, max_, moments, per_stage,
@@ -100,7 +100,7 @@ def _one_gpus(gpus: list[int] | None) -> int | None:
     """The one --gpus for every system; repeating it is refused (typer would keep the last one
     silently, and 'compare --gpus 512 --gpus 128' reads as a count per system)."""
     from planner.errors import PlannerError
-    from planner.options import count_option
+    from planner.specs.job_input import count_option
 
     if not gpus:
         return None
@@ -115,7 +115,7 @@ def parse_hw(text: str) -> tuple[str, int | None]:
     """'--hw NAME' or '--hw NAME:COUNT' -> (NAME, COUNT or None). A hardware YAML path that exists
     is a name even if it holds ':'."""
     from planner.errors import PlannerError
-    from planner.options import count_option
+    from planner.specs.job_input import count_option
 
     name, sep, count = text.rpartition(":")
     if not sep or Path(text).exists():
@@ -209,7 +209,7 @@ def parse_gpu_list(text: str) -> list[int]:
         if not part.isascii() or not part.isdigit() or len(part) > 12 or int(part) < 1:
             raise PlannerError(f"--sweep-gpus '{text}': '{part}' is not a positive GPU count.",
                                hint="Give counts separated by commas, e.g. --sweep-gpus 256,1024,4096.")
-        from planner.options import count_option
+        from planner.specs.job_input import count_option
 
         out.append(count_option("--gpus", int(part)))
     if not out:

@@ -103,7 +103,7 @@ def _software(src, given: str | None) -> dict | None:
     saved = src.saved.software if src.saved is not None else None
     if given is None and saved is None and not read:
         return None
-    from planner.launchers.software import launch_choice
+    from planner.launchers.registry import launch_choice
     from planner.rules import violations_error
     from planner.specs.software import software_violations
 

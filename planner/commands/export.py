@@ -164,7 +164,7 @@ def _export_software(form, launcher, given: str | None, saved):
     release (Format.release) or the newest release of the format's launcher. json names a release
     only when one is given."""
     from planner.launchers.registry import ANY
-    from planner.options import resolve_software
+    from planner.launchers.registry import resolve_software
     from planner.specs.catalog import load_software
 
     saved_name = saved.software if saved is not None else None
@@ -257,7 +257,7 @@ def _check_report(src, target: str, torchtitan_config, software: str | None = No
     """Every rule the plan (and a launch script's own flags) breaks, with the predictions when none."""
     from planner.launchers.common import export_canonical, predictions
     from planner.launchers.registry import launcher_violations
-    from planner.launchers.software import launch_choice
+    from planner.launchers.registry import launch_choice
 
     choice = launch_choice(src, target, software)
 

@@ -61,7 +61,7 @@ def memtrace_cmd(
     from planner.memtrace.loader import load_snapshot
     from planner.memtrace.report import analyze, render_text
 
-    from planner.options import finite_option
+    from planner.inputs import finite_option
 
     if plot is not None and plot.suffix.lower() != ".png":
         raise PlannerError(f"--plot writes PNG files; '{plot}' does not end in .png.")
@@ -119,7 +119,7 @@ def memtrace_cmd(
 
 def _prediction(rep: dict, model_name: str, hw_spec, plan_text: str, stage: int | None, job_opts: dict) -> dict:
     from planner.memtrace.predict import compare, predicted_memory
-    from planner.options import resolve_job
+    from planner.specs.job_input import resolve_job
     from planner.specs.catalog import load_model
     from planner.specs.plan import Plan
 

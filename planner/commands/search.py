@@ -12,7 +12,7 @@ from planner.cli import app
 from planner.options import (
     CalibrationOpt, DomainFillOpt, FixOpt, GlobalBatchOpt, GpusOpt, HwOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt,
     MarkdownOpt, MaxOpt, MemoryMarginOpt, ModelOpt, MomentsOpt, PrecisionOpt, RoutingOpt, SearchTargetOpt, SeqLenOpt,
-    SetOpt, SoftwareOpt, TorchtitanConfigOpt, build_assumptions, print_json, resolve_software, resolve_specs, search_options,
+    SetOpt, SoftwareOpt, TorchtitanConfigOpt, build_assumptions, print_json, resolve_specs, search_options,
 )
 
 
@@ -51,7 +51,7 @@ def search_cmd(
 ) -> None:
     """Rank feasible plans: parallel degrees, layout, recompute, offload, precision, sharding."""
     from planner.errors import PlannerError
-    from planner.options import finite_option
+    from planner.inputs import finite_option
     from planner.search.driver import target_assumptions
 
     finite_option("--time-limit", time_limit, low=0.1, high=86400.0, unit="seconds")
@@ -65,6 +65,8 @@ def search_cmd(
 
         check_output(save, "saved search")  # before the search runs, and never over a file it read
     from dataclasses import replace
+
+    from planner.launchers.registry import resolve_software
 
     profile, origin = resolve_software(software, target)
     opts = search_options(target, top, time_limit, fix, max_, moments, per_stage, solver, torchtitan_config)

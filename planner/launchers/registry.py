@@ -27,10 +27,12 @@ from planner.launchers.megatron.read import job_from_script
 from planner.launchers.megatron.write import export_megatron
 from planner.launchers.torchtitan import rules as torchtitan_rules
 from planner.launchers.torchtitan.read import job_from_torchtitan
-from planner.launchers.software import script_flag_violations
+from planner.launchers.software import (
+    MEGATRON_FLAG_FEATURES, SoftwareChoice, header_software, read_launch_text, script_flag_violations, script_flags,
+)
 from planner.launchers.torchtitan.toml import TOML_RELEASE, check_toml_release, export_torchtitan_toml
 from planner.launchers.torchtitan.write import export_torchtitan
-from planner.specs.catalog import newest_release
+from planner.specs.catalog import load_software, newest_release
 from planner.specs.software import software_violations
 
 if TYPE_CHECKING:
@@ -185,6 +187,63 @@ def default_software(target: str):
         return None
     framework = launcher(target).framework
     return newest_release(framework) if framework is not None else None
+
+
+def resolve_software(name: str | None, target, saved: str | None = None):
+    """(profile, where it came from) for --software ``name``, else a saved search's profile, else the
+    newest release of ``target``'s launcher (None for --target any). A release of another launcher
+    than ``target`` is refused: its rules are not the ones that launch checks."""
+    t = str(getattr(target, "value", target))
+    if name is not None:
+        profile, origin = load_software(name), "--software"
+    elif saved is not None:
+        profile, origin = load_software(saved), "the saved search"
+    else:
+        profile = default_software(t)
+        return profile, (f"assumed: the newest {profile.framework} release planner knows (give --software)"
+                         if profile is not None else "none: --target any names no launcher")
+    if t != ANY and profile.launcher != t:
+        raise PlannerError(f"--software {profile.name} is a {profile.launcher} release ({profile.title}), but the "
+                           f"plan is checked for --target {t}.",
+                           hint=f"Give a {t} release (see 'planner software') or --target {profile.launcher}.")
+    return profile, origin
+
+
+def launch_choice(src, target: str, given: str | None) -> SoftwareChoice:
+    """The release for plan source ``src`` (planner.options.PlanSource) checked for ``target``."""
+    needs: list[tuple[str, str]] = []
+    if src.script is not None:
+        values = src.script.args.values or {}
+        needs = [(dest, feature) for dest, feature in MEGATRON_FLAG_FEATURES.items()
+                 if values.get(dest) not in (None, False, [], "")]
+    if given is not None or src.saved is not None and src.saved.software:
+        profile, origin = resolve_software(given, target, saved=None if given else src.saved.software)
+        text = read_launch_text(src)
+        return SoftwareChoice(profile, origin, needs, script_flags(text) if text and src.script is not None else set())
+    text = read_launch_text(src)
+    flags = script_flags(text) if text and src.script is not None else set()
+    named = header_software(text) if text else None
+    if named is not None:
+        profile, origin = load_software(named), "the launch's planner export header"
+    elif src.bridge is not None:
+        profile, origin = (load_software(BRIDGE_RELEASE),
+                           "a Megatron-Bridge launch: planner reads it as Megatron-Bridge 0.6 (give --software otherwise)")
+    elif src.torchtitan is not None and src.torchtitan.args.kind == "toml":
+        profile, origin = (load_software(TOML_RELEASE),
+                           "a torchtitan TOML job file: the newest such release, torchtitan 0.2.2 (give --software otherwise)")
+    elif src.torchtitan is not None:
+        profile, origin = (load_software("torchtitan-0.3.0"),
+                           "a torchtitan --module/--config launch: torchtitan 0.3.0 (give --software otherwise)")
+    else:
+        profile, origin = resolve_software(None, target)
+        if profile is not None and needs:
+            origin = (f"assumed: the newest {profile.framework} release planner knows; the launch's flags date it no "
+                      "earlier than the releases listed in launch_flags_dated (give --software)")
+        return SoftwareChoice(profile, origin, needs, flags)
+    if target != ANY and profile.launcher != target:
+        profile = default_software(target)
+        origin = f"assumed: the newest {profile.framework} release planner knows (the launch's is for another launcher)"
+    return SoftwareChoice(profile, origin, needs, flags)
 
 
 def launcher_violations(setup_or_plan, model=None, job=None, target: str = "megatron", *, hw=None,

@@ -112,7 +112,7 @@ class SoftwareChoice:
         return out
 
 
-def _read_text(src) -> str | None:
+def read_launch_text(src) -> str | None:
     """The text of a read launch file (for its header), None where there is none."""
     from pathlib import Path
 
@@ -126,47 +126,6 @@ def _read_text(src) -> str | None:
         return read_text(path, "launch") if path.is_file() else None
     except PlannerError:
         return None
-
-
-def launch_choice(src, target: str, given: str | None) -> SoftwareChoice:
-    """The release for plan source ``src`` (planner.options.PlanSource) checked for ``target``."""
-    from planner.options import resolve_software
-    from planner.launchers.registry import default_software
-    from planner.specs.catalog import load_software
-
-    needs: list[tuple[str, str]] = []
-    if src.script is not None:
-        values = src.script.args.values or {}
-        needs = [(dest, feature) for dest, feature in MEGATRON_FLAG_FEATURES.items()
-                 if values.get(dest) not in (None, False, [], "")]
-    if given is not None or src.saved is not None and src.saved.software:
-        profile, origin = resolve_software(given, target, saved=None if given else src.saved.software)
-        text = _read_text(src)
-        return SoftwareChoice(profile, origin, needs, script_flags(text) if text and src.script is not None else set())
-    text = _read_text(src)
-    flags = script_flags(text) if text and src.script is not None else set()
-    named = header_software(text) if text else None
-    if named is not None:
-        profile, origin = load_software(named), "the launch's planner export header"
-    elif src.bridge is not None:
-        profile, origin = (load_software("megatron-bridge-0.6"),
-                           "a Megatron-Bridge launch: planner reads it as Megatron-Bridge 0.6 (give --software otherwise)")
-    elif src.torchtitan is not None and src.torchtitan.args.kind == "toml":
-        profile, origin = (load_software("torchtitan-0.2.2"),
-                           "a torchtitan TOML job file: the newest such release, torchtitan 0.2.2 (give --software otherwise)")
-    elif src.torchtitan is not None:
-        profile, origin = (load_software("torchtitan-0.3.0"),
-                           "a torchtitan --module/--config launch: torchtitan 0.3.0 (give --software otherwise)")
-    else:
-        profile, origin = resolve_software(None, target)
-        if profile is not None and needs:
-            origin = (f"assumed: the newest {profile.framework} release planner knows; the launch's flags date it no "
-                      "earlier than the releases listed in launch_flags_dated (give --software)")
-        return SoftwareChoice(profile, origin, needs, flags)
-    if target in ("megatron", "torchtitan") and profile.launcher != target:
-        profile = default_software(target)
-        origin = f"assumed: the newest {profile.framework} release planner knows (the launch's is for another launcher)"
-    return SoftwareChoice(profile, origin, needs, flags)
 
 
 def script_flag_violations(text: str, profile) -> list:

@@ -89,7 +89,7 @@ def _options():
 def report_job(model, gpus: int):
     """The model's reference job at ``gpus`` GPUs; the global batch follows compare's sweep rule
     (the reference batch unless the GPU count needs more tokens per step)."""
-    from planner.options import resolve_job
+    from planner.specs.job_input import resolve_job
     from planner.search.compare import sweep_global_batch
 
     ref = resolve_job(model)
@@ -131,7 +131,7 @@ def build_report(r: Report, progress=None) -> dict:
                           progress=progress)
         out["command"] = compare_command(r, job)
     else:
-        from planner.options import resolve_job
+        from planner.specs.job_input import resolve_job
 
         out = run_sweep(model, hws, resolve_job(model), list(r.gpus), _options(), Assumptions(), progress=progress)
         out["command"] = sweep_command(r)

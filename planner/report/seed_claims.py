@@ -918,7 +918,7 @@ def _v3_without_ep_overlap(default: dict | None) -> dict:
     """DeepSeek-V3 on 256 GPUs with the EP all-to-all overlap forbidden: how much of the Hopper
     answer rests on hiding the cross-node all-to-all behind compute."""
     from planner.cost.setup import Assumptions
-    from planner.options import resolve_job
+    from planner.specs.job_input import resolve_job
     from planner.report.compare import compare_report as run_compare
     from planner.report.results import _options
     from planner.search.space import Limits

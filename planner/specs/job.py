@@ -32,7 +32,7 @@ class Job(Spec):
     """Extra memory the user keeps free on every GPU, bytes (on top of the allocator margin)."""
     memory_margin_fraction: Annotated[float, NotBool, Field(ge=0.0, le=0.5)] = 0.0
     """Part of the usable HBM kept free on every GPU besides ``memory_margin_bytes`` (the command
-    line's default margin, :data:`planner.options.DEFAULT_MEMORY_MARGIN`; 0 in a Job built in
+    line's default margin, :data:`planner.inputs.DEFAULT_MEMORY_MARGIN`; 0 in a Job built in
     Python: plans may then reach the capacity)."""
     source: str | None = Field(None, max_length=4096)
     """Where this job comes from (a paper's run), if anywhere."""

@@ -164,7 +164,7 @@ def _plan_disagreements(run: RunSpec, read_plan, model, hw, job) -> list[str]:
 def resolve_run(run: RunSpec):
     """(model, hardware, job, plan, assumptions, reader) of an evaluable run."""
     from planner.cost.setup import Assumptions
-    from planner.options import resolve_job
+    from planner.specs.job_input import resolve_job
     from planner.specs.catalog import load_hardware, load_model, validate_spec
     from planner.specs.plan import Plan
 

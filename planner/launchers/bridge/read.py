@@ -606,7 +606,7 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
     """Read a Bridge launch (a Path, or its text) into the model, hardware, job and plan it runs;
     options given here win over what the file says."""
     from planner.launchers.common import export_canonical, header_disagreement, launch_hardware, launch_world
-    from planner.options import resolve_job
+    from planner.specs.job_input import resolve_job
     from planner.specs.catalog import load_model
     from planner.specs.plan import Plan
 

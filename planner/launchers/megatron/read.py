@@ -686,7 +686,7 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
     script's environment and $1, $2, ...; ``model_overrides`` sets model fields (vocab_size)."""
     from planner.launchers.common import export_canonical, header_disagreement, launch_hardware
     from planner.launchers.megatron.model import hint_mismatches
-    from planner.options import resolve_job
+    from planner.specs.job_input import resolve_job
 
     text, label = read_source(source)
     args = plan_from_megatron_args(text, gpus=gpus, environ=environ, args=script_args)

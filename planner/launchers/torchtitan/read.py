@@ -519,7 +519,7 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
                         script_args=()) -> TorchtitanJob:
     from planner.files import MAX_SCRIPT_BYTES, read_text
     from planner.launchers.common import export_canonical, header_disagreement, launch_hardware, launch_world
-    from planner.options import resolve_job
+    from planner.specs.job_input import resolve_job
     from planner.specs.catalog import load_model
     from planner.specs.plan import Plan
 

@@ -1,0 +1,35 @@
+"""Checks on the numbers a user types and the defaults they fall back on, below every layer that
+reads them (the CLI options, the job's resolution): light, so that the CLI's start-up imports them."""
+
+from __future__ import annotations
+
+import math
+
+from planner.errors import PlannerError
+
+DEFAULT_MEMORY_MARGIN = 0.03
+"""The default memory margin: 3 % of the usable HBM kept free on every GPU, beyond the allocator
+margin. It is planner's largest measured memory error, rounded up: the allocated peak of
+Megatron-Core on H200s against ``planner explain`` was +0.1 to +1.9 % off on one GPU (22 runs,
+results/validation/gpu-memory.md) and +0.6 to +2.9 % per rank on two (12 ranks,
+results/validation/multi-gpu.md). ``--memory-margin 0`` ranks plans up to the capacity."""
+
+
+def finite_option(option: str, value: float, *, low: float | None = None, high: float | None = None,
+                  unit: str = "", low_inclusive: bool = True, negative: str | None = None,
+                  low_text: str | None = None) -> float:
+    """A float from the command line must be a finite number in [low, high]: typer reads 'nan'
+    and 'inf' as floats, so every float option is checked here, as one paragraph."""
+    u = f" {unit}" if unit else ""
+    if not math.isfinite(value):
+        raise PlannerError(f"{option} {value} is not a number planner can use: give a finite number"
+                           + (f" of {unit}" if unit else "") + ".")
+    if low is not None and (value < low or (value == low and not low_inclusive)):
+        if value < 0 and negative:
+            raise PlannerError(f"{option} {value:g} is negative: {negative}.", hint=f"Give a value of at least {low:g}{u}.")
+        shown = low_text or f"{low:g}{u}"
+        bound = f"at least {shown}" if low_inclusive else f"more than {shown}"
+        raise PlannerError(f"{option} {value:g} is out of range: it must be {bound}.")
+    if high is not None and value > high:
+        raise PlannerError(f"{option} {value:g} is out of range: it must be at most {high:g}{u}.")
+    return value
