@@ -123,7 +123,8 @@ def test_quick_start_is_two_commands_and_ci_runs_the_second():
     assert [ln for ln in after if ln and not ln.startswith("#")] == [
         'for pid in "${pids[@]}"; do wait "$pid"; done', "tail -n 2 .ci-logs/*.log 2>/dev/null || true",
         'python -m pytest -m "slow or megatron"',
-        "python -m pip install --progress-bar off -e '.[lint]'", "ruff check planner tests scripts benchmarks", "mypy"]
+        "python -m pip install --progress-bar off -e '.[lint]'", "ruff check planner tests scripts benchmarks",
+        "lint-imports  # pyproject [tool.importlinter]: the layers of docs/architecture.md", "mypy"]
 
 
 def test_ci_script_is_executable_bash():
