@@ -19,9 +19,10 @@ from planner.validate.searched import (
 
 SUBSET = (
     "llama3-405b-8k-h100-16384gpu",                 # dense / Hopper / bf16, Megatron, a pinned layout
-    "mb2511-llama3-8b-b200-fp8cs-8gpu",             # dense / Blackwell / fp8: loses by levers the search keeps fixed
+    "mb2511-llama3-8b-b200-fp8cs-8gpu",             # dense / Blackwell / fp8: bf16 gradient reduction, fp8 gather
     "mb2602-qwen3-235b-a22b-gb300-fp8mx-256gpu",    # MoE / Blackwell / fp8
     "zoo-qwen3-235b-h100-256gpu-bf16-seq16k-dropless",  # MoE / Hopper / bf16
+    "mb2606-gpt-oss-120b-gb300-fp8mx-64gpu",        # MoE / Blackwell / fp8: ep_overlap=wgrad, outside the space
     "tt-llama31-8b-h100-8gpu-fsdp-bf16",            # torchtitan
     "tt-llama31-8b-h100-8gpu-fsdp-compile-float8",  # torchtitan fp8: its recipe breaks a rule of the release
 )
@@ -65,10 +66,12 @@ def subset_rows():
 def test_the_search_never_loses_to_the_recipe_unsaid_on_a_subset(subset_rows):
     _never_loses_unexplained(subset_rows)
     by = {s.name: s for s in subset_rows}
-    # Megatron's defaults (fp32 gradient reduction, bf16 parameter gather) are what the search keeps;
-    # the recipe's bf16/fp8 is named as the reason it loses.
+    # Where the search keeps Megatron's defaults (fp32 gradient reduction, bf16 parameter gather),
+    # the recipe's bf16/fp8 is named as the reason it loses; where it searches them, it does not lose.
     lost = by["mb2511-llama3-8b-b200-fp8cs-8gpu"]
     assert any("grad_reduce=bf16" in why for why in lost.losses) or not lost.lost
+    wgrad = by["mb2606-gpt-oss-120b-gb300-fp8mx-64gpu"]
+    assert any("ep_overlap=wgrad" in why for why in wgrad.losses) or not wgrad.lost
     failed = by["tt-llama31-8b-h100-8gpu-fsdp-compile-float8"]
     assert failed.status == "search failed" and any("torchtitan-fp8" in why for why in failed.losses)
     assert by["llama3-405b-8k-h100-16384gpu"].gain >= -LOSS_TOLERANCE
@@ -132,11 +135,12 @@ def test_issue_39_acceptance_in_search_mode_as_it_stands():
     s = summarize_search(rows)
     met = targets_met(s)
     assert all(why and why != "unknown" for _, _, why in s["beyond"])  # every run beyond +-25 % has a mechanism
-    # Measured 2026-05 with the search's levers of main at 1ebdad7: median |e| 10.4 %, 25 runs beyond +-25 %.
+    # Measured with main at 3475733 (grad_reduce, param_gather and moments searched): median |e| 10.8 %,
+    # class medians from -1.6 % (dense / Hopper / fp8) to +53.5 % (MoE / Hopper / fp8), 38 runs beyond +-25 %.
     assert met == {"median |signed error| <= 10%": False, "every class median within +-10%": False,
                    "at most 3 runs beyond +-25%": False}
     assert 0.05 <= s["all"].median_abs <= 0.15
-    assert 10 <= len(s["beyond"]) <= 40
+    assert 10 <= len(s["beyond"]) <= 50
     report = build_search(rows, "published_runs.yaml")
     assert report["counts"]["searched"] + report["counts"]["search_failed"] + report["counts"]["not_searched"] == \
         report["counts"]["runs"]

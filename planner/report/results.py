@@ -68,13 +68,16 @@ FIGURES = "readme-figures"
 """The figures the top-level README quotes (planner.report.readme_figures): readme-figures.md."""
 PUBLISHED_RUNS = "published-runs"
 """planner validate on the bundled published runs: validation/published-runs.{md,json,png}."""
+PUBLISHED_RUNS_SEARCH = "published-runs-search"
+"""planner validate --search on the bundled published runs (published degrees pinned, the rest
+searched): validation/published-runs-search.{md,json}."""
 ERROR_BANDS = "error-bands"
 """The validation error band per class, from the published-runs report: validation/error-bands.json."""
 COMMAND = "PYTHONPATH=. python -m planner.report.results"
 
 
 def report_names() -> list[str]:
-    return [r.name for r in REPORTS] + [SEED_CLAIMS, PUBLISHED_RUNS, README, FIGURES]
+    return [r.name for r in REPORTS] + [SEED_CLAIMS, PUBLISHED_RUNS, PUBLISHED_RUNS_SEARCH, README, FIGURES]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,6 +319,16 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
         gen.files[f"validation/{ERROR_BANDS}.json"] = dump_json(bands_from_report(validation))
         if plots:
             plot(report, folder / "validation" / f"{PUBLISHED_RUNS}.png")
+    if PUBLISHED_RUNS_SEARCH in names:
+        from planner.commands.validate import SEARCH_COMMAND
+        from planner.validate import PUBLISHED_RUNS as RUNS_FILE, search_file
+        from planner.validate.searched import search_markdown
+
+        say("[published-runs-search] searching")
+        searched = search_file(RUNS_FILE, progress=lambda msg: say(f"[published-runs-search] {msg}"))
+        (folder / "validation").mkdir(parents=True, exist_ok=True)
+        gen.files[f"validation/{PUBLISHED_RUNS_SEARCH}.json"] = dump_json(searched)
+        gen.files[f"validation/{PUBLISHED_RUNS_SEARCH}.md"] = search_markdown(searched, SEARCH_COMMAND)
     if README in names:
         gen.files["README.md"] = render_readme(gen.outs)
     if FIGURES in names:

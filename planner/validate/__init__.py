@@ -32,6 +32,17 @@ def validate_file(path, calibration=None) -> dict:
     return build(results, _label(path))
 
 
+def search_file(path, calibration: str | None = None, progress=None) -> dict:
+    """The search-mode report JSON of a runs file (``planner validate --search --json``)."""
+    from planner.validate.evaluate import evaluate_runs
+    from planner.validate.runs import load_runs
+    from planner.validate.searched import build_search, search_runs
+
+    path = Path(path)
+    rows = search_runs(evaluate_runs(load_runs(path)), calibration, progress)
+    return build_search(rows, _label(path))
+
+
 def _label(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(PUBLISHED_RUNS.parents[2]))
