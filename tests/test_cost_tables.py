@@ -108,7 +108,7 @@ def _plan_terms(space, s, levers, assumptions):
     c = costs_of(setup)
     ranks = range(s.pp)
     mem = {"W": [c.constant(r).total for r in ranks], "HW": [c.constant(r).host_optimizer for r in ranks],
-           "C": [c.comm_buffers() + c.constant(r).fsdp_buffers for r in ranks],
+           "C": [c.buffers(r) for r in ranks],  # communication, FSDP and CUDA-graph buffers
            "A": [c.activation_peak(r) for r in ranks], "OT": [c.optimizer_transient(r) for r in ranks]}
     if c.lv.offload_activations:
         mem["HA"] = [c.host_activation_bytes(r) for r in ranks]

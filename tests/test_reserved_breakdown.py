@@ -48,7 +48,7 @@ def test_breakdown_lines_add_up_to_the_buffers_and_the_gap(impl):
         groups = {c["group"] for c in rb["communicators"]}
         assert groups == {"tp", "dpcp", "pp", "ep", "edp", "etp"}  # cp = 1: no communicator
         assert rb["dispatcher"]["name"] == "deepep" and rb["dispatcher"]["count"] == 1
-        assert rb["graph_pools"]["bytes"] == 0 and "graph capture" in rb["graph_pools"]["note"]
+        assert rb["graph_pools"]["bytes"] == 0 and "0 without graphs" in rb["graph_pools"]["note"]
         assert rb["gemm_workspaces"]["streams"] == 2
         assert all(c["estimate"] and "NCCL_BUFFSIZE" in c["env"] for c in rb["communicators"])
     assert mj["reserved_breakdown"] == mj["stages"][mj["worst_stage"]]["reserved_breakdown"]

@@ -126,3 +126,19 @@ def test_gpt_oss_exports_its_clamped_unit_and_router_bias():
     back = read_back(text, "megatron")
     built = flag_model(back)
     assert built.ffn.clamp == 7.0 and built.moe.router_linear_bias and built.moe.expert_bias
+
+
+@pytest.mark.parametrize("name,fmt,plan", [
+    ("llama3.1-8b", "megatron", "pp=2,mbs=1,cuda_graphs=scoped:layer"),
+    ("llama3.1-8b", "megatron", "pp=2,mbs=1,cuda_graphs=full_iteration"),
+    ("qwen3-30b-a3b", "megatron", "pp=2,mbs=1,ep=4,dispatcher=alltoall,cuda_graphs=scoped:attn+moe_router+moe_preprocess"),
+    ("qwen3-30b-a3b", "bridge", "pp=2,mbs=1,sharding=fsdp,ep=4,dispatcher=alltoall,"
+                                "cuda_graphs=scoped:attn+moe_router+moe_preprocess"),
+    ("llama3.1-8b", "bridge", "pp=2,mbs=1,cuda_graphs=full_iteration"),
+])
+def test_cuda_graphs_read_back(name, fmt, plan):
+    """The plan's cuda_graphs is written (--cuda-graph-impl/--cuda-graph-modules; Bridge
+    model.cuda_graph_impl/cuda_graph_scope) and read back as the same key."""
+    assert roundtrip(name, fmt, plan) == []
+    setup = setup_for(name, plan)
+    assert setup.plan.cuda_graphs and read_back(export_text(setup, fmt), fmt).plan.cuda_graphs == setup.plan.cuda_graphs

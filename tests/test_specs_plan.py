@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import PlannerError, PlanRuleError
-from planner.specs.plan import KEY_ORDER, RECOMPUTE_MODULES, Plan
+from planner.specs.plan import GRAPH_MODULES, KEY_ORDER, RECOMPUTE_MODULES, Plan
 
 # ---- strategies: one per key, values as a user writes them -------------------------------------
 
@@ -38,6 +38,8 @@ KEY_STRATEGIES = {
     "dispatcher": st.sampled_from(["alltoall", "deepep", "hybridep", None]),
     "ep_overlap": st.sampled_from(["on", "off", "wgrad"]),
     "schedule": st.sampled_from(["1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev", None]),
+    "cuda_graphs": st.sampled_from(["none", "full_iteration", "scoped:layer", "layer"])
+    | st.lists(st.sampled_from(GRAPH_MODULES), min_size=1, unique=True).map(lambda ms: "scoped:" + "+".join(ms)),
 }
 
 
@@ -82,13 +84,14 @@ def test_canonical_form_is_stable(plan, is_moe, dispatcher, precision):
 def test_every_key_in_one_plan():
     text = ("tp=2,cp=2,pp=4,vpp=2,dp=8,ep=16,etp=1,edp=4,mbs=2,sharding=hsdp:16,recompute=moe_act+mla_up_proj,"
             "offload=optimizer+activations,precision=fp8,moments=bf16,grad_reduce=bf16,param_gather=fp8,layout=Et|(tt|)*30mL,"
-            "stage_recompute=4/2/0/0,dispatcher=deepep,ep_overlap=on,schedule=zb-h1")
+            "stage_recompute=4/2/0/0,dispatcher=deepep,ep_overlap=on,schedule=zb-h1,"
+            "cuda_graphs=moe_preprocess+attn+moe_router")
     plan = Plan.parse(text)
     assert plan.to_json() == {
         "tp": 2, "cp": 2, "pp": 4, "vpp": 2, "dp": 8, "ep": 16, "etp": 1, "edp": 4, "mbs": 2, "sharding": "hsdp:16",
         "recompute": "mla_up_proj+moe_act", "offload": "optimizer+activations", "precision": "fp8",
         "moments": "bf16", "grad_reduce": "bf16", "param_gather": "fp8", "layout": "Et|(tt|)*30mL", "stage_recompute": "4/2/0/0", "dispatcher": "deepep",
-        "ep_overlap": "on", "schedule": "zb-h1",
+        "ep_overlap": "on", "schedule": "zb-h1", "cuda_graphs": "scoped:attn+moe_router+moe_preprocess",
     }
     assert set(plan.to_json()) == set(Plan.model_fields)
     assert Plan.parse(plan.to_string()) == plan

@@ -56,7 +56,8 @@ def test_flags_are_read_by_the_launch_reader_and_tflops_convert_with_megatron_fl
     (run,) = load_runs(_file(tmp_path, [FLAGS]))
     res = evaluate_run(run)
     assert res.evaluated and res.reader is not None and res.reader.disagreements == []
-    assert any(f.startswith("--cuda-graph-impl") for f in res.reader.not_modeled_flags)
+    # the launch's CUDA graphs are the plan's cuda_graphs key (no capture scope named: the whole layer)
+    assert res.reader.plan.endswith("cuda_graphs=scoped:layer") and not res.reader.not_modeled_flags
     fpt = res.predicted["flops_per_token_megatron"]
     assert res.measured["tokens_per_s_per_gpu"] == pytest.approx(150e12 / fpt)
     assert res.errors["model_tflops"] == pytest.approx(res.errors["throughput"])

@@ -126,6 +126,9 @@ def _evaluate(setup, src, top, plot) -> tuple[dict, object]:
     costs = costs_of(setup)
     mem = memory_report(setup, costs)
     result = plan_evaluation(setup, costs=costs, memory=mem)
+    from planner.cost.evaluate import lever_effects
+
+    result["levers"] = lever_effects(setup)
     from planner.validate.bands import attach_band
 
     attach_band(result, setup)

@@ -44,13 +44,13 @@ from planner.cost.pipeline import (
     optimizer_step_time, param_tensors, pipeline_time, rank_blocks, rank_p2p, sync_kind,
 )
 from planner.cost.phases import block_layer, wgrad_bytes
-from planner.cost.rates import Rates, rates_for
+from planner.cost.rates import Rates, rates_for, under_graphs
 from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
 from planner.cost.schedules.inflight import MEGATRON_ORDERS
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
 from planner.specs.layout import PipelineLayout, build_layout
-from planner.specs.plan import Degrees, EpOverlap, Plan, Recompute, Sharding
+from planner.specs.plan import CudaGraphs, Degrees, EpOverlap, Plan, Recompute, Sharding
 
 # ---------------------------------------------------------------------------------------------
 # Typed levers.
@@ -77,13 +77,16 @@ class Levers:
     """Main-gradient buffer and gradient-reduction dtype: 'fp32' or 'bf16' (--grad-reduce-in-bf16)."""
     param_gather: str = "bf16"
     """Parameter all-gather dtype: 'bf16' or 'fp8' (--fp8-param-gather)."""
+    cuda_graphs: CudaGraphs = CudaGraphs()
+    """CUDA graphs (planner.specs.plan.CudaGraphs): the host work of captured kernels and the
+    graphs' static buffers."""
 
     @classmethod
     def of(cls, plan: Plan) -> Levers:
         """The levers of a canonical plan (precision and dispatcher explicit)."""
         return cls(plan.recompute, plan.precision or "bf16", plan.moments, plan.sharding, plan.offload.optimizer,
                    plan.offload.activations, plan.dispatcher, plan.ep_overlap, plan.stage_recompute,
-                   plan.grad_reduce, plan.param_gather)
+                   plan.grad_reduce, plan.param_gather, plan.cuda_graphs)
 
     @property
     def grad_bytes(self) -> float:
@@ -374,7 +377,8 @@ class CostContext:
     def block_cost(self, name: str, compute_rc, comm_rc, levers: Levers | _LeverView) -> BlockCost:
         """One block's time and communication per micro-batch over every block key (arrays):
         ``compute_rc`` is what its compute recomputes, ``comm_rc`` what its communication sees."""
-        key = ("block", name, compute_rc, comm_rc, levers.precision, levers.dispatcher, levers.ep_overlap)
+        key = ("block", name, compute_rc, comm_rc, levers.precision, levers.dispatcher, levers.ep_overlap,
+               levers.cuda_graphs)
         if self._blocks_from is not None:
             parent, idx, there = self._blocks_from
             if there or key in parent.memo:
@@ -387,15 +391,18 @@ class CostContext:
     def _block_cost(self, name, compute_rc, comm_rc, levers) -> BlockCost:
         keys = self.keys
         with_ep = keys.bk[:, 2] > 1
+        graphs = levers.cuda_graphs
+        rates = self.cached(("graph_rates", graphs), lambda: under_graphs(self.rates, graphs))
         parts = []
         for subset, ep in ((np.flatnonzero(~with_ep), False), (np.flatnonzero(with_ep), True)):
             if not len(subset):
                 continue
             sh = self.shard(levers, keys.bk_first[subset], ep)
-            kts = self.cached(("kernels", name, levers.precision, sh.dispatcher, ep),
-                              lambda sh=sh: kernel_times(self.ms, sh, name, self.rates))
-            sums = self.cached(("sums", name, levers.precision, sh.dispatcher, ep), lambda kts=kts: kernel_sums(kts))
-            bt = block_time_of(kts, self.rates, compute_rc, sums)
+            kts = self.cached(("kernels", name, levers.precision, sh.dispatcher, ep, graphs),
+                              lambda sh=sh: kernel_times(self.ms, sh, name, rates))
+            sums = self.cached(("sums", name, levers.precision, sh.dispatcher, ep, graphs),
+                               lambda kts=kts: kernel_sums(kts))
+            bt = block_time_of(kts, rates, compute_rc, sums)
             flags = self.comm_flags(levers, comm_rc, sh)
             # Collectives depend on the degrees and the FP8 dispatch only: shared by every block.
             transfers = self.cached(("transfers", ep, sh.dispatcher, flags.fp8_dispatch), dict)
@@ -758,7 +765,7 @@ class Costs:
 
     # ---- time: blocks and ranks ---------------------------------------------------------------
     def _compute_levers(self) -> tuple:
-        return self._row("recompute", "stage_recompute", "precision", "dispatcher", "ep_overlap")
+        return self._row("recompute", "stage_recompute", "precision", "dispatcher", "ep_overlap", "cuda_graphs")
 
     def ranks(self) -> tuple[RankCost, ...]:
         """Each pipeline rank's blocks (per micro-batch) and pipeline send/receive."""
@@ -800,13 +807,14 @@ class Costs:
             hit = [(count, rc) for n_, count, rc, full in spec if n_ == name and full == is_full]
             # A block appears once per chunk: the rank holds their sum (same recompute in each).
             count, rc = (sum(c for c, _ in hit), hit[0][1]) if hit else (0, None)
-            per.append((count, rc, "full" if is_full else setting, v.precision, v.dispatcher, v.ep_overlap))
+            per.append((count, rc, "full" if is_full else setting, v.precision, v.dispatcher, v.ep_overlap,
+                        v.cuda_graphs))
         return self.ctx.cached(("stacked", name, tuple(per)), lambda: self._stack(name, per))
 
     def _stack(self, name: str, per: list[tuple]) -> BlockCost:
         nbk = len(self.ctx.keys.bk)
-        costs = [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap))
-                 for _, rc, comm_rc, precision, dispatcher, overlap in per]
+        costs = [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap, graphs))
+                 for _, rc, comm_rc, precision, dispatcher, overlap, graphs in per]
         if len(costs) == 1:
             return dataclasses.replace(costs[0], count=per[0][0])
         count = np.repeat(np.array([p[0] for p in per], dtype=float), nbk)
@@ -1188,11 +1196,37 @@ class Costs:
                                              np.asarray(opt)[: self.batch.n_keys] if np.ndim(opt) else opt))
             + fp32_grads)
 
+    def graph_pool(self, r: int) -> Num:
+        """CUDA-graph static buffers of one GPU of rank ``r`` (an estimate:
+        planner.cost.pieces.GRAPH_POOL_SOURCE): per captured decoder layer of each of its chunks,
+        those of every micro-batch of the chunk in flight at the rank's peak. 0 without graphs."""
+        graphs = self.lv.cuda_graphs
+        if not graphs:
+            return 0.0
+        return self._memo("graph_pool", r, graphs, self._row("ep_overlap"), fn=lambda: self._graph_pool(r, graphs))
+
+    def _graph_pool(self, r: int, graphs: CudaGraphs) -> np.ndarray:
+        from planner.cost.pieces import graph_scope_bytes
+
+        ctx, b = self.ctx, self.batch
+        sh = ctx.shard(self.lv, b.rows, True)
+        per_slot = {kind: graph_scope_bytes(ctx.model, sh, kind, graphs) for kind in set(ctx.model.layer_kinds)}
+        held = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))
+        total = np.zeros(self.n)
+        for c, stage in enumerate(b.layout.rank_stages(r)):
+            for i in stage.layers:
+                total = total + held[:, c] * per_slot[ctx.model.layer_kinds[i]]
+        return total
+
+    def buffers(self, r: int) -> Num:
+        """Buffers of rank ``r`` beside the constant memory: communication, FSDP and CUDA-graph pools."""
+        return self.comm_buffers() + self.constant(r).fsdp_buffers + self.graph_pool(r)
+
     def peak_bytes(self, r: int) -> np.ndarray:
         """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation
         peak over the schedule and the optimizer step's temporaries."""
         const = self.constant(r)
-        return (const.total + self.comm_buffers() + const.fsdp_buffers
+        return (const.total + self.buffers(r)
                 + np.maximum(self.activation_peak(r), self.optimizer_transient(r)))
 
     def reserved_bytes(self, r: int) -> np.ndarray:
@@ -1205,7 +1239,7 @@ class Costs:
         if wl is None:
             return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
         const = self.constant(r)
-        base = const.total + self.comm_buffers() + const.fsdp_buffers
+        base = const.total + self.buffers(r)
         act_peak = self.activation_peak(r)
         stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
             lambda v: self._stranded(r, v)))
@@ -1225,7 +1259,7 @@ class Costs:
         if wl is None:
             return {"allocator_fraction": peak * ctx.allocator_fraction}
         const = self.constant(r)
-        base = const.total + self.comm_buffers() + const.fsdp_buffers
+        base = const.total + self.buffers(r)
         act_peak = self.activation_peak(r)
         stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
             lambda v: self._stranded(r, v)))
@@ -1286,6 +1320,7 @@ class _LeverView:
     precision: str
     dispatcher: str | None
     ep_overlap: bool
+    cuda_graphs: CudaGraphs = CudaGraphs()
 
     @property
     def fp8(self) -> bool:

@@ -32,6 +32,38 @@ def plan_evaluation(setup, *, costs=None, memory=None, time=True) -> dict:
     return out
 
 
+LEVER_DEFAULTS = (("moments", "fp32"), ("grad_reduce", "fp32"), ("param_gather", "bf16"), ("cuda_graphs", "none"))
+"""The levers explain accounts for one by one, each with Megatron's default (fp32 Adam moments,
+fp32 gradient reduction, bf16 parameter gathers: megatron/training/arguments.py; no CUDA graphs:
+--cuda-graph-impl none)."""
+
+
+def lever_effects(setup) -> list[dict]:
+    """Per lever of :data:`LEVER_DEFAULTS`: the plan's value and, where it is not the default, what
+    it bought against the same plan with that lever at its default: the step seconds and the
+    worst rank's allocated peak bytes it saves (negative: it costs). Both plans are composed the
+    same way (planner.cost.compose.costs_of), so the differences are the lever's alone."""
+    from planner.cost.compose import costs_of
+    from planner.cost.setup import resolve_setup
+
+    def step_and_peak(s) -> tuple[float, float]:
+        c = costs_of(s)
+        return float(c.step_s()[0]), max(float(c.peak_bytes(r)[0]) for r in range(s.plan.pp))
+
+    out = []
+    base = None
+    for key, default in LEVER_DEFAULTS:
+        value = getattr(setup.plan, key)
+        row: dict = {"lever": key, "value": str(value), "default": default}
+        if value != default:
+            base = base or step_and_peak(setup)
+            alt = step_and_peak(resolve_setup(setup.model, setup.hw, setup.job, setup.plan.replace(**{key: default}),
+                                              setup.assumptions))
+            row.update(step_saved_s=alt[0] - base[0], peak_saved_bytes=alt[1] - base[1])
+        out.append(row)
+    return out
+
+
 def context_json(model, hw, job, assumptions=None) -> dict:
     """What was evaluated: planner version, the resolved specs with a hash of each."""
     from planner.specs.catalog import spec_hash

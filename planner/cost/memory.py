@@ -173,7 +173,8 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     pp, vpp, m = b.pp, b.vpp, int(b.micro_batches[0])
     chunks = tuple(c.at(0) for c in costs.chunks(rank))
     const = costs.constant(rank).at(0)
-    comm = _one(costs.comm_buffers()) + float(const.fsdp_buffers)
+    pool = _one(costs.graph_pool(rank))
+    comm = _one(costs.comm_buffers()) + float(const.fsdp_buffers) + pool
     name = memory_schedule(b.schedule, lv, vpp)
     kept = [c.kept for c in chunks]
     if name is not None and schedule_of(name).splits_backward:
@@ -206,7 +207,9 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
 
         end_vec = max(held_vectors(name, pp, vpp, m, rank), key=held)
     terms = {k: _one(v) for k, v in costs.reserved_terms(rank).items()}
-    lines = tuple(dataclasses.replace(ln, count=_one(ln.count), each=_one(ln.each)) for ln in costs.comm_lines())
+    # the CUDA-graph pool is this rank's own (its captured layers and micro-batches in flight)
+    lines = tuple(dataclasses.replace(ln, count=1 if pool else 0, each=pool) if ln.kind == "graph_pool" else
+                  dataclasses.replace(ln, count=_one(ln.count), each=_one(ln.each)) for ln in costs.comm_lines())
     return StageMemory(rank, const, comm, chunks, end_vec, held(end_vec), peak, components, moment, opt_t,
                        _one(costs.host_bytes(rank)), _one(costs.reserved_bytes(rank)), act_peak, fb_moment,
                        terms, lines, _one(costs.attention_score_buffer()))
@@ -355,7 +358,8 @@ HOLDING_TERMS = {
 """The workload model's terms (hw_specs/efficiency <generation>.yaml memory.allocator_workload), each
 with the seed's name for its cause (staircase, fragmentation, stream split) and what drives it."""
 
-GRAPH_POOL_NOTE = "CUDA-graph private pools: 0 until the software-stack work models graph capture"
+GRAPH_POOL_NOTE = ("CUDA-graph pools of the plan's cuda_graphs: static buffers per captured scope, micro-batch in "
+                   "flight and chunk, and the scopes' private pools; an estimate (0 without graphs)")
 OUTSIDE_ALLOCATOR = ("NCCL communicators and DeepEP/HybridEP buffers are allocated by their libraries outside "
                      "PyTorch's caching allocator (torch.cuda.memory_reserved and memtrace do not see them); "
                      "planner counts them with the allocated peak so the capacity check covers them")

@@ -547,10 +547,47 @@ def comm_lines(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp) -> lis
     lines.append(CommLine("workspace", "cublas", mem.gemm_workspace_streams.value, mem.gemm_workspace_bytes.value,
                           mem.gemm_workspace_bytes.source + "; streams: " + mem.gemm_workspace_streams.source,
                           env=("CUBLAS_WORKSPACE_CONFIG",)))
-    # CUDA-graph private pools are not modeled yet (the software profiles will say when a release
-    # captures graphs); the line keeps their place in the breakdown.
-    lines.append(CommLine("graph_pool", "cuda_graphs", 0, 0.0, "not modeled: 0 until graph capture is modeled"))
+    # CUDA-graph pools differ per pipeline rank (its captured layers and micro-batches in flight):
+    # planner.cost.compose.Costs.graph_pool fills this line per stage (planner.cost.memory).
+    lines.append(CommLine("graph_pool", "cuda_graphs", 0, 0.0, GRAPH_POOL_SOURCE))
     return lines
+
+
+GRAPH_POOL_SOURCE = (
+    "estimate from the mechanism, not measured: per captured scope (Transformer Engine "
+    "make_graphed_callables, one graph per layer and micro-batch slot; Megatron TECudaGraphHelper) its static "
+    "inputs and outputs, forward and backward (4 x tokens x hidden, bf16, split by SP; the router's input and "
+    "fp32 probabilities, their gradients and the routing map with moe_router), per micro-batch in flight at "
+    "the rank's peak and per chunk. The graphs' private pools for their intermediates are not counted: "
+    "NVIDIA-NeMo/Automodel PR 2932 measured +6.5 GB for an attention scope over 48 layers of 2 x 1024 tokens "
+    "on H100 (this estimate: about 1.5 GiB there, 4x under) and +15 GB for a moe scope; on DeepSeek-V3 "
+    "PP4/VPP4 EP64 on GB200 (attn+moe_router+moe_preprocess, 16 layers a rank, 2-4 micro-batches in flight "
+    "per chunk) it gives 18-24 GiB a rank, above the several GiB to 15 GiB public MoE reports state "
+    "(capture OOMs: TransformerEngine issue 2543, Megatron-Bridge issue 3500)")
+"""Where the CUDA-graph pool line's number comes from (explain's memory breakdown)."""
+
+
+def graph_scope_bytes(model, sh, kind: str, graphs) -> Num:
+    """Static bytes per micro-batch slot of one captured decoder layer of ``kind`` ('dense' or
+    'moe') under ``graphs`` (planner.specs.plan.CudaGraphs), on one GPU with the shard ``sh``
+    (sequence parallel under TP, as planner's plans run). See GRAPH_POOL_SOURCE."""
+    tokens = sh.mbs * sh.seq / sh.cp / sh.tp  # [tokens, hidden] tensors are split by SP
+    hidden = BF16 * tokens * model.hidden_size
+    io = 4 * hidden  # forward input and output, backward output gradient and input gradient
+    if graphs.layers_captured:
+        return io
+    static: Num = 0.0
+    if graphs.captures("attn"):
+        static = static + io
+    if kind == "dense" and graphs.captures("mlp"):
+        static = static + io
+    if kind == "moe" and graphs.captures("moe"):
+        static = static + io
+    elif kind == "moe" and graphs.captures("moe_router"):
+        # the router's input and its gradient, and per token and expert the fp32 probabilities,
+        # their gradient and the boolean routing map
+        static = static + 2 * hidden + tokens * model.moe.num_experts * (FP32 + FP32 + 1)
+    return static
 
 
 def comm_bytes(model, mem, deg, *, crosses: dict, dispatcher, tokens, sp):

@@ -81,6 +81,12 @@ class Rates:
     """Host seconds per local-spec MoE layer in the forward and in the backward beyond its linear
     calls and launches (ComputeEfficiency.moe_layer_host_fwd_s / _bwd_s); 0 unless the
     implementation is 'megatron-local'."""
+    host_launch_eager_s: float = 0.0
+    """``host_launch_s`` without CUDA graphs (what :func:`under_graphs` starts from)."""
+    te_moe_host_eager_s: float = 0.0
+    """Transformer Engine MoE layer host seconds per pass, eager (ComputeEfficiency.te_moe_layer_host_s)."""
+    te_moe_host_scoped_s: float = 0.0
+    """The same with the router and dispatcher preprocessing captured (te_moe_layer_host_scoped_s)."""
     nvlink_op_busbw: tuple[tuple[str, float], ...] = ()
     """Bus bandwidth inside a domain by collective where a calibration file measured it (on two
     H200s NCCL's all-reduce ran at 1.2x the bus bandwidth of all-gather and reduce-scatter);
@@ -186,6 +192,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         hbm_bw=r.hbm_bw,
         kernel_overhead_s=r.kernel_overhead,
         host_launch_s=0.0 if layers_captured(assumptions) else c.host_launch_s.value,
+        host_launch_eager_s=c.host_launch_s.value,
         sustained=(hw.gpu.sustained_fraction or c.sustained_fraction).value if gpus > 1 else 1.0,
         nvlink_bw=nv * s_net,
         nvlink_busbw=r.nvlink_busbw * s_net,
@@ -237,7 +244,10 @@ def _host_rates(hw, c, assumptions) -> dict:
         else (host.host_memory_bandwidth.value if host.host_memory_bandwidth else 50e9) / CPU_ADAM_BYTES_PER_PARAM
     )
     te_moe = te_moe_host_s(c, assumptions)
+    scoped = c.te_moe_layer_host_scoped_s
     return dict(
+        te_moe_host_eager_s=c.te_moe_layer_host_s.value if c.te_moe_layer_host_s else 0.0,
+        te_moe_host_scoped_s=scoped.value if scoped else 0.0,
         host_kind=host.kind,
         host_bw=host.bandwidth_per_direction.value,
         cpu_adam_params_per_s=cpu_rate,
@@ -357,6 +367,27 @@ def te_moe_host_s(c, assumptions) -> float:
         return v.value if v else 0.0
     v = c.te_moe_layer_host_s
     return v.value if v else 0.0
+
+
+def under_graphs(rates: Rates, graphs) -> Rates:
+    """``rates`` with the host costs a plan's ``cuda_graphs`` leaves (planner.specs.plan.CudaGraphs):
+    captured kernels issue no host work (docs/research/levers-2026.md section 1); with whole layers
+    captured (full iteration, scoped:layer) no kernel of a layer is launched one by one, and the
+    Transformer Engine MoE layer's eager Python (after its host sync on the token counts) runs
+    only where its router and preprocessing are not captured (the scoped constant where they
+    are, none with the moe module captured). The local spec's per-call costs stay (its graphs are
+    not modeled apart). Absolute: the result depends on ``graphs``, not on the assumptions
+    ``rates`` were built with."""
+    captured = graphs.layers_captured
+    launch = 0.0 if captured else rates.host_launch_eager_s
+    moe = rates.moe_layer_host_s
+    if not rates.torch_optimizer:  # Transformer Engine (the local spec sets torch_optimizer)
+        te = (0.0 if captured or graphs.captures("moe") else
+              rates.te_moe_host_scoped_s if graphs.captures("moe_router") else rates.te_moe_host_eager_s)
+        moe = (te, te)
+    if launch == rates.host_launch_s and moe == rates.moe_layer_host_s:
+        return rates
+    return replace(rates, host_launch_s=launch, moe_layer_host_s=moe)
 
 
 def _fp8_attention(profile, hw, assumptions) -> tuple[float, float] | None:

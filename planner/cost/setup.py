@@ -18,7 +18,7 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.job import Job
 from planner.specs.layout import PipelineLayout, build_layout
 from planner.specs.model import ModelSpec
-from planner.specs.plan import Degrees, Plan, Precision, Recompute, Sharding
+from planner.specs.plan import GRAPH_MODULES, CudaGraphs, Degrees, Plan, Precision, Recompute, Sharding
 
 
 class Assumptions(Spec):
@@ -218,4 +218,23 @@ def resolve_setup(
     bad = stage_recompute_violations(canon, layout)
     if bad:
         raise bad[0].error()
-    return Setup(model, hw, job, canon, deg, layout, assumptions or Assumptions())
+    assumptions = assumptions or Assumptions()
+    canon, assumptions = graphs_in_plan(canon, assumptions)
+    return Setup(model, hw, job, canon, deg, layout, assumptions)
+
+
+def graphs_in_plan(plan: Plan, assumptions: Assumptions) -> tuple[Plan, Assumptions]:
+    """CUDA graphs are the plan's ``cuda_graphs`` key: graphs that the assumptions state (a launch
+    read by ``assumptions_from_flags``, a validation run's settings) move into a plan that has none,
+    and the assumptions keep none, so the cost model reads one place (the plan's key wins)."""
+    if assumptions.cuda_graphs == "none":
+        return plan, assumptions
+    if not plan.cuda_graphs:
+        mods = tuple(m for m in assumptions.cuda_graph_modules if m != "layer")
+        if assumptions.cuda_graphs == "full_iteration":
+            graphs = CudaGraphs("full_iteration")
+        else:
+            graphs = CudaGraphs("scoped", () if len(mods) < len(assumptions.cuda_graph_modules) or not mods
+                                else tuple(m for m in GRAPH_MODULES if m in mods))
+        plan = plan.replace(cuda_graphs=graphs)
+    return plan, assumptions.model_copy(update={"cuda_graphs": "none", "cuda_graph_modules": ()})

@@ -122,6 +122,10 @@ def explain_markdown(context: dict, result: dict) -> str:
     if vs:
         word = "slower" if vs["slower_by"] > 0 else "faster"
         lines += [f"Against the search's top plan {_code(vs['top_plan'])}: {abs(vs['slower_by']):.1%} {word}.", ""]
+    if result.get("levers"):
+        from planner.report.tables import lever_line
+
+        lines += ["Levers against their defaults:", ""] + [f"- {lever_line(lv)}" for lv in result["levers"]] + [""]
     for risk in result.get("risks", []):
         lines += [f"Runtime risk {_code(risk['name'])}: {risk['text']} ({risk['source']}).", ""]
     if result.get("unknown_megatron_flags"):

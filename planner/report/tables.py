@@ -181,12 +181,25 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
         word = "slower" if vs["slower_by"] > 0 else "faster"
         c.print(f"versus the search's top plan {esc(vs['top_plan'])}: step {fmt_time(vs['step_time_s'])} vs "
                 f"{fmt_time(vs['top_step_time_s'])} ({abs(vs['slower_by']):.1%} {word})")
+    for lever in result.get("levers", []):
+        c.print(lever_line(lever))
     for risk in result.get("risks", []):
         c.print(f"[yellow]runtime risk[/yellow] {esc(risk['name'])}: {esc(risk['text'])} ({esc(risk['source'])})")
     if unknown_flags:
         c.print("[yellow]Megatron flags planner does not model:[/yellow] " + esc(" ".join(unknown_flags)))
     if "plot" in result:
         c.print(f"plot written to {esc(result['plot'])}")
+
+
+def lever_line(lever: dict) -> str:
+    """One lever of explain: its value and what it bought against the default (planner.cost.evaluate.lever_effects)."""
+    head = f"lever {lever['lever']}={esc(lever['value'])}"
+    if "step_saved_s" not in lever:
+        return head + " (the default)"
+    step, peak = lever["step_saved_s"], lever["peak_saved_bytes"]
+    saves = (f"{'saves' if step >= 0 else 'costs'} {fmt_time(abs(step))} of step, "
+             f"{'saves' if peak >= 0 else 'costs'} {abs(peak) / GiB:.2f} GiB of peak")
+    return f"{head}: {saves} against {lever['default']}"
 
 
 def reserved_lines(mj: dict) -> list[str]:
@@ -207,7 +220,9 @@ def reserved_lines(mj: dict) -> list[str]:
     out.append(f"  PP receive buffers: {rb['pp_receive_buffers']['count']} x {g(rb['pp_receive_buffers']['bytes_each'])}")
     w = rb["gemm_workspaces"]
     out.append(f"  cuBLAS/TE workspaces: {w['streams']} streams x {g(w['bytes_each'])}")
-    out.append(f"  CUDA-graph pools: {g(rb['graph_pools']['bytes'])} (not modeled yet)")
+    out.append(f"  CUDA-graph pools: {g(rb['graph_pools']['bytes'])}"
+               + (" (estimate: static buffers per captured scope and micro-batch in flight)"
+                  if rb["graph_pools"]["bytes"] else " (no CUDA graphs)"))
     if rb["attention_score_buffer_bytes"]:
         out.append(f"  attention-score buffer (local spec): {g(rb['attention_score_buffer_bytes'])}")
     terms = ", ".join(f"{k.replace('_', ' ')} {g(v)}" for k, v in rb["allocator_holding_terms"].items() if v)

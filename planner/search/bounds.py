@@ -55,11 +55,13 @@ MiB = 2**20
 
 
 def row_variants(space) -> list:
-    """Typed levers of every combination of the row levers (the others at their first option)."""
+    """Typed levers of every combination of the levers a block's cost reads: the row levers and the
+    CUDA graphs (the others at their first option)."""
     from planner.search.tables import ROW, lever_setting
 
+    keys = ROW + tuple(k for k in ("cuda_graphs",) if k in space.levers)
     base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
-    return [lever_setting({**base, **dict(zip(ROW, v))}) for v in itertools.product(*(space.levers[k] for k in ROW))]
+    return [lever_setting({**base, **dict(zip(keys, v))}) for v in itertools.product(*(space.levers[k] for k in keys))]
 
 
 def _layer_settings(lv) -> list[tuple]:
@@ -84,6 +86,10 @@ def floor_variants(space) -> list:
     capacity)); so compute + exposed grows by at least interference x Δ >= 0. (A test compares
     these floors with the minima over every variant.)"""
     every = row_variants(space)
+    # CUDA graphs only take host work away (planner.cost.rates.under_graphs), and the space lists
+    # them least captured first: the last option's blocks are the least.
+    graphs = space.levers.get("cuda_graphs")
+    every = [lv for lv in every if not graphs or lv.cuda_graphs == graphs[-1]]
     plain = [lv for lv in every if lv.recompute.kind == "none" and lv.stage_recompute is None]
     return plain or every
 

@@ -52,7 +52,7 @@ def struct_violations(model, hw, job, s, target: Target, torchtitan_config: str 
 
 
 LEVER_GROUPS = (
-    ("recompute", "offload", "ep_overlap", "dispatcher"),
+    ("recompute", "offload", "ep_overlap", "dispatcher", "cuda_graphs"),
     ("sharding", "precision", "moments", "offload", "grad_reduce", "param_gather"),
 )
 

@@ -43,7 +43,7 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import EpOverlap, Plan, default_schedule
 
 LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap", "grad_reduce",
-          "param_gather")
+          "param_gather", "cuda_graphs")
 
 KEY_COLUMNS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs", "dp", "edp", "micro_batches")
 """The integer columns of a structural key (the cost model's planner.cost.compose.KEY_FIELDS)."""
@@ -558,7 +558,7 @@ def describe_space(space: Space, opts: dict, vpps: dict) -> dict:
 
 def lever_options(model, hw, job, target, limits: Limits, implementation: str, moments) -> dict[str, tuple]:
     """Each lever's typed values, simplest first (ties in step time go to earlier values)."""
-    from planner.specs.plan import Offload, Precision, Sharding, parse_recompute
+    from planner.specs.plan import Offload, Precision, Sharding, parse_cuda_graphs, parse_recompute
 
     precisions = [Precision(p) for p in job.precisions if p != "fp8" or "fp8" in hw.gpu.peak_flops]
     opts: dict[str, list] = {
@@ -576,11 +576,24 @@ def lever_options(model, hw, job, target, limits: Limits, implementation: str, m
         # precision (the launcher rules, planner.rules param-gather-fp8 / -sharded, refuse the rest).
         "grad_reduce": ["fp32", "bf16"],
         "param_gather": ["bf16"] + (["fp8"] if Precision("fp8") in precisions else []),
+        "cuda_graphs": [parse_cuda_graphs(g) for g in graph_options(model)],
     }
     for key, value in limits.fix.items():
         if key in opts:
             opts[key] = [value]
     return {k: tuple(v) for k, v in opts.items()}
+
+
+def graph_options(model) -> tuple[str, ...]:
+    """The CUDA graphs the search tries, least captured first (ties go to eager): on MoE models
+    the scope Megatron's MoE recipes capture (attention, router and dispatcher preprocessing:
+    Megatron-Bridge DeepSeek-V3 perf recipes, software/megatron-bridge-0.6.yaml); the experts
+    stay eager, as dropless routing has dynamic shapes (launcher rule cuda-graphs-dropless-moe).
+    On dense models the whole layer and the full iteration (this one also with full recompute).
+    The launcher rules and the --software release decide which of these a plan may use."""
+    if model.is_moe:
+        return ("none", "scoped:attn+moe_router+moe_preprocess")
+    return ("none", "scoped:layer", "full_iteration")
 
 
 def software_levers(levers: dict[str, tuple], software, limits: Limits) -> dict[str, tuple]:

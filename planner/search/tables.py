@@ -3,11 +3,12 @@
 Memory and time separate into terms that each depend on the structural key and a few levers:
 
     peak(stage r) = W[r](sharding, moments, offload, grad_reduce)
-                    + C[r](sharding, dispatcher, ep_overlap, grad_reduce)
+                    + C[r](sharding, dispatcher, ep_overlap, grad_reduce, cuda_graphs)
                     + max(A[r](recompute, precision, offload, ep_overlap),
                           OT[r](sharding, moments, offload, precision, grad_reduce))
-    step time     = TP(recompute, precision, dispatcher, ep_overlap, offload)
-                    + TD(sharding, precision, recompute, dispatcher, ep_overlap, grad_reduce, param_gather)
+    step time     = TP(recompute, precision, dispatcher, ep_overlap, offload, cuda_graphs)
+                    + TD(sharding, precision, recompute, dispatcher, ep_overlap, grad_reduce, param_gather,
+                         cuda_graphs)
                     + TO(sharding, moments, offload, precision)
 
 W is constant memory (weights, gradients, optimizer), C communication and FSDP buffers, A the
@@ -42,17 +43,20 @@ MiB = 2**20
 GROUPS: dict[str, tuple[str, ...]] = {
     # grad_reduce sets the main-gradient bytes (W), the reduce-scatter buffers of sharded
     # gradients (C), the fp32 gradient copy of the optimizer step (OT) and the reduction's bytes
-    # (TD); param_gather the all-gather's bytes (TD) only.
+    # (TD); param_gather the all-gather's bytes (TD) only; cuda_graphs the host work of the
+    # pipeline phase (TP), the compute the data-parallel sync hides behind (TD) and the graph
+    # pools (C).
     "W": ("sharding", "moments", "offload", "grad_reduce"),
-    "C": ("sharding", "dispatcher", "ep_overlap", "grad_reduce"),
+    "C": ("sharding", "dispatcher", "ep_overlap", "grad_reduce", "cuda_graphs"),
     "A": ("recompute", "precision", "offload", "ep_overlap"),
     "OT": ("sharding", "moments", "offload", "precision", "grad_reduce"),
-    "TP": ("recompute", "precision", "dispatcher", "ep_overlap", "offload"),
-    "TD": ("sharding", "precision", "recompute", "dispatcher", "ep_overlap", "grad_reduce", "param_gather"),
+    "TP": ("recompute", "precision", "dispatcher", "ep_overlap", "offload", "cuda_graphs"),
+    "TD": ("sharding", "precision", "recompute", "dispatcher", "ep_overlap", "grad_reduce", "param_gather",
+           "cuda_graphs"),
     "TO": ("sharding", "moments", "offload", "precision"),
 }
 RULE_GROUPS = {
-    "R1": ("recompute", "offload", "ep_overlap", "dispatcher"),
+    "R1": ("recompute", "offload", "ep_overlap", "dispatcher", "cuda_graphs"),
     "R2": ("sharding", "precision", "moments", "offload", "grad_reduce", "param_gather"),
 }
 TIME_TERMS = ("TP", "TD", "TO")
@@ -179,11 +183,13 @@ def _us(x) -> np.ndarray:
 def lever_setting(values: dict):
     """Typed levers from one value of each of the space's levers."""
     from planner.cost.compose import Levers
+    from planner.specs.plan import CudaGraphs
 
     offload = values["offload"]
     return Levers(values["recompute"], values["precision"], values["moments"], values["sharding"], offload.optimizer,
                   offload.activations, values["dispatcher"], values["ep_overlap"],
-                  grad_reduce=values.get("grad_reduce", "fp32"), param_gather=values.get("param_gather", "bf16"))
+                  grad_reduce=values.get("grad_reduce", "fp32"), param_gather=values.get("param_gather", "bf16"),
+                  cuda_graphs=values.get("cuda_graphs", CudaGraphs()))
 
 
 def base_levers(space: Space):
@@ -283,7 +289,7 @@ TIME_FNS = {
 }
 MEMORY_FNS = {
     "W": lambda c, r: _mib(c.constant(r).total), "HW": lambda c, r: _mib(c.constant(r).host_optimizer),
-    "C": lambda c, r: _mib(c.comm_buffers() + c.constant(r).fsdp_buffers),
+    "C": lambda c, r: _mib(c.buffers(r)),
     "A": lambda c, r: _mib(c.activation_peak(r)), "OT": lambda c, r: _mib(c.optimizer_transient(r)),
     "HA": lambda c, r: _mib(c.host_activation_bytes(r)) if c.lv.offload_activations else 0,
 }

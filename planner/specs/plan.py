@@ -36,7 +36,7 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 KEY_ORDER = (
     "tp", "cp", "pp", "vpp", "dp", "ep", "etp", "edp", "mbs", "sharding", "recompute", "offload",
     "precision", "moments", "grad_reduce", "param_gather", "layout", "stage_recompute", "dispatcher", "ep_overlap",
-    "schedule",
+    "schedule", "cuda_graphs",
 )
 
 SCHEDULES = nameable()
@@ -180,6 +180,60 @@ class Offload(_Named):
         return "+".join(parts) or "none"
 
 
+GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+"""Megatron's --cuda-graph-modules choices (megatron/training/arguments.py, megatron-core 0.19;
+the deprecated --cuda-graph-scope names the whole layer 'full'), in canonical order."""
+
+
+@dataclass(frozen=True, eq=False)
+class CudaGraphs(_Named):
+    """Parsed form of the ``cuda_graphs`` key (docs/research/levers-2026.md section 1, "Plan key"):
+    ``none`` (eager, Megatron's default), ``scoped:<modules>`` (per-layer graphs of the modules
+    joined by '+'; ``scoped:layer`` the whole layer: --cuda-graph-impl transformer_engine with
+    --cuda-graph-modules, or none for the layer) or ``full_iteration`` (the whole forward-backward
+    captured: --cuda-graph-impl full_iteration)."""
+
+    kind: Literal["none", "scoped", "full_iteration"] = "none"
+    modules: tuple[str, ...] = ()
+    """The captured modules of scoped graphs, canonical order; empty: the whole layer."""
+
+    def __str__(self) -> str:
+        if self.kind != "scoped":
+            return self.kind
+        return "scoped:" + ("+".join(self.modules) if self.modules else "layer")
+
+    def __bool__(self) -> bool:
+        return self.kind != "none"
+
+    @property
+    def layers_captured(self) -> bool:
+        """Whole decoder layers replay as graphs (no host work per kernel inside them)."""
+        return self.kind == "full_iteration" or (self.kind == "scoped" and not self.modules)
+
+    def captures(self, module: str) -> bool:
+        """Whether ``module`` (one of GRAPH_MODULES) runs inside a graph."""
+        return self.layers_captured or module in self.modules
+
+
+@functools.lru_cache(maxsize=64)
+def parse_cuda_graphs(text: str) -> CudaGraphs:
+    """'none', 'full_iteration', 'scoped:<modules>' or 'scoped:layer'; the module list alone
+    ('attn+moe_router+moe_preprocess', 'layer') is read as scoped."""
+    text = text.strip()
+    if text in ("none", "full_iteration"):
+        return CudaGraphs(text)  # type: ignore[arg-type]
+    # 'scoped-te:' / 'scoped-local:' name the implementation (levers-2026.md); planner writes TE's.
+    body = text.removeprefix("scoped-te:").removeprefix("scoped-local:").removeprefix("scoped:")
+    mods = [m.strip() for m in body.split("+") if m.strip()]
+    if mods == ["layer"]:
+        return CudaGraphs("scoped")
+    bad = [m for m in mods if m not in GRAPH_MODULES]
+    if not mods or bad:
+        raise ValueError(f"unknown cuda_graphs '{excerpt(text)}'; choose none, full_iteration, scoped:layer or "
+                         f"scoped:<modules> with modules from {', '.join(GRAPH_MODULES)} joined by '+'")
+    return CudaGraphs("scoped", tuple(m for m in GRAPH_MODULES if m in mods))
+
+
 @functools.lru_cache(maxsize=64)
 def parse_offload(text: str) -> Offload:
     text = text.strip()
@@ -253,6 +307,7 @@ def _typed(parse, kind: type, fmt=str, schema: dict | None = None):
 RecomputeValue = Annotated[Recompute, *_typed(parse_recompute, Recompute)]
 ShardingValue = Annotated[Sharding, *_typed(parse_sharding, Sharding)]
 OffloadValue = Annotated[Offload, *_typed(parse_offload, Offload)]
+CudaGraphsValue = Annotated[CudaGraphs, *_typed(parse_cuda_graphs, CudaGraphs)]
 OnOff = Annotated[bool, PlainValidator(parse_on_off), PlainSerializer(lambda b: "on" if b else "off", return_type=str),
                   WithJsonSchema({"enum": ["on", "off"]})]
 EpOverlapValue = Annotated[EpOverlap, PlainValidator(parse_ep_overlap), PlainSerializer(str, return_type=str),
@@ -355,6 +410,10 @@ class Plan(Spec):
     """Pipeline schedule; None runs Megatron's default (interleaved with vpp > 1, else 1F1B).
     zbv and dualpipev hold two stages per rank in a V (vpp=2), dualpipe the stages r and pp-1-r
     of one layout of pp stages (vpp=1, two parameter copies per pipeline)."""
+
+    cuda_graphs: CudaGraphsValue = CudaGraphs()
+    """CUDA graphs: none, scoped:<modules> (per-layer graphs; scoped:layer the whole layer) or
+    full_iteration (Megatron --cuda-graph-impl, --cuda-graph-modules)."""
 
     @field_validator("layout")
     @classmethod

@@ -93,6 +93,10 @@ LEVER_FEATURES: dict[tuple[str, str], tuple[str, ...]] = {
     ("recompute", "selective"): ("recompute_modules",),
     ("recompute", "shared_experts"): ("recompute_shared_experts",),
     ("recompute", "op"): ("recompute_op",),
+    # planner writes scoped graphs as Transformer Engine's (--cuda-graph-impl transformer_engine;
+    # releases before --cuda-graph-modules name the scope with --cuda-graph-scope)
+    ("cuda_graphs", "scoped"): ("cuda_graphs_transformer_engine",),
+    ("cuda_graphs", "full_iteration"): ("cuda_graphs_full_iteration",),
     # each schedule's own feature (planner.specs.schedule.Schedule.software_feature)
     **{("schedule", s.name): (s.software_feature,) for s in SCHEDULE_REGISTRY if s.software_feature},
 }
@@ -224,6 +228,8 @@ def lever_features(lever: str, value) -> tuple[str, ...]:
         for m in mods:
             need += [f for f in _require("recompute", m) if f not in need]
         return tuple(need)
+    if lever == "cuda_graphs" and text.startswith("scoped"):
+        return _require("cuda_graphs", "scoped")
     if lever == "offload" and "+" in text:
         return tuple(f for part in text.split("+") for f in _require("offload", part))
     return _require(lever, text)

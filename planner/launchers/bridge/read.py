@@ -428,7 +428,7 @@ def launch_assumptions(args: BridgeArgs) -> dict:
 
 def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[str]]:
     """(plan mapping, job mapping, notes, fields taken from the recipe's defaults)."""
-    from planner.launchers.megatron.read import pipeline_from_flags, full_recompute, selective_recompute
+    from planner.launchers.megatron.read import cuda_graphs_of, pipeline_from_flags, full_recompute, selective_recompute
     from planner.specs.plan import Offload
 
     given = args.values
@@ -545,7 +545,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
 
     plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
                 offload=offload, precision=None if precision == "fp32" else precision, moments=moments, layout=layout_text, dispatcher=dispatcher,
-                ep_overlap="on" if ep_overlap else "off")
+                ep_overlap="on" if ep_overlap else "off", cuda_graphs=cuda_graphs_of(launch_assumptions(args)))
     seq = _int({"dataset.seq_length": given.get("dataset.seq_length", given.get("model.seq_length"))},
                "dataset.seq_length")
     if seq is None:

@@ -20,8 +20,8 @@ releases and GPU variants). Mapping (field paths of Bridge 0.6.2's ConfigContain
 - precision: ``mixed_precision=bf16_mixed``, or the hardware's FP8 recipe
   (``bf16_with_fp8_subchannel_scaling_mixed`` = blockwise on Hopper, ``bf16_with_mxfp8_mixed`` on
   Blackwell); Adam moments and main gradients/parameters through ``optimizer.*_dtype``;
-- CUDA graphs: ``model.cuda_graph_impl=none`` (planner's plans are costed eager unless a launch read
-  back says otherwise: Assumptions.cuda_graphs);
+- CUDA graphs: the plan's ``cuda_graphs`` as ``model.cuda_graph_impl`` (``none``,
+  ``transformer_engine`` for scoped graphs with ``model.cuda_graph_scope``, ``full_iteration``);
 - dispatcher: ``model.moe_token_dispatcher_type`` (``alltoall`` or ``flex``) and
   ``model.moe_flex_dispatcher_backend``;
 - overlap: ``ddp.overlap_grad_reduce``/``overlap_param_gather``; EP all-to-all overlap through
@@ -132,7 +132,11 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
     ]
     precision = plan.precision or job.default_precision
     out += [("mixed_precision", FP8_RECIPES[hw.fp8_recipe] if precision == "fp8" else "bf16_mixed")]
-    out += [("model.cuda_graph_impl", "none")]
+    g = plan.cuda_graphs  # TransformerConfig.cuda_graph_impl / cuda_graph_scope (megatron-core 0.19)
+    impl = {"none": "none", "scoped": "transformer_engine", "full_iteration": "full_iteration"}[g.kind]
+    out += [("model.cuda_graph_impl", impl)]
+    if g.kind == "scoped":
+        out += [("model.cuda_graph_scope", list(g.modules))]
     if model.is_moe:
         d = plan.dispatcher or "alltoall"
         out += [("model.moe_token_dispatcher_type", "alltoall" if d == "alltoall" else "flex"),

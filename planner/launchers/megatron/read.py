@@ -272,6 +272,7 @@ _USED_DESTS = {
     "offload_modules", "cpu_offloading_num_layers", "bf16", "fp16", "fp8", "fp8_recipe", "exp_avg_dtype",
     "exp_avg_sq_dtype", "grad_reduce_in_bf16", "fp8_param_gather", "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
     "num_distributed_optimizer_instances", "overlap_grad_reduce", "overlap_param_gather",
+    "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope_deprecated", "enable_cuda_graph", "external_cuda_graph",
     "seq_length", "max_position_embeddings", "num_layers", "hidden_size", "ffn_hidden_size",
     "num_attention_heads", "group_query_attention", "num_query_groups", "kv_channels", "swiglu", "normalization",
     "position_embedding_type", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
@@ -559,6 +560,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
             dispatcher = "alltoall"
 
     plan_values = dict(
+        cuda_graphs=cuda_graphs_from_flags(v),
         tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
         offload=offload, precision=None if precision == "fp32" else precision, moments=moments, grad_reduce=grad_reduce, param_gather=param_gather,
         layout=layout, dispatcher=dispatcher,
@@ -728,6 +730,22 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
     notes += header_disagreement(text, h, j.gpus)
     return ScriptJob(label, args, m, model_source, h, hardware_source, j, canon, mismatches, notes,
                      args.gpus_source or "--gpus")
+
+
+def cuda_graphs_from_flags(values: dict) -> str:
+    """The plan's cuda_graphs from a launch's graph flags (as :func:`assumptions_from_flags` reads
+    them): 'none', 'full_iteration' or 'scoped:<modules>' ('scoped:layer' for the whole layer)."""
+    return cuda_graphs_of(assumptions_from_flags(values))
+
+
+def cuda_graphs_of(found: dict) -> str:
+    """The plan's cuda_graphs from Assumptions fields (``cuda_graphs``, ``cuda_graph_modules``)."""
+    if found.get("cuda_graphs") == "full_iteration":
+        return "full_iteration"
+    if found.get("cuda_graphs") == "scoped":
+        mods = found.get("cuda_graph_modules") or ()
+        return "scoped:" + ("layer" if not mods or "layer" in mods else "+".join(mods))
+    return "none"
 
 
 def assumptions_from_flags(values: dict) -> dict:

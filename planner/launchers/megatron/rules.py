@@ -43,6 +43,11 @@ PLAN_RULES: dict[str, str] = {
     "sp-seq-divisible": "seq/cp divisible by tp under sequence parallelism (scatter to SP region)",
     "megatron-schedule": "Megatron-Core 0.19.2 runs 1F1B and interleaved 1F1B only (pipeline_parallel/schedules.py)",
     "megatron-interleaved-groups": "interleaved: micro-batches a multiple of PP (forward_backward_pipelining_with_interleaving)",
+    "cuda-graphs-full-recompute": "full recompute only with full-iteration CUDA graphs (TransformerConfig)",
+    "cuda-graphs-dropless-moe": "the moe graph scope (and whole-layer capture of MoE layers) needs static shapes: drop-and-pad MoE (TransformerConfig)",
+    "cuda-graphs-preprocess-router": "the moe_preprocess graph scope needs moe_router (TransformerConfig)",
+    "cuda-graphs-module-absent": "a graph scope names a module the model has (mlp: dense layers, mamba: Mamba layers; TransformerConfig)",
+    "cuda-graphs-ep-overlap": "EP A2A overlap with Transformer Engine graphs forbids the moe and mlp scopes (TransformerConfig)",
 }
 """Megatron's own plan rules by name, with the check each mirrors (the shared ones: planner.rules.SHARED_RULES)."""
 
@@ -157,6 +162,53 @@ def own_violations(checked: Checked, torchtitan_config: str | None = None) -> li
     return plan_violations(checked.model, checked.hw, checked.job, checked.plan, checked.deg)
 
 
+def graph_violations(model: ModelSpec, plan: Plan) -> list[Violation]:
+    """Megatron-Core 0.19's CUDA-graph checks (TransformerConfig.__post_init__,
+    megatron/core/transformer/transformer_config.py; docs/research/levers-2026.md section 1) on
+    the plan's ``cuda_graphs``. planner's MoE plans are dropless (no capacity factor, no padding
+    to capacity), so graphs that would capture the experts' dynamic shapes are refused."""
+    g = plan.cuda_graphs
+    if not g:
+        return []
+    out: list[Violation] = []
+    if plan.recompute.kind == "full" and g.kind != "full_iteration":
+        out.append(Violation(
+            "cuda-graphs-full-recompute",
+            f"cuda_graphs={g} with recompute={plan.recompute}: Megatron captures fully recomputed layers only in "
+            "full-iteration graphs (TransformerConfig).",
+            hint="Use selective recompute, cuda_graphs=full_iteration, or cuda_graphs=none."))
+    # Full-iteration graphs of dropless MoE run with the expert-rank capacity and paged stash of
+    # the Megatron-Bridge 26.06 recipes (levers-2026.md section 2), which no plan key states: not
+    # refused here (a launch that sets them is checked as it is), not searched (space.graph_options).
+    if model.is_moe and g.kind == "scoped" and (g.layers_captured or "moe" in g.modules):
+        out.append(Violation(
+            "cuda-graphs-dropless-moe",
+            f"cuda_graphs={g} on {model.name}: capturing the MoE layer's experts needs static shapes, which "
+            "Megatron has only with drop-and-pad routing (--moe-expert-capacity-factor with "
+            "--moe-pad-expert-input-to-capacity), and planner's MoE plans are dropless (TransformerConfig).",
+            hint="Capture attn+moe_router+moe_preprocess (cuda_graphs=scoped:attn+moe_router+moe_preprocess)."))
+    if "moe_preprocess" in g.modules and "moe_router" not in g.modules:
+        out.append(Violation(
+            "cuda-graphs-preprocess-router",
+            "cuda_graphs captures moe_preprocess without moe_router; Megatron needs both (TransformerConfig).",
+            hint="Add moe_router to the scope."))
+    absent = [m for m, has in (("mlp", "dense" in model.layer_kinds), ("moe", model.is_moe),
+                               ("moe_router", model.is_moe), ("moe_preprocess", model.is_moe), ("mamba", False))
+              if m in g.modules and not has]
+    if absent:
+        out.append(Violation(
+            "cuda-graphs-module-absent",
+            f"cuda_graphs captures {', '.join(absent)}, which {model.name} has none of (TransformerConfig).",
+            hint="Name only modules the model has."))
+    if plan.ep_overlap and g.kind == "scoped" and ({"moe", "mlp"} & set(g.modules) or g.layers_captured):
+        out.append(Violation(
+            "cuda-graphs-ep-overlap",
+            f"cuda_graphs={g} with ep_overlap={plan.ep_overlap}: the EP overlap with Transformer Engine graphs "
+            "forbids the moe and mlp scopes (TransformerConfig).",
+            hint="Capture attn+moe_router+moe_preprocess, or turn the overlap off."))
+    return out
+
+
 def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
     """Megatron-LM 0.19.2 checks beyond the shared model-shape rules (plan must be canonical)."""
     out: list[Violation] = []
@@ -180,6 +232,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
                     "Megatron requires them in one virtual stage (validate_layer_layout).",
                 ))
     out += _schedule_violations(plan, job, deg)
+    out += graph_violations(model, plan)
     if plan.recompute.kind == "op":
         out.append(Violation(
             "megatron-recompute-op",

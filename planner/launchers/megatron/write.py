@@ -379,6 +379,20 @@ def precision_args(hw, plan, job) -> list[str]:
     return args
 
 
+def cuda_graph_args(plan) -> list[str]:
+    """The plan's cuda_graphs as Megatron flags (megatron/training/arguments.py, megatron-core
+    0.19): scoped graphs through Transformer Engine (--cuda-graph-impl transformer_engine, the
+    modules with --cuda-graph-modules; none named captures the whole layer), the full iteration
+    with --cuda-graph-impl full_iteration and --no-check-for-nan-in-loss-and-grad, which
+    validate_args requires with it."""
+    g = plan.cuda_graphs
+    if g.kind == "full_iteration":
+        return ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad"]
+    if g.kind == "scoped":
+        return ["--cuda-graph-impl", "transformer_engine"] + (["--cuda-graph-modules", *g.modules] if g.modules else [])
+    return []
+
+
 def sharding_args(plan, deg) -> list[str]:
     sh = plan.sharding
     if sh.kind == "ddp":
@@ -434,6 +448,7 @@ def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaun
         ("PARALLEL_ARGS", parallel_args(model, plan, deg)),
         ("MEMORY_ARGS", memory_args(model, plan)),
         ("PRECISION_ARGS", precision_args(hw, plan, job)),
+        ("CUDA_GRAPH_ARGS", cuda_graph_args(plan)),
         ("OPTIMIZER_ARGS", sharding_args(plan, deg) + ["--optimizer", "adam"]),
         ("TRAINING_ARGS", [
             "--micro-batch-size", str(plan.mbs),
