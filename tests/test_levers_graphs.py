@@ -108,3 +108,12 @@ def test_graphs_the_assumptions_state_become_the_plan_key():
     eager = resolve_setup(m, h, j, plan)
     assert float(costs_of(key).step_s()[0]) < float(costs_of(eager).step_s()[0])
     assert CudaGraphs() == "none"
+
+
+def test_the_search_table_names_the_levers_off_their_defaults():
+    from planner.report.tables import plan_levers
+
+    plan = Plan.parse("moments=bf16,grad_reduce=bf16,precision=fp8,param_gather=fp8,"
+                      "cuda_graphs=attn+moe_router+moe_preprocess").to_json()
+    assert plan_levers(plan).split()[-4:] == ["m:bf16", "gr:bf16", "pg:fp8", "cg:scoped"]
+    assert "cg:" not in plan_levers(Plan.parse("tp=2").to_json())

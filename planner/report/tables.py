@@ -288,6 +288,13 @@ def plan_levers(plan: dict) -> str:
         parts.append("overlap")
     if plan.get("moments") == "bf16":
         parts.append("m:bf16")
+    if plan.get("grad_reduce") == "bf16":
+        parts.append("gr:bf16")
+    if plan.get("param_gather") == "fp8":
+        parts.append("pg:fp8")
+    graphs = str(plan.get("cuda_graphs") or "none")
+    if graphs != "none":
+        parts.append("cg:full" if graphs == "full_iteration" else "cg:layer" if graphs == "scoped:layer" else "cg:scoped")
     if plan.get("schedule"):
         parts.append(str(plan["schedule"]))
     return " ".join(x for x in parts if x)
