@@ -5,7 +5,7 @@ and validate have theirs in planner.report.compare and planner.validate.report).
 from __future__ import annotations
 
 from planner.report.compare import markdown_table
-from planner.report.tables import short_band
+from planner.report.tables import reserved_lines, short_band
 from planner.units import GiB, fmt_time
 from planner.validate.bands import band_text
 
@@ -106,6 +106,9 @@ def explain_markdown(context: dict, result: dict) -> str:
     header = ["stage", *(k.replace("_", " ") for k in classes), "peak", "headroom", "peak moment"]
     lines += ["Memory per GPU by pipeline stage, GiB (2^30 bytes), at each stage's peak moment:", "",
               markdown_table(header, rows), ""]
+    reserved = reserved_lines(mj)
+    if reserved:  # explain's reserved breakdown and case B (planner.cost.memory.MemoryReport.add_reserved_json)
+        lines += [f"- {line.strip()}" for line in reserved] + [""]
     if tj.get("modeled", True) and "step_time_s" in tj:
         lines += [f"Time: step {fmt_time(tj['step_time_s'])}, {tj['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
                   f"{tj['model_tflops_per_gpu']:.0f} model TFLOP/s/GPU, MFU {tj['mfu']:.1%}"
