@@ -219,3 +219,21 @@ def test_fsdp_sharding_strategy_default_per_source():
     assert job_from_bridge(whole, hw="h100", gpus=16).plan.sharding == "ddp"
     recipe = job_from_bridge("--recipe llama31_8b_pretrain_config\nddp.use_megatron_fsdp=true\n", hw="h100", gpus=16)
     assert recipe.plan.sharding == "fsdp"
+
+
+def test_whole_config_reads_gradient_and_gather_dtypes():
+    """A whole ConfigContainer YAML written out as fields: mixed_precision.grad_reduce_in_fp32 and
+    fp8_param_gather (MixedPrecisionConfig, megatron/bridge/training/mixed_precision.py v0.6.0) are
+    what setup() puts on the DDP config; with a preset named by string, the preset's values win."""
+    text = (FIXTURES / "llama31_8b_pretrain_dryrun_tp2.yaml").read_text()
+    assert text.count("mixed_precision: bf16_mixed\n") == 1
+    named = job_from_bridge(text.replace("  grad_reduce_in_fp32: true\n", "  grad_reduce_in_fp32: false\n"),
+                            hw="h100", gpus=16)
+    assert (named.plan.grad_reduce, named.plan.param_gather) == ("fp32", "bf16")  # bf16_mixed reduces in fp32
+    fields = ("mixed_precision:\n  bf16: true\n  fp8: hybrid\n  fp8_recipe: blockwise\n"
+              "  grad_reduce_in_fp32: {gr}\n  fp8_param_gather: {pg}\n")
+    for gr, pg, want in (("false", "true", ("bf16", "fp8")), ("true", "false", ("fp32", "bf16"))):
+        doc = text.replace("mixed_precision: bf16_mixed\n", fields.format(gr=gr, pg=pg)).replace(
+            "  use_distributed_optimizer: false\n", "  use_distributed_optimizer: true\n")
+        bj = job_from_bridge(doc, hw="h100", gpus=16)
+        assert bj.plan.precision == "fp8" and (bj.plan.grad_reduce, bj.plan.param_gather) == want, bj.plan.to_string()

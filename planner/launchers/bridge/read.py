@@ -527,6 +527,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     else:
         sharding, sharding_instances = "ddp", 1
 
+    grad_reduce, param_gather = grad_dtypes(args, precision, sharding)
     dispatcher = None
     if model.is_moe:
         kind = val("model.moe_token_dispatcher_type", "allgather")
@@ -544,7 +545,8 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     ep_overlap = bool(given.get(ep_key, given.get("model.overlap_moe_expert_parallel_comm", False)))
 
     plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
-                offload=offload, precision=None if precision == "fp32" else precision, moments=moments, layout=layout_text, dispatcher=dispatcher,
+                offload=offload, precision=None if precision == "fp32" else precision, moments=moments, grad_reduce=grad_reduce,
+                param_gather=param_gather, layout=layout_text, dispatcher=dispatcher,
                 ep_overlap="on" if ep_overlap else "off", cuda_graphs=cuda_graphs_of(launch_assumptions(args)))
     seq = _int({"dataset.seq_length": given.get("dataset.seq_length", given.get("model.seq_length"))},
                "dataset.seq_length")
@@ -553,6 +555,22 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     job = {"global_batch": _int_at(val, "train.global_batch_size"), "seq_len": seq,
            "precisions": [precision], "_instances": sharding_instances}
     return plan, job, notes, used_defaults
+
+
+def grad_dtypes(args: BridgeArgs, precision: str, sharding: str) -> tuple[str, str]:
+    """(grad_reduce, param_gather) of a whole ConfigContainer YAML, whose mixed_precision section
+    holds the fields MixedPrecisionConfig.setup copies onto the DDP config (grad_reduce_in_fp32,
+    fp8_param_gather / fp8_param: megatron/bridge/training/mixed_precision.py, v0.6.0). A launch
+    built from a recipe names its preset, and every bf16 preset reduces in fp32; its FP8 gather is
+    the preset's (planner writes only the Hopper one, which gathers bf16), read as bf16. FP8
+    gathers need FP8 weights and a sharded optimizer, as in the Megatron reader."""
+    given = args.values
+    if args.kind != "yaml" or isinstance(given.get("mixed_precision"), str):
+        return "fp32", "bf16"  # the preset decides: setup() overwrites the ddp.* fields with its own
+    fp32 = given.get("mixed_precision.grad_reduce_in_fp32", given.get("ddp.grad_reduce_in_fp32", True))
+    gather = given.get("mixed_precision.fp8_param_gather", given.get("ddp.fp8_param_gather", False))
+    fp8_gather = gather is True and precision == "fp8" and sharding != "ddp"
+    return ("fp32" if fp32 is not False else "bf16"), ("fp8" if fp8_gather else "bf16")
 
 
 def _classify(args: BridgeArgs) -> None:

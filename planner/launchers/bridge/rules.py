@@ -17,8 +17,12 @@ def bridge_violations(model, recipe_override: str | None = None, plan=None) -> l
     if plan is not None and (plan.grad_reduce != "fp32" or plan.param_gather != "bf16"):
         return [Violation(
             "bridge-grad-dtypes",
-            f"grad_reduce={plan.grad_reduce}, param_gather={plan.param_gather}: the Megatron-Bridge export writes fp32 "
-            "gradient reduction and bf16 parameter gathers only (the recipe's mixed-precision settings decide them).",
+            f"grad_reduce={plan.grad_reduce}, param_gather={plan.param_gather}: a Megatron-Bridge 0.6 launch cannot set "
+            "them. MixedPrecisionConfig.setup (megatron/bridge/training/mixed_precision.py, "
+            "update_config_with_precision_overrides) copies the preset's grad_reduce_in_fp32 and fp8_param_gather onto "
+            "the DDP and model configs, overwriting ddp.* overrides; the recipes name their preset as a string "
+            "(mixed_precision=bf16_mixed), whose fields run_recipe.py's Hydra overrides cannot reach; and the Hopper "
+            "FP8 preset (bf16_with_fp8_subchannel_scaling_mixed) gathers bf16, every bf16 preset reduces in fp32.",
             hint="Export --format megatron, which writes --grad-reduce-in-bf16 and --fp8-param-gather, or use the "
             "defaults (grad_reduce=fp32, param_gather=bf16).")]
     edits = catalog_edits(model) if recipe_override is None else []
