@@ -112,8 +112,8 @@ def _plan_terms(space, s, levers, assumptions):
            "A": [c.activation_peak(r) for r in ranks], "OT": [c.optimizer_transient(r) for r in ranks]}
     if c.lv.offload_activations:
         mem["HA"] = [c.host_activation_bytes(r) for r in ranks]
-    # The tables read the walked schedules' floor (planner.cost.walked.walk_floor): the one-plan
-    # composition of the same (walk=False); tests/test_walk_floor.py bounds it against the walk.
+    # The tables read the walked schedules' closed forms (planner.cost.walked): the one-plan
+    # composition of the same (walk=False); test_schedules_estimate bounds them against the walk.
     est = costs_of(setup, walk=False) if c.walked() else c
     time = {"TP": _one(est.pipeline_s()), "TD": _one(c.data_parallel().exposed), "TO": _one(c.optimizer().seconds)}
     return setup, time, {k: [_mib(x) for x in v] for k, v in mem.items()}

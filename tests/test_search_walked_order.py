@@ -1,16 +1,17 @@
-"""The schedules the closed forms do not cover (Megatron's combined 1F1B under EP overlap, zero
-bubble, DualPipe: planner.cost.walked) are walked; the search's tables hold a proven floor of the
-walk, and the search walks plans in floor order until no plan left can enter the top K. These
-tests pin the known case where the closed-form estimate's order is not the walk's, and that the
-search now ranks by the walk (issue 40)."""
+"""The search ranks by its tables, whose pipeline term estimates the schedules the closed forms do
+not cover (Megatron's combined 1F1B under EP overlap, zero bubble, DualPipe: planner.cost.walked);
+the plans it shows carry their walked step times. These tests pin what the user is told about that
+difference, and the known case where the estimate's order is not the walk's."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from planner.cost.compose import costs_of
 from planner.cost.setup import Assumptions, resolve_setup
-from planner.search.driver import Options, run_search
+from planner.search.driver import Options, Ranked, _walked_order, run_search
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.job import Job
 from planner.specs.plan import Plan
@@ -20,19 +21,33 @@ LEVERS = "ep=64,etp=1,mbs=2,sharding=zero2,recompute=layernorm+moe_act,offload=a
          "dispatcher=hybridep,ep_overlap=on"
 
 
-def _walked_and_floor(plan: str) -> tuple[float, float]:
+def _plan(objective_us: int, walked_s: float, name: str) -> Ranked:
+    return Ranked(0, Plan.parse(name), None, objective_us, {"time": {"step_time_s": walked_s}})  # type: ignore[arg-type]
+
+
+def test_plans_are_shown_in_walked_order_with_the_largest_gap():
+    a, b = _plan(1_000_000, 1.10, "tp=2"), _plan(1_010_000, 1.02, "tp=4")
+    out, gap = _walked_order([a, b])
+    assert [p.plan.to_string() for p in out] == ["tp=4", "tp=2"] and [p.rank for p in out] == [1, 2]
+    assert gap == pytest.approx(0.10)
+    same, none = _walked_order([replace(a, evaluation={"time": {"step_time_s": 1.0}})])
+    assert none == 0.0 and same[0].rank == 1
+
+
+def _walked_and_estimated(plan: str) -> tuple[float, float]:
     s = resolve_setup(load_model("v3"), load_hardware("nvl72"), Job(**V3_JOB), Plan.parse(plan), Assumptions())
     return float(costs_of(s).step_s()[0]), float(costs_of(s, walk=False).step_s()[0])
 
 
-def test_the_walk_stalls_on_uneven_one_layer_chunks_above_its_floor():
+def test_the_estimate_misses_the_walks_stalls_on_uneven_one_layer_chunks():
     """DeepSeek-V3 under combined 1F1B on 2 ranks: with one-layer chunks (the embedding, three dense
-    layers and the MTP chunk among MoE ones) the walk stalls; the tables' floor stays below both
-    walks, and the coarse VPP 4 plan walks faster (the closed-form estimate had it the other way)."""
-    fine_w, fine_f = _walked_and_floor(f"pp=2,vpp=31,{LEVERS},layout=Et|(t|)*60mL")
-    coarse_w, coarse_f = _walked_and_floor(f"pp=2,vpp=4,{LEVERS},layout=Ettttttt|(tttttttt|)*5ttttttt|tttttttmL")
-    assert fine_f <= fine_w and coarse_f <= coarse_w
-    assert fine_w > coarse_w
+    layers and the MTP chunk among MoE ones) the walk stalls where the estimate's busiest rank plus
+    fill does not; with eight-layer chunks the two agree within 1 %."""
+    fine_w, fine_e = _walked_and_estimated(f"pp=2,vpp=31,{LEVERS},layout=Et|(t|)*60mL")
+    coarse_w, coarse_e = _walked_and_estimated(f"pp=2,vpp=4,{LEVERS},layout=Ettttttt|(tttttttt|)*5ttttttt|tttttttmL")
+    assert fine_w / fine_e - 1 > 0.05
+    assert abs(coarse_w / coarse_e - 1) < 0.01
+    assert fine_e < coarse_e and fine_w > coarse_w  # the estimate's order is not the walk's
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +55,20 @@ def v3_search():
     return run_search(load_model("v3"), load_hardware("nvl72"), Job(**V3_JOB), Options())
 
 
-def test_the_search_is_exact_over_the_walk(v3_search):
-    assert v3_search.solver["status"] == "OPTIMAL" and v3_search.solver["estimate_gap"] == 0
+def test_the_status_says_the_ranking_is_the_estimates(v3_search):
+    from planner.search.status import status_line
+
+    assert v3_search.solver["estimate_gap"] > 0.001 and v3_search.solver["status"] == "FEASIBLE"
+    assert "estimate" in status_line(v3_search.solver)
     walked = [p.evaluation["time"]["step_time_s"] for p in v3_search.plans]
     assert walked == sorted(walked)
-    assert [p.objective_us for p in v3_search.plans] == [int(round(t * 1e6)) for t in walked]
 
 
+@pytest.mark.xfail(strict=True, reason="the tables rank combined 1F1B by its estimate: the search's first plan "
+                   "(VPP 11, uneven chunks of two and three layers) walks 1.5 % slower than the VPP 4 plan of the same "
+                   "levers, which fits (earlier, with activation offload free under the walk: VPP 31 against VPP 4, 4.5 %, "
+                   "found by walking every plan of the tables); an exact search over the walk is open (issue 19)")
 def test_the_search_first_plan_is_the_walks_best(v3_search):
-    """The estimate ranked VPP 11 (uneven chunks of two and three layers) first, 1.5 % slower
-    under the walk than the VPP 4 plan of the same levers; the search over the walk does not."""
     first = v3_search.plans[0]
     best = first.evaluation["time"]["step_time_s"]
     coarse = first.plan.replace(vpp=4, layout="Ettttttt|(tttttttt|)*5ttttttt|tttttttmL")

@@ -93,12 +93,6 @@ class BranchAndBound:
         self.children = 0
         """Contexts made for keys costed before U is known (see :meth:`_child`)."""
         self.main_local: np.ndarray | None = None
-        self.fixed = False
-        """U held where :meth:`resume` put it."""
-        self.old_mains: list = []
-        """Main contexts of earlier visits (:meth:`resume` makes a new one)."""
-        self.heap: list = []
-        self.seq = itertools.count()
         self.mem_floor = np.zeros(len(space), dtype=np.int64)
         self.visits = {"time": 0, "memory": 0}
 
@@ -150,7 +144,6 @@ class BranchAndBound:
         floors = block_floors(self.probe, sp)
         groups = [(self._layout(pp, vpp, li, sched), rows) for (pp, vpp, li, sched), rows in sp.groups()]
         constants = self._constant_floors(groups)
-        overlap = any(bool(v) for v in sp.levers["ep_overlap"])
         for (lay, rows), constant in zip(groups, constants):
             fmi = sp.fm_of[rows]
             mem = memory_floors(self.probe, kept, sp.model, lay.layout, fmi, constant)
@@ -160,7 +153,7 @@ class BranchAndBound:
             rows, fmi = rows[keep], fmi[keep]
             if not len(rows):
                 continue
-            this, anyl = time_floors(self.probe, floors, lay.layout, fmi, lay.schedule, overlap)
+            this, anyl = time_floors(self.probe, floors, lay.layout, fmi, lay.schedule)
             order = np.argsort(this, kind="stable")
             self.layouts.append(LayoutState(lay, rows[order], this[order], anyl[order]))
 
@@ -189,27 +182,13 @@ class BranchAndBound:
     # ---- the visit ------------------------------------------------------------------------------
     def run(self) -> None:
         self.setup()
-        self.seq = itertools.count()
-        self.heap = [(int(st.floor[0]), next(self.seq), 0, g, 0) for g, st in enumerate(self.layouts)]
-        heapq.heapify(self.heap)
-        self._visit()
-
-    def resume(self, cap: int) -> None:
-        """Go on to every key whose floor is within ``cap`` (at least the last U), U held there:
-        what was left in the queue is visited, what was costed stays costed."""
-        self.U = max(self.U, int(cap)) if self.U < INF else int(cap)
-        self.fixed = True  # the pool no longer lowers U
-        if self.main is not None:
-            self.old_mains.append(self.main)
-        self._main_context()
-        self._visit()
-
-    def _visit(self) -> None:
-        heap, seq = self.heap, self.seq
+        seq = itertools.count()
+        heap = [(int(st.floor[0]), next(seq), 0, g, 0) for g, st in enumerate(self.layouts)]
+        heapq.heapify(heap)
         while heap:
-            if heap[0][0] > self.U or (self.first_fit and self.U < INF):
-                break  # left in the queue: resume may visit it under a larger cap
             bound, _, kind, g, c = heapq.heappop(heap)
+            if bound > self.U or (self.first_fit and self.U < INF):
+                break
             st = self.layouts[g]
             if kind == 0:
                 for item in self._time(st, g):
@@ -249,8 +228,7 @@ class BranchAndBound:
         returns the chunk's next bound when rows are left, else None."""
         pending = np.flatnonzero(~ch.done & (ch.exact_floor <= self.U))
         if not len(pending):
-            left = ~ch.done
-            return int(ch.exact_floor[left].min()) if left.any() else None
+            return None
         if self.U == INF:
             pending = pending[np.argsort(ch.exact_floor[pending], kind="stable")][:self.FIRST_COSTED]
         sel = np.sort(pending)
@@ -268,8 +246,7 @@ class BranchAndBound:
         self._lower_bound(part["ids"], part["best"], smallest)
         if had == INF and self.U < INF:
             self._main_context()
-        # Rows beyond U stay queued under their floor (a resumed search may reach them).
-        left = ~ch.done
+        left = ~ch.done & (ch.exact_floor <= self.U)
         return int(ch.exact_floor[left].min()) if left.any() else None
 
     def _main_context(self) -> None:
@@ -296,8 +273,6 @@ class BranchAndBound:
 
     def _lower_bound(self, gids: np.ndarray, best: np.ndarray, smallest: np.ndarray) -> None:
         """Merge the plans of valid rows into the pool; U becomes the want-th best time."""
-        if self.fixed:
-            return
         for i in np.argsort(best, kind="stable"):
             if best[i] >= INF or best[i] > self.U:
                 break
@@ -317,7 +292,7 @@ class BranchAndBound:
     def contexts(self) -> list:
         """The contexts whose block costs the tables composed, the widest first (a ranked plan's
         reports read theirs: planner.cost.compose.CostContext.share_blocks_with_any)."""
-        return [c for c in (self.main, *reversed(self.old_mains), self.shared, self.first) if c is not None]
+        return [c for c in (self.main, self.shared, self.first) if c is not None]
 
     def parts(self) -> list[dict]:
         return [p for st in self.layouts for p in st.parts]

@@ -23,8 +23,8 @@ levers do not change a block). The pipeline phase is :func:`planner.cost.pipelin
 of the rank times (plus fill/drain latency >= 0 and activation-offload stalls >= 0), which does not
 decrease when any rank's time grows; the data-parallel sync and the optimizer step are >= 0. So
 ``pipeline_time`` of the least rank times bounds every plan of the key from below. Under the
-schedules the closed forms do not cover (zero bubble, DualPipe, DualPipeV, and Megatron's combined
-1F1B of the keys with EP > 1 when the space holds EP overlap: planner.cost.walked) a rank still runs its own chunks' compute one op at a time on its compute stream, every pass of
+schedules the closed forms do not cover (zero bubble, DualPipe, DualPipeV: planner.cost.walked)
+a rank still runs its own chunks' compute one op at a time on its compute stream, every pass of
 them (all micro-batches, half with DualPipe's two directions), and the overlap there hides
 communication only: each rank's least compute times its passes bounds those plans. For any other
 layout of the same degrees (the per-stage refinement's), the rank times still sum to at least the
@@ -128,11 +128,9 @@ def rank_block_counts(ctx, layout) -> tuple[list[str], np.ndarray]:
 
 
 def time_floors(ctx, floors: dict, layout, rows: np.ndarray, schedule: str | None = None,
-                ep_overlap: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray]:
     """(this layout, any layout of the same degrees): lower bounds in microseconds on the step
-    time of every plan of context rows ``rows`` of ``layout`` under ``schedule`` (``ep_overlap``:
-    whether the space holds EP overlap, whose plans with EP > 1 walk Megatron's combined 1F1B
-    under 1F1B with VPP or interleaved: planner.cost.walked.walk_name)."""
+    time of every plan of context rows ``rows`` of ``layout`` under ``schedule``."""
     from planner.cost.pipeline import pipeline_time
 
     from planner.specs.schedule import schedule_named
@@ -140,25 +138,16 @@ def time_floors(ctx, floors: dict, layout, rows: np.ndarray, schedule: str | Non
     walked = schedule is not None and schedule_named(schedule).order != "megatron"
     names, counts = rank_block_counts(ctx, layout)
     bk = ctx.keys.bk_of[rows]
+    per = np.stack([floors[n + "/compute" if walked else n][bk] for n in names])  # (blocks, keys)
+    T = counts @ per  # (pp, keys): each rank's least time per micro-batch
     m = ctx.keys.col["micro_batches"][rows]
-    passes = np.asarray(layout.passes(m), dtype=float)
-    # Walked plans: each rank's least compute times its passes (the module docstring).
-    per = np.stack([floors[n + "/compute"][bk] for n in names])  # (blocks, keys)
-    T = counts @ per
-    walked_this, walked_any = passes * T.max(axis=0), passes * T.sum(axis=0) / layout.pp
+    total = T.sum(axis=0)
     if walked:
-        this, anyl = walked_this, walked_any
+        passes = np.asarray(layout.passes(m), dtype=float)
+        this, anyl = passes * T.max(axis=0), passes * total / layout.pp
     else:
-        per = np.stack([floors[n][bk] for n in names])
-        T = counts @ per  # (pp, keys): each rank's least time per micro-batch
-        total = T.sum(axis=0)
         this = pipeline_time(list(T), m, layout.vpp)
         anyl = pipeline_time([total / layout.pp] * layout.pp, m, layout.vpp)
-        if ep_overlap and (schedule is None or layout.vpp > 1):
-            # Keys with EP > 1 hold plans that walk the combined 1F1B: the least of both bounds.
-            ep = ctx.keys.col["ep"][rows] > 1
-            this = np.where(ep, np.minimum(this, walked_this), this)
-            anyl = np.where(ep, np.minimum(anyl, walked_any), anyl)
     # One microsecond of slack for the tables' rounding of each term and summation order.
     return (np.maximum(np.rint(np.asarray(this) * 1e6) - 1, 0).astype(np.int64),
             np.maximum(np.rint(np.asarray(anyl) * 1e6) - 1, 0).astype(np.int64))

@@ -3,11 +3,7 @@
 Exactness: the branch and bound of planner.search.bnb costs the structural keys whose lower bounds
 (memory, step time: planner.search.bounds) can reach the K-th best plan found so far, best first;
 CP-SAT then enumerates every feasible plan of the costed keys up to that K-th time and ranks them
-(planner.search.exhaustive gives the order), so no key left out can enter the top K. The tables
-hold the walked schedules' proven floor (planner.cost.walked.walk_floor), so the plans are then
-walked in floor order until the K-th walked time is at or below the next floor, the branch and
-bound resumed under a larger cap while it is not (_Run.search): the ranking is by the step times
-the reports print. Launcher
+(planner.search.exhaustive gives the order), so no key left out can enter the top K. Launcher
 rules of each key are checked when it is used. ``--solver exhaustive`` costs every key of the
 space with no bound and enumerates every plan instead (the oracle).
 """
@@ -27,13 +23,11 @@ from planner.rules import Target
 from planner.search.diagnose import diagnose_nothing_fits, no_structure
 from planner.search.rulecheck import rule_violations, struct_violations
 from planner.search.space import Limits, Space, build_space, make_plan
-from planner.search.bnb import INF
 from planner.search.tables import MAX_TABLE_US, Tables, lever_indices, lever_values
 from planner.specs.plan import Plan
 
 if TYPE_CHECKING:
     from planner.cost.compose import Costs
-    from planner.search.bnb import BranchAndBound
     from planner.cost.setup import Setup
 
 
@@ -180,12 +174,6 @@ class _Run:
                                       "improved": 0}
         self.dominated: dict = {}
         self.block_sources: list = []
-        self.bb: BranchAndBound | None = None
-        self.cpsat_status = "OPTIMAL"
-        """The branch and bound of the last CP-SAT search (resumed under a larger cap)."""
-        self.kept: dict[str, bool] = {}
-        self.memo: dict[tuple[int, int], Ranked] = {}
-        """Ranked plans by (key, lever combination): a later round reads those walked before."""
         """The search's cost contexts, whose block costs a ranked plan's reports read."""
 
     def lap(self, name: str) -> None:
@@ -213,45 +201,20 @@ class _Run:
         # Enumerate twice the K asked for: plans that tie in step time without a lower peak (a
         # dispatcher that costs the same inside one NVLink domain, activation offload that does not
         # touch the peak moment) are dropped at the end, and the list still holds K.
-        want, cap, steps = 2 * o.top, None, 0
+        want = 2 * o.top
         while True:
-            if o.solver == "exhaustive":
-                found, status, bound, costed = self._exhaustive(want)
-            else:
-                found, status, bound, costed = self._cpsat(want, cap)
+            found, status, bound, costed = (self._exhaustive if o.solver == "exhaustive" else self._cpsat)(want)
             self.say("evaluating the ranked plans")
-            plans, settled = self._walk_in_order(found)
+            plans = [self._ranked(k + 1, t, gid, flat) for k, (t, gid, flat) in enumerate(found)]
             self.lap("rank_s")
-            # What the reports print is the walked step (planner.cost.walked), and the tables hold a
-            # proven floor of it (walk_floor) where a schedule is walked, the exact time elsewhere:
-            # the solver lists plans by that floor, so every plan it held back has a floor, hence a
-            # walked time, at least the last one listed's floor. Once the K-th fastest walked
-            # plan that fits is no slower than that, no plan held back can enter the top K. The
-            # exact memory model has the last word too (_finish: the tables leave out a few
-            # implementation-specific temporaries): while either test fails, ask for more plans.
-            kth = _kth_walked(plans, o.top, self._keeps)
-            # The list holds every plan within its cap when it is shorter than asked (the cap:
-            # the space's, when the branch and bound found fewer than ``want`` plans at all).
-            everything = len(found) < want and (self.bb is None or self.bb.U >= INF)
-            within = len(found) < want and cap is not None and kth is not None and kth <= cap
-            # Every plan not listed has a floor at least the last one listed.
-            listed = bool(found) and kth is not None and kth <= found[-1][0]
-            exact = settled or everything or within or listed
-            if exact:
+            # The exact memory model has the last word (_finish): the tables leave out a few
+            # implementation-specific temporaries. When it rejects so many that fewer than K would be
+            # left while the solver held plans back, ask it for more (rare: the local spec's plans at
+            # the memory edge).
+            fitting = sum(bool(p.evaluation["memory"]["fits"]) for p in plans)
+            if fitting >= o.top or len(found) < want or want >= MAX_WANT_FACTOR * o.top:
                 break
-            if o.solver == "cpsat" and kth is not None and found and steps < MAX_STEPS:
-                # Every plan whose floor is within a larger cap: the branch and bound goes on from
-                # where it stopped (BranchAndBound.resume), the cap stepping up to the K-th walked
-                # time (the floors below it are dense: the step keeps CP-SAT's list short).
-                last = max(int(t) for t, _, _ in found)
-                step = CAP_STEP * 2 ** steps * last
-                cap, want, steps = min(kth, int(last + step)), max(want, MAX_WALKED), steps + 1
-            elif want >= MAX_WANT_FACTOR * o.top:
-                break
-            else:
-                want *= 4
-        if not exact and status == "OPTIMAL":
-            status = "FEASIBLE"  # the cap on the plans walked was reached first (not seen in the bundled jobs)
+            want *= 4
         uniform = [p.plan.to_string() for p in plans]
         if "layout" in o.limits.fix:  # what the user pins wins: the layout is used as given
             self.info["enabled"], self.info["why"] = False, "the layout is fixed"
@@ -271,22 +234,12 @@ class _Run:
         return self._finish(plans, status, bound, costed)
 
     # ---- solving ----------------------------------------------------------------------------
-    def _cpsat(self, want: int, cap: int | None = None):
-        """The ``want`` plans of least table time (a floor of the walked time), by branch and
-        bound and CP-SAT; with ``cap``, every plan within it (up to ``want``), the last search's
-        branch and bound resumed there."""
-        from planner.search.bnb import BranchAndBound
+    def _cpsat(self, want: int):
+        from planner.search.bnb import INF, BranchAndBound
         from planner.search.cpsat import enumerate_cpsat
-        from planner.search.exhaustive import plans_within
 
-        if cap is None or self.bb is None:
-            resumed = False
-            bb = self.bb = BranchAndBound(self.space, self.assumptions, want, self.valid, self.say)
-            bb.run()
-        else:
-            resumed = True
-            bb = self.bb
-            bb.resume(cap)
+        bb = BranchAndBound(self.space, self.assumptions, want, self.valid, self.say)
+        bb.run()
         self.dominated = dict(bb.dominated)
         self.dominated["costed"] = sum(len(p["ids"]) for p in bb.parts())
         self.lap("tables_s")
@@ -296,19 +249,13 @@ class _Run:
         found, status, bound = [], "OPTIMAL", None
         # With fewer than K feasible plans in the whole space, every one of them is in the pool.
         cap = bb.U if bb.U < INF else (-min(bb.pool) if bb.pool else None)
-        if len(tables.structs) and cap is not None and resumed:
-            # The plans under a larger cap, read from the tables (what CP-SAT would enumerate:
-            # exhaustive.plans_within); the first CP-SAT search's status stands.
-            self.say("ranking the plans within the walked time")
-            found, status, bound = plans_within(tables, int(cap), want), self.cpsat_status, int(cap)
-        elif len(tables.structs) and cap is not None:
+        if len(tables.structs) and cap is not None:
             self.say("solving")
             remaining = self.options.time_limit_s - (time.perf_counter() - self.t0)
             res = enumerate_cpsat(tables, int(cap), want, time_limit_s=max(remaining, 0.5))
             found, status, bound = res.plans, res.status, int(cap)
             if status == "INFEASIBLE":  # cannot happen with a valid bound; say so rather than hide it
                 status = "UNKNOWN"
-            self.cpsat_status = status
         self.lap("solve_s")
         tables = bb.all_costed()
         return found, status, bound, Costed(tables, bb.best_of(), bb.timed_floors(), bb.row_tables, bb.exact_peak)
@@ -337,41 +284,11 @@ class _Run:
         from planner.cost.evaluate import plan_evaluation
         from planner.cost.setup import resolve_setup
 
-        if (gid, flat) in self.memo:
-            return replace(self.memo[gid, flat], rank=rank)
         sp = self.space
         plan = make_plan(sp.struct(gid), lever_values(sp, lever_indices(sp, flat)))
         setup = resolve_setup(sp.model, sp.hw, sp.job, plan, self.assumptions)
         costs = self._costs(setup)
-        out = Ranked(rank, setup.plan, setup, t, plan_evaluation(setup, costs=costs, time=False), costs)
-        self.memo[gid, flat] = out
-        return out
-
-    def _walk_in_order(self, found: list) -> tuple[list[Ranked], bool]:
-        """Walk the solver's plans by ascending floor, a batch at a time, until the K-th walked
-        plan kept is no slower than the next floor (no plan after it, listed or not, can enter
-        the top K): the walked plans in walked order, and whether that happened."""
-        top = self.options.top
-        plans: list[Ranked] = []
-        at = 0
-        while at < len(found):
-            nxt = min(len(found), max(at + WALK_BATCH, 2 * top))
-            plans = _walked_plans(plans + [self._ranked(k + 1, t, gid, flat)
-                                           for k, (t, gid, flat) in enumerate(found[at:nxt], start=at)])
-            at = nxt
-            kth = _kth_walked(plans, top, self._keeps)
-            if at < len(found) and kth is not None and kth <= found[at][0]:
-                return plans, True
-        return plans, False
-
-    def _keeps(self, r: Ranked) -> bool:
-        """Whether a ranked plan stays in the list (_finish): it fits by the exact memory model
-        and breaks no launcher rule."""
-        key = r.plan.to_string()
-        if key not in self.kept:
-            self.kept[key] = bool(r.evaluation["memory"]["fits"]) and not rule_violations(
-                self.model, self.hw, self.job, r.plan, self.options.target)
-        return self.kept[key]
+        return Ranked(rank, setup.plan, setup, t, plan_evaluation(setup, costs=costs, time=False), costs)
 
     def _costs(self, setup: Setup) -> Costs:
         """The composition of one plan of the space, reading the block costs the search's tables
@@ -446,9 +363,9 @@ class _Run:
             raise diagnose_nothing_fits(self.space, costed.tables, o, list(range(len(costed.tables.structs))),
                                         self.assumptions, self.say, exact=costed.exact_peak)
         plans, dominated = _drop_dominated(plans, o.top)
-        # Ranked by the walked times themselves (the search's own order): no estimate is left
-        # between the proof and the times shown.
-        plans, gap = [_with_time(p) for p in plans], 0.0
+        plans, gap = _walked_order([_with_time(p) for p in plans])
+        if gap > ESTIMATE_TOLERANCE and status == "OPTIMAL":
+            status = "FEASIBLE"  # proven over the tables' estimate, not over the walked times shown
         self.lap("evaluate_s")
         self.timings["total_s"] = round(time.perf_counter() - self.t0, 4)
         from planner.search.status import solver_json
@@ -463,41 +380,22 @@ class _Run:
 MAX_WANT_FACTOR = 128
 """At most this many times K plans are enumerated while the exact memory model rejects the tables'."""
 
-CAP_STEP = 0.005
-"""The first step of the cap over the last floor listed, relative (it doubles at each step)."""
-
-MAX_STEPS = 24
-"""Cap steps at most (the doubling step passes any walked time well before)."""
-
-WALK_BATCH = 32
-"""Plans walked at a time while the walk has not settled the top K."""
-
-MAX_WALKED = 4096
-"""At most this many plans are walked under the K-th walked time (beyond, the status says FEASIBLE)."""
-
-def _walked_plans(plans: list[Ranked], say=None) -> list[Ranked]:
-    """The plans with their time reports, each's objective its walked step (us), in walked order
-    (ties in the solver's order)."""
-    if say is not None and plans:
-        say(f"walking {len(plans)} plans' schedules")
-    # Costs are kept: the per-stage refinement starts from them.
-    timed = [replace(_with_time(p), costs=p.costs) for p in plans]
-    timed = [replace(p, objective_us=int(round(p.evaluation["time"]["step_time_s"] * 1e6))) for p in timed]
-    order = sorted(range(len(timed)), key=lambda i: (timed[i].objective_us, i))
-    return [replace(timed[i], rank=k + 1) for k, i in enumerate(order)]
+ESTIMATE_TOLERANCE = 1e-4
+"""Relative difference between a plan's walked step time and its table time above the tables'
+rounding (each term to the microsecond)."""
 
 
-def _kth_walked(plans: list[Ranked], top: int, keeps) -> int | None:
-    """The walked time (us) of the ``top``-th plan the list would show: of the plans that
-    ``keeps``, in walked order, those no earlier one dominates (_drop_dominated); None when fewer."""
-    shown: list[Ranked] = []
-    for p in sorted((p for p in plans if keeps(p)), key=lambda p: p.objective_us):
-        peak = p.evaluation["memory"]["peak_bytes"]
-        if not any(k.objective_us == p.objective_us and k.evaluation["memory"]["peak_bytes"] <= peak for k in shown):
-            shown.append(p)
-            if len(shown) == top:
-                return p.objective_us
-    return None
+def _walked_order(plans: list[Ranked]) -> tuple[list[Ranked], float]:
+    """The plans by their exact (walked) step time, ties in the search's order, and the largest
+    relative excess of a walked time over its table time. The tables estimate the schedules the
+    closed forms do not cover (Megatron's combined 1F1B under EP overlap, zero bubble, DualPipe:
+    planner.cost.walked); the walk can put a plan above the estimate (on uneven chunks, such as
+    one-layer chunks next to the embedding, dense or MTP ones, its stalls grow with VPP), so the
+    estimate's order is not the walk's."""
+    walked = [int(round(p.evaluation["time"]["step_time_s"] * 1e6)) for p in plans]
+    gap = max((w / p.objective_us - 1 for w, p in zip(walked, plans) if p.objective_us > 0), default=0.0)
+    order = sorted(range(len(plans)), key=lambda i: (walked[i], i))
+    return [replace(plans[i], rank=k + 1) for k, i in enumerate(order)], max(gap, 0.0)
 
 
 def _with_time(r: Ranked) -> Ranked:

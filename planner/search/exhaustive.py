@@ -108,24 +108,6 @@ def rank_plans(tables: Tables, rows, flats, times, top: int) -> list[tuple[int, 
     return [(int(times[o]), int(gid[o]), int(flats[o])) for o in order]
 
 
-def plans_within(tables: Tables, cap_us: int, top: int) -> list[tuple[int, int, int]]:
-    """The first ``top`` (ranking's order) of every feasible plan of ``tables`` whose step time is
-    at most ``cap_us``, as (step time us, global key index, lever index): what CP-SAT enumerates
-    under that cap (planner.search.cpsat.enumerate_cpsat), read from the tables with numpy."""
-    gi, _ = group_index_vectors(tables)
-    rows, flats, times = [], [], []
-    for start in range(0, len(tables.structs), 64):  # a few keys at a time: plans x levers stay small
-        idx = np.arange(start, min(start + 64, len(tables.structs)))
-        ok, t = plan_costs(tables, idx, gi)
-        r, f = np.nonzero(ok & (t <= cap_us))
-        rows.append(idx[r])
-        flats.append(f)
-        times.append(t[r, f])
-    if not rows:
-        return []
-    return rank_plans(tables, np.concatenate(rows), np.concatenate(flats), np.concatenate(times), top)
-
-
 def solve_exhaustive(tables: Tables, top: int) -> list[tuple[int, int, int]]:
     """The ``top`` best plans in the ranking's order, as (step time us, global key index, lever
     index): every feasible plan of every key, the ``top``-th fastest time found first, then every

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 STATUS_SCOPE = (
     "OPTIMAL: proven best over every plan of the space under 'space' (each degree's values, the layouts, the levers, "
-    "and the declared limits), by the step times shown; keys left out were proven dominated ('dominated': 'memory', "
-    "their largest chunk alone exceeds the allocation limit, which also ends the micro-batch sizes; 'step_time', "
-    "their step-time floor exceeds the K-th plan's time), and CP-SAT enumerated every feasible plan of the rest up to "
-    "that time. Where a schedule is walked (Megatron's combined 1F1B under EP overlap, zero bubble, DualPipe) the "
-    "tables hold a proven floor of the walk, and plans were walked in floor order until the K-th walked time was at "
-    "or below the next floor. "
+    "and the declared limits); keys left out were proven dominated ('dominated': 'memory', their largest chunk "
+    "alone exceeds the allocation limit, which also ends the micro-batch sizes; 'step_time', their step-time floor "
+    "exceeds the K-th plan's time), and CP-SAT enumerated every feasible plan of the rest up to that time. "
     "FEASIBLE: per-stage refinements (uneven layouts, per-rank recompute: a heuristic, optimal for each layout and "
-    "levers but not searched over every layout) entered the ranking, or a time limit or the cap on plans walked was "
-    "hit."
+    "levers but not searched over every layout) entered the ranking, or a time limit was hit, or the plans' "
+    "schedules are estimated in the tables ('estimate_gap' above 0: Megatron's combined 1F1B under EP overlap, zero "
+    "bubble, DualPipe): the proof holds for the tables' closed-form estimate, the plans are shown with their "
+    "walked step times and ordered by them, and a plan the estimate ranked lower may walk faster."
 )
 
 
 def solver_json(run, plans, status: str, bound, dropped: dict, estimate_gap: float = 0.0) -> dict:
     """The ``solver`` object: status, what it holds over, what was proven out, what was dropped
-    (``estimate_gap``: kept for readers of earlier output, 0 now that the search ranks by the
-    walked step times themselves)."""
+    (``estimate_gap``: the largest relative excess of a shown plan's walked step time over the
+    tables' estimate the search ranked it by)."""
     sp, o, d = run.space, run.options, run.dominated
     return {
         "name": o.solver,
