@@ -28,6 +28,7 @@ plan.
 from __future__ import annotations
 
 import dataclasses
+import gc
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -298,9 +299,18 @@ def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: boo
     times = StepTimes((), p2p=Lin.var(("p2p",), 1.0) if p2p else 0.0, p2p_overlap=p2p_overlap,
                       pair_overlap=pair_overlap)
     place = s.placement(p, v, m)
-    if p2p_overlap and not any(isinstance(i, (Post, Commit)) for r in items for i in r):
-        return direct_graph(items, place, pair_overlap, p2p)
-    return graph_of(build(items, place, times, Coarse))
+    # The build makes some ten tuples per task and frees none of them: the garbage collector's
+    # passes over them (each generation-0 overflow, the older generations as they fill) cost
+    # about a third of the build, for cycles it cannot have.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if p2p_overlap and not any(isinstance(i, (Post, Commit)) for r in items for i in r):
+            return direct_graph(items, place, pair_overlap, p2p)
+        return graph_of(build(items, place, times, Coarse))
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @lru_cache(maxsize=1024)
