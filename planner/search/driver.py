@@ -222,6 +222,15 @@ class _Run:
             self.say("per-stage layouts (CP-SAT)")
             plans = self._per_stage(costed, plans, want)
             self.lap("per_stage_s")
+        if not plans and status == "UNKNOWN":
+            # CP-SAT ran out of the time limit before it found a plan: that is not "nothing fits",
+            # and blaming a rule or memory for it would be a wrong answer.
+            raise PlannerError(
+                f"The solver's time limit ({o.time_limit_s:g} s, wall clock, tables included) ran out before it "
+                f"found a plan of {self.model.name} on {self.job.gpus} {self.hw.name} GPUs; the plans are not "
+                "known not to fit.",
+                hint="Give it more time with --time-limit SECONDS (a loaded machine needs more), or narrow the "
+                     "space with --max / --fix.")
         if not plans:
             rows = [i for i, s in enumerate(costed.tables.ids) if self.checked.get(int(s))] or \
                 list(range(len(costed.tables.structs)))
