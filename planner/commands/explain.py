@@ -108,6 +108,12 @@ def _software(src, given: str | None) -> dict | None:
     from planner.specs.software import software_violations
 
     target = "torchtitan" if src.torchtitan is not None else "megatron"
+    if not read:
+        # A plan from a saved search (or a plan string with --software) is checked for the launcher
+        # of the release it names: a torchtitan search's plans are torchtitan plans.
+        from planner.specs.catalog import load_software
+
+        target = load_software(given if given is not None else saved).launcher
     choice = launch_choice(src, target, given)
     if choice.profile is None:
         return None

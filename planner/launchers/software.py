@@ -123,7 +123,7 @@ def read_launch_text(src) -> str | None:
         return None
     path = Path(str(read.source))
     try:
-        return read_text(path, "launch") if path.is_file() else None
+        return read_text(path, "launch script") if path.is_file() else None
     except PlannerError:
         return None
 
