@@ -36,10 +36,11 @@ def test_quick_start_first_plan_leaves_the_margin_free(capsys):
     assert mem["margin_bytes"] == pytest.approx(DEFAULT_MEMORY_MARGIN * usable, abs=1)
     assert mem["headroom_bytes"] >= 0 and mem["peak_bytes"] <= mem["capacity_bytes"]
     assert out["job"]["memory_margin_fraction"] == DEFAULT_MEMORY_MARGIN
-    edge = _search(capsys, "--memory-margin", "0")["plans"][0]["memory"]
-    assert edge["margin_bytes"] == 0
-    # At the edge the winner uses more than the margin-bound capacity allows: only --memory-margin 0 reaches it.
-    assert edge["peak_bytes"] > mem["capacity_bytes"]
+    edge = [p["memory"] for p in _search(capsys, "--memory-margin", "0", "--top", "10", "--all-variants")["plans"]]
+    assert all(e["margin_bytes"] == 0 for e in edge)
+    # At the edge some of the fastest plans use more than the margin-bound capacity allows: only
+    # --memory-margin 0 reaches them (the first shown may be a robust plan of their tie with room to spare).
+    assert any(e["peak_bytes"] > mem["capacity_bytes"] for e in edge)
 
 
 def test_headroom_column_in_search_table(capsys):
