@@ -83,10 +83,16 @@ SCHEDULE_CASES = [
 also DualPipe), whose step-time floors are the ranks' compute (planner.search.bounds)."""
 
 
+# The levers that do not change the schedules' ops are pinned here (the oracle costs every key under
+# every lever combination: the moments, gradient-reduce, parameter-gather and CUDA-graph levers made it
+# 8x larger); the oracle cases of CASES search them.
+SCHEDULE_FIX = "moments=fp32,grad_reduce=fp32,param_gather=bf16,cuda_graphs=none"
+
+
 @pytest.mark.parametrize("case,target", SCHEDULE_CASES, ids=lambda c: c if isinstance(c, str) else c[0])
 def test_cpsat_top_k_equals_the_oracle_with_every_schedule(case, target):
-    cp = _search(*case, solver="cpsat", target=target)
-    ex = _search(*case, solver="exhaustive", target=target)
+    cp = _search(*case, solver="cpsat", target=target, fix=SCHEDULE_FIX)
+    ex = _search(*case, solver="exhaustive", target=target, fix=SCHEDULE_FIX)
     assert [p.plan.to_string() for p in cp.plans] == [p.plan.to_string() for p in ex.plans]
     assert [p.objective_us for p in cp.plans] == [p.objective_us for p in ex.plans]
     # proven over the tables; FEASIBLE only where the walked times shown leave the tables' estimate
