@@ -1238,14 +1238,20 @@ class Costs:
         wl = ctx.allocator_workload
         if wl is None:
             return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
-        const = self.constant(r)
-        base = const.total + self.buffers(r)
+        base, act_peak, stranded, recomputes = self._workload_inputs(r)
+        return workload_reserved(wl, base + act_peak, base + self.optimizer_transient(r), act_peak, stranded,
+                                 recomputes=recomputes, pipelined=self.batch.pp > 1)
+
+    def _workload_inputs(self, r: int):
+        """What the allocator workload model reads of rank ``r`` (one place for reserved_bytes and
+        reserved_terms): constant memory plus buffers, the activation peak, the stranded expert
+        blocks and which plans recompute."""
+        base = self.constant(r).total + self.buffers(r)
         act_peak = self.activation_peak(r)
         stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
             lambda v: self._stranded(r, v)))
         recomputes = np.array([v.recompute.kind != "none" for v in self.batch.variants]).repeat(self.batch.n_keys)
-        return workload_reserved(wl, base + act_peak, base + self.optimizer_transient(r), act_peak, stranded,
-                                 recomputes=recomputes, pipelined=self.batch.pp > 1)
+        return base, act_peak, stranded, recomputes
 
     def reserved_terms(self, r: int) -> dict[str, np.ndarray]:
         """What :meth:`reserved_bytes` adds above the allocated peak of rank ``r``, term by term
@@ -1258,12 +1264,7 @@ class Costs:
         peak = self.peak_bytes(r)
         if wl is None:
             return {"allocator_fraction": peak * ctx.allocator_fraction}
-        const = self.constant(r)
-        base = const.total + self.buffers(r)
-        act_peak = self.activation_peak(r)
-        stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
-            lambda v: self._stranded(r, v)))
-        recomputes = np.array([v.recompute.kind != "none" for v in self.batch.variants]).repeat(self.batch.n_keys)
+        base, act_peak, stranded, recomputes = self._workload_inputs(r)
         top = np.maximum(base + act_peak + stranded, base + self.optimizer_transient(r))
         n = self.n
         return {"stranded": _column(top - peak, n),
