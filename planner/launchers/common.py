@@ -24,6 +24,7 @@ the name through the catalog.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -32,8 +33,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from planner.cost.compose import costs_of
+from planner.cost.memory import memory_report
+from planner.cost.time import time_report
 from planner.errors import PlannerError, PlanRuleError, excerpt
+from planner.files import MAX_SAVED_BYTES, MAX_SPEC_BYTES, read_bytes
+from planner.specs.catalog import load_hardware, load_model, model_file, read_json, spec_hash, validate_spec
 from planner.specs.common import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, GpuCount, NotBool, is_ascii_count
+from planner.specs.layout import even_layout_symbols, format_layout, parse_layout
+from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 if TYPE_CHECKING:
@@ -167,9 +175,6 @@ _SAVED_HINT = ("Give a file written by 'planner search --save' (a JSON object wh
 def read_saved_search(path: Path) -> SavedSearch:
     """A ``planner search --save`` file, checked against :class:`SavedSearch` (every number
     finite and in range) before anything of it is used."""
-    from planner.files import MAX_SAVED_BYTES
-    from planner.specs.catalog import read_json
-
     data = read_json(Path(path), "saved search", MAX_SAVED_BYTES)
     if not isinstance(data.get("plans"), list) or not data["plans"]:
         raise PlannerError(f"'{path}' has no 'plans' list.", hint=_SAVED_HINT)
@@ -209,18 +214,12 @@ def read_saved_plan(path: Path, rank: int) -> SavedPlan:
 
 
 def _sha256(path: Path) -> str:
-    import hashlib
-
-    from planner.files import MAX_SPEC_BYTES, read_bytes
-
     return hashlib.sha256(read_bytes(path, "model", MAX_SPEC_BYTES)).hexdigest()
 
 
 def model_record(model, given) -> dict:
     """The saved search's 'model' object for a model given as ``given`` (a name or a path, or a
     spec): its name and hash, the spec itself, and the file it was read from with its SHA-256."""
-    from planner.specs.catalog import model_file, spec_hash
-
     out: dict[str, Any] = {"name": model.name, "spec_hash": spec_hash(model), "spec": model.model_dump(mode="json")}
     path = model_file(given) if isinstance(given, str) else None
     if path is not None:
@@ -247,8 +246,6 @@ def saved_model(m, path: Path):
                     "export a plan of the file as it is now (predictions are recomputed for it).")
     if m.spec is None:
         return m.name
-    from planner.specs.catalog import spec_hash, validate_spec
-    from planner.specs.model import ModelSpec
 
     spec = validate_spec(ModelSpec, m.spec, "model", f"{path} (its 'model.spec')")
     if m.spec_hash is not None and spec_hash(spec) != m.spec_hash:
@@ -349,8 +346,6 @@ def launch_hardware(hw: str | None, model, what: str, *, text: str = "", recipe:
     ``--gres``/``--gpus-per-node`` GPU type); else refused. A launch is never costed on the
     model's reference system: memory and step time depend on the GPUs it runs on, and a default
     the user does not see passes a plan that runs out of memory (issue 42)."""
-    from planner.specs.catalog import load_hardware
-
     if hw:
         return load_hardware(hw), "--hw"
     stated = [(header_facts(text).get("hardware"), "launch header"),
@@ -412,8 +407,6 @@ def export_canonical(plan: Plan, model, hw, job) -> Plan:
     """The canonical plan (Plan.canonical) with two more normalizations that export and read-back
     agree on: the layout written in planner's compact form, or dropped when it equals the even
     split; hsdp:N with N = dp*cp written as fsdp (one sharding group is full sharding)."""
-    from planner.specs.layout import even_layout_symbols, format_layout, parse_layout
-
     canon = plan.canonical_for(model, hw, job)
     changes: dict[str, Any] = {}
     if canon.layout is not None:
@@ -436,10 +429,6 @@ def export_canonical(plan: Plan, model, hw, job) -> Plan:
 
 def predictions(setup) -> dict:
     """{'memory': ..., 'time': ...} of one plan, from one composition of its costs."""
-    from planner.cost.compose import costs_of
-    from planner.cost.memory import memory_report
-    from planner.cost.time import time_report
-
     costs = costs_of(setup)
     return {"memory": memory_report(setup, costs).to_json(), "time": time_report(setup, costs=costs).to_json()}
 
@@ -582,9 +571,6 @@ def catalog_edits(model, settable: tuple[str, ...] = ("mtp_layers",)) -> list[st
     Megatron-Bridge recipe's HuggingFace config, a torchtitan registry function or flavor): an
     edited model (--set, a model file reusing a catalog name) would silently train as the catalog's.
     ``settable`` are the fields the launch writes itself. Empty when the name is not in the catalog."""
-    from planner.errors import PlannerError
-    from planner.specs.catalog import load_model
-
     try:
         base = load_model(model.name)
     except PlannerError:

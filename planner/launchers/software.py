@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from planner.errors import PlannerError
+from planner.files import read_text
+from planner.launchers.common import software_record
+from planner.rules import Violation
+from planner.specs.software import FEATURES, first_release_with
 
 if TYPE_CHECKING:
     from planner.specs.software import SoftwareProfile
@@ -66,14 +71,10 @@ class SoftwareChoice:
     """Every --flag the launch text writes (for the release's flags_absent)."""
 
     def record(self) -> dict | None:
-        from planner.launchers.common import software_record
-
         if self.profile is None:
             return None
         out = software_record(self.profile, self.origin)
         if self.launch_needs:
-            from planner.specs.software import first_release_with
-
             needs = []
             for dest, feature in self.launch_needs:
                 first = first_release_with(feature, self.profile)
@@ -83,9 +84,6 @@ class SoftwareChoice:
 
     def violations(self) -> list:
         """A ``software-flag`` violation per launch flag the release does not have."""
-        from planner.rules import Violation
-        from planner.specs.software import FEATURES, first_release_with
-
         if self.profile is None:
             return []
         out = []
@@ -114,10 +112,6 @@ class SoftwareChoice:
 
 def read_launch_text(src) -> str | None:
     """The text of a read launch file (for its header), None where there is none."""
-    from pathlib import Path
-
-    from planner.files import read_text
-
     read = src.script or src.bridge or src.torchtitan
     if read is None:
         return None

@@ -18,8 +18,27 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerError
-from planner.specs.common import ascii_number
+from planner.files import MAX_SCRIPT_BYTES, read_text
+from planner.launchers.bash import run_script
 from planner.launchers.bridge.recipes import RECIPE_DEFAULTS, has_comm_overlap, model_for_recipe
+from planner.launchers.common import (
+    export_canonical,
+    header_disagreement,
+    launch_hardware,
+    launch_world,
+    torchrun_options,
+)
+from planner.launchers.megatron.read import (
+    assumptions_from_flags,
+    cuda_graphs_of,
+    full_recompute,
+    pipeline_from_flags,
+    selective_recompute,
+)
+from planner.specs.catalog import catalog_names, load_model, parse_yaml_text
+from planner.specs.common import ascii_number
+from planner.specs.job_input import resolve_job
+from planner.specs.plan import Offload, Plan
 
 # run_recipe.py's convenience options and the ConfigContainer field each sets (COMMON_OVERRIDE_FIELDS).
 CONVENIENCE = {
@@ -175,8 +194,6 @@ def read_bridge_text(text: str, label: str = "<file>", environ: dict | None = No
     stripped = text.lstrip()
     if label.endswith((".yaml", ".yml")) or _looks_like_yaml(stripped):
         return _from_yaml(text, label)
-    from planner.launchers.bash import run_script
-    from planner.launchers.common import torchrun_options
 
     run = run_script(text, environ=environ, args=args)
     found = [(c, next(i for i, w in enumerate(c.argv) if _is_runner(w)))
@@ -262,8 +279,6 @@ def _from_argv(argv: list[str], kind: str) -> BridgeArgs:
 
 
 def _from_yaml(text: str, label: str) -> BridgeArgs:
-    from planner.specs.catalog import parse_yaml_text
-
     # The one YAML reader: nesting and aliases capped, a duplicate key refused (as OmegaConf's
     # loader refuses it).
     data = parse_yaml_text(text, label, not_mapping="is YAML but not a mapping of ConfigContainer sections (model:, "
@@ -412,8 +427,6 @@ def launch_assumptions(args: BridgeArgs) -> dict:
     fuser through the Megatron reader's own rules (the Bridge fields are the TransformerConfig
     fields Megatron-LM's flags set), and FP8 attention (``model.fp8_dot_product_attention``, which
     megatron-core 0.19 has no flag for)."""
-    from planner.launchers.megatron.read import assumptions_from_flags
-
     val, _ = _lookup(args)
     name = mixed_precision_name(args, val)
     flags = {"fp8": "fp8" in name, "fp8_recipe": fp8_preset_recipe(name),
@@ -428,9 +441,6 @@ def launch_assumptions(args: BridgeArgs) -> dict:
 
 def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[str]]:
     """(plan mapping, job mapping, notes, fields taken from the recipe's defaults)."""
-    from planner.launchers.megatron.read import cuda_graphs_of, pipeline_from_flags, full_recompute, selective_recompute
-    from planner.specs.plan import Offload
-
     given = args.values
     val, used_defaults = _lookup(args)
     notes: list[str] = []
@@ -593,8 +603,6 @@ _ARCHITECTURE = {"num_layers", "hidden_size", "ffn_hidden_size", "num_attention_
 def _yaml_model(args: BridgeArgs):
     """The catalog model a whole-ConfigContainer YAML's model section describes (layers, width,
     heads, experts), or None."""
-    from planner.specs.catalog import catalog_names, load_model
-
     v = args.values
     if v.get("model.num_layers") is None or v.get("model.hidden_size") is None:
         return None
@@ -612,7 +620,6 @@ def _yaml_model(args: BridgeArgs):
 def read_source(source) -> tuple[str, str]:
     if not isinstance(source, Path):
         return source, "<file>"
-    from planner.files import MAX_SCRIPT_BYTES, read_text
 
     return read_text(source, "Megatron-Bridge launch", MAX_SCRIPT_BYTES), str(source)
 
@@ -623,11 +630,6 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
                     environ: dict | None = None, script_args=()) -> BridgeJob:
     """Read a Bridge launch (a Path, or its text) into the model, hardware, job and plan it runs;
     options given here win over what the file says."""
-    from planner.launchers.common import export_canonical, header_disagreement, launch_hardware, launch_world
-    from planner.specs.job_input import resolve_job
-    from planner.specs.catalog import load_model
-    from planner.specs.plan import Plan
-
     text, label = read_source(source)
     args = read_bridge_text(text, label, environ, script_args)
     _classify(args)

@@ -40,11 +40,15 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from planner import __version__
 from planner.launchers.bridge.recipes import BRIDGE_VERSION, has_comm_overlap, recipe_for
 from planner.launchers.bridge.rules import bridge_violations
 from planner.launchers.checks import check_with
+from planner.launchers.common import comment_text as _c
+from planner.launchers.common import gpus_per_node, prediction_lines, script_opening
 from planner.launchers.megatron.rules import megatron_offload_modules, own_violations
 from planner.rules import violations_error
+from planner.specs.layout import build_layout
 
 FP8_RECIPES = {"blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
 """planner's FP8 recipe per hardware -> Bridge's mixed_precision recipe name."""
@@ -83,8 +87,6 @@ def hydra_value(value) -> str:
 
 def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
     """(ConfigContainer field path, value) for every plan-relevant setting, in script order."""
-    from planner.specs.layout import build_layout
-
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
     out: list[tuple[str, object]] = [
         ("model.tensor_model_parallel_size", plan.tp),
@@ -165,8 +167,6 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
 
 def bridge_launch(setup, *, recipe: str | None = None, nproc_per_node: int | None = None) -> BridgeLaunch:
     """The run_recipe.py launch of a resolved setup; raises PlanRuleError naming the rule it breaks."""
-    from planner.launchers.common import gpus_per_node
-
     check_with(own_violations, "Megatron-LM", setup)
     found = bridge_violations(setup.model, recipe, setup.plan)
     if found:
@@ -188,10 +188,6 @@ def bridge_launch(setup, *, recipe: str | None = None, nproc_per_node: int | Non
 def export_bridge(setup, *, predictions: dict | None = None, recipe: str | None = None,
                   nproc_per_node: int | None = None) -> str:
     """A bash script running Megatron-Bridge's run_recipe.py with the plan's overrides."""
-    from planner import __version__
-    from planner.launchers.common import comment_text as _c
-    from planner.launchers.common import prediction_lines, script_opening
-
     launch = bridge_launch(setup, recipe=recipe, nproc_per_node=nproc_per_node)
     about = [
         f"# recipe: {_c(launch.recipe)} builds the model from its HuggingFace config and sets the data, optimizer",

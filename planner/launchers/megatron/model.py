@@ -33,7 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.specs.catalog import all_models, validate_spec
 from planner.specs.common import ascii_number
+from planner.specs.model import ModelSpec
+from planner.specs.overrides import describe, merge
 
 MAX_TOKENIZER_BYTES = 64 << 20
 
@@ -506,8 +509,6 @@ def match_catalog_model(hints: dict):
     A model that differs only in the MTP depth is the same architecture trained with another
     number of MTP modules (a training choice, as the DeepSeek-V3 GB200 guide runs V3 without
     MTP): it matches, with the flags' MTP depth."""
-    from planner.specs.catalog import all_models
-
     models = all_models()
     for model in models:
         if not hint_mismatches(model, hints):
@@ -587,11 +588,6 @@ def model_from_hints(hints: dict, name: str = "megatron-args", *, tokenizer: str
     """A ModelSpec built from the flags alone (when no catalog model matches). ``overrides`` sets
     model fields the flags cannot give (vocab_size); ``tokenizer`` is the --tokenizer-model or
     --vocab-file value, read for the vocabulary when --vocab-size is absent."""
-    from planner.specs.catalog import validate_spec
-    from planner.specs.model import ModelSpec
-
-    from planner.specs.overrides import describe, merge
-
     data = {k: v for k, v in hints.items() if k not in ("attention", "ffn", "moe")}
     data.update(name=name, source=["Megatron-LM command-line flags"])
     top = {k: v for k, v in (overrides or {}).items() if k not in ("attention", "ffn", "moe")}

@@ -23,16 +23,30 @@ Variables the script uses but does not set, and command substitutions it would r
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import PlannerError
-from planner.launchers.common import launch_world, torchrun_options
+from planner.errors import PlannerError, PlanRuleError
+from planner.files import MAX_SCRIPT_BYTES, read_text
+from planner.launchers.bash import run_script
+from planner.launchers.common import (
+    export_canonical,
+    header_disagreement,
+    launch_hardware,
+    launch_world,
+    torchrun_options,
+)
 from planner.launchers.megatron.flags import CHOICES, FLAGS, NUMERIC
 from planner.launchers.megatron.model import flag_int as _int
+from planner.launchers.megatron.model import hint_mismatches, match_catalog_model, model_from_hints, model_hints
+from planner.specs.catalog import load_model
 from planner.specs.common import ascii_number
-from planner.launchers.megatron.model import model_hints
+from planner.specs.job_input import resolve_job
+from planner.specs.layout import format_layout, parse_layout, uneven_layout_symbols
+from planner.specs.overrides import apply_overrides
+from planner.specs.plan import RECOMPUTE_MODULES, Offload, Plan
 
 if TYPE_CHECKING:
     from planner.specs.hardware import HardwareSpec
@@ -71,8 +85,6 @@ def read_script(text: str, environ: dict[str, str] | None = None, args: list[str
     """The pretrain_*.py arguments of a launch script (or the text itself when it is a bare
     argument list), with the environment and torchrun options in force for that command.
     ``environ`` and ``args`` are the script's environment and its $1, $2, ..."""
-    from planner.launchers.bash import run_script
-
     run = run_script(text, environ=environ, args=args)
     notes = list(run.notes)
     found = [(c, next(i for i, w in enumerate(c.argv) if _is_pretrain(w)))
@@ -343,8 +355,6 @@ class LayerCounts:
 
 
 def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | None:
-    from planner.specs.layout import format_layout, uneven_layout_symbols
-
     L = _int(v, "num_layers")
     mtp = _int(v, "mtp_num_layers", 0) or 0
     if v.get("pipeline_model_parallel_layout"):
@@ -352,8 +362,6 @@ def _layout_from_flags(v: dict, pp: int, vpp: int, notes: list[str]) -> str | No
     first = _int(v, "decoder_first_pipeline_num_layers")
     last = _int(v, "decoder_last_pipeline_num_layers")
     if (first is not None or last is not None) and L:
-        from planner.errors import PlanRuleError
-
         try:
             return format_layout(uneven_layout_symbols(LayerCounts(L, mtp), pp, vpp, first, last))
         except PlanRuleError:
@@ -382,8 +390,6 @@ def pipeline_from_flags(v: dict, pp: int, notes: list[str]) -> tuple[int, str | 
     """(vpp, layout) the pipeline flags give, as Megatron's validate_args derives them:
     --num-layers-per-virtual-pipeline-stage divides the layers per stage counting the embedding and
     the loss when --account-for-embedding/loss-in-pipeline-split count them."""
-    from planner.specs.layout import parse_layout
-
     L = _int(v, "num_layers")
     vpp = 1
     if v.get("pipeline_model_parallel_layout"):
@@ -404,8 +410,6 @@ def selective_recompute(mods: list[str], flag: str, unknown: list[str]) -> str:
     --recompute-modules gives; Megatron-Bridge passes model.recompute_modules to the same
     TransformerConfig): the modules planner models joined by '+', each other one added to
     ``unknown`` under ``flag``."""
-    from planner.specs.plan import RECOMPUTE_MODULES
-
     kept = [m for m in mods if m in RECOMPUTE_MODULES]
     unknown += [f"{flag} {m} (not modeled by planner)" for m in mods if m not in kept]
     return "+".join(kept) if kept else "none"
@@ -439,8 +443,6 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     ``gpus`` overrides the world size (otherwise torchrun's --nproc-per-node x --nnodes, or
     WORLD_SIZE from the script, or None); ``environ`` and ``args`` are the script's environment
     and positional arguments."""
-    from planner.specs.plan import Offload, Plan
-
     if isinstance(text_or_argv, str):
         cmd = read_script(text_or_argv, environ, args)
     else:
@@ -633,7 +635,6 @@ def read_source(source: str | Path) -> tuple[str, str]:
     at most 4 MiB of UTF-8, remembered as an input of the command), a str is the script itself."""
     if not isinstance(source, Path):
         return source, "<script>"
-    from planner.files import MAX_SCRIPT_BYTES, read_text
 
     return read_text(source, "launch script", MAX_SCRIPT_BYTES), str(source)
 
@@ -642,10 +643,6 @@ def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: 
     """(model, how it was chosen, note): --model when given, else the catalog model the flags
     match, else a model built from the flags (asking for the vocabulary when they lack it); the
     ``overrides`` (nested model fields, planner.specs.overrides) applied to whichever it is."""
-    from planner.launchers.megatron.model import match_catalog_model, model_from_hints
-    from planner.specs.catalog import load_model
-    from planner.specs.overrides import apply_overrides
-
     note = None
     if model_name:
         model, source = load_model(model_name), "--model"
@@ -662,8 +659,6 @@ def resolve_model(args: MegatronArgs, model_name: str | None = None, overrides: 
 
 def script_inputs(env: list[str] | None, args_text: str | None) -> tuple[dict[str, str], list[str]]:
     """--script-env NAME=VALUE items and --script-args text as the script's environment and $1..."""
-    import shlex
-
     environ = {}
     for item in env or []:
         name, eq, value = item.partition("=")
@@ -686,10 +681,6 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
 
     Options given here win over what the script says; ``environ`` and ``script_args`` are the
     script's environment and $1, $2, ...; ``model_overrides`` sets model fields (vocab_size)."""
-    from planner.launchers.common import export_canonical, header_disagreement, launch_hardware
-    from planner.launchers.megatron.model import hint_mismatches
-    from planner.specs.job_input import resolve_job
-
     text, label = read_source(source)
     args = plan_from_megatron_args(text, gpus=gpus, environ=environ, args=script_args)
     m, model_source, note = resolve_model(args, model, model_overrides)

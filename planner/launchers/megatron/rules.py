@@ -10,18 +10,29 @@ or message beside it names the file and check (``validate_args`` in megatron/tra
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from planner.errors import Violation
+from planner.errors import PlanRuleError, Violation
+from planner.launchers.megatron.model import flag_int as _int
+from planner.launchers.megatron.model import int_value, pattern_has_foreign_chars
+from planner.launchers.megatron.read import LayerCounts
+from planner.specs.layout import (
+    MAX_LAYOUT_SYMBOLS,
+    even_layout_symbols,
+    expand_layout,
+    parse_layout,
+    uneven_layout_symbols,
+)
 from planner.specs.schedule import schedule_named
 
 if TYPE_CHECKING:
+    from planner.launchers.megatron.read import MegatronArgs
     from planner.rules import Checked
     from planner.specs.hardware import HardwareSpec
     from planner.specs.job import Job
     from planner.specs.model import ModelSpec
-    from planner.launchers.megatron.read import MegatronArgs
     from planner.specs.plan import Degrees, Plan
 
 PLAN_RULES: dict[str, str] = {
@@ -57,10 +68,6 @@ def _expand_like_megatron(layout: str) -> list[str] | None:
     commas, one pass of '(group)*n' with a group free of ')' characters, then 'x*n'. None when
     Megatron's reading would grow past planner's bound on layouts (it repeats whatever precedes
     a '*n', so a string planner reads as small can unroll to gigabytes there)."""
-    import re
-
-    from planner.specs.layout import MAX_LAYOUT_SYMBOLS
-
     budget = [MAX_LAYOUT_SYMBOLS]
 
     class _TooLong(Exception):
@@ -86,8 +93,6 @@ def _expand_like_megatron(layout: str) -> list[str] | None:
 def _megatron_reads_as_planner(layout: str) -> bool:
     """Whether Megatron's parser expands ``layout`` to the stages planner reads (cached: the
     search checks every lever combination of one layout against the rules)."""
-    from planner.specs.layout import expand_layout
-
     return _expand_like_megatron(layout) == expand_layout(layout).split("|")
 
 
@@ -115,8 +120,6 @@ def megatron_offload_modules(model: ModelSpec, plan: Plan) -> list[str]:
 
 
 def _layout_symbols(plan: Plan, model: ModelSpec):
-    from planner.specs.layout import even_layout_symbols, parse_layout
-
     if plan.layout:
         return list(parse_layout(plan.layout))
     return list(even_layout_symbols(model, plan.pp, plan.vpp))
@@ -389,10 +392,6 @@ ARGS_RULES: dict[str, str] = {
 def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
     """Start-up checks on the flags themselves (what planner never emits but a hand-written
     script can contain). ``hw`` enables the environment checks that depend on the GPU."""
-    from planner.launchers.megatron.model import flag_int as _int
-    from planner.launchers.megatron.model import int_value
-    from planner.launchers.megatron.read import LayerCounts
-
     v = args.values
     out: list[Violation] = []
 
@@ -441,9 +440,6 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
         add("account-for-conflict", "--decoder-first/last-pipeline-num-layers cannot be combined with "
             "--account-for-embedding/loss-in-pipeline-split (TransformerConfig).")
     elif (first is not None or last is not None) and L and not v.get("pipeline_model_parallel_layout"):
-        from planner.errors import PlanRuleError
-        from planner.specs.layout import uneven_layout_symbols
-
         vpp = args.plan.vpp
         try:
             uneven_layout_symbols(LayerCounts(L, _int(v, "mtp_num_layers", 0) or 0), pp, vpp,
@@ -566,7 +562,6 @@ def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
                     "(initialize_model_parallel).")
     if v.get("multi_latent_attention") and v.get("group_query_attention"):
         add("mla-gqa-exclusive", "--multi-latent-attention excludes --group-query-attention (validate_args).")
-    from planner.launchers.megatron.model import pattern_has_foreign_chars
 
     if v.get("num_experts") and pattern_has_foreign_chars(str(v.get("moe_layer_freq", ""))):
         add("moe-layer-freq-syntax", f"--moe-layer-freq {v['moe_layer_freq']!r}: Megatron's _eval_pattern accepts only "

@@ -12,8 +12,14 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from planner import __version__
+from planner.errors import PlanRuleError
+from planner.launchers.allocator_env import allocator_environment
 from planner.launchers.checks import check_with
+from planner.launchers.common import comment_text as _c
+from planner.launchers.common import gpus_per_node, prediction_lines, script_opening
 from planner.launchers.megatron.rules import megatron_offload_modules, own_violations
+from planner.specs.layout import even_layout_symbols, format_layout, parse_layout, uneven_layout_symbols
 
 # Flags that need Transformer Engine at config time (TransformerConfig imports TE for them); the
 # CPU validation harness drops these and re-adds them, as launchers.md §2 recommends.
@@ -292,9 +298,6 @@ def layout_args(model, plan) -> tuple[list[str], str]:
     even split; --decoder-first/last-pipeline-num-layers (+ --num-virtual-stages-per-pipeline-rank)
     when the layout is exactly such an uneven split; --pipeline-model-parallel-layout otherwise.
     Returns the flags and the style name."""
-    from planner.errors import PlanRuleError
-    from planner.specs.layout import even_layout_symbols, format_layout, parse_layout, uneven_layout_symbols
-
     pp, vpp = plan.pp, plan.vpp
     if pp == 1:
         return [], "none"
@@ -431,13 +434,10 @@ def environment(hw, plan) -> tuple[dict[str, str], dict[str, str]]:
 
 def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaunch:
     """All flags for a resolved setup; raises PlanRuleError naming the rule Megatron would break."""
-    from planner.launchers.common import gpus_per_node
-
     check_with(own_violations, "Megatron-LM", setup)
     model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
     nproc = gpus_per_node(hw, job.gpus, nproc_per_node)
     env, why = environment(hw, plan)
-    from planner.launchers.allocator_env import allocator_environment
 
     alloc_env, alloc_why = allocator_environment(setup)
     env, why = {**env, **alloc_env}, {**why, **alloc_why}
@@ -493,9 +493,6 @@ def _bash_array(name: str, args: list[str]) -> str:
 
 
 def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: list[str], version: str) -> str:
-    from planner.launchers.common import comment_text as _c  # no value may end a comment line early
-    from planner.launchers.common import script_opening
-
     about = [
         "# Flags as in megatron-core 0.19.2. Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT",
         "# set by your scheduler, and MEGATRON_LM pointing at a Megatron-LM checkout. DATA_ARGS uses mock",
@@ -525,8 +522,5 @@ def render_script(setup, launch: MegatronLaunch, plan_text: str, pred_lines: lis
 
 def export_megatron(setup, *, predictions: dict | None = None, nproc_per_node: int | None = None) -> str:
     """The launch script text for a resolved setup."""
-    from planner import __version__
-    from planner.launchers.common import prediction_lines
-
     launch = megatron_launch(setup, nproc_per_node=nproc_per_node)
     return render_script(setup, launch, setup.plan.to_string(), prediction_lines(predictions or {}), __version__)

@@ -15,12 +15,27 @@ offload of FSDP) are listed, never dropped silently.
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerError, excerpt
-from planner.files import check_flow_nesting, nesting_error
+from planner.files import MAX_SCRIPT_BYTES, check_flow_nesting, nesting_error, read_text
+from planner.launchers.bash import run_script
+from planner.launchers.common import (
+    export_canonical,
+    header_disagreement,
+    launch_hardware,
+    launch_world,
+    torchrun_options,
+)
+from planner.launchers.torchtitan.rules import TORCHTITAN_CONFIGS
+from planner.launchers.torchtitan.toml import FLAVORS
+from planner.specs.catalog import load_model
+from planner.specs.job_input import resolve_job
+from planner.specs.layout import format_layout
+from planner.specs.plan import Plan
 from planner.specs.schedule import REGISTRY, by_torchtitan_name
 
 # planner's reading of each key, the 0.2.2 / 0.3.0 dataclass default where a file leaves it out.
@@ -113,8 +128,6 @@ class TorchtitanArgs:
 
 
 def read_toml_text(text: str, label: str) -> TorchtitanArgs:
-    import tomllib
-
     check_flow_nesting(text, label)  # tomllib recurses once per bracket
     try:
         data = tomllib.loads(text)
@@ -270,8 +283,6 @@ def _scalar(text: str, key: str):
 def read_torchtitan_text(text: str, label: str, environ=None, args=()) -> TorchtitanArgs:
     if label.endswith(".toml") or re.match(r"\s*(#.*\n\s*)*\[[A-Za-z_.]+\]", text):
         return read_toml_text(text, label)
-    from planner.launchers.bash import run_script
-    from planner.launchers.common import torchrun_options
 
     run = run_script(text, environ=environ, args=args)
     found = []
@@ -319,9 +330,6 @@ class TorchtitanJob:
 
 
 def _model_for(args: TorchtitanArgs):
-    from planner.launchers.torchtitan.rules import TORCHTITAN_CONFIGS
-    from planner.launchers.torchtitan.toml import FLAVORS
-
     if args.kind == "toml" or "model.name" in args.values:
         key = (args.values.get("model.name"), args.values.get("model.flavor"))
         for name, pair in FLAVORS.items():
@@ -340,8 +348,6 @@ def _model_for(args: TorchtitanArgs):
 
 
 def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, list[str], list[str]]:
-    from planner.specs.layout import format_layout
-
     v = args.values
     used_defaults: list[str] = []
     notes: list[str] = []
@@ -517,12 +523,6 @@ def job_from_torchtitan(source, *, model: str | None = None, hw: str | None = No
                         global_batch: int | None = None, seq_len: int | None = None, precision: str | None = None,
                         job_file=None, domain_fill=None, memory_margin_gib=None, environ=None,
                         script_args=()) -> TorchtitanJob:
-    from planner.files import MAX_SCRIPT_BYTES, read_text
-    from planner.launchers.common import export_canonical, header_disagreement, launch_hardware, launch_world
-    from planner.specs.job_input import resolve_job
-    from planner.specs.catalog import load_model
-    from planner.specs.plan import Plan
-
     if isinstance(source, Path):
         text, label = read_text(source, "torchtitan job", MAX_SCRIPT_BYTES), str(source)
     else:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.launchers.common import catalog_edits
 from planner.errors import Violation
+from planner.launchers.common import catalog_edits
 from planner.rules import violations_error
+from planner.specs.layout import build_layout
+from planner.specs.plan import default_schedule
 from planner.specs.schedule import REGISTRY, schedule_named
 
 if TYPE_CHECKING:
@@ -169,8 +171,6 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             hint="Use recompute=op (torchtitan's per-op selective AC), none or full.",
         ))
     elif rc.kind == "full" and rc.layers is not None:
-        from planner.specs.layout import build_layout
-
         try:
             most = max(s.num_layers for s in build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule).stages)
         except Exception:
@@ -255,8 +255,6 @@ def _schedule_violations(plan: Plan) -> list[Violation]:
     """torchtitan's schedule checks (distributed/pipeline_parallel.py 227-258): single-stage
     schedules (1F1B) need exactly one stage per rank, multi-stage ones at least two (ZBV and
     DualPipeV exactly two: the shared schedule-vpp rule); DualPipe is not among the schedules."""
-    from planner.specs.plan import default_schedule
-
     name = plan.schedule or default_schedule(plan.pp, plan.vpp)
     s = None if name is None else schedule_named(name)
     if s is not None and s.torchtitan is None:

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import json
 
+from planner import __version__
 from planner.errors import PlannerError, Violation
 from planner.launchers.checks import violations_with
-from planner.launchers.common import catalog_edits
-from planner.launchers.torchtitan.rules import own_violations
+from planner.launchers.common import catalog_edits, prediction_lines
+from planner.launchers.common import comment_text as _c
+from planner.launchers.torchtitan.rules import TORCHTITAN_SCHEDULES, own_violations, torchtitan_batch, torchtitan_dims
+from planner.launchers.torchtitan.write import _fqns
 from planner.rules import violations_error
 
 TORCHTITAN_TOML_VERSION = "0.2.2"
@@ -102,9 +105,6 @@ def _toml(value) -> str:
 
 def toml_sections(setup) -> dict[str, dict[str, object]]:
     """The job file as {section: {key: value}} (section names dotted as in TOML)."""
-    from planner.launchers.torchtitan.rules import TORCHTITAN_SCHEDULES, torchtitan_batch, torchtitan_dims
-    from planner.launchers.torchtitan.write import _fqns
-
     found = toml_violations(setup)
     if found:
         raise violations_error(found, f"torchtitan {TORCHTITAN_TOML_VERSION}")
@@ -155,10 +155,6 @@ def toml_sections(setup) -> dict[str, dict[str, object]]:
 
 def export_torchtitan_toml(setup, *, predictions: dict | None = None, torchtitan_config: str | None = None) -> str:
     """The TOML job file text (``torchtitan_config`` is 0.3.0's and has no use here)."""
-    from planner import __version__
-    from planner.launchers.common import comment_text as _c
-    from planner.launchers.common import prediction_lines
-
     sections = toml_sections(setup)
     job = setup.job
     lines = [

@@ -27,10 +27,17 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from planner.launchers.torchtitan.rules import (
-    TORCHTITAN_SCHEDULES, own_violations, torchtitan_batch, torchtitan_config_for, torchtitan_dims,
-)
+from planner import __version__
 from planner.launchers.checks import check_with
+from planner.launchers.common import comment_text as _c
+from planner.launchers.common import gpus_per_node, node_lines, prediction_lines, script_header
+from planner.launchers.torchtitan.rules import (
+    TORCHTITAN_SCHEDULES,
+    own_violations,
+    torchtitan_batch,
+    torchtitan_config_for,
+    torchtitan_dims,
+)
 
 
 @dataclass
@@ -66,8 +73,6 @@ def _fqns(setup) -> list[str]:
 def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
                       nproc_per_node: int | None = None) -> TorchtitanLaunch:
     """All overrides for a resolved setup; raises PlanRuleError listing what torchtitan lacks."""
-    from planner.launchers.common import gpus_per_node
-
     check_with(own_violations, "torchtitan", setup, torchtitan_config=torchtitan_config)
     model, job, plan, deg = setup.model, setup.job, setup.plan, setup.deg
     cfg = torchtitan_config_for(model, torchtitan_config)
@@ -110,10 +115,6 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
 def export_torchtitan(setup, *, predictions: dict | None = None, torchtitan_config: str | None = None,
                       nproc_per_node: int | None = None) -> str:
     """A bash script running torchtitan's trainer with the plan's overrides."""
-    from planner import __version__
-    from planner.launchers.common import comment_text as _c  # no value may end a comment line early
-    from planner.launchers.common import node_lines, prediction_lines, script_header
-
     launch = torchtitan_launch(setup, torchtitan_config=torchtitan_config, nproc_per_node=nproc_per_node)
     lines = script_header(setup, f"torchtitan 0.3.0 launch written by planner {_c(__version__)} "
                           "(planner export --format torchtitan).", setup.plan.to_string(), [])
