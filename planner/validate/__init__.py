@@ -23,9 +23,12 @@ PUBLISHED_RUNS = Path(__file__).resolve().parents[2] / "tests" / "data" / "publi
 
 def validate_file(path, calibration=None) -> dict:
     """The report JSON of a runs file."""
-    from planner.validate.evaluate import evaluate_runs
-    from planner.validate.report import build
-    from planner.validate.runs import load_runs
+    # Lazy: planner.validate.bands (read by the search's tie resolution, planner.search.ties) runs this
+    # __init__; module-level imports here would load the evaluator and the search driver with it
+    # (a cycle search -> validate -> search).
+    from planner.validate.evaluate import evaluate_runs  # noqa: PLC0415
+    from planner.validate.report import build  # noqa: PLC0415
+    from planner.validate.runs import load_runs  # noqa: PLC0415
 
     path = Path(path)
     results = evaluate_runs(load_runs(path), calibration)
@@ -34,9 +37,9 @@ def validate_file(path, calibration=None) -> dict:
 
 def search_file(path, calibration: str | None = None, progress=None) -> dict:
     """The search-mode report JSON of a runs file (``planner validate --search --json``)."""
-    from planner.validate.evaluate import evaluate_runs
-    from planner.validate.runs import load_runs
-    from planner.validate.searched import build_search, search_runs
+    from planner.validate.evaluate import evaluate_runs  # noqa: PLC0415
+    from planner.validate.runs import load_runs  # noqa: PLC0415
+    from planner.validate.searched import build_search, search_runs  # noqa: PLC0415
 
     path = Path(path)
     rows = search_runs(evaluate_runs(load_runs(path)), calibration, progress)

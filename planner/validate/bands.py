@@ -15,11 +15,13 @@ step time is the predicted one times (1 + error).
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from planner.specs.catalog import catalog_root
 from planner.units import fmt_time, signed_zero
 
 BANDS_FILE = "results/validation/error-bands.json"
@@ -64,10 +66,6 @@ def bands_from_report(report: dict) -> dict:
 @lru_cache(maxsize=1)
 def load_bands() -> dict | None:
     """The committed bands, or None where the file is not installed."""
-    import json
-
-    from planner.specs.catalog import catalog_root
-
     path = Path(catalog_root()) / BANDS_FILE
     if not path.is_file():
         return None

@@ -22,7 +22,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.cost.compose import costs_of
+from planner.cost.flops import megatron_model_flops
+from planner.cost.memory import memory_report
+from planner.cost.setup import Assumptions, resolve_setup
+from planner.cost.time import time_report
 from planner.errors import PlannerError
+from planner.launchers.common import export_canonical
+from planner.launchers.megatron.read import assumptions_from_flags, job_from_script
+from planner.launchers.registry import default_software
+from planner.specs.catalog import load_hardware, load_model, load_software, validate_spec
+from planner.specs.job_input import resolve_job
+from planner.specs.overrides import apply_overrides
+from planner.specs.plan import Plan
+from planner.specs.software import software_violations
 from planner.validate.runs import HOPPER, RunSpec
 
 GiB = 2**30
@@ -131,8 +144,6 @@ def _round(d: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 def _apply_overrides(model, overrides: dict):
-    from planner.specs.overrides import apply_overrides
-
     return apply_overrides(model, overrides, "the run's model_overrides")
 
 
@@ -142,9 +153,6 @@ def _has_architecture(text: str) -> bool:
 
 def _plan_disagreements(run: RunSpec, read_plan, model, hw, job) -> list[str]:
     """Keys of the run's plan string that the reader read differently from the flags."""
-    from planner.launchers.common import export_canonical
-    from planner.specs.plan import Plan
-
     given = Plan.parse(run.plan)
     keys = [part.split("=", 1)[0].strip() for part in run.plan.split(",") if "=" in part]
     try:
@@ -163,11 +171,6 @@ def _plan_disagreements(run: RunSpec, read_plan, model, hw, job) -> list[str]:
 
 def resolve_run(run: RunSpec):
     """(model, hardware, job, plan, assumptions, reader) of an evaluable run."""
-    from planner.cost.setup import Assumptions
-    from planner.specs.job_input import resolve_job
-    from planner.specs.catalog import load_hardware, load_model, validate_spec
-    from planner.specs.plan import Plan
-
     hw = load_hardware(run.hardware)
     assumptions = validate_spec(Assumptions, dict(run.assumptions), "assumptions", f"run '{run.name}'")
     if run.precision == "nvfp4":
@@ -177,14 +180,11 @@ def resolve_run(run: RunSpec):
         raise PlannerError(f"The run does not give {', '.join(missing)}.")
     reader = None
     if run.megatron_args:
-        from planner.launchers.megatron.read import job_from_script
-
         arch = _has_architecture(run.megatron_args)
         # Runs that happened are predicted at the edge: the planning margin has no part in "did it fit".
         sj = job_from_script(run.megatron_args, model=None if arch else run.model, hw=run.hardware, gpus=run.gpus,
                              model_overrides=dict(run.model_overrides) or None, memory_margin_gib=0.0)
         model, job, plan = sj.model, sj.job, sj.plan
-        from planner.launchers.megatron.read import assumptions_from_flags
 
         flagged = {k: v for k, v in assumptions_from_flags(sj.args.values).items() if k not in run.assumptions}
         if flagged:
@@ -234,9 +234,6 @@ def run_software(run: RunSpec, default: str | None = None):
     """(profile, origin) of the release a run is evaluated with: its ``software_profile``, else
     ``default`` (validate --software), else the newest release of its launcher (torchtitan where the
     run's software or plan is torchtitan's, Megatron-Core otherwise), said as a default."""
-    from planner.launchers.registry import default_software
-    from planner.specs.catalog import load_software
-
     if run.software_profile:
         return load_software(run.software_profile), "the runs file"
     if default is not None:
@@ -262,20 +259,11 @@ def evaluate_run(run: RunSpec, calibration=None, software: str | None = None) ->
             res = RunResult(run.name, "not evaluated", exc.paragraph(), run)
     res.software, res.software_origin = profile.name, origin
     if res.evaluated and res.plan is not None:
-        from planner.specs.plan import Plan
-        from planner.specs.software import software_violations
-
         res.software_lacks = [v.message for v in software_violations(Plan.parse(res.plan), profile)]
     return res
 
 
 def _evaluate(run: RunSpec, calibration) -> RunResult:
-    from planner.cost.compose import costs_of
-    from planner.cost.flops import megatron_model_flops
-    from planner.cost.memory import memory_report
-    from planner.cost.setup import resolve_setup
-    from planner.cost.time import time_report
-
     model, hw, job, plan, assumptions, reader = resolve_run(run)
     setup = resolve_setup(model, hw, job, plan, assumptions)
     costs = costs_of(setup, calibration)

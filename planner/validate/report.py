@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from planner import __version__
+from planner.errors import PlannerError
+from planner.report.plots import _plt
 from planner.validate.evaluate import RunResult
 from planner.validate.ranking import ranking_json
 from planner.validate.summary import SUBSETS, TARGETS, class_order, summarize, targets_met
@@ -33,8 +36,6 @@ def _num(x: float | None, nd: int = 0) -> str:
 
 def build(results: list[RunResult], runs_label: str) -> dict:
     """The report's JSON object (no timings: same inputs, same bytes)."""
-    from planner import __version__
-
     summary = summarize(results)
     mem = summarize(results, "peak_reserved")
     evaluated = [r for r in results if r.evaluated]
@@ -284,8 +285,6 @@ def text_table(report: dict) -> str:
 def plot(report: dict, path: Path) -> Path:
     """Predicted against measured tokens/s per GPU (log-log), one colour per class, hollow markers for
     the calibration subset, the +-10 % and +-25 % bands."""
-    from planner.report.plots import _plt
-
     plt = _plt()
     runs = [r for r in report["runs"] if r["status"] == "evaluated"]
     classes = sorted({r["class"] for r in runs}, key=class_order)
@@ -319,8 +318,6 @@ def plot(report: dict, path: Path) -> Path:
     try:
         fig.savefig(path)
     except OSError as exc:
-        from planner.errors import PlannerError
-
         raise PlannerError(f"Cannot write the plot to '{path}': {exc.strerror or exc}.",
                            hint="Give a path in a folder that exists and is writable.") from None
     finally:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from planner.errors import PlannerError
+from planner.specs.catalog import read_yaml, validate_spec
 from planner.specs.common import Spec
 from planner.specs.model import Name
 
@@ -127,8 +128,6 @@ class RunsFile(Spec):
 
 def load_runs(path: Path | str) -> list[RunSpec]:
     """The runs of a runs file; a malformed file is a one-paragraph PlannerError naming the run and key."""
-    from planner.specs.catalog import read_yaml, validate_spec
-
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict) or "runs" not in data:

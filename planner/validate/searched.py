@@ -26,8 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner import __version__
+from planner.cost.setup import resolve_setup
 from planner.errors import PlannerError
-from planner.validate.evaluate import RunResult
+from planner.launchers.registry import launcher, launcher_violations
+from planner.search.driver import Options, run_search
+from planner.search.space import Limits
+from planner.specs.catalog import load_software
+from planner.validate.evaluate import RunResult, resolve_run
 from planner.validate.summary import Stats, class_order, stats_of
 
 PINNED = ("tp", "cp", "pp", "vpp", "ep", "etp")
@@ -220,12 +226,6 @@ def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun
     """The search for one evaluated run, its degrees pinned (or why it was not searched)."""
     if not recipe.evaluated:
         return SearchedRun(recipe, "not searched", f"the recipe was not evaluated: {recipe.reason}")
-    from planner.cost.setup import resolve_setup
-    from planner.launchers.registry import launcher, launcher_violations
-    from planner.search.driver import Options, run_search
-    from planner.search.space import Limits
-    from planner.specs.catalog import load_software
-    from planner.validate.evaluate import resolve_run
 
     model, hw, job, plan, assumptions, _ = resolve_run(recipe.run)
     if calibration is not None:
@@ -313,8 +313,6 @@ SIGN = ("signed error = the best plan's predicted / measured - 1 on tokens/s per
 
 def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
     """The search-mode report's JSON (no timings: same inputs, same bytes)."""
-    from planner import __version__
-
     s = summarize_search(rows)
     searched = [r for r in rows if r.searched]
     return {
