@@ -144,3 +144,42 @@ def test_issue_39_acceptance_in_search_mode_as_it_stands():
     report = build_search(rows, "published_runs.yaml")
     assert report["counts"]["searched"] + report["counts"]["search_failed"] + report["counts"]["not_searched"] == \
         report["counts"]["runs"]
+
+
+def test_the_gain_is_decomposed_one_changed_key_at_a_time():
+    """Each key the search's plan changes is applied alone to the recipe's plan and evaluated as the
+    whole plans are: full recompute alone costs time, a key the best plan keeps is not listed."""
+    from planner.cost.evaluate import plan_evaluation
+    from planner.cost.setup import resolve_setup
+    from planner.validate.evaluate import resolve_run
+    from planner.validate.searched import lever_decomposition
+
+    run = _runs({"mb2511-llama3-8b-b200-fp8cs-8gpu"})[0]
+    model, hw, job, plan, assumptions, _ = resolve_run(run)
+    setup = resolve_setup(model, hw, job, plan, assumptions)
+    best = setup.plan.replace(recompute="full", moments="bf16" if str(setup.plan.moments) == "fp32" else "fp32")
+    d = lever_decomposition(setup, best)
+    assert [lv["lever"] for lv in d["levers"]] == ["recompute", "moments"]
+    full = d["levers"][0]
+    assert full["from"] == str(setup.plan.recompute) and full["to"] == "full" and full["gain"] < 0
+    alone = plan_evaluation(resolve_setup(model, hw, job, setup.plan.replace(recompute="full"), assumptions))
+    assert full["gain"] == pytest.approx(alone["time"]["tokens_per_s_per_gpu"] / d["recipe"]["tokens_per_s_per_gpu"] - 1,
+                                         rel=1e-4)
+    assert d["recipe"]["fits"] and d["recipe"]["headroom_gib"] > 0 and d["best"]["headroom_gib"] > d["recipe"]["headroom_gib"]
+
+
+def test_the_lever_table_pools_each_change_over_counted_runs():
+    from planner.validate.searched import lever_table
+
+    def row(name, *levers):
+        return {"name": name, "decomposition": {"levers": [dict(zip(("lever", "from", "to", "gain", "fits"), lv))
+                                                           for lv in levers]}}
+    rows = [row("a", ("mbs", "1", "2", 0.10, True), ("moments", "fp32", "bf16", 0.0, False)),
+            row("b", ("mbs", "1", "2", 0.50, False)), row("c", ("mbs", "1", "2", 0.20, True)),
+            row("d", ("mbs", "1", "4", 0.90, True))]
+    table = {(t["lever"], t["from"], t["to"]): t for t in lever_table(rows)}
+    assert table["mbs", "1", "2"] == {"lever": "mbs", "from": "1", "to": "2", "runs": 3, "median_gain": 0.2,
+                                      "max_gain": 0.5, "max_run": "b", "not_fitting": 1}
+    assert table["mbs", "1", "4"]["runs"] == 1 and table["moments", "fp32", "bf16"]["not_fitting"] == 1
+    # The most gain credited over all runs first: 1 -> 4 (0.9 on one run) before 1 -> 2 (0.8 on three).
+    assert [(t["lever"], t["to"]) for t in lever_table(rows)] == [("mbs", "4"), ("mbs", "2"), ("moments", "bf16")]

@@ -44,6 +44,11 @@ LOSS_TOLERANCE = 1e-4
 """Relative shortfall below which the search's plan counts as fast as the recipe's: the search
 ranks by its integer tables (one microsecond per term, planner.search.driver.ESTIMATE_TOLERANCE)."""
 
+DECOMPOSE_ABOVE = 0.10
+"""The gain over the recipe above which a run's search plan is decomposed lever by lever (issue 39:
+NVIDIA's recipes are tuned, so a predicted gain this large is most likely a lever the model
+over-credits, or one whose memory lets a plan fit that does not)."""
+
 BEYOND = 0.25
 TARGETS = {"median_abs": 0.10, "class_median": 0.10, "beyond": BEYOND, "max_beyond": 3}
 """Issue 39's acceptance for search mode on the bundled runs: median |signed error| <= 10 %, each
@@ -72,6 +77,8 @@ class SearchedRun:
     """The search's space (solver JSON ``space``: degrees, schedules, levers offered)."""
     losses: list[str] = field(default_factory=list)
     """Why the search could not find the recipe's plan, where it lost to it."""
+    decomposition: dict = field(default_factory=dict)
+    """Where the search gains more than :data:`DECOMPOSE_ABOVE`: :func:`lever_decomposition`."""
     seconds: float = 0.0
     """Wall time of the search (kept out of the JSON: the report is byte-stable)."""
 
@@ -133,6 +140,8 @@ class SearchedRun:
             out.update(best_plan=self.best_plan, best={k: r(v) for k, v in self.best.items()},
                        error=r(self.error), gain=r(self.gain), changed=changed_keys(self.recipe_plan_json,
                                                                                      self.best_plan_json))
+        if self.decomposition:
+            out["decomposition"] = self.decomposition
         if self.lost:
             out["lost_to_recipe"] = True
             out["loss_reasons"] = list(self.losses)
@@ -221,6 +230,64 @@ def suspected(s: SearchedRun) -> str:
             f"(the recipe is predicted {100 * re:+.0f}%)")
 
 
+def _fit_of(evaluation: dict) -> dict:
+    """A plan evaluation's predicted tokens/s per GPU and whether (by how much) it fits."""
+    mem = evaluation["memory"]
+    return {"tokens_per_s_per_gpu": _r6(evaluation["time"]["tokens_per_s_per_gpu"]), "fits": bool(mem["fits"]),
+            "headroom_gib": _r6(mem["headroom_bytes"] / 2**30)}
+
+
+def lever_decomposition(setup, best_plan) -> dict:
+    """The search's plan taken apart: each key where it differs from the recipe's plan applied alone
+    to the recipe's plan, with the gain that one change is predicted to buy (its tokens/s per GPU
+    over the recipe's - 1) and whether that plan fits; the recipe's and the best plan's fit beside.
+    Every plan is evaluated the same way (planner.cost.evaluate.plan_evaluation), so a lever's gain
+    is the model's credit for it alone; gains that multiply to far less than the whole point at an
+    interaction instead. A change that cannot stand alone (it breaks a plan check) says why."""
+    from planner.cost.evaluate import plan_evaluation
+    from planner.cost.setup import resolve_setup
+
+    def evaluate(plan) -> dict:
+        s = resolve_setup(setup.model, setup.hw, setup.job, plan, setup.assumptions)
+        return _fit_of(plan_evaluation(s))
+
+    recipe = _fit_of(plan_evaluation(setup))
+    base = recipe["tokens_per_s_per_gpu"]
+    levers = []
+    for key, (was, now) in changed_keys(setup.plan.to_json(), best_plan.to_json()).items():
+        row: dict[str, Any] = {"lever": key, "from": str(was), "to": str(now)}
+        try:
+            alone = evaluate(setup.plan.replace(**{key: getattr(best_plan, key)}))
+        except PlannerError as exc:
+            row["unevaluated"] = exc.paragraph().split(". ")[0]
+        else:
+            row.update(gain=_r6(alone["tokens_per_s_per_gpu"] / base - 1) if base else None,
+                       fits=alone["fits"], headroom_gib=alone["headroom_gib"])
+        levers.append(row)
+    return {"recipe": recipe, "best": evaluate(best_plan), "levers": levers}
+
+
+def lever_table(rows: list[dict]) -> list[dict]:
+    """Per lever change (key, from -> to) over the decomposed runs: how many, the median and the
+    largest gain the model credits it with alone (and on which run), how many of those one-change
+    plans do not fit; the changes credited the most gain summed over the runs first."""
+    by: dict[tuple[str, str, str], list[tuple[str, dict]]] = {}
+    for r in rows:
+        for lv in (r.get("decomposition") or {}).get("levers", []):
+            if lv.get("gain") is not None:
+                by.setdefault((lv["lever"], lv["from"], lv["to"]), []).append((r["name"], lv))
+    out = []
+    for (key, was, now), items in by.items():
+        gains = [lv["gain"] for _, lv in items]
+        worst_run, worst = max(items, key=lambda it: it[1]["gain"])
+        out.append({"lever": key, "from": was, "to": now, "runs": len(items), "median_gain": _r6(statistics.median(gains)),
+                    "max_gain": worst["gain"], "max_run": worst_run,
+                    "not_fitting": sum(not lv["fits"] for _, lv in items), "total": sum(gains)})
+    # The changes credited most over all runs first: the likeliest over-credits.
+    out.sort(key=lambda x: (-x["total"], x["lever"], x["from"], x["to"]))
+    return [{k: v for k, v in x.items() if k != "total"} for x in out]
+
+
 # ---------------------------------------------------------------------------------------------
 def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun:
     """The search for one evaluated run, its degrees pinned (or why it was not searched)."""
@@ -255,6 +322,8 @@ def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun
     out.best = {"tokens_per_s_per_gpu": ev["time"]["tokens_per_s_per_gpu"], "step_time_s": ev["time"]["step_time_s"],
                 "peak_reserved_gib": ev["memory"]["peak_bytes"] / 2**30}
     out.space = found.solver.get("space", {})
+    if (out.gain or 0) > DECOMPOSE_ABOVE:
+        out.decomposition = lever_decomposition(setup, best.plan)
     if out.lost:
         out.losses = loss_reasons(recipe, out.recipe_plan_json, out.space, breaks, out.best_plan_json)
     return out
@@ -315,6 +384,7 @@ def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
     """The search-mode report's JSON (no timings: same inputs, same bytes)."""
     s = summarize_search(rows)
     searched = [r for r in rows if r.searched]
+    runs = [r.to_json() for r in rows]
     return {
         "runs_file": runs_label,
         "planner_version": __version__,
@@ -331,7 +401,8 @@ def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
         "beyond_25pct": [{"name": n, "error": _r6(e), "suspected": why} for n, e, why in s["beyond"]],
         "lost_to_recipe": [{"name": n, "gain": _r6(g), "why": why} for n, g, why in s["lost"]],
         "targets": {"definition": dict(TARGETS), "met": targets_met(s)},
-        "runs": [r.to_json() for r in rows],
+        "levers": lever_table([j for j in runs if j["counted"]]),
+        "runs": runs,
     }
 
 
@@ -345,6 +416,40 @@ def _num(x: float | None) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def _gib(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.1f} GiB"
+
+
+def _lever_alone(lv: dict) -> str:
+    head = f"{lv['lever']} {lv['from']} -> {lv['to']}"
+    if "unevaluated" in lv:
+        return f"{head}: not alone ({lv['unevaluated']})"
+    return f"{head} {_pct(lv['gain'])}" + ("" if lv["fits"] else " (does not fit)")
+
+
+def _lever_markdown(report: dict) -> list[str]:
+    """The gains decomposed: per lever change over the runs, then per run."""
+    decomposed = [r for r in report["runs"] if r.get("decomposition") and r["counted"]]
+    lines = ["", "## Where the search's gains come from, lever by lever", "",
+             f"For each counted run where the search's plan is predicted more than {100 * DECOMPOSE_ABOVE:.0f}% faster "
+             f"than the recipe's ({len(decomposed)} runs), each key the search changed applied alone to the recipe's "
+             "plan: the gain the model credits that change with by itself, and whether that plan fits (headroom: "
+             "usable HBM less the predicted reserved peak; negative does not fit). A lever whose gain was never "
+             "measured and is large here is the first suspect of an over-credit; the changes credited the most gain "
+             "summed over the runs first.", "",
+             "| lever change | runs | median gain alone | largest gain alone (run) | not fitting alone |",
+             "|---|---:|---:|---|---:|"]
+    lines += [f"| {lv['lever']} {_cell(lv['from'])} -> {_cell(lv['to'])} | {lv['runs']} | {_pct(lv['median_gain'])} | "
+              f"{_pct(lv['max_gain'])} ({lv['max_run']}) | {lv['not_fitting']} |" for lv in report.get("levers", [])]
+    lines += ["", "Per run (gain of the whole plan; each change alone; the recipe's and the search's headroom):", ""]
+    for r in decomposed:
+        d = r["decomposition"]
+        parts = [_lever_alone(lv) for lv in d["levers"]]
+        lines.append(f"- {r['name']}: {_pct(r['gain'])}; " + "; ".join(parts) + f"; headroom recipe "
+                     f"{_gib(d['recipe']['headroom_gib'])}, search's plan {_gib(d['best']['headroom_gib'])}")
+    return lines
 
 
 def search_markdown(report: dict, command: str) -> str:
@@ -382,6 +487,7 @@ def search_markdown(report: dict, command: str) -> str:
                                                                   for k, v in met.items()) + ".", ""]
     lines += ["## Runs beyond +-25 %", ""]
     lines += [f"- {b['name']}: {_pct(b['error'])}; suspected: {b['suspected']}" for b in report["beyond_25pct"]] or ["None."]
+    lines += _lever_markdown(report)
     lines += ["", "## Where the search loses to the recipe", ""]
     lines += [f"- {x['name']}: gain {_pct(x['gain'])}; " + "; ".join(x["why"]) for x in report["lost_to_recipe"]] \
         or ["Nowhere: on every run the search finds a plan predicted at least as fast as the recipe's."]
@@ -432,5 +538,5 @@ def search_text(report: dict) -> str:
     return "\n".join(out)
 
 
-__all__ = ["build_search", "search_markdown", "search_text", "SearchedRun", "search_run", "search_runs", "summarize_search", "targets_met", "pinned_fix",
+__all__ = ["lever_decomposition", "lever_table", "DECOMPOSE_ABOVE", "build_search", "search_markdown", "search_text", "SearchedRun", "search_run", "search_runs", "summarize_search", "targets_met", "pinned_fix",
            "outside_space", "loss_reasons", "suspected", "changed_keys", "PINNED", "TARGETS", "LOSS_TOLERANCE"]
