@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner import __version__
+from planner.cost.evaluate import plan_evaluation
 from planner.cost.setup import resolve_setup
 from planner.errors import PlannerError
 from planner.launchers.registry import launcher, launcher_violations
@@ -244,9 +245,6 @@ def lever_decomposition(setup, best_plan) -> dict:
     Every plan is evaluated the same way (planner.cost.evaluate.plan_evaluation), so a lever's gain
     is the model's credit for it alone; gains that multiply to far less than the whole point at an
     interaction instead. A change that cannot stand alone (it breaks a plan check) says why."""
-    from planner.cost.evaluate import plan_evaluation
-    from planner.cost.setup import resolve_setup
-
     def evaluate(plan) -> dict:
         s = resolve_setup(setup.model, setup.hw, setup.job, plan, setup.assumptions)
         return _fit_of(plan_evaluation(s))
