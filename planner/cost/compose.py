@@ -33,11 +33,14 @@ import numpy as np
 from planner.cost.arrays import Num
 from planner.cost.comm import CommCost, CommFlags, block_comm, ep_dispatch_combine, pp_p2p_time
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
-from planner.cost.constant import ConstantMemory, RankParams, block_params, constant_bytes, rank_params_of
+from planner.cost.constant import (
+    ConstantMemory, RankParams, block_params, constant_bytes, embedding_head_params, rank_params_of,
+)
 from planner.cost.flops import BF16, Shard, model_shape
 from planner.cost.pieces import (
-    ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes, optimizer_transient_of,
-    comm_lines, peak_over_profiles, span_crossings, stranded_expert_bytes, workload_reserved,
+    ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes,
+    optimizer_transient_of, comm_lines, peak_over_profiles, span_crossings, stranded_expert_bytes, workload_reserved,
+    graph_scope_bytes,
 )
 from planner.cost.pipeline import (
     BlockCost, RankCost, data_parallel, dp_exposure, optimizer_shard,
@@ -46,11 +49,15 @@ from planner.cost.pipeline import (
 from planner.cost.phases import block_layer, wgrad_bytes
 from planner.cost.rates import Rates, rates_for, under_graphs
 from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
-from planner.cost.schedules.inflight import MEGATRON_ORDERS
+from planner.cost.schedules import schedule
+from planner.cost.schedules.inflight import MEGATRON_ORDERS, held_matrix
 from planner.cost.schedules.timing import LayerTimes
+from planner.cost.setup import allocator_fraction, allocator_workload
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
+from planner.cost.walked import chunk_blocks_of, walk_name, walk_plans
+from planner.specs.efficiency import load_efficiency
 from planner.specs.layout import PipelineLayout, build_layout
-from planner.specs.plan import CudaGraphs, Degrees, EpOverlap, Plan, Recompute, Sharding
+from planner.specs.plan import CudaGraphs, Degrees, EpOverlap, Plan, Recompute, Sharding, default_schedule
 
 # ---------------------------------------------------------------------------------------------
 # Typed levers.
@@ -250,8 +257,6 @@ class CostContext:
         self.keys = keys
         self.rates = rates
         self.ms = model_shape(model)
-        from planner.specs.efficiency import load_efficiency
-
         self.efficiency = load_efficiency(hw.generation)
         self.memo: dict = {}
         self._blocks_from: tuple | None = None
@@ -310,8 +315,6 @@ class CostContext:
     @cached_property
     def allocator_workload(self):
         """The workload model of the reserved gap, or None (planner.cost.setup.allocator_workload)."""
-        from planner.cost.setup import allocator_workload
-
         return allocator_workload(self.efficiency.memory, self.assumptions)
 
     @property
@@ -436,8 +439,6 @@ def least_constant_bytes(model, layout: PipelineLayout, cols: dict, options) -> 
     """(pp, keys) bytes: per pipeline rank of ``layout`` and key (``cols``: integer columns tp, cp,
     ep, etp, dp, edp), the least weights, gradients and optimizer states of one GPU over
     ``options``, (sharding, moments, offload, grad_reduce) tuples (the search's memory bound)."""
-    from planner.cost.constant import RankParams
-
     n, pp = len(cols["tp"]), layout.pp
     per = [rank_params_of(model, layout, r, cols["tp"], cols["etp"], cols["ep"]) for r in range(pp)]
     # every rank's parameters side by side: one composition per lever option
@@ -463,9 +464,6 @@ def memory_limits(hw, job, assumptions) -> tuple[float, float]:
     """(capacity, allocator fraction): usable HBM less the CUDA context, the user's margin and an
     explicit allocator margin; and the reserved-over-allocated fraction of the allocator settings
     (0 when the margin is given in bytes)."""
-    from planner.cost.setup import allocator_fraction
-    from planner.specs.efficiency import load_efficiency
-
     mem = load_efficiency(hw.generation).memory
     cap = hw.gpu.hbm_usable_bytes.value - mem.cuda_context_bytes.value - margin_bytes(hw, job)
     if assumptions.allocator_margin_bytes is not None:
@@ -477,8 +475,6 @@ class _Probe:
     """What :func:`planner.cost.rates.rates_for` reads of a setup."""
 
     def __init__(self, model, hw, job, assumptions):
-        from planner.specs.efficiency import load_efficiency
-
         self.model, self.hw, self.job, self.assumptions = model, hw, job, assumptions
         self.efficiency = load_efficiency(hw.generation)
 
@@ -655,8 +651,6 @@ def layout_batches(ctx: CostContext, structs, base: Levers, walk: bool = False) 
     """One batch per pipeline layout ``(pp, vpp, layout, schedule)`` of the context's keys
     (``structs`` in key-table order), rows sorted by micro-batch count (equal counts share
     schedule profiles); the schedules the closed forms do not cover are estimated unless ``walk``."""
-    from planner.specs.plan import default_schedule
-
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(structs):
         name = getattr(s, "schedule", None) or default_schedule(s.pp, s.vpp)
@@ -937,8 +931,6 @@ class Costs:
     def walked(self) -> list:
         """The plans whose forward/backward phase comes from the schedule walk, with its result
         (:func:`planner.cost.walked.walk_plans`; empty when the closed forms cover every plan)."""
-        from planner.cost.walked import walk_plans
-
         return self._memo("walked", self._compute_levers(), fn=lambda: walk_plans(self))
 
     def p2p_seconds(self) -> np.ndarray:
@@ -955,8 +947,6 @@ class Costs:
         return self._memo("wgrad_kept", r, self._compute_levers(), fn=lambda: self._wgrad_kept(r))
 
     def _wgrad_kept(self, r: int) -> np.ndarray:
-        from planner.cost.walked import chunk_blocks_of
-
         b = self.batch
         nk = b.n_keys
         keys = self.ranks()[r].keys
@@ -1011,8 +1001,6 @@ class Costs:
     def _dp_volume(self, r: int, kind: str) -> tuple:
         """(gradient, parameter-gather) seconds of rank ``r``'s sync per key, in the plan's
         gradient and parameter-gather dtypes (FP8 gathers leave the embedding and head in bf16)."""
-        from planner.cost.constant import embedding_head_params
-
         lv, b = self.lv, self.batch
         fp8 = lv.param_gather == "fp8"
         bf16_dense = embedding_head_params(self.ctx.model, b.layout, r, self.key_deg().tp) if fp8 else 0.0
@@ -1206,8 +1194,6 @@ class Costs:
         return self._memo("graph_pool", r, graphs, self._row("ep_overlap"), fn=lambda: self._graph_pool(r, graphs))
 
     def _graph_pool(self, r: int, graphs: CudaGraphs) -> np.ndarray:
-        from planner.cost.pieces import graph_scope_bytes
-
         ctx, b = self.ctx, self.batch
         sh = ctx.shard(self.lv, b.rows, True)
         per_slot = {kind: graph_scope_bytes(ctx.model, sh, kind, graphs) for kind in set(ctx.model.layer_kinds)}
@@ -1352,16 +1338,12 @@ def memory_schedule(schedule: str | None, levers, vpp: int) -> str | None:
     """The schedule whose in-flight vectors a plan's memory follows (planner.cost.schedules
     names), None for Megatron's 1F1B and interleaved without EP overlap (planner.cost.schedule):
     the schedule the time walk runs (:func:`planner.cost.walked.walk_name`)."""
-    from planner.cost.walked import walk_name
-
     return walk_name(schedule, levers, vpp)
 
 
 def most_held(name: str, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...]:
     """The in-flight chunks per chunk of a walked schedule where the rank holds the most of them
     (activations only, not what waits for W; the first such moment)."""
-    from planner.cost.schedules.inflight import held_matrix
-
     n = schedule_of(name).chunks(vpp)
     if schedule_of(name).record.order == "combined":
         m = int(profile_microbatches(pp, vpp, m))  # the same vectors (inflight.profiles)
@@ -1371,8 +1353,6 @@ def most_held(name: str, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...
 
 def schedule_of(name: str):
     """A walked schedule's description (planner.cost.schedules.Schedule)."""
-    from planner.cost.schedules import schedule
-
     return schedule(name)
 
 

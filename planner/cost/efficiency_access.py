@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from planner.specs.efficiency import load_efficiency
+
 
 def memory_constants(hw):
-    from planner.specs.efficiency import load_efficiency
-
     return load_efficiency(hw.generation).memory

@@ -4,6 +4,11 @@
 from __future__ import annotations
 
 from planner import __version__
+from planner.cost.compose import batch_of_setup, costs_of, evaluate_batch
+from planner.cost.memory import memory_report
+from planner.cost.setup import resolve_setup
+from planner.cost.time import time_report
+from planner.specs.catalog import spec_hash
 
 
 def plan_json(setup) -> dict:
@@ -18,10 +23,6 @@ def plan_json(setup) -> dict:
 def plan_evaluation(setup, *, costs=None, memory=None, time=True) -> dict:
     """The plan's JSON result: its keys, memory report and (with ``time``) time report, from one
     composition of its costs (``costs`` and ``memory`` when the caller already has them)."""
-    from planner.cost.compose import batch_of_setup, evaluate_batch
-    from planner.cost.memory import memory_report
-    from planner.cost.time import time_report
-
     if costs is None and (memory is None or time):
         costs = evaluate_batch(batch_of_setup(setup))
     mem = memory if memory is not None else memory_report(setup, costs)
@@ -43,9 +44,6 @@ def lever_effects(setup) -> list[dict]:
     it bought against the same plan with that lever at its default: the step seconds and the
     worst rank's allocated peak bytes it saves (negative: it costs). Both plans are composed the
     same way (planner.cost.compose.costs_of), so the differences are the lever's alone."""
-    from planner.cost.compose import costs_of
-    from planner.cost.setup import resolve_setup
-
     def step_and_peak(s) -> tuple[float, float]:
         c = costs_of(s)
         return float(c.step_s()[0]), max(float(c.peak_bytes(r)[0]) for r in range(s.plan.pp))
@@ -66,8 +64,6 @@ def lever_effects(setup) -> list[dict]:
 
 def context_json(model, hw, job, assumptions=None) -> dict:
     """What was evaluated: planner version, the resolved specs with a hash of each."""
-    from planner.specs.catalog import spec_hash
-
     out = {
         "planner_version": __version__,
         "model": {"name": model.name, "spec_hash": spec_hash(model)},

@@ -11,11 +11,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.cost.compose import Costs, batch_of_setup, evaluate_batch
+import numpy as np
+
+from planner.cost.compose import Costs, batch_of_setup, evaluate_batch, margin_bytes, memory_schedule, schedule_of
 from planner.cost.constant import ConstantMemory
-from planner.cost.pieces import ChunkMemory, held_of
-from planner.cost.schedule import inflight_end_of_warmup, rank_ops
-from planner.cost.setup import Setup
+from planner.cost.pieces import ChunkMemory, GROUP_PURPOSE, NCCL_PROTOCOL_BYTES, held_of
+from planner.cost.schedule import inflight_end_of_warmup, offload_share, rank_ops
+from planner.cost.schedules.inflight import held_before, held_matrix, held_vectors
+from planner.cost.setup import Setup, allocator_workload
+from planner.memtrace.diagnose import GAP_B, NEAR_LIMIT
 
 
 @dataclass(frozen=True)
@@ -109,8 +113,6 @@ def _locate_schedule_moment(name: str, b, rank: int, chunks, kept: list, held, p
     """:func:`_locate_moment` under a schedule of planner.cost.schedules: its own op order and held
     vectors (planner.cost.schedules.inflight.held_before; entries past the chunks are those held
     between input and weight gradient), the weight-gradient passes adding nothing."""
-    from planner.cost.schedules.inflight import held_before
-
     tol = 1e-9 * max(peak, 1.0)
     m = int(b.micro_batches[0])
     start = _first_candidate(name, b, m, rank, chunks, kept, peak - tol, offload=offload)
@@ -130,11 +132,6 @@ def _first_candidate(name: str, b, m: int, rank: int, chunks, kept: list, level:
     over every op (a rank runs thousands): the op-by-op check in exact arithmetic starts there. The
     slack is far above the product's rounding (about 1e-15 of the bytes), so no op before the
     index passes the exact check."""
-    import numpy as np
-
-    from planner.cost.schedule import offload_share
-    from planner.cost.schedules.inflight import held_matrix
-
     kinds, chunk, held = held_matrix(name, b.pp, b.vpp, m, rank)
     total = held @ np.asarray(kept, dtype=float)
     if offload:
@@ -160,15 +157,11 @@ def _optimizer_moment(chunks: int, rise: float) -> dict:
 
 def _one(x) -> float:
     """The value of a batch of one plan."""
-    import numpy as np
-
     return float(np.asarray(x, dtype=float).reshape(-1)[0])
 
 
 def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     """One rank's memory from the composition (a batch of one plan)."""
-    from planner.cost.compose import memory_schedule, schedule_of
-
     b, lv = costs.batch, costs.lv
     pp, vpp, m = b.pp, b.vpp, int(b.micro_batches[0])
     chunks = tuple(c.at(0) for c in costs.chunks(rank))
@@ -203,8 +196,6 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     if name is None:
         end_vec = inflight_end_of_warmup(pp, vpp, m, rank)
     else:  # no warm-up to speak of in DualPipe: the moment the rank holds the most
-        from planner.cost.schedules.inflight import held_vectors
-
         end_vec = max(held_vectors(name, pp, vpp, m, rank), key=held)
     terms = {k: _one(v) for k, v in costs.reserved_terms(rank).items()}
     # the CUDA-graph pool is this rank's own (its captured layers and micro-batches in flight)
@@ -271,8 +262,6 @@ class MemoryReport:
     def margin_bytes(self) -> float:
         """The user's memory margin (bytes plus its part of the usable HBM), already taken out of
         the capacity: at the peak, headroom + margin bytes are free on the GPU."""
-        from planner.cost.compose import margin_bytes
-
         return margin_bytes(self.setup.hw, self.setup.job)
 
     def stage_json(self, s: StageMemory) -> dict:
@@ -377,8 +366,6 @@ def reserved_breakdown_json(s: StageMemory, reserved: float) -> dict:
     """What a stage's reserved peak is made of: the allocated peak with its buffers line by line
     (communicators per group, dispatcher buffers, PP receive slots, GEMM workspaces, graph pools),
     and the allocator's holding above it term by term. Estimates are labelled."""
-    from planner.cost.pieces import GROUP_PURPOSE, NCCL_PROTOCOL_BYTES
-
     comms = []
     for ln in s.comm_lines:
         if ln.kind != "nccl" or not ln.count:
@@ -414,9 +401,6 @@ def case_b_json(s: StageMemory, reserved: float, capacity: float, setup) -> dict
     lower. The gap (reserved minus allocated), what drives it (the workload model's terms, each
     with the seed's cause) and what would shrink it. ``at_risk`` uses memtrace's thresholds
     (planner.memtrace.diagnose NEAR_LIMIT, GAP_B), so a snapshot and a prediction read alike."""
-    from planner.cost.setup import allocator_workload
-    from planner.memtrace.diagnose import GAP_B, NEAR_LIMIT
-
     gap = reserved - s.peak_bytes
     terms = s.reserved_terms or {}
     drivers = [{"term": k, "bytes": round(v), "cause": HOLDING_TERMS[k][0], "why": HOLDING_TERMS[k][1]}

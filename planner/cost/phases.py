@@ -20,9 +20,12 @@ experts, BF16 back).
 
 from __future__ import annotations
 
+import numpy as np
+
 from planner.cost.arrays import Num, any_true
 
 from planner.cost.compute import BlockTime, KernelTime, recompute_share
+from planner.cost.flops import BF16, FP8, Gemm
 from planner.cost.schedules.timing import LayerTimes
 
 EXPERT_MODULES = ("moe", "moe_act", "shared_experts", "mlp")
@@ -73,8 +76,6 @@ def wgrad_bytes(kts: tuple[KernelTime, ...], fp8: bool) -> float:
     weight GEMM's input and the gradient of its output (Qi et al. 2023, Table 1), the input in FP8
     where the GEMM runs in FP8 (Transformer Engine saves the FP8 copy), the gradient in BF16. GEMMs
     without a weight (attention's batched products) leave nothing for W."""
-    from planner.cost.flops import BF16, FP8, Gemm
-
     total = 0.0
     for kt in kts:
         g = kt.kernel
@@ -84,16 +85,12 @@ def wgrad_bytes(kts: tuple[KernelTime, ...], fp8: bool) -> float:
 
 
 def _zero(x) -> bool:
-    import numpy as np
-
     return bool(np.all(np.asarray(x) == 0))
 
 
 def _ep_pieces(total, ep_parts):
     """(dispatch_f, combine_f, dispatch_b, combine_b) from the block's EP seconds: the forward's
     dispatch and combine, the backward the rest (twice with the MoE recomputed), split alike."""
-    import numpy as np
-
     disp, comb = ep_parts
     once = disp + comb
     safe = np.where(np.asarray(once) > 0, once, 1.0)

@@ -28,6 +28,7 @@ import numpy as np
 
 from planner.cost import activations as act
 from planner.cost.arrays import Num, maximum, where
+from planner.cost.efficiency_access import memory_constants
 from planner.cost.flops import Shard
 from planner.cost.schedule import inflight_table, offload_share, profile_microbatches
 from planner.cost.schedules import inflight as schedule_inflight
@@ -678,8 +679,6 @@ def optimizer_transient_bytes(hw, moments: str, precision: str) -> Num:
     precision-aware paths (bf16 moments, FP8 primary weights) upcast one parameter bucket to fp32
     at a time; Megatron's distributed optimizer all-gathers updated parameters into the (already
     allocated) parameter buffer. Estimate: three fp32 copies of one DDP bucket when upcasting."""
-    from planner.cost.efficiency_access import memory_constants
-
     if moments == "bf16" or precision == "fp8":
         return 3 * memory_constants(hw).dp_bucket_bytes.value
     return 0.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from planner.errors import PlannerError
+from planner.specs.calibration import load_calibration
 
 
 @dataclass(frozen=True)
@@ -283,7 +284,7 @@ class _Measurable:
 def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, float], peaks: tuple[float, float],
                half_keys: float) -> None:
     """Replace the profile's rates in ``r`` by what a calibration file measured on this hardware."""
-    from planner.cost.compute import shape_factor
+    from planner.cost.compute import shape_factor  # noqa: PLC0415  # cycle: compute imports Rates from here
 
     if calibration.hardware.lower() != hw.name.lower() and calibration.hardware.lower() not in [a.lower() for a in hw.aliases]:
         raise PlannerError(
@@ -333,7 +334,7 @@ def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, floa
 def _latency_hops(op: str, n: int, hop_s: float, a2a_peer_s: float) -> float:
     """Seconds of per-hop latency planner.cost.comm charges one call of ``op`` on ``n`` ranks
     inside a domain: its own formulas at zero bytes."""
-    from planner.cost import comm
+    from planner.cost import comm  # noqa: PLC0415  # cycle: comm imports Rates from here
 
     if op == "all_reduce":
         return float(comm.all_reduce_time(0.0, n, 1.0, hop_s))
@@ -423,8 +424,6 @@ def _flash_fractions(profile, assumptions) -> tuple[float, float]:
 def rates_for(setup, calibration=None) -> Rates:
     """Rates of a setup: cached per hardware spec object, assumptions and calibration object (the
     cache holds references, so an id is never reused while its entry lives)."""
-    from planner.specs.calibration import load_calibration
-
     a = setup.assumptions
     if calibration is None and a.calibration:
         calibration = load_calibration(a.calibration)

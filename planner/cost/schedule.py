@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from planner.cost.arrays import Count, Num, maximum, minimum, where
 
 
@@ -38,8 +40,6 @@ def chunk_order(m: int, v: int, group: int) -> list[tuple[int, int]]:
 def chunk_order_array(m: int, v: int, group: int):
     """:func:`chunk_order` as an (m * v, 2) integer array, built without a Python loop over the
     micro-batches (Megatron's closed-form op order reads it for every profile the search needs)."""
-    import numpy as np
-
     full, last = divmod(m, group)
     if last == 0 and full:
         full, last = full - 1, group  # the last group is a whole one
@@ -120,8 +120,6 @@ def megatron_ops(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
     forwards more before the first backward: 1 for Megatron's combined 1F1B
     (planner.cost.schedules.orders.megatron_overlap), whose overlapped pairs count their forward
     first."""
-    import numpy as np
-
     order = chunk_order_array(m, v, p)
     n = len(order)
     w = min(warmup_count(p, v, m, rank) + extra_warmup, n)
@@ -140,8 +138,6 @@ def running_held(kinds, chunks, n: int, width: int):
     each op holds or releases: a forward holds its chunk (entry c), a backward releases it, an
     input gradient moves it to the entries held until the weight gradient (entry n + c), which
     releases that. A rank ends its step holding nothing."""
-    import numpy as np
-
     rows = np.arange(len(kinds))
     delta = np.zeros((len(kinds), width), dtype=np.int32)
     delta[rows, np.where(kinds == 3, n + chunks, chunks)] = np.where(kinds == 0, 1, -1)
@@ -159,8 +155,6 @@ def distinct_table(kinds, chunks, held):
     """The distinct (kind, chunk, held vector) rows of the ops of kind 0 (before a forward) and 1
     (before a backward), in numeric order (int32; other kinds are left out): found by
     :func:`distinct_first`, then the few distinct rows sorted."""
-    import numpy as np
-
     sel = kinds <= 1
     rows = np.empty((int(sel.sum()), held.shape[1] + 2), dtype=np.int32)
     rows[:, 0], rows[:, 1], rows[:, 2:] = kinds[sel], chunks[sel], held[sel]
@@ -172,8 +166,6 @@ def distinct_table(kinds, chunks, held):
 def _hash_weights(width: int):
     """Fixed odd 62-bit weights for :func:`distinct_first`: splitmix64's outputs (Steele, Lea and
     Flood 2014), computed here rather than with numpy.random, whose import costs 16 ms."""
-    import numpy as np
-
     mask, state, out = (1 << 64) - 1, 20261202, []
     for _ in range(width):
         state = (state + 0x9E3779B97F4A7C15) & mask
@@ -188,8 +180,6 @@ def distinct_first(rows):
     """Indices of the first occurrence of each distinct row of an integer matrix (ascending by a
     64-bit hash of the row: a weighted sum that wraps around; rows that share a hash are checked
     equal, and a collision falls back to sorting the rows' bytes)."""
-    import numpy as np
-
     weights = _hash_weights(rows.shape[1])
     _, first, inverse = np.unique(rows.astype(np.int64) @ weights, return_index=True, return_inverse=True)
     if (rows[first][inverse.reshape(-1)] == rows).all():

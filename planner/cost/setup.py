@@ -13,12 +13,16 @@ from typing import Literal
 
 from pydantic import Field
 
+from planner.rules import check_model_rules, shape_violations, stage_recompute_violations
 from planner.specs.common import Spec
+from planner.specs.efficiency import load_efficiency
 from planner.specs.hardware import HardwareSpec
 from planner.specs.job import Job
 from planner.specs.layout import PipelineLayout, build_layout
 from planner.specs.model import ModelSpec
-from planner.specs.plan import GRAPH_MODULES, CudaGraphs, Degrees, Plan, Precision, Recompute, Sharding
+from planner.specs.plan import (
+    GRAPH_MODULES, CudaGraphs, Degrees, Plan, Precision, Recompute, Sharding, default_schedule,
+)
 
 
 class Assumptions(Spec):
@@ -153,8 +157,6 @@ class Setup:
 
     @cached_property
     def efficiency(self):
-        from planner.specs.efficiency import load_efficiency
-
         return load_efficiency(self.hw.generation)
 
     @property
@@ -166,8 +168,6 @@ class Setup:
     @property
     def schedule(self) -> str | None:
         """The pipeline schedule the plan runs (its ``schedule``, or Megatron's default)."""
-        from planner.specs.plan import default_schedule
-
         return self.plan.schedule or default_schedule(self.deg.pp, self.deg.vpp)
 
     def key(self) -> tuple:
@@ -203,8 +203,6 @@ def resolve_setup(
     assumptions: Assumptions | None = None,
 ) -> Setup:
     """Canonicalize ``plan`` for this model/hardware/job and check the model-shape rules."""
-    from planner.rules import check_model_rules, shape_violations, stage_recompute_violations
-
     canon = plan.canonical_for(model, hw, job)
     # Rules about the model's shape come first: "256 experts cannot split 512 ways" says more than
     # the GPU-count arithmetic that also fails.

@@ -13,9 +13,11 @@ from typing import Any
 from dataclasses import dataclass
 
 from planner.cost.arrays import Num
+from planner.cost.compose import costs_of, schedule_of
 from planner.cost.memory import stage_memory
 from planner.cost.pieces import held_of
 from planner.cost.schedule import Op, rank_ops
+from planner.cost.schedules.inflight import held_before
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,6 @@ class Event:
 
 def stage_timeline(setup, rank: int) -> list[Event]:
     """Every layer's forward and backward of ``rank`` in schedule order, then the optimizer step."""
-    from planner.cost.compose import costs_of, schedule_of
-
     stage = stage_memory(setup, rank)
     chunks = stage.chunks
     const, comm = float(stage.constant.total), stage.comm_buffers  # one plan: scalars
@@ -49,8 +49,6 @@ def stage_timeline(setup, rank: int) -> list[Event]:
     if name is None:
         ops: Sequence[tuple[Op, Any]] = [(op, None) for op in rank_ops(setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)]
     else:  # the walked schedule's own order and held vectors (planner.cost.schedules.inflight)
-        from planner.cost.schedules.inflight import held_before
-
         ops = held_before(name, setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)
         if schedule_of(name).splits_backward:
             kept += [float(x) for x in costs.wgrad_kept(rank)[:, 0]]

@@ -183,7 +183,7 @@ def build_topology(gpus: int, fill: int, domain_size: int, nvlink_bw: float, nic
     """A networkx graph of the job: node ('gpu', r) for each rank, ('nvswitch', d) for each
     domain, ('nic', r) for each GPU's NIC and ('fabric',) for the scale-out network. Edges carry
     ``bandwidth`` (bytes/s per direction) and ``kind`` ('nvlink', 'pcie-nic', 'network')."""
-    import networkx as nx
+    import networkx as nx  # noqa: PLC0415  # start-up: networkx (~0.13 s) only for this graph view
 
     g = nx.Graph()
     domains = -(-gpus // fill)
@@ -204,7 +204,7 @@ def group_links(graph, ranks) -> dict:
     """Members and links a group's collective uses, read off the graph: NVLink edges of members
     sharing a domain, NIC and network edges when the group spans domains; and the bottleneck
     per-GPU bandwidth along any member-to-member route."""
-    import networkx as nx
+    import networkx as nx  # noqa: PLC0415  # start-up: networkx (~0.13 s) only for this graph view
 
     ranks = [int(r) for r in ranks]
     domains = sorted({graph.nodes[("gpu", r)]["domain"] for r in ranks})

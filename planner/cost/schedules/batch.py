@@ -34,8 +34,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from planner.cost.schedule import Op
+from planner.cost.schedules import rank_items, schedule
 from planner.cost.schedules.graph import Graph, Lin, durations, graph_of, longest_paths
-from planner.cost.schedules.ops import Commit, Pair, Placement, Post
+from planner.cost.schedules.ops import Commit, Pair, Placement, Post, ops_of
 from planner.cost.schedules.timing import LayerTimes, StepTimes
 from planner.cost.schedules.walk import COMPUTE, Tasks, _Builder, build, op_inputs, op_outputs
 from planner.specs.schedule import schedule_named
@@ -79,8 +81,6 @@ def item_graph(key: tuple, probes: tuple[tuple[LayerTimes, ...], ...], delay_wgr
     variable ``(c, j, f)``; ``probes`` are the chunks' layers at a representative plan (which
     pieces are empty). Marks: 'end' (the item's last task), and each output name (see
     :func:`item_ops`)."""
-    from planner.cost.schedule import Op
-
     chunks = tuple(symbolic_layers((c,), layers) for c, layers in enumerate(probes))
     times = StepTimes((chunks,), delay_wgrad=delay_wgrad, pair_overlap=pair_overlap)
     bld = _Alone(Tasks(), None, times)
@@ -292,8 +292,6 @@ def direct_graph(items_per_rank, place: Placement, pair_overlap: bool, p2p: bool
 def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: bool, p2p_overlap: bool = True) -> Graph:
     """The one-task-per-item graph of a step under schedule ``name`` (``p2p``: whether sends take
     time, the variable ``('p2p',)``)."""
-    from planner.cost.schedules import rank_items, schedule
-
     s = schedule(name)
     items = [rank_items(name, p, v, m, r) for r in range(p)]
     times = StepTimes((), p2p=Lin.var(("p2p",), 1.0) if p2p else 0.0, p2p_overlap=p2p_overlap,
@@ -316,9 +314,6 @@ def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: boo
 @lru_cache(maxsize=1024)
 def item_counts(name: str, p: int, v: int, m: int, rank: int, pair_overlap: bool) -> dict:
     """How many items of each kind rank ``rank`` runs in one step."""
-    from planner.cost.schedules import rank_items
-    from planner.cost.schedules.ops import ops_of
-
     out: dict = {}
     for item in rank_items(name, p, v, m, rank):
         parts = [item] if isinstance(item, Pair) and pair_overlap else ops_of(item)
