@@ -33,9 +33,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from planner.cost.compose import costs_of
-from planner.cost.memory import memory_report
-from planner.cost.time import time_report
 from planner.errors import PlannerError, PlanRuleError, excerpt
 from planner.files import MAX_SAVED_BYTES, MAX_SPEC_BYTES, read_bytes
 from planner.specs.catalog import load_hardware, load_model, model_file, read_json, spec_hash, validate_spec
@@ -429,6 +426,12 @@ def export_canonical(plan: Plan, model, hw, job) -> Plan:
 
 def predictions(setup) -> dict:
     """{'memory': ..., 'time': ...} of one plan, from one composition of its costs."""
+    # Local (start-up): 'planner software' and 'show-software' read the launchers' rules through this
+    # package, and the cost model (numpy, ~0.4 s) loads only when a plan is costed.
+    from planner.cost.compose import costs_of  # noqa: PLC0415
+    from planner.cost.memory import memory_report  # noqa: PLC0415
+    from planner.cost.time import time_report  # noqa: PLC0415
+
     costs = costs_of(setup)
     return {"memory": memory_report(setup, costs).to_json(), "time": time_report(setup, costs=costs).to_json()}
 
