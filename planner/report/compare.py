@@ -22,7 +22,11 @@ rendered from those dicts, so the CLI, the JSON and results/ say the same thing.
 
 from __future__ import annotations
 
-from planner.search.compare import DEGREES, LEVERS, SWEEP_BATCH_RULE, r6  # noqa: F401 (the report's vocabulary)
+from rich.table import Table
+
+from planner.cost.time import LABELS
+from planner.report.tables import console
+from planner.search.compare import DEGREES, LEVERS, SWEEP_BATCH_RULE, r6, run_compare, run_sweep  # noqa: F401 (the report's vocabulary)
 from planner.units import GiB
 
 CHANGE_DEGREES = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
@@ -50,8 +54,6 @@ def _infeasible_sentence(e: dict) -> str:
 # Sentences generated from the numbers.
 # ---------------------------------------------------------------------------------------------
 def _label(cause: str) -> str:
-    from planner.cost.time import LABELS
-
     return LABELS.get(cause, cause.replace("_", " "))
 
 
@@ -346,8 +348,6 @@ def compare_report(model, hws: list, job, options, assumptions, *, tokens: float
     """Search every hardware, swap-test the best plans against the baseline, and say why they
     differ. ``job``: one job for every system, or a list with one job per system (GPU counts may
     differ); ``prices``: {hardware name: planner.specs.prices.Price} for the cost columns."""
-    from planner.search.compare import run_compare
-
     jobs = list(job) if isinstance(job, (list, tuple)) else [job] * len(hws)
     out = run_compare(model, hws, jobs, options, assumptions, tokens=tokens, prices=prices, progress=progress)
     entries = {e["hardware"]["name"]: e for e in out["hardware"]}
@@ -364,8 +364,6 @@ def compare_report(model, hws: list, job, options, assumptions, *, tokens: float
 def sweep_report(model, hws: list, base_job, gpus_list: list[int], options, assumptions, *,
                  user_batch: int | None = None, tokens: float | None = None, progress=None) -> dict:
     """The best plan per hardware at each GPU count, and what changes with scale."""
-    from planner.search.compare import run_sweep
-
     out = run_sweep(model, hws, base_job, gpus_list, options, assumptions, user_batch=user_batch, tokens=tokens,
                     progress=progress)
     out["sentences"] = sweep_sentences(out)
@@ -530,10 +528,6 @@ def header_line(out: dict) -> str:
 
 
 def print_compare(out: dict, plot=None) -> None:
-    from rich.table import Table
-
-    from planner.report.tables import console
-
     c = console()
     c.print(f"[bold]{header_line(out)}[/bold]")
     if out["job"].get("source"):
@@ -614,10 +608,6 @@ def sweep_table(out: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def print_sweep(out: dict, plot=None) -> None:
-    from rich.table import Table
-
-    from planner.report.tables import console
-
     c = console()
     j = out["job"]
     c.print(f"[bold]{out['model']['name']} · seq {j['seq_len']:,} · precisions {', '.join(j['precisions'])} · "

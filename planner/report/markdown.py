@@ -5,7 +5,8 @@ and validate have theirs in planner.report.compare and planner.validate.report).
 from __future__ import annotations
 
 from planner.report.compare import markdown_table
-from planner.report.tables import reserved_lines, short_band
+from planner.report.tables import lever_line, reserved_lines, short_band, ties_text
+from planner.search.families import family_cell
 from planner.units import GiB, fmt_time
 from planner.validate.bands import band_text
 
@@ -38,8 +39,6 @@ def _margin_line(job: dict, mem: dict) -> str:
 
 
 def search_markdown(out: dict) -> str:
-    from planner.search.families import family_cell
-
     m, h, j = out["model"]["name"], out["hardware"]["name"], out["job"]
     lines = [f"# {m} on {h}: ranked plans", "",
              f"{j['gpus']:,} GPUs · global batch {j['global_batch']:,} × seq {j['seq_len']:,} · precisions "
@@ -50,8 +49,6 @@ def search_markdown(out: dict) -> str:
     lines += [f"Solver: {sv['name']} {sv['status']}, {sv['structural_keys']:,} layouts × {sv['lever_combinations']} "
               "lever combinations.", ""]
     if sv.get("ties"):
-        from planner.report.tables import ties_text
-
         text = ties_text(sv["ties"])
         lines += [f"Ties: {text}.", ""]
     if out["plans"]:
@@ -126,8 +123,6 @@ def explain_markdown(context: dict, result: dict) -> str:
         word = "slower" if vs["slower_by"] > 0 else "faster"
         lines += [f"Against the search's top plan {_code(vs['top_plan'])}: {abs(vs['slower_by']):.1%} {word}.", ""]
     if result.get("levers"):
-        from planner.report.tables import lever_line
-
         lines += ["Levers against their defaults:", ""] + [f"- {lever_line(lv)}" for lv in result["levers"]] + [""]
     for risk in result.get("risks", []):
         lines += [f"Runtime risk {_code(risk['name'])}: {risk['text']} ({risk['source']}).", ""]

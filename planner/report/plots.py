@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
+
+from planner.cost.time import LABELS
+from planner.cost.timeline import stage_timeline
+from planner.files import write_with
 from planner.units import GiB
 
 
 def _plt():
-    import matplotlib
+    # matplotlib loads only when a plot is drawn (start-up: plots are optional output).
+    import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
     # Names and paths in titles are text, never mathtext: a '$' in a model name must not make
     # matplotlib parse (and fail on) a formula.
     matplotlib.rcParams["text.parse_math"] = False
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     return plt
 
 
 def save_figure(fig, path, what: str = "plot") -> Path:
     """Write ``fig`` as a PNG through planner.files (atomic, never over an input), then close it."""
-    from planner.files import write_with
-
     plt = _plt()
     try:
         write_with(path, what, lambda tmp: fig.savefig(tmp, format="png"), suffixes=(".png",))
@@ -110,12 +115,6 @@ def memory_timeline_figure(setup, mem):
     memory axis), each with its memory over one step stacked by class, the estimated reserved line,
     the capacity, and its peak marked (the worst stage's panel in red); the plan in a wrapped title,
     one legend under the panels. Returns (figure, the worst stage's marked allocated peak, bytes)."""
-    import math
-
-    import numpy as np
-
-    from planner.cost.timeline import stage_timeline
-
     plt = _plt()
     pp = setup.deg.pp
     ncols = 1 if pp == 1 else min(4 if pp <= 16 else 8, pp)
@@ -203,8 +202,6 @@ def step_segments(entries: list[dict]) -> list[tuple[str, str, list[float]]]:
     """(label, colour, seconds per system) for the step-time bars: every cause of the breakdowns, in
     the fixed order; the ones under SMALL_CAUSE of every step summed into one "other" segment. Each
     system's segments add up to its whole breakdown (the step time)."""
-    from planner.cost.time import LABELS
-
     ok = [e["status"] == "ok" for e in entries]
     found = sorted({c for e, k in zip(entries, ok) if k for c in e["summary"]["breakdown"]})
     order = [c for c in _CAUSE_COLORS if c in found] + [c for c in found if c not in _CAUSE_COLORS]
@@ -231,8 +228,6 @@ def compare_figure(out: dict):
     per GPU and MFU on the bar), the best plan's step time by cause (every cause, host time
     included), peak memory against capacity, and the days and cost to train the token budget. A
     hardware with no plan keeps its place on the axis and says why not."""
-    import numpy as np
-
     plt = _plt()
     entries = out["hardware"]
     names = [e["hardware"]["name"] for e in entries]
@@ -355,7 +350,7 @@ def plot_sweep(out: dict, path: Path) -> Path:
         a.set_xlabel("GPUs")
         a.set_title(t, fontsize=10)
         a.grid(alpha=0.3)
-    from matplotlib.ticker import FixedLocator, NullLocator
+    from matplotlib.ticker import FixedLocator, NullLocator  # noqa: PLC0415  # start-up, as _plt()
 
     for a, key in ((axes[1], "pp"), (axes[2], second)):
         vals = [r["summary"]["degrees"].get(key, 1) for r in out["rows"] if r["status"] == "ok"] or [1]

@@ -27,6 +27,29 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+
+from planner.commands.validate import COMMAND as VALIDATE_COMMAND
+from planner.commands.validate import SEARCH_COMMAND
+from planner.cost.setup import Assumptions
+from planner.files import MAX_SAVED_BYTES, prepare_folder, read_text, write_text
+from planner.options import _json_default
+from planner.report import readme_figures
+from planner.report.compare import compare_report as run_compare
+from planner.report.compare import markdown_compare, markdown_sweep, markdown_table, strip_private
+from planner.report.compare import sweep_report as run_sweep
+from planner.report.plots import plot_compare, plot_sweep
+from planner.search.compare import sweep_global_batch
+from planner.search.driver import Options
+from planner.specs.catalog import load_hardware, load_model
+from planner.specs.job_input import resolve_job
+from planner.specs.prices import prices_for
+from planner.validate import PUBLISHED_RUNS as RUNS_FILE
+from planner.validate import search_file, validate_file
+from planner.validate.bands import bands_from_report
+from planner.validate.report import markdown, plot
+from planner.validate.searched import search_markdown
+
 HOPPER = ("h100", "h200")
 BLACKWELL = ("b200", "gb200-nvl72", "gb300-nvl72")
 TOP = 10
@@ -84,17 +107,12 @@ def report_names() -> list[str]:
 # Building one report.
 # ---------------------------------------------------------------------------------------------
 def _options():
-    from planner.search.driver import Options
-
     return Options(target="megatron", top=TOP, time_limit_s=TIME_LIMIT_S, per_stage=PER_STAGE)
 
 
 def report_job(model, gpus: int):
     """The model's reference job at ``gpus`` GPUs; the global batch follows compare's sweep rule
     (the reference batch unless the GPU count needs more tokens per step)."""
-    from planner.specs.job_input import resolve_job
-    from planner.search.compare import sweep_global_batch
-
     ref = resolve_job(model)
     gb = sweep_global_batch(ref.global_batch, ref.seq_len, gpus)
     if gpus == ref.gpus and gb == ref.global_batch:
@@ -119,23 +137,16 @@ def sweep_command(r: Report) -> str:
 
 def build_report(r: Report, progress=None) -> dict:
     """The JSON of one report (no timings)."""
-    from planner.cost.setup import Assumptions
-    from planner.report.compare import compare_report as run_compare, strip_private, sweep_report as run_sweep
-    from planner.specs.catalog import load_hardware, load_model
-
     model = load_model(r.model)
     hws = [load_hardware(h) for h in r.hardware]
     if r.kind == "compare":
         job = report_job(model, r.gpus[0])
-        from planner.specs.prices import prices_for
 
         # The bundled on-demand list prices (estimates, labelled so): the same as the command's default.
         out = run_compare(model, hws, job, _options(), Assumptions(), prices=prices_for(list(r.hardware), None),
                           progress=progress)
         out["command"] = compare_command(r, job)
     else:
-        from planner.specs.job_input import resolve_job
-
         out = run_sweep(model, hws, resolve_job(model), list(r.gpus), _options(), Assumptions(), progress=progress)
         out["command"] = sweep_command(r)
     out["report"] = r.name
@@ -149,8 +160,6 @@ def title_of(r: Report, out: dict) -> str:
 
 
 def render_report(r: Report, out: dict) -> str:
-    from planner.report.compare import markdown_compare, markdown_sweep
-
     title = title_of(r, out)
     plot = f"{r.name}.png"
     cmd = out["command"]
@@ -165,14 +174,10 @@ def render_report(r: Report, out: dict) -> str:
 
 
 def plot_report(r: Report, out: dict, folder: Path) -> None:
-    from planner.report.plots import plot_compare, plot_sweep
-
     (plot_sweep if r.kind == "sweep" else plot_compare)(out, folder / f"{r.name}.png")
 
 
 def dump_json(obj) -> str:
-    from planner.options import _json_default
-
     return json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
 
 
@@ -180,8 +185,6 @@ def dump_json(obj) -> str:
 # README: how to regenerate, and the headline table over every report.
 # ---------------------------------------------------------------------------------------------
 def render_readme(outs: dict[str, dict]) -> str:
-    from planner.report.compare import markdown_table
-
     lines = [
         "# results/",
         "",
@@ -275,12 +278,9 @@ class Generated:
 
 
 def generate(folder: Path, names: list[str], progress=None, plots: bool = True) -> Generated:
-    from planner.files import prepare_folder
-
     say = progress or (lambda msg: None)
     gen = Generated()
     prepare_folder(folder, "reports")
-    from planner.report import readme_figures
 
     wanted = [r for r in REPORTS if r.name in names or README in names
               or (FIGURES in names and r.name in readme_figures.HEADLINE_REPORTS)]
@@ -294,7 +294,8 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
             if plots:
                 plot_report(r, out, folder)
     if SEED_CLAIMS in names:
-        from planner.report.seed_claims import build_claims, markdown_claims
+        # Local: seed_claims imports this module's REPORTS and build_report (a cycle at module level).
+        from planner.report.seed_claims import build_claims, markdown_claims  # noqa: PLC0415
 
         say("[seed-claims] computing")
         claims = build_claims(progress=lambda msg: say(f"[seed-claims] {msg}"), compares=gen.outs)
@@ -302,10 +303,6 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
         gen.files[f"{SEED_CLAIMS}.md"] = markdown_claims(claims)
     validation = None
     if PUBLISHED_RUNS in names or FIGURES in names:
-        from planner.commands.validate import COMMAND as VALIDATE_COMMAND
-        from planner.validate import PUBLISHED_RUNS as RUNS_FILE, validate_file
-        from planner.validate.report import markdown, plot
-
         say("[published-runs] evaluating")
         report = validate_file(RUNS_FILE)
         validation = json.loads(dump_json(report))
@@ -313,17 +310,12 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
         (folder / "validation").mkdir(parents=True, exist_ok=True)
         gen.files[f"validation/{PUBLISHED_RUNS}.json"] = dump_json(report)
         gen.files[f"validation/{PUBLISHED_RUNS}.md"] = markdown(report, VALIDATE_COMMAND)
-        from planner.validate.bands import bands_from_report
 
         # What explain and search print next to a predicted step time (planner.validate.bands).
         gen.files[f"validation/{ERROR_BANDS}.json"] = dump_json(bands_from_report(validation))
         if plots:
             plot(report, folder / "validation" / f"{PUBLISHED_RUNS}.png")
     if PUBLISHED_RUNS_SEARCH in names:
-        from planner.commands.validate import SEARCH_COMMAND
-        from planner.validate import PUBLISHED_RUNS as RUNS_FILE, search_file
-        from planner.validate.searched import search_markdown
-
         say("[published-runs-search] searching")
         searched = search_file(RUNS_FILE, progress=lambda msg: say(f"[published-runs-search] {msg}"))
         (folder / "validation").mkdir(parents=True, exist_ok=True)
@@ -335,7 +327,6 @@ def generate(folder: Path, names: list[str], progress=None, plots: bool = True) 
         # From the JSON as written (what the README test reads back from results/).
         outs = {n: json.loads(dump_json(gen.outs[n])) for n in readme_figures.HEADLINE_REPORTS}
         gen.files[readme_figures.FILE] = readme_figures.render(validation, outs)
-    from planner.files import write_text
 
     for name, text in gen.files.items():
         write_text(folder / name, text, "report")
@@ -352,7 +343,6 @@ def check(committed: Path, names: list[str], progress=None) -> list[str]:
             if not path.exists():
                 problems.append(f"{path}: missing (the generator writes it)")
                 continue
-            from planner.files import MAX_SAVED_BYTES, read_text
 
             old = read_text(path, "committed report", MAX_SAVED_BYTES)
             if old != text:
@@ -376,7 +366,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"Error: unknown report {', '.join(unknown)}. Known: {', '.join(report_names())}.", file=sys.stderr)
         return 2
-    from rich.console import Console
 
     err = Console(stderr=True, highlight=False)
     with err.status("results", spinner="dots") as status:

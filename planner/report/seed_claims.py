@@ -23,6 +23,25 @@ import json
 import math
 import sys
 
+from planner import __version__
+from planner.cost import activations as act
+from planner.cost.efficiency_access import memory_constants
+from planner.cost.flops import Shard
+from planner.cost.memory import memory_report, stage_memory
+from planner.cost.schedule import max_inflight
+from planner.cost.setup import Assumptions, resolve_setup
+from planner.cost.time import time_report
+from planner.report.compare import _label, _largest_increase
+from planner.report.compare import compare_report as run_compare
+from planner.report.results import REPORTS, _options, _per_stage_flag, build_report
+from planner.search.space import Limits
+from planner.specs.catalog import load_hardware, load_model
+from planner.specs.job import Job
+from planner.specs.job_input import resolve_job
+from planner.specs.layout import format_layout, parse_layout, suggest_layout
+from planner.specs.model import ModelSpec
+from planner.specs.params import count_params
+from planner.specs.plan import Plan
 from planner.units import GB, GiB, MiB
 
 TABLE3_LAYOUT = "Ettt|(tttt|)*14ttmL"
@@ -45,11 +64,6 @@ def rel(a: float, b: float) -> float:
 
 
 def _setup(model, hw: str, plan: str, *, gpus: int, global_batch: int, seq_len: int, precisions=("bf16",), **assume):
-    from planner.cost.setup import Assumptions, resolve_setup
-    from planner.specs.catalog import load_hardware, load_model
-    from planner.specs.job import Job
-    from planner.specs.plan import Plan
-
     m = load_model(model) if isinstance(model, str) else model
     job = Job(gpus=gpus, global_batch=global_batch, seq_len=seq_len, precisions=list(precisions))
     return resolve_setup(m, load_hardware(hw), job, Plan.parse(plan), Assumptions(**assume))
@@ -75,8 +89,6 @@ def claim(id, section, quote, seed, planner, computes, verdict, why, command=Non
 # §03: the four classes summed, Table 3.
 # ---------------------------------------------------------------------------------------------
 def c_table3_total() -> dict:
-    from planner.cost.memory import memory_report
-
     rep = memory_report(table3())
     s2 = rep.stages[2]
     c = s2.constant
@@ -113,8 +125,6 @@ def c_table3_total() -> dict:
 
 
 def c_table3_comm() -> dict:
-    from planner.cost.memory import memory_report
-
     rep = memory_report(table3())
     s2 = rep.stages[2]
     comm = s2.comm_buffers
@@ -138,14 +148,10 @@ def c_table3_comm() -> dict:
 
 
 def _hbm(hw: str) -> float:
-    from planner.specs.catalog import load_hardware
-
     return load_hardware(hw).gpu.hbm_usable_bytes.value
 
 
 def c_constant_room() -> dict:
-    from planner.cost.memory import memory_report
-
     rep = memory_report(table3())
     s2 = rep.stages[2]
     const = s2.constant.total
@@ -178,8 +184,6 @@ def c_constant_room() -> dict:
 # §03.1 and §04.2: the peak over time.
 # ---------------------------------------------------------------------------------------------
 def _one_layer_model():
-    from planner.specs.model import ModelSpec
-
     # One decoder layer, GQA and SwiGLU (Llama-like shapes): with one layer in flight, full recompute
     # saves nothing, so only the recompute window is left to compare.
     return ModelSpec(name="one-layer", source=["planner seed-claims construction"], hidden_size=4096, num_layers=1,
@@ -188,8 +192,6 @@ def _one_layer_model():
 
 
 def c_recompute_moves_peak() -> dict:
-    from planner.cost.memory import memory_report
-
     none = memory_report(table3())
     full = memory_report(table3(f"tp=1,pp=4,vpp=4,ep=64,etp=1,mbs=1,recompute=full,layout={TABLE3_LAYOUT}"))
     nj, fj = none.to_json(), full.to_json()
@@ -227,8 +229,6 @@ def c_recompute_moves_peak() -> dict:
 
 
 def c_partial_recompute() -> dict:
-    from planner.cost.memory import memory_report
-
     sets = ["moe_act", "layernorm+moe_act", "mla_up_proj+layernorm+moe_act", "moe", "mla_up_proj+layernorm+moe",
             "core_attn+mla_up_proj+layernorm+moe+shared_experts", "full:1", "full:2", "full:3", "full"]
     rows = {}
@@ -273,8 +273,6 @@ def c_partial_recompute() -> dict:
 
 
 def c_optimizer_spike() -> dict:
-    from planner.cost.memory import memory_report
-
     te = memory_report(table3()).stages[2]
     local = memory_report(table3(implementation="megatron-local")).stages[2]
     p = {"fused_adam_transient_gib": g(te.optimizer_transient), "torch_foreach_adamw_transient_gib": g(local.optimizer_transient),
@@ -297,9 +295,6 @@ def c_optimizer_spike() -> dict:
 # §05.1: constant memory.
 # ---------------------------------------------------------------------------------------------
 def _v3_counts():
-    from planner.specs.catalog import load_model
-    from planner.specs.params import count_params
-
     c = count_params(load_model("deepseek-v3"))
     experts = c.components.get("experts", 0)
     return c, experts, c.total - experts
@@ -329,8 +324,6 @@ def c_unsharded_constant() -> dict:
 
 
 def c_fp8_optimizer() -> dict:
-    from planner.cost.memory import stage_memory
-
     plan = "ep=64,sharding=fsdp,recompute=full"
     c32 = stage_memory(_setup("deepseek-v3", "h100", plan, **V3_JOB), 0).constant
     c16 = stage_memory(_setup("deepseek-v3", "h100", plan + ",moments=bf16", **V3_JOB), 0).constant
@@ -359,9 +352,6 @@ def c_fp8_optimizer() -> dict:
 
 
 def c_offload(compares: dict) -> dict:
-    from planner.cost.memory import memory_report
-    from planner.cost.time import time_report
-
     plan = "ep=64,etp=1,sharding=zero2,recompute=moe_act,offload=optimizer,dispatcher=hybridep,ep_overlap=on"
     rows = {}
     for hw in ("h100", "b200", "gb200-nvl72"):
@@ -407,8 +397,6 @@ def _usage_text(usage: dict) -> str:
 
 
 def c_nvme() -> dict:
-    from planner.specs.catalog import load_hardware
-
     hbm = load_hardware("h100").gpu.hbm_bandwidth.value
     p = {"h100_hbm_tb_per_s": hbm / 1e12, "nvme_gb_per_s": 7, "ratio": round(hbm / 7e9)}
     why = (f"Against planner's H100 HBM bandwidth ({hbm / 1e12:.2f} TB/s) the seed's 7 GB/s is {hbm / 7e9:.0f}x slower, "
@@ -426,8 +414,6 @@ def c_nvme() -> dict:
 # §05.2 to §05.4: activations, transients, buffers.
 # ---------------------------------------------------------------------------------------------
 def c_activations_131() -> dict:
-    from planner.cost.memory import memory_report
-
     rep = memory_report(table3())
     cur = memory_report(table3(standard_permutation=False))
     a2 = rep.stages[2].activations_end_of_warmup
@@ -446,10 +432,6 @@ def c_activations_131() -> dict:
 
 
 def c_flash_attention() -> dict:
-    from planner.cost import activations as act
-    from planner.cost.flops import Shard
-    from planner.specs.model import ModelSpec
-
     B, H, S, D = 4, 32, 8192, 4096
     # The seed's reference shape with the 2022 Megatron GPT setup where unfused attention keeps its
     # softmax, dropout mask and dropout output (Korthikanti et al. 2022's 5·a·s²·b).
@@ -483,10 +465,6 @@ def c_flash_attention() -> dict:
 
 
 def _v3_moe_terms(tokens: int = 4096, ep: int = 64):
-    from planner.cost import activations as act
-    from planner.cost.flops import Shard
-    from planner.specs.catalog import load_model
-
     m = load_model("deepseek-v3")
     sh = Shard(tp=1, cp=1, ep=ep, etp=1, mbs=1, seq=tokens, sp=False)
     return m, {t.name: t for t in act.moe_terms(m, sh)}
@@ -510,9 +488,6 @@ def c_expert_intermediate() -> dict:
 
 
 def c_cublas_workspace() -> dict:
-    from planner.cost.efficiency_access import memory_constants
-    from planner.specs.catalog import load_hardware
-
     mc = memory_constants(load_hardware("h100"))
     ws, n = mc.gemm_workspace_bytes.value, mc.gemm_workspace_streams.value
     p = {"workspace_mib": ws / MiB, "streams": n, "planner_budget_mib": ws * n / MiB,
@@ -527,9 +502,6 @@ def c_cublas_workspace() -> dict:
 
 
 def c_ep_staging() -> dict:
-    from planner.cost.efficiency_access import memory_constants
-    from planner.specs.catalog import load_hardware
-
     _, terms = _v3_moe_terms()
     t = terms["moe.fc1_input"]
     bf16 = t.bytes
@@ -552,9 +524,6 @@ def c_ep_staging() -> dict:
 
 
 def c_nccl_buffers() -> dict:
-    from planner.cost.efficiency_access import memory_constants
-    from planner.specs.catalog import load_hardware
-
     mc = memory_constants(load_hardware("h100"))
     per, inter = mc.nccl_bytes_per_communicator.value, mc.nccl_bytes_per_communicator_internode.value
     channels = per / (4 * MiB)
@@ -580,8 +549,6 @@ CP_JOB = dict(gpus=64, global_batch=64)
 
 
 def c_context_parallel() -> dict:
-    from planner.cost.memory import memory_report
-
     cases = {
         "cp1_mbs1_seq8k": ("tp=8,cp=1,mbs=1", 8192),
         "cp2_mbs2_seq8k_concurrent": ("tp=8,cp=2,mbs=2", 8192),
@@ -619,9 +586,6 @@ def c_context_parallel() -> dict:
 
 
 def _layout(model_name: str, pp: int, vpp: int = 1) -> str | None:
-    from planner.specs.catalog import load_model
-    from planner.specs.layout import suggest_layout
-
     m = load_model(model_name)
     return None if m.num_layers % (pp * vpp) == 0 else suggest_layout(m, pp, vpp)
 
@@ -633,9 +597,6 @@ def _v3_plan(pp: int, ep: int, recompute: str, vpp: int = 1) -> str:
 
 
 def c_pp_cancels() -> dict:
-    from planner.cost.memory import memory_report
-    from planner.cost.schedule import max_inflight
-
     m = 32
     sched = {p: [max_inflight(p, 1, m, r) for r in range(p)] for p in (4, 8, 16)}
     rows = {}
@@ -670,14 +631,10 @@ def c_pp_cancels() -> dict:
 def _interleaved_ratio(p: int, v: int) -> float:
     """Chunks the first stage holds under Megatron's interleaved schedule over 1F1B's p micro-batches,
     in units of a whole stage (each chunk holds 1/v of the stage's layers)."""
-    from planner.cost.schedule import max_inflight
-
     return max_inflight(p, v, 8 * p, 0) / v / max_inflight(p, 1, 8 * p, 0)
 
 
 def c_vpp_multiplier() -> dict:
-    from planner.cost.memory import memory_report
-
     ratios = {f"p{p}_v{v}": round(_interleaved_ratio(p, v), 4) for p, v in ((4, 2), (4, 4), (8, 4), (16, 2), (16, 4))}
     rows = {}
     for rc in ("none", "full"):
@@ -719,8 +676,6 @@ def c_vpp_multiplier() -> dict:
 
 def _chunks_extra() -> int:
     """Layer-microbatches the most loaded VPP4 stage holds beyond the most loaded 1F1B stage (Table 3)."""
-    from planner.cost.memory import memory_report
-
     def most(rep):
         return max(sum(n * sum(1 for layer in c.layers if layer.name.startswith("layer")) for n, c in
                        zip(s.inflight_end_of_warmup, s.chunks)) for s in rep.stages)
@@ -732,7 +687,6 @@ def _t3_plan(recompute: str, vpp: int) -> str:
     """Table 3's plan, or the same per-rank layer counts without interleaving (vpp=1)."""
     if vpp == 4:
         return f"tp=1,pp=4,vpp=4,ep=64,etp=1,mbs=1,recompute={recompute},layout={TABLE3_LAYOUT}"
-    from planner.specs.layout import format_layout, parse_layout
 
     chunks = parse_layout(TABLE3_LAYOUT)
     ranks = ["".join(chunks[r::4]) for r in range(4)]
@@ -744,9 +698,6 @@ def _t3_plan(recompute: str, vpp: int) -> str:
 
 
 def c_full_recompute_floor() -> dict:
-    from planner.cost.memory import memory_report
-    from planner.specs.catalog import load_model
-
     m = load_model("deepseek-v3")
     B, S, D, L, p = 1, 4096, m.hidden_size, m.num_layers, 16
     layer_input = 2 * B * S * D
@@ -776,8 +727,6 @@ def c_full_recompute_floor() -> dict:
 
 
 def c_pp16_85() -> dict:
-    from planner.cost.memory import memory_report
-
     plan = _v3_plan(16, 16, "full")
     rep = memory_report(_setup("deepseek-v3", "h100", plan, **V3_JOB))
     j = rep.to_json()
@@ -815,8 +764,6 @@ def c_pp16_85() -> dict:
 # §09 and §10: hardware and the order of levers.
 # ---------------------------------------------------------------------------------------------
 def c_hbm_sizes() -> dict:
-    from planner.specs.catalog import load_hardware
-
     rows = {}
     for h in ("h100", "h200", "b200", "gb200-nvl72", "gb300-nvl72"):
         hw = load_hardware(h)
@@ -908,8 +855,6 @@ NO_OVERLAP_HW = ("h100", "b200", "gb200-nvl72")
 
 
 def _no_overlap_cmd() -> str:
-    from planner.report.results import _per_stage_flag
-
     return ("planner compare --model deepseek-v3 " + " ".join(f"--hw {h}" for h in NO_OVERLAP_HW)
             + f" --gpus 256 --fix ep_overlap=off{_per_stage_flag()} --json")
 
@@ -917,13 +862,6 @@ def _no_overlap_cmd() -> str:
 def _v3_without_ep_overlap(default: dict | None) -> dict:
     """DeepSeek-V3 on 256 GPUs with the EP all-to-all overlap forbidden: how much of the Hopper
     answer rests on hiding the cross-node all-to-all behind compute."""
-    from planner.cost.setup import Assumptions
-    from planner.specs.job_input import resolve_job
-    from planner.report.compare import compare_report as run_compare
-    from planner.report.results import _options
-    from planner.search.space import Limits
-    from planner.specs.catalog import load_hardware, load_model
-
     m = load_model("deepseek-v3")
     opts = _options()
     opts.limits = Limits.parse("ep_overlap=off", None)
@@ -975,8 +913,6 @@ def _plan_brief(r: dict | None) -> str:
 
 def _swap_loss(out: dict, hw: str) -> str:
     """The largest time loss of the baseline's best plan when run on ``hw`` (from the swap test)."""
-    from planner.report.compare import _label, _largest_increase
-
     ch = next((c for c in out.get("changes", []) if c["hardware"] == hw), None)
     sw = (ch or {}).get("swap", {}).get("baseline_plan_on_other")
     best = next((e for e in out["hardware"] if e["hardware"]["name"] == hw), None)
@@ -1009,9 +945,6 @@ FREE = 0.001
 
 
 def c_order(compares: dict) -> dict:
-    from planner.cost.memory import memory_report
-    from planner.cost.time import time_report
-
     base = f"pp=4,vpp=4,ep=64,etp=1,layout={TABLE3_LAYOUT}"
 
     def run(extra: str):
@@ -1101,9 +1034,6 @@ def _section_key(c: dict) -> tuple:
 def build_claims(progress=None, compares: dict | None = None) -> dict:
     """Every claim (deterministic). ``compares``: compare reports already built (by name); missing
     ones are built here."""
-    from planner import __version__
-    from planner.report.results import REPORTS, build_report
-
     say = progress or (lambda msg: None)
     compares = dict(compares or {})
     for r in REPORTS:
@@ -1196,8 +1126,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.claim in SEARCHES_FOR:
-        from planner.report.results import REPORTS, build_report
-
         compares = {r.name: build_report(r) for r in REPORTS if r.name in SEARCHES_FOR[args.claim]}
         row = fn(compares)
     else:

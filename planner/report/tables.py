@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import textwrap
+
+from rich import box
+from rich.console import Console
+from rich.errors import MarkupError
+from rich.markup import escape
+from rich.table import Table
+
+# The cost, search, validate and launcher imports stay in their functions (start-up): the catalog
+# commands (planner models, hw, show-model, ...) print through console() and esc(), and loading the
+# cost model and the search with them would add ~0.8 s to each.
 from planner.units import GiB, fmt_gib, fmt_time
 
 CLASSES = ("weights", "gradients", "optimizer", "activations", "transient", "comm_buffers", "allocator")
@@ -10,44 +23,28 @@ SHORT_CLASSES = {"weights": "weights", "gradients": "grads", "optimizer": "optim
 """Column heads under 120 columns, where the full names would squeeze the table (named once above it)."""
 
 
-def console():
+class SafeConsole(Console):
+    """A console whose markup never raises: should a user's text that reached a format string
+    unescaped look like a closing tag ('[/]'), the line is printed without markup instead."""
+
+    def render_str(self, text, *args, **kwargs):
+        try:
+            return super().render_str(text, *args, **kwargs)
+        except MarkupError:
+            kwargs["markup"] = False
+            return super().render_str(text, *args, **kwargs)
+
+
+def console() -> SafeConsole:
     """Rich console; piped output (no terminal, no COLUMNS) gets 160 columns instead of rich's 80,
     so that tables are not truncated in files and CI logs."""
-    import os
-    import sys
-
-
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-    return _SafeConsole(highlight=False, width=width)
+    return SafeConsole(highlight=False, width=width)
 
 
 def esc(text) -> str:
     """A user's text (a name, a path, a flag) for rich output: '[' starts no markup tag."""
-    from rich.markup import escape
-
     return escape(str(text))
-
-
-def _safe_console_class():
-    from rich.console import Console
-    from rich.errors import MarkupError
-
-    class SafeConsole(Console):
-        """A console whose markup never raises: should a user's text that reached a format string
-        unescaped look like a closing tag ('[/]'), the line is printed without markup instead."""
-
-        def render_str(self, text, *args, **kwargs):
-            try:
-                return super().render_str(text, *args, **kwargs)
-            except MarkupError:
-                kwargs["markup"] = False
-                return super().render_str(text, *args, **kwargs)
-
-    return SafeConsole
-
-
-def _SafeConsole(**kwargs):  # noqa: N802 - a class built on first use (rich is imported lazily)
-    return _safe_console_class()(**kwargs)
 
 
 def header_lines(setup) -> list[str]:
@@ -68,7 +65,7 @@ def header_lines(setup) -> list[str]:
 def margin_text(hw, job, margin_bytes: float) -> str:
     """How the capacity is made: usable HBM, less the CUDA context and the memory margin, said
     once above a table (why the margin, and how to drop it)."""
-    from planner.cost.efficiency_access import memory_constants
+    from planner.cost.efficiency_access import memory_constants  # noqa: PLC0415
 
     usable = hw.gpu.hbm_usable_bytes.value
     context = memory_constants(hw).cuda_context_bytes.value
@@ -103,9 +100,6 @@ def moment_text(moment: dict) -> str:
 
 
 def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
-    from rich import box
-    from rich.table import Table
-
     c = console()
     for line in header_lines(setup):
         # The plan line is printed whole (soft wrap: the terminal folds it, no newline is added),
@@ -159,7 +153,7 @@ def print_explain(setup, mem, result: dict, unknown_flags=()) -> None:
         c.print(f"time: step {fmt_time(tj['step_time_s'])} · {tj['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU · "
                 f"{tj['model_tflops_per_gpu']:.0f} model TFLOP/s/GPU · MFU {tj['mfu']:.1%}")
         if tj.get("error_band"):
-            from planner.validate.bands import band_text
+            from planner.validate.bands import band_text  # noqa: PLC0415
 
             c.print(f"  {esc(band_text(tj['error_band'], tj['step_time_s']))}")
         bd = tj.get("breakdown", {})
@@ -244,7 +238,7 @@ def reserved_lines(mj: dict) -> list[str]:
 def short_band(tm: dict) -> str:
     """The band cell of a plan's time JSON: where its measured step likely falls
     (planner.validate.bands.step_band, the one definition); '-' without validation runs."""
-    from planner.validate.bands import step_band
+    from planner.validate.bands import step_band  # noqa: PLC0415
 
     sb = step_band(tm.get("step_time_s"), tm.get("error_band"))
     return sb.cell() if sb is not None else "-"
@@ -310,7 +304,7 @@ def search_rows(plans: list[dict]) -> list[tuple[list[str], str]]:
     """(cells, full plan string) per ranked plan, in SEARCH_COLUMNS order. The family cell is the
     plan's family (planner.search.families: degrees, sharding, precision, and its variants' spread)
     where the search gave one, else the parallelisms it uses."""
-    from planner.search.families import family_cell
+    from planner.search.families import family_cell  # noqa: PLC0415
 
     rows = []
     for p in plans:
@@ -349,8 +343,6 @@ def ranked_table_lines(rows: list[tuple[list[str], str]], width: int, gap: int =
     """The ranked plans as (kind, text) lines for a screen of ``width`` columns: 'head' and 'row'
     lines fit the width (cells wrap at spaces only); a 'plan' line under each row holds the
     full plan string, unwrapped, so that it can be copied whole into --plan or --fix."""
-    import textwrap
-
     heads = [c for c, _ in SEARCH_COLUMNS]
     right = [j == "right" for _, j in SEARCH_COLUMNS]
     widths = _column_widths([r for r, _ in rows], heads, width, gap)
@@ -381,7 +373,7 @@ def print_search(result, out: dict, saved=None, verbose: bool = False) -> None:
             f"precisions {', '.join(j.precisions)} · target {space.target}")
     if j.source:
         c.print(f"job: {esc(j.source)}")
-    from planner.search.status import status_brief, status_line
+    from planner.search.status import status_brief, status_line  # noqa: PLC0415
 
     sv = out["solver"]
     text = status_line(sv) if verbose else status_brief(sv)
@@ -401,7 +393,7 @@ def print_search(result, out: dict, saved=None, verbose: bool = False) -> None:
         if p["time"].get("error_band"):
             bands.setdefault(p["time"]["error_band"]["class"], p)
     for p in bands.values():
-        from planner.validate.bands import band_text
+        from planner.validate.bands import band_text  # noqa: PLC0415
 
         # The top plan of each class names the prediction, the expectation and the band at once.
         c.print(esc(f"#{p['rank']}: " + band_text(p["time"]["error_band"], p["time"]["step_time_s"])))
@@ -431,7 +423,7 @@ def ties_text(ties: dict) -> str:
 
 def launchers_line(plans: list[dict]) -> str:
     """Under --target any: which export takes each plan (its 'launchers' rules, empty = takes it)."""
-    from planner.launchers.registry import label
+    from planner.launchers.registry import label  # noqa: PLC0415
 
     parts = []
     for p in plans:
