@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json as _json
+import math
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -16,7 +18,10 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.errors import PlannerError
+# Every command imports this module while it parses its options, so the cost model, the search,
+# the launchers and the spec catalogs (pydantic, numpy, OR-Tools: ~0.5 s) are imported inside the
+# functions that resolve them (noqa PLC0415: start-up), as planner/commands/* do.
+from planner.errors import PlannerError, PlanRuleError
 from planner.inputs import DEFAULT_MEMORY_MARGIN, finite_option
 
 ModelOpt = Annotated[
@@ -101,8 +106,6 @@ TorchtitanConfigOpt = Annotated[str | None, typer.Option(
 def torchtitan_config_option(value: str | None, target: str | None = "torchtitan") -> str | None:
     """--torchtitan-config checked: MODULE:FUNCTION of Python names. A megatron search has
     nothing to apply it to, and saying so beats ignoring it."""
-    import re
-
     if value is None:
         return None
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", value):
@@ -134,8 +137,8 @@ def check_margin(job, hw) -> None:
     taken: otherwise every answer would read 'exceeds the -3.0 GiB allocation limit'."""
     if not job.memory_margin_bytes:
         return
-    from planner.cost.compose import margin_bytes
-    from planner.cost.efficiency_access import memory_constants
+    from planner.cost.compose import margin_bytes  # noqa: PLC0415
+    from planner.cost.efficiency_access import memory_constants  # noqa: PLC0415
 
     usable = hw.gpu.hbm_usable_bytes.value
     context = memory_constants(hw).cuda_context_bytes.value
@@ -150,8 +153,6 @@ def check_margin(job, hw) -> None:
 def _finite(obj):
     """The object with non-finite floats as None: JSON has no Infinity or NaN, so --json never
     prints them (the cost model does not produce them from validated input; this is the net)."""
-    import math
-
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
@@ -211,8 +212,8 @@ def search_options(target: Target, top: int, time_limit: float, fix: str | None,
     """The search's options from the flags 'planner search' and 'planner compare' share (--target,
     --top, --time-limit, --fix, --max, --moments, --per-stage, --torchtitan-config; --solver is
     search's alone)."""
-    from planner.search.driver import Options
-    from planner.search.space import Limits
+    from planner.search.driver import Options  # noqa: PLC0415
+    from planner.search.space import Limits  # noqa: PLC0415
 
     return Options(target=target.value, top=top, solver=solver, time_limit_s=time_limit,
                    limits=Limits.parse(fix, max_), moments=parse_moments(moments), per_stage=per_stage,
@@ -221,9 +222,9 @@ def search_options(target: Target, top: int, time_limit: float, fix: str | None,
 
 def build_assumptions(routing_imbalance: float | None = None, implementation: str = "te", calibration: Path | None = None):
     """The modeling assumptions a command line sets, validated once."""
-    from planner.cost.setup import Assumptions
-    from planner.specs.calibration import load_calibration
-    from planner.specs.catalog import validate_spec
+    from planner.cost.setup import Assumptions  # noqa: PLC0415
+    from planner.specs.calibration import load_calibration  # noqa: PLC0415
+    from planner.specs.catalog import validate_spec  # noqa: PLC0415
 
     data: dict = {"implementation": str(getattr(implementation, "value", implementation))}
     if routing_imbalance is not None:
@@ -239,8 +240,8 @@ def build_assumptions(routing_imbalance: float | None = None, implementation: st
 
 def resolve_model(model, model_set: list[str] | tuple[str, ...] | None = None):
     """A model from a name or file (or a spec), with the command line's --set overrides applied."""
-    from planner.specs.catalog import load_model
-    from planner.specs.overrides import apply_overrides, parse_set_items
+    from planner.specs.catalog import load_model  # noqa: PLC0415
+    from planner.specs.overrides import apply_overrides, parse_set_items  # noqa: PLC0415
 
     m = model if not isinstance(model, str) else load_model(model)
     return apply_overrides(m, parse_set_items(model_set))
@@ -250,7 +251,7 @@ def resolve_specs(model, hw, args: JobArgs, model_set: list[str] | tuple[str, ..
     """(model, hardware, job) from names or files: the model with its --set overrides; the hardware
     defaults to the model's reference job's; the job to the reference job, a job file and the
     options, in increasing priority."""
-    from planner.specs.catalog import load_hardware
+    from planner.specs.catalog import load_hardware  # noqa: PLC0415
 
     m = resolve_model(model, model_set)
     if hw is None:
@@ -258,7 +259,7 @@ def resolve_specs(model, hw, args: JobArgs, model_set: list[str] | tuple[str, ..
         if hw is None:
             raise PlannerError("No hardware given.", hint="Pass --hw (see 'planner hw').")
     h = hw if not isinstance(hw, str) else load_hardware(hw)
-    from planner.specs.job_input import resolve_job
+    from planner.specs.job_input import resolve_job  # noqa: PLC0415
 
     j = resolve_job(m, gpus=args.gpus, global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
                     job_file=args.job_file, domain_fill=args.domain_fill, memory_margin_gib=args.memory_margin)
@@ -291,7 +292,7 @@ class PlanSource:
 def _read_launch(reader, path, model, hw, args, script_env, script_args, **extra):
     """A launch file through its launcher's reader (Megatron script, Bridge launch, torchtitan
     command or job file) with the job options the command line gave, the margin checked once."""
-    from planner.launchers.megatron.read import script_inputs
+    from planner.launchers.megatron.read import script_inputs  # noqa: PLC0415
 
     environ, argv = script_inputs(script_env, script_args)
     read = reader(Path(path), model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch,
@@ -319,19 +320,19 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
         raise PlannerError(f"--set does not apply to {given[0]} yet: the model overrides reach --plan, --from and "
                            "--megatron-args.", hint="Edit the model in the launch (or a model file it names) instead.")
     if torchtitan is not None:
-        from planner.launchers.torchtitan.read import job_from_torchtitan
+        from planner.launchers.torchtitan.read import job_from_torchtitan  # noqa: PLC0415
 
         tj = _read_launch(job_from_torchtitan, torchtitan, model, hw, args, script_env, script_args)
         return PlanSource(tj.model, tj.hardware, tj.job, tj.plan, torchtitan=tj,
                           provenance=_launch_provenance(tj, args))
     if bridge is not None:
-        from planner.launchers.bridge.read import job_from_bridge
+        from planner.launchers.bridge.read import job_from_bridge  # noqa: PLC0415
 
         bj = _read_launch(job_from_bridge, bridge, model, hw, args, script_env, script_args)
         return PlanSource(bj.model, bj.hardware, bj.job, bj.plan, bridge=bj, provenance=_launch_provenance(bj, args))
     if megatron_args is not None:
-        from planner.launchers.megatron.read import job_from_script
-        from planner.specs.overrides import parse_set_items
+        from planner.launchers.megatron.read import job_from_script  # noqa: PLC0415
+        from planner.specs.overrides import parse_set_items  # noqa: PLC0415
 
         sj = _read_launch(job_from_script, megatron_args, model, hw, args, script_env, script_args,
                           model_overrides=parse_set_items(model_set))
@@ -339,7 +340,7 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
     saved = None
     given_args, given_model, given_hw = args, model, hw  # before a saved search fills them in
     if from_file is not None:
-        from planner.launchers.common import resolve_saved
+        from planner.launchers.common import resolve_saved  # noqa: PLC0415
 
         saved, (model, hw, gpus, global_batch, seq_len, precision, domain_fill) = resolve_saved(
             from_file, rank, model=model, hw=hw, gpus=args.gpus, global_batch=args.global_batch, seq_len=args.seq_len,
@@ -348,7 +349,7 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
                                    domain_fill=domain_fill)
         p = saved.plan
     else:
-        from planner.specs.plan import Plan
+        from planner.specs.plan import Plan  # noqa: PLC0415
 
         p = Plan.parse(plan)
     if model is None:
@@ -359,7 +360,7 @@ def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 
     if (p.dp is not None or p.edp is not None) and command != "check":
         # A given dp/edp (or a saved file's) must be what this job's GPU count gives; check lists
         # a mismatch with every other rule the plan breaks.
-        from planner.launchers.common import export_canonical
+        from planner.launchers.common import export_canonical  # noqa: PLC0415
 
         p.check_given_degrees(export_canonical(p, m, h, j).degrees(j.gpus), j.gpus)
     return PlanSource(m, h, j, p, saved=saved, provenance=_plan_provenance(m, given_args, given_hw, given_model, saved, from_file))
@@ -408,12 +409,12 @@ def saved_assumptions(saved, from_file):
     that what explain and export recompute from it is the search's; None without them."""
     if saved is None or not saved.assumptions:
         return None
-    from planner.cost.setup import Assumptions
-    from planner.specs.catalog import validate_spec
+    from planner.cost.setup import Assumptions  # noqa: PLC0415
+    from planner.specs.catalog import validate_spec  # noqa: PLC0415
 
     a = validate_spec(Assumptions, saved.assumptions, "assumptions", f"{from_file} (its 'assumptions')")
     if a.calibration is not None:
-        from planner.specs.calibration import load_calibration
+        from planner.specs.calibration import load_calibration  # noqa: PLC0415
 
         load_calibration(a.calibration)
     return a
@@ -433,9 +434,9 @@ def launch_assumptions(src: PlanSource, base, from_file=None):
         given = {k: getattr(base, k) for k in type(base).model_fields if getattr(base, k) != getattr(defaults, k)}
         return saved.model_copy(update=given)
     if src.script is not None:
-        from planner.launchers.megatron.read import assumptions_from_flags
+        from planner.launchers.megatron.read import assumptions_from_flags  # noqa: PLC0415
 
-        from planner.launchers.allocator_env import expandable_from_env
+        from planner.launchers.allocator_env import expandable_from_env  # noqa: PLC0415
 
         update = assumptions_from_flags(src.script.args.values)
         expandable = expandable_from_env(src.script.args.env)  # PYTORCH_CUDA_ALLOC_CONF in the script
@@ -453,8 +454,6 @@ def launch_assumptions(src: PlanSource, base, from_file=None):
 def rule_failures_exit(code: int = 1):
     """A plan that breaks a rule is the command's 'does not work' answer (exit ``code``), not bad
     input (2)."""
-    from planner.errors import PlanRuleError
-
     try:
         yield
     except PlanRuleError as exc:
