@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from planner.errors import PlanRuleError, Violation
 from planner.specs.layout import build_layout
 from planner.specs.plan import Plan, default_schedule
-from planner.specs.schedule import schedule_named
+from planner.specs.schedule import Schedule, schedule_named
 
 if TYPE_CHECKING:
     from planner.specs.hardware import HardwareSpec
@@ -45,11 +45,11 @@ def schedule_fits_vpp(schedule: str, vpp: int) -> bool:
     return schedule_named(schedule).fits_vpp(vpp)
 
 
-def schedule_runs(name: str | None, p: int, m):
-    """Whether schedule ``name`` takes ``m`` micro-batches on ``p`` stages, whatever the levers (an
-    integer or an integer array: the search drops the keys before costing them); each schedule's
-    own rule and its source: planner.specs.schedule.Schedule.runs."""
-    return m == m if name is None else schedule_named(name).takes(p, m)
+def schedule_runs(schedule: Schedule | None, p: int, m):
+    """Whether ``schedule`` (a record; None: Megatron's default) takes ``m`` micro-batches on ``p``
+    stages, whatever the levers (an integer or an integer array: the search drops the keys before
+    costing them); each schedule's own rule and its source: planner.specs.schedule.Schedule.runs."""
+    return m == m if schedule is None else schedule.takes(p, m)
 
 
 def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Violation]:
@@ -311,7 +311,7 @@ def shared_violations(setup_or_plan, model: ModelSpec | None = None, job: Job | 
     out += shape_violations(model, plan)
     out += model_violations(model, hw, job, plan, deg)
     try:
-        build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule)
+        build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule_record)
     except PlanRuleError as exc:
         out.append(_violation(exc))
     return Checked(out, model, hw, job, plan, deg, not errors)

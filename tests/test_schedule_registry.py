@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from planner.cost.schedules import SCHEDULES as WALKED
+from planner.cost.schedules import placement as walk_placement
 from planner.cost.schedules.batch import BUBBLES
 from planner.cost.schedules.orders import GENERATORS
 from planner.launchers.torchtitan.read import MULTI_STAGE, SINGLE_STAGE, plan_schedule
@@ -34,7 +35,7 @@ def test_every_kind_a_record_names_has_its_implementation_in_the_cost_model():
     for s in REGISTRY:
         assert s.order in GENERATORS, s.name
         assert s.bubble in BUBBLES or s.bubble in ("megatron", "combined"), s.name
-    assert set(WALKED) == {s.name for s in REGISTRY}
+    assert WALKED == REGISTRY  # the walk runs every record, passed as the record
 
 
 def test_defaults_follow_megatron():
@@ -45,7 +46,7 @@ def test_defaults_follow_megatron():
 @pytest.mark.parametrize("name", [s.name for s in REGISTRY])
 def test_a_record_drives_the_tables_that_used_to_name_it(name):
     s = schedule_named(name)
-    assert placement_of(name) == s.placement
+    assert placement_of(s) == s.placement
     assert TORCHTITAN_SCHEDULES.get(name) == s.torchtitan
     if s.torchtitan is not None:
         assert plan_schedule(s.torchtitan.upper()) == name  # matched without case, as torchtitan does
@@ -54,9 +55,9 @@ def test_a_record_drives_the_tables_that_used_to_name_it(name):
     assert LEVER_FEATURES.get(("schedule", name)) == ((s.software_feature,) if s.software_feature else None)
     for target in ("megatron", "torchtitan", "any"):
         for vpp in (1, 2, 3):
-            assert (name in schedule_options(target, 4, vpp)) == (target in s.searched_under and s.fits_vpp(vpp))
+            assert (s in schedule_options(target, 4, vpp)) == (target in s.searched_under and s.fits_vpp(vpp))
     # the walk places chunks as the record says: DualPipe's two per rank, a V's two, or the loop's vpp
-    place = WALKED[name].placement(4, 2, 8)
+    place = walk_placement(s, 4, 2, 8)
     assert all(len(place.stages_held(r)) == s.chunks(2) for r in range(4))
 
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from planner.cost.schedule import Op
-from planner.cost.schedules import SCHEDULES, StepTimes, schedule, walk
+from planner.cost.schedules import SCHEDULES, StepTimes, placement, walk
 from planner.cost.schedules.batch import graph_of, item_time, longest_paths, pipeline_estimate, pipeline_step
 from planner.cost.schedules.ops import Pair
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.schedules.walk import build, item_seconds, simulate
+from planner.specs.schedule import schedule_named as named
 
 SHAPES = {"1f1b": (4, 1, 8), "interleaved": (4, 2, 8), "combined-1f1b": (4, 2, 8), "zb-h1": (4, 2, 8),
           "zbv": (4, 2, 8), "dualpipe": (4, 2, 12), "dualpipev": (3, 2, 8)}
@@ -30,17 +31,17 @@ def _plan(chunks, i: int):
                              for lt in c) for c in r) for r in chunks)
 
 
-@pytest.mark.parametrize("name", list(SCHEDULES))
+@pytest.mark.parametrize("name", [s.name for s in SCHEDULES])
 @pytest.mark.parametrize("pair_overlap,delay", [(True, False), (True, True), (False, False)])
 def test_one_task_per_item_walks_every_plan_as_the_walk_does(name, pair_overlap, delay):
     p, v, m = SHAPES[name]
     rng = np.random.default_rng(len(name) + 10 * pair_overlap + delay)
     n = 6
-    chunks = tuple(tuple(_layers(rng, 2, n) for _ in range(schedule(name).chunks(v))) for _ in range(p))
+    chunks = tuple(tuple(_layers(rng, 2, n) for _ in range(named(name).chunks(v))) for _ in range(p))
     p2p = rng.uniform(0.0, 0.3, n)
-    got = pipeline_step(name, p, v, m, chunks, p2p, delay_wgrad=delay, pair_overlap=pair_overlap)
+    got = pipeline_step(named(name), p, v, m, chunks, p2p, delay_wgrad=delay, pair_overlap=pair_overlap)
     for i in range(n):
-        ref = walk(name, p, v, m, StepTimes(_plan(chunks, i), p2p=float(p2p[i]), delay_wgrad=delay,
+        ref = walk(named(name), p, v, m, StepTimes(_plan(chunks, i), p2p=float(p2p[i]), delay_wgrad=delay,
                                            pair_overlap=pair_overlap))
         assert got.step[i] == pytest.approx(ref.step, rel=1e-12)
         for r in range(p):  # the items' bubble is all waiting, for other ranks and for sends
@@ -56,7 +57,7 @@ def test_longest_paths_equal_the_event_simulation():
     times = StepTimes(_plan(chunks, 0), p2p=0.1)
     from planner.cost.schedules import rank_items
 
-    tasks = build([rank_items(name, p, v, m, r) for r in range(p)], schedule(name).placement(p, v, m), times)
+    tasks = build([rank_items(named(name), p, v, m, r) for r in range(p)], placement(named(name), p, v, m), times)
     _, finish = simulate(tasks)
     fin = longest_paths(graph_of(tasks), np.zeros((1, 0)))
     assert fin[0, :-1] == pytest.approx(finish)
@@ -84,9 +85,9 @@ def test_the_tables_closed_forms_are_the_walk_on_uniform_stages(name, p, v, m):
     rng = np.random.default_rng(7)
     n = 32
     one = _layers(rng, 2, n)
-    chunks = tuple(tuple(one for _ in range(schedule(name).chunks(v))) for _ in range(p))
-    walked = pipeline_step(name, p, v, m, chunks, 0.0)
-    closed = pipeline_estimate(name, p, v, m, chunks, 0.0)
+    chunks = tuple(tuple(one for _ in range(named(name).chunks(v))) for _ in range(p))
+    walked = pipeline_step(named(name), p, v, m, chunks, 0.0)
+    closed = pipeline_estimate(named(name), p, v, m, chunks, 0.0)
     assert closed.step == pytest.approx(walked.step, rel=1e-9)
 
 
@@ -101,9 +102,9 @@ def test_the_tables_closed_forms_stay_near_the_walk(name, p, v, m, bound):
     for r in range(p):
         heavy = 1.6 if r == p - 1 else 1.0
         chunks.append(tuple(tuple(LayerTimes(*(np.asarray(getattr(lt, f)) * heavy for f in LayerTimes.__dataclass_fields__))
-                                  for lt in _layers(rng, 2, n)) for _ in range(schedule(name).chunks(v))))
+                                  for lt in _layers(rng, 2, n)) for _ in range(named(name).chunks(v))))
     p2p = rng.uniform(0.0, 0.05, n)
-    walked = pipeline_step(name, p, v, m, chunks, p2p)
-    closed = pipeline_estimate(name, p, v, m, chunks, p2p)
+    walked = pipeline_step(named(name), p, v, m, chunks, p2p)
+    closed = pipeline_estimate(named(name), p, v, m, chunks, p2p)
     err = np.abs(closed.step / walked.step - 1)
     assert err.max() <= bound, err.max()

@@ -6,21 +6,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.cost.schedules import SCHEDULES, StepTimes, rank_items, schedule
+from planner.cost.schedules import SCHEDULES, StepTimes, placement, rank_items
 from planner.cost.schedules.batch import Coarse, direct_graph
 from planner.cost.schedules.graph import Lin, graph_of, longest_paths
 from planner.cost.schedules.ops import Commit, Post
 from planner.cost.schedules.walk import build
+from planner.specs.schedule import schedule_named as named
 
-DIRECT = [n for n in SCHEDULES if not any(isinstance(i, (Post, Commit)) for i in rank_items(n, 4, 2, 8, 0))]
+DIRECT = [s.name for s in SCHEDULES if not any(isinstance(i, (Post, Commit)) for i in rank_items(s, 4, 2, 8, 0))]
 
 
 @pytest.mark.parametrize("name", DIRECT)
 @pytest.mark.parametrize("pair_overlap,p2p", [(True, True), (True, False), (False, True)])
 def test_direct_graph_walks_as_the_builder_does(name, pair_overlap, p2p):
     p, v, m = 4, 2, 8
-    items = [rank_items(name, p, v, m, r) for r in range(p)]
-    place = schedule(name).placement(p, v, m)
+    items = [rank_items(named(name), p, v, m, r) for r in range(p)]
+    place = placement(named(name), p, v, m)
     times = StepTimes((), p2p=Lin.var(("p2p",), 1.0) if p2p else 0.0, pair_overlap=pair_overlap)
     ref = graph_of(build(items, place, times, Coarse))
     got = direct_graph(items, place, pair_overlap, p2p)

@@ -10,6 +10,7 @@ from planner.cost.compose import costs_of
 from planner.cost.memory import stage_memory
 from planner.cost.schedules.inflight import max_inflight
 from planner.cost.time import time_report
+from planner.specs.schedule import schedule_named as named
 from tests._models import setup_for
 
 V3_PUBLISHED = 1543
@@ -72,7 +73,7 @@ def test_walked_schedules_hold_their_in_flight_counts():
         for r in (0, 5, 15):
             st = stage_memory(s, r)
             held = sum(st.peak_moment["inflight"][:2]) + (st.peak_moment["phase"] == "forward")
-            assert held <= max_inflight(name, 16, 1, 120, r, with_w=False) == 17
+            assert held <= max_inflight(named(name), 16, 1, 120, r, with_w=False) == 17
 
 
 PROFILE_PAIR_MS = 129.0
@@ -119,11 +120,11 @@ def test_the_search_offers_the_schedules_each_target_runs(target, expected):
     job = Job(gpus=256, global_batch=512, seq_len=4096, precisions=["bf16"])
     space = build_space(load_model("llama3.1-70b"), load_hardware("h100"), job, target=target,
                         limits=Limits.parse("tp=8,pp=8,mbs=1,cp=1", None))
-    assert {s.schedule for s in space.structs} == expected
+    assert {s.schedule and s.schedule.name for s in space.structs} == expected
     for s in space.structs:
-        if s.schedule in ("zbv", "dualpipev"):
+        if s.schedule and s.schedule.name in ("zbv", "dualpipev"):
             assert s.vpp == 2
-        if s.schedule == "dualpipe":
+        if s.schedule and s.schedule.name == "dualpipe":
             assert s.vpp == 1
     fixed = build_space(load_model("llama3.1-70b"), load_hardware("h100"), job, target=target,
                         limits=Limits.parse("tp=8,pp=8,mbs=1,cp=1,schedule=interleaved", None))
@@ -143,7 +144,7 @@ def test_combined_1f1b_profiles_repeat_like_the_interleaved_ones():
             if cap == m:
                 continue
             for r in range(p):
-                full, capped = _profile_table("combined-1f1b", p, v, m, r), _profile_table("combined-1f1b", p, v, cap, r)
+                full, capped = _profile_table(named("combined-1f1b"), p, v, m, r), _profile_table(named("combined-1f1b"), p, v, cap, r)
                 assert full.tolist() == capped.tolist(), (p, v, m, r)
                 checked += 1
     assert checked > 100

@@ -207,6 +207,7 @@ def test_the_space_drops_exactly_the_micro_batch_counts_a_schedule_refuses():
     import numpy as np
 
     from planner.rules import schedule_runs
+    from planner.specs.schedule import schedule_named
 
     cases = {("dualpipe", 4): {8: True, 12: True, 6: False, 9: False, 10: True},
              ("dualpipe", 3): {6: False, 12: False},
@@ -215,11 +216,11 @@ def test_the_space_drops_exactly_the_micro_batch_counts_a_schedule_refuses():
              ("zbv", 4): {1: True}}
     for (name, p), want in cases.items():
         ms = np.array(sorted(want))
-        assert schedule_runs(name, p, ms).tolist() == [want[m] for m in ms.tolist()], (name, p)
-        assert [bool(schedule_runs(name, p, int(m))) for m in ms] == [want[m] for m in ms.tolist()], (name, p)
+        assert schedule_runs(schedule_named(name), p, ms).tolist() == [want[m] for m in ms.tolist()], (name, p)
+        assert [bool(schedule_runs(schedule_named(name), p, int(m))) for m in ms] == [want[m] for m in ms.tolist()], (name, p)
     space = build_space(load_model("llama3.1-8b"), load_hardware("h100"), Job(gpus=8, global_batch=6, seq_len=4096),
                         target="any", limits=Limits.parse(None, "pp=4,tp=1,cp=1"))
-    names = [space.schedule(i) for i in range(len(space)) if space.col("pp")[i] == 4]
+    names = [str(space.schedule(i)) for i in range(len(space)) if space.col("pp")[i] == 4]
     assert "dualpipe" not in names and space.pruned.get("dualpipe-microbatches")  # m = 6 < 2 pp = 8
 
 

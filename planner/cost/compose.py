@@ -49,15 +49,15 @@ from planner.cost.pipeline import (
 from planner.cost.phases import block_layer, wgrad_bytes
 from planner.cost.rates import Rates, rates_for, under_graphs
 from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
-from planner.cost.schedules import schedule
 from planner.cost.schedules.inflight import MEGATRON_ORDERS, held_matrix
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.setup import allocator_fraction, allocator_workload
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
-from planner.cost.walked import chunk_blocks_of, walk_name, walk_plans
+from planner.cost.walked import chunk_blocks_of, walk_plans, walk_schedule
 from planner.specs.efficiency import load_efficiency
 from planner.specs.layout import PipelineLayout, build_layout
-from planner.specs.plan import CudaGraphs, Degrees, EpOverlap, Plan, Recompute, Sharding, default_schedule
+from planner.specs.plan import CudaGraphs, Degrees, EpOverlap, Plan, Recompute, Sharding
+from planner.specs.schedule import Schedule, default_schedule
 
 # ---------------------------------------------------------------------------------------------
 # Typed levers.
@@ -551,9 +551,9 @@ class PlanBatch:
     variants: tuple[Levers, ...]
     group: tuple
     """Identity of (key_rows, layout) in the context's memo."""
-    schedule: str | None = None
-    """The pipeline schedule the plans run (planner.specs.plan.SCHEDULES; None without pipeline
-    parallelism)."""
+    schedule: Schedule | None = None
+    """The pipeline schedule the plans run (its record, resolved where the plans entered; None
+    without pipeline parallelism)."""
     walk: bool = True
     """Walk the schedules the closed forms do not cover (planner.cost.walked); False reads
     their closed-form estimate instead (the search's tables)."""
@@ -653,16 +653,16 @@ def layout_batches(ctx: CostContext, structs, base: Levers, walk: bool = False) 
     schedule profiles); the schedules the closed forms do not cover are estimated unless ``walk``."""
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(structs):
-        name = getattr(s, "schedule", None) or default_schedule(s.pp, s.vpp)
-        groups.setdefault((s.pp, s.vpp, s.layout, name), []).append(i)
+        sched = getattr(s, "schedule", None) or default_schedule(s.pp, s.vpp)
+        groups.setdefault((s.pp, s.vpp, s.layout, sched), []).append(i)
     m = ctx.keys.col["micro_batches"]
     out = []
-    for (pp, vpp, layout_str, name), idx in groups.items():
+    for (pp, vpp, layout_str, sched), idx in groups.items():
         rows = np.array(idx, dtype=np.int64)
         rows = rows[np.argsort(m[rows], kind="stable")]
-        layout = build_layout(ctx.model, pp, vpp, layout_str, name)
-        group = (pp, vpp, layout_str) if name == default_schedule(pp, vpp) else (pp, vpp, layout_str, name)
-        out.append(PlanBatch(ctx, rows, layout, (base,), group, name, walk))
+        layout = build_layout(ctx.model, pp, vpp, layout_str, sched)
+        group = (pp, vpp, layout_str) if sched == default_schedule(pp, vpp) else (pp, vpp, layout_str, sched.name)
+        out.append(PlanBatch(ctx, rows, layout, (base,), group, sched, walk))
     return out
 
 
@@ -909,22 +909,22 @@ class Costs:
                 pipe[w.cols] += _column(b.micro_batches, self.n)[w.cols] * _column(off.extra_s, self.n)[w.cols]
         return pipe
 
-    def schedule_columns(self) -> list[tuple[str, np.ndarray]]:
+    def schedule_columns(self) -> list[tuple[Schedule, np.ndarray]]:
         """(walked schedule, its plans) for the plans whose schedule the closed forms do not
-        cover (:func:`planner.cost.walked.walk_name`; EP overlap only counts with EP > 1)."""
+        cover (:func:`planner.cost.walked.walk_schedule`; EP overlap only counts with EP > 1)."""
         def fn():
             b = self.batch
             nk = b.n_keys
             ep = np.asarray(b.deg.ep)  # Degrees of a batch: one entry per plan
-            out: dict[str, list] = {}
+            out: dict[Schedule, list] = {}
             for j, v in enumerate(b.variants):
                 for has_ep in (False, True):
                     lv = v if has_ep else dataclasses.replace(v, ep_overlap=EpOverlap.OFF)
-                    name = memory_schedule(b.schedule, lv, b.vpp)
+                    sched = memory_schedule(b.schedule, lv, b.vpp)
                     sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
-                    if name is not None and len(sel):
-                        out.setdefault(name, []).append(sel)
-            return [(name, np.concatenate(sels)) for name, sels in out.items()]
+                    if sched is not None and len(sel):
+                        out.setdefault(sched, []).append(sel)
+            return [(sched, np.concatenate(sels)) for sched, sels in out.items()]
 
         return self._memo("schedule_cols", self._row("ep_overlap"), fn=fn)
 
@@ -1148,16 +1148,16 @@ class Costs:
         # Plans whose schedules show the same in-flight vectors share one matrix product: under
         # Megatron's orders, those whose micro-batch counts cap to the same count.
         m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
-        for name, sel in self.schedule_columns():
+        for sched, sel in self.schedule_columns():
             # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
             # bytes held between input and weight gradient where it splits the backward.
-            held = np.concatenate([kept, self.wgrad_kept(r)]) if schedule_of(name).splits_backward else kept
+            held = np.concatenate([kept, self.wgrad_kept(r)]) if sched.splits_backward else kept
             rest[sel] = False
-            per = m[sel] if schedule_of(name).record.order in MEGATRON_ORDERS else b.micro_batches[sel]
+            per = m[sel] if sched.order in MEGATRON_ORDERS else b.micro_batches[sel]
             for mi in np.unique(per):
                 cols = sel[per == mi]
                 out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
-                                               self.lv.offload_activations, schedule=name)
+                                               self.lv.offload_activations, schedule=sched)
         if not rest.all():
             for mi in np.unique(m[rest]):
                 cols = np.flatnonzero(rest & (m == mi))
@@ -1294,9 +1294,9 @@ class Costs:
         for m, cols in self._buckets(b.micro_batches, "m"):
             if b.layout.chunks_per_rank == b.vpp:
                 out[cols] = inflight_end_of_warmup(b.pp, b.vpp, m, r)
-            for name, sel in self.schedule_columns():
+            for sched, sel in self.schedule_columns():
                 # No warm-up to speak of in the walked schedules: the most chunks the rank holds.
-                out[np.intersect1d(cols, sel)] = most_held(name, b.pp, b.vpp, m, r)
+                out[np.intersect1d(cols, sel)] = most_held(sched, b.pp, b.vpp, m, r)
         return out
 
 
@@ -1334,26 +1334,21 @@ def _gating(best: DataParallel, cur: DataParallel) -> DataParallel:
                         pick(fs, "fsdp"), pick(fs, "fsdp_exposed"))
 
 
-def memory_schedule(schedule: str | None, levers, vpp: int) -> str | None:
-    """The schedule whose in-flight vectors a plan's memory follows (planner.cost.schedules
-    names), None for Megatron's 1F1B and interleaved without EP overlap (planner.cost.schedule):
-    the schedule the time walk runs (:func:`planner.cost.walked.walk_name`)."""
-    return walk_name(schedule, levers, vpp)
+def memory_schedule(schedule: Schedule | None, levers, vpp: int) -> Schedule | None:
+    """The schedule whose in-flight vectors a plan's memory follows (planner.cost.schedules.inflight),
+    None for Megatron's 1F1B and interleaved without EP overlap (planner.cost.schedule): the
+    schedule the time walk runs (:func:`planner.cost.walked.walk_schedule`)."""
+    return walk_schedule(schedule, levers, vpp)
 
 
-def most_held(name: str, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...]:
+def most_held(sched: Schedule, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...]:
     """The in-flight chunks per chunk of a walked schedule where the rank holds the most of them
     (activations only, not what waits for W; the first such moment)."""
-    n = schedule_of(name).chunks(vpp)
-    if schedule_of(name).record.order == "combined":
+    n = sched.chunks(vpp)
+    if sched.order == "combined":
         m = int(profile_microbatches(pp, vpp, m))  # the same vectors (inflight.profiles)
-    held = held_matrix(name, pp, vpp, m, rank)[2][:, :n]
+    held = held_matrix(sched, pp, vpp, m, rank)[2][:, :n]
     return tuple(held[int(np.argmax(held.sum(axis=1)))].tolist())
-
-
-def schedule_of(name: str):
-    """A walked schedule's description (planner.cost.schedules.Schedule)."""
-    return schedule(name)
 
 
 def p2p_overlaps(vpp: int, assumptions) -> bool:

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.compose import Costs, batch_of_setup, evaluate_batch, margin_bytes, memory_schedule, schedule_of
+from planner.cost.compose import Costs, batch_of_setup, evaluate_batch, margin_bytes, memory_schedule
 from planner.cost.constant import ConstantMemory
 from planner.cost.pieces import ChunkMemory, GROUP_PURPOSE, NCCL_PROTOCOL_BYTES, held_of
 from planner.cost.schedule import inflight_end_of_warmup, offload_share, rank_ops
 from planner.cost.schedules.inflight import held_before, held_matrix, held_vectors
 from planner.cost.setup import Setup, allocator_workload
 from planner.memtrace.diagnose import GAP_B, NEAR_LIMIT
+from planner.specs.schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -108,15 +109,15 @@ def _locate_moment(ops, chunks, held, peak: float, *, recomputes: bool) -> dict:
     return _optimizer_moment(len(chunks), 0.0)
 
 
-def _locate_schedule_moment(name: str, b, rank: int, chunks, kept: list, held, peak: float, *, recomputes: bool,
+def _locate_schedule_moment(sched: Schedule, b, rank: int, chunks, kept: list, held, peak: float, *, recomputes: bool,
                             offload: bool) -> dict:
     """:func:`_locate_moment` under a schedule of planner.cost.schedules: its own op order and held
     vectors (planner.cost.schedules.inflight.held_before; entries past the chunks are those held
     between input and weight gradient), the weight-gradient passes adding nothing."""
     tol = 1e-9 * max(peak, 1.0)
     m = int(b.micro_batches[0])
-    start = _first_candidate(name, b, m, rank, chunks, kept, peak - tol, offload=offload)
-    for op, vec in held_before(name, b.pp, b.vpp, m, rank)[start:]:
+    start = _first_candidate(sched, b, m, rank, chunks, kept, peak - tol, offload=offload)
+    for op, vec in held_before(sched, b.pp, b.vpp, m, rank)[start:]:
         ch, h = chunks[op.chunk], held(vec)
         if op.kind == "F" and h + ch.fwd_rise >= peak - tol:
             return _moment("forward", op, list(vec), ch.layers[ch.fwd_rise_at].name, h, ch.fwd_rise, "forward")
@@ -127,12 +128,12 @@ def _locate_schedule_moment(name: str, b, rank: int, chunks, kept: list, held, p
     return _optimizer_moment(len(kept), 0.0)
 
 
-def _first_candidate(name: str, b, m: int, rank: int, chunks, kept: list, level: float, *, offload: bool) -> int:
+def _first_candidate(sched: Schedule, b, m: int, rank: int, chunks, kept: list, level: float, *, offload: bool) -> int:
     """The first op whose held bytes plus rise may reach ``level``, found with one matrix product
     over every op (a rank runs thousands): the op-by-op check in exact arithmetic starts there. The
     slack is far above the product's rounding (about 1e-15 of the bytes), so no op before the
     index passes the exact check."""
-    kinds, chunk, held = held_matrix(name, b.pp, b.vpp, m, rank)
+    kinds, chunk, held = held_matrix(sched, b.pp, b.vpp, m, rank)
     total = held @ np.asarray(kept, dtype=float)
     if offload:
         total = total * offload_share(held.sum(axis=1))
@@ -168,16 +169,16 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     const = costs.constant(rank).at(0)
     pool = _one(costs.graph_pool(rank))
     comm = _one(costs.comm_buffers()) + float(const.fsdp_buffers) + pool
-    name = memory_schedule(b.schedule, lv, vpp)
+    sched = memory_schedule(b.schedule, lv, vpp)
     kept = [c.kept for c in chunks]
-    if name is not None and schedule_of(name).splits_backward:
+    if sched is not None and sched.splits_backward:
         kept += [float(x) for x in costs.wgrad_kept(rank)[:, 0]]
     held = held_of(kept, lv.offload_activations)
     act_peak = _one(costs.activation_peak(rank))
     opt_t = _one(costs.optimizer_transient(rank))
     recomputes = lv.recompute.kind != "none"
-    if name is not None:
-        fb_moment = _locate_schedule_moment(name, b, rank, chunks, kept, held, act_peak, recomputes=recomputes,
+    if sched is not None:
+        fb_moment = _locate_schedule_moment(sched, b, rank, chunks, kept, held, act_peak, recomputes=recomputes,
                                             offload=lv.offload_activations)
     else:
         fb_moment = _locate_moment(rank_ops(pp, vpp, m, rank), chunks, held, act_peak, recomputes=recomputes)
@@ -193,10 +194,10 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
         transient_at_peak -= stored_prefix
     components = {"weights": const.weights, "gradients": const.gradients, "optimizer": const.optimizer,
                   "activations": acts_at_peak, "transient": transient_at_peak, "comm_buffers": comm}
-    if name is None:
+    if sched is None:
         end_vec = inflight_end_of_warmup(pp, vpp, m, rank)
     else:  # no warm-up to speak of in DualPipe: the moment the rank holds the most
-        end_vec = max(held_vectors(name, pp, vpp, m, rank), key=held)
+        end_vec = max(held_vectors(sched, pp, vpp, m, rank), key=held)
     terms = {k: _one(v) for k, v in costs.reserved_terms(rank).items()}
     # the CUDA-graph pool is this rank's own (its captured layers and micro-batches in flight)
     lines = tuple(dataclasses.replace(ln, count=1 if pool else 0, each=pool) if ln.kind == "graph_pool" else

@@ -32,7 +32,7 @@ from planner.cost.efficiency_access import memory_constants
 from planner.cost.flops import Shard
 from planner.cost.schedule import inflight_table, offload_share, profile_microbatches
 from planner.cost.schedules import inflight as schedule_inflight
-from planner.specs.schedule import schedule_named
+from planner.specs.schedule import Schedule
 
 BF16 = 2
 FP32 = 4
@@ -685,18 +685,17 @@ def optimizer_transient_bytes(hw, moments: str, precision: str) -> Num:
 
 
 def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank: int, offload: bool,
-                       schedule: str | None = None):
+                       schedule: Schedule | None = None):
     """max over the rank's in-flight vectors n before each op of (n . kept + rise of the op's
     chunk), as matrix products; ``kept``, ``fwd_rise``, ``bwd_rise`` are (chunks, X) arrays and
-    the result has shape (X,). ``schedule`` names one of planner.cost.schedules (None: Megatron's
+    the result has shape (X,). ``schedule`` is the record of the schedule (None: Megatron's
     1F1B or interleaved by ``vpp``, as always); for a schedule that splits the backward ``kept``
     has a second row per chunk, the bytes held between its input- and weight-gradient passes."""
     best = None
-    record = None if schedule is None else schedule_named(schedule)
-    if record is None or record.order in ("megatron", "combined"):
+    if schedule is None or schedule.order in ("megatron", "combined"):
         # Megatron's orders repeat: a capped count shows the same vectors (planner.cost.schedule
         # .profile_microbatches), so keys with many micro-batch counts share one matrix.
-        m = int(profile_microbatches(pp, vpp if record is None else record.chunks(vpp), m))
+        m = int(profile_microbatches(pp, vpp if schedule is None else schedule.chunks(vpp), m))
     fwd_profile, bwd_profile = profile_matrices(pp, vpp, m, rank, offload, schedule)
     for (N, chunk), rise in ((fwd_profile, fwd_rise), (bwd_profile, bwd_rise)):
         if N is None:
@@ -711,14 +710,14 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
     return best if best is not None else np.zeros(kept.shape[1:])
 
 
-def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool, schedule: str | None = None):
+def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool, schedule: Schedule | None = None):
     """The in-flight vectors seen before the rank's forwards (kind 0) or backwards (kind 1), as a
     matrix, with the chunk of the op each precedes (``schedule``: see :func:`peak_over_profiles`)."""
     return profile_matrices(pp, vpp, m, rank, offload, schedule)[kind]
 
 
 @lru_cache(maxsize=8192)
-def profile_matrices(pp: int, vpp: int, m: int, rank: int, offload: bool, schedule: str | None = None):
+def profile_matrices(pp: int, vpp: int, m: int, rank: int, offload: bool, schedule: Schedule | None = None):
     """:func:`profile_matrix` of both kinds, (forward, backward), from one pass over the rank's
     table (a schedule's table holds both; the search reads both for every profile)."""
     if schedule is None:

@@ -20,9 +20,8 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.job import Job
 from planner.specs.layout import PipelineLayout, build_layout
 from planner.specs.model import ModelSpec
-from planner.specs.plan import (
-    GRAPH_MODULES, CudaGraphs, Degrees, Plan, Precision, Recompute, Sharding, default_schedule,
-)
+from planner.specs.plan import GRAPH_MODULES, CudaGraphs, Degrees, Plan, Precision, Recompute, Sharding
+from planner.specs.schedule import Schedule
 
 
 class Assumptions(Spec):
@@ -166,9 +165,10 @@ class Setup:
         return allocator_fraction(self.efficiency.memory, self.assumptions)
 
     @property
-    def schedule(self) -> str | None:
-        """The pipeline schedule the plan runs (its ``schedule``, or Megatron's default)."""
-        return self.plan.schedule or default_schedule(self.deg.pp, self.deg.vpp)
+    def schedule(self) -> Schedule | None:
+        """The record of the pipeline schedule the plan runs (its ``schedule``, or Megatron's
+        default; None without pipeline parallelism)."""
+        return self.plan.schedule_record
 
     def key(self) -> tuple:
         return (self.model.name, self.hw.name, self.job, self.plan)
@@ -212,7 +212,7 @@ def resolve_setup(
     deg = canon.degrees(job.gpus)
     plan.check_given_degrees(deg, job.gpus)  # the canonical plan drops a given dp/edp: check it here
     check_model_rules(model, hw, job, canon, deg)
-    layout = build_layout(model, canon.pp, canon.vpp, canon.layout, canon.schedule)
+    layout = build_layout(model, canon.pp, canon.vpp, canon.layout, canon.schedule_record)
     bad = stage_recompute_violations(canon, layout)
     if bad:
         raise bad[0].error()

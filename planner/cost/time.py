@@ -256,7 +256,7 @@ def _walked_json(setup, rows: list[dict], pipe: float, slowest: int, walked) -> 
                    a2a_exposed_s=float(res.a2a_exposed[r]), a2a_hidden_s=float(res.a2a_hidden[r]))
     busy = float(res.busy[slowest])
     return {
-        "schedule": walked.name,
+        "schedule": walked.schedule.name,
         "walked": not walked.estimate,
         "micro_batches": setup.micro_batches,
         "pp": setup.deg.pp,

@@ -13,7 +13,7 @@ from typing import Any
 from dataclasses import dataclass
 
 from planner.cost.arrays import Num
-from planner.cost.compose import costs_of, schedule_of
+from planner.cost.compose import costs_of
 from planner.cost.memory import stage_memory
 from planner.cost.pieces import held_of
 from planner.cost.schedule import Op, rank_ops
@@ -45,12 +45,12 @@ def stage_timeline(setup, rank: int) -> list[Event]:
     kept = [c.kept for c in chunks]
     costs = costs_of(setup)
     walked = costs.schedule_columns()
-    name = walked[0][0] if walked else None
-    if name is None:
+    sched = walked[0][0] if walked else None
+    if sched is None:
         ops: Sequence[tuple[Op, Any]] = [(op, None) for op in rank_ops(setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)]
     else:  # the walked schedule's own order and held vectors (planner.cost.schedules.inflight)
-        ops = held_before(name, setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)
-        if schedule_of(name).splits_backward:
+        ops = held_before(sched, setup.deg.pp, setup.deg.vpp, setup.micro_batches, rank)
+        if sched.splits_backward:
             kept += [float(x) for x in costs.wgrad_kept(rank)[:, 0]]
     held = held_of(kept, setup.plan.offload.activations)
     counts = [0] * len(chunks)

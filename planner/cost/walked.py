@@ -1,6 +1,6 @@
 """The forward/backward phase of the schedules the closed forms do not cover, from the event walk.
 
-Which plans walk (:func:`walk_name`): every plan of the zero-bubble and DualPipe schedules, and
+Which plans walk (:func:`walk_schedule`): every plan of the zero-bubble and DualPipe schedules, and
 Megatron's 1F1B and interleaved with EP overlap (its combined 1F1B: the overlap happens inside the
 forward-and-backward pairs, so how much all-to-all hides depends on the pairs, the lone warm-up
 forwards and cool-down backwards, not on a block's own compute); Megatron's 1F1B and interleaved
@@ -31,14 +31,14 @@ from planner.cost.schedules.batch import (
 )
 from planner.cost.schedules.timing import LayerTimes
 from planner.specs.plan import EpOverlap
-from planner.specs.schedule import schedule_named
+from planner.specs.schedule import COMBINED_1F1B, Schedule
 
 
-def walk_name(schedule: str | None, levers, vpp: int = 1) -> str | None:
-    """The schedule walk a plan runs (planner.cost.schedules names), None for the closed forms
-    (also for EP overlap under 1F1B with PP > 1, which Megatron refuses: rule ep-overlap-needs-vpp)."""
-    if schedule is None or schedule_named(schedule).order == "megatron":
-        return "combined-1f1b" if levers.ep_overlap and (schedule is None or vpp > 1) else None
+def walk_schedule(schedule: Schedule | None, levers, vpp: int = 1) -> Schedule | None:
+    """The schedule the walk runs for a plan on ``schedule``, None for the closed forms (also for EP
+    overlap under 1F1B with PP > 1, which Megatron refuses: rule ep-overlap-needs-vpp)."""
+    if schedule is None or schedule.order == "megatron":
+        return COMBINED_1F1B if levers.ep_overlap and (schedule is None or vpp > 1) else None
     return schedule
 
 
@@ -48,7 +48,7 @@ class Walked:
     columns) and the schedule it walked."""
 
     cols: np.ndarray
-    name: str
+    schedule: Schedule
     result: StepResult
     estimate: bool
     """Read from the closed forms (the search's tables) rather than walked."""
@@ -101,9 +101,9 @@ def walk_plans(costs) -> list[Walked]:
         for has_ep in (False, True):
             # EP overlap needs expert parallelism (the canonical plan drops it at ep = 1).
             lv = v if has_ep else dataclasses.replace(v, ep_overlap=EpOverlap.OFF)
-            name = walk_name(b.schedule, lv, b.vpp)
+            sched = walk_schedule(b.schedule, lv, b.vpp)
             sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
-            if name is None or not len(sel) or (name == "combined-1f1b" and not b.walk):
+            if sched is None or not len(sel) or (sched.order == "combined" and not b.walk):
                 continue  # the tables read Megatron's overlap from the closed forms (module docstring)
             # Item times do not depend on the micro-batch count: once for all of them (items of
             # equal chunks share theirs, batch.item_times).
@@ -111,14 +111,14 @@ def walk_plans(costs) -> list[Walked]:
             chunks = [chunk_layers(costs, r, lv, sel, blocks[r]) for r in range(b.pp)]
             ms = tuple(int(x) for x in np.unique(m[sel]))
             v_, pair = b.layout.chunks_per_rank, bool(lv.ep_overlap)
-            items = item_times(name, b.pp, v_, ms, chunks, lv.delay_wgrad, pair)
+            items = item_times(sched, b.pp, v_, ms, chunks, lv.delay_wgrad, pair)
             for mi in ms:
                 idx = np.flatnonzero(m[sel] == mi)
                 cols = sel[idx]
                 fn = pipeline_step if b.walk else pipeline_estimate
-                own = [{k: per[k] for k in item_counts(name, b.pp, v_, mi, r, pair)}
+                own = [{k: per[k] for k in item_counts(sched, b.pp, v_, mi, r, pair)}
                        for r, per in enumerate(slice_items(items, idx))]
-                res = fn(name, b.pp, v_, mi, None, p2p[cols], delay_wgrad=lv.delay_wgrad, pair_overlap=pair,
+                res = fn(sched, b.pp, v_, mi, None, p2p[cols], delay_wgrad=lv.delay_wgrad, pair_overlap=pair,
                          interference=interference, items=own)
-                out.append(Walked(cols, name, res, not b.walk))
+                out.append(Walked(cols, sched, res, not b.walk))
     return out

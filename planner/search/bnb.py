@@ -30,6 +30,7 @@ from planner.search.tables import (
     MAX_TABLE_US, MEMORY_TERMS, TIME_TERMS, Layout, RuleTables, Tables, assemble, batch_plans, capacities, layout_of,
     memory_phase, rule_tables, time_phase, undominated_stages,
 )
+from planner.specs.schedule import Schedule
 
 INF = np.iinfo(np.int64).max
 
@@ -131,7 +132,7 @@ class BranchAndBound:
             self.shared = self._context(self.space.keys[np.unique(np.concatenate(pending))])
         return self._context(self.space.keys[rows], self.shared)
 
-    def _layout(self, pp: int, vpp: int, li: int, schedule: str | None) -> Layout:
+    def _layout(self, pp: int, vpp: int, li: int, schedule: Schedule | None) -> Layout:
         return layout_of(self.space, pp, vpp, li, schedule)
 
     def setup(self) -> None:

@@ -51,6 +51,8 @@ from collections import Counter
 
 import numpy as np
 
+from planner.specs.schedule import Schedule
+
 MiB = 2**20
 
 
@@ -127,15 +129,13 @@ def rank_block_counts(ctx, layout) -> tuple[list[str], np.ndarray]:
     return names, counts
 
 
-def time_floors(ctx, floors: dict, layout, rows: np.ndarray, schedule: str | None = None,
+def time_floors(ctx, floors: dict, layout, rows: np.ndarray, schedule: Schedule | None = None,
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(this layout, any layout of the same degrees): lower bounds in microseconds on the step
     time of every plan of context rows ``rows`` of ``layout`` under ``schedule``."""
     from planner.cost.pipeline import pipeline_time
 
-    from planner.specs.schedule import schedule_named
-
-    walked = schedule is not None and schedule_named(schedule).order != "megatron"
+    walked = schedule is not None and schedule.order != "megatron"
     names, counts = rank_block_counts(ctx, layout)
     bk = ctx.keys.bk_of[rows]
     per = np.stack([floors[n + "/compute" if walked else n][bk] for n in names])  # (blocks, keys)

@@ -40,7 +40,9 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.job import Job
 from planner.specs.layout import parse_layout, suggest_layout
 from planner.specs.model import ModelSpec
-from planner.specs.plan import EpOverlap, Plan, default_schedule
+from planner.specs.plan import EpOverlap, Plan
+from planner.specs.schedule import Schedule, schedule_named, searched
+from planner.specs.schedule import default_schedule as default_record
 
 LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap", "grad_reduce",
           "param_gather", "cuda_graphs")
@@ -88,9 +90,9 @@ class Struct:
     """Expert data parallelism, derived: gpus / (etp * ep * pp)."""
     micro_batches: int
     """Micro-batches per pipeline per step: global batch / (mbs * dp)."""
-    schedule: str | None = None
-    """The pipeline schedule (planner.specs.plan.SCHEDULES); None: Megatron's default for the
-    degrees (1F1B, or interleaved with vpp > 1). It sets which rank holds each layout stage."""
+    schedule: Schedule | None = None
+    """The pipeline schedule's record; None: Megatron's default for the degrees (1F1B, or
+    interleaved with vpp > 1). It sets which rank holds each layout stage."""
 
     def plan_fields(self) -> dict:
         d: dict[str, int | str] = dict(tp=self.tp, cp=self.cp, pp=self.pp, vpp=self.vpp, ep=self.ep, etp=self.etp,
@@ -98,7 +100,7 @@ class Struct:
         if self.layout:
             d["layout"] = self.layout
         if self.schedule:
-            d["schedule"] = self.schedule
+            d["schedule"] = self.schedule.name  # the plan's edge: a name
         return d
 
     def signature(self) -> tuple:
@@ -183,10 +185,10 @@ class Space:
     """Plan keys the search does not vary but the user fixed (PINNED_KEYS): every plan carries them."""
     schedule_of: np.ndarray | None = None
     """Each key's index into :attr:`schedules` (None: every key runs the default schedule)."""
-    schedules: tuple = (None,)
-    """Schedule names (None: Megatron's default for the degrees)."""
+    schedules: tuple[Schedule | None, ...] = (None,)
+    """Schedule records (None: Megatron's default for the degrees)."""
 
-    def schedule(self, i: int) -> str | None:
+    def schedule(self, i: int) -> Schedule | None:
         return None if self.schedule_of is None else self.schedules[int(self.schedule_of[i])]
 
     def schedule_col(self) -> np.ndarray:
@@ -260,24 +262,22 @@ def recompute_options(model, implementation: str = "te", target: str = "megatron
     return opts
 
 
-def schedule_options(target: str, pp: int, vpp: int) -> list[str | None]:
+def schedule_options(target: str, pp: int, vpp: int) -> list[Schedule | None]:
     """The schedules of a structural key: the default (None), then those a ``target`` search tries
     (planner.specs.schedule.Schedule.searched_under: Megatron-Core 0.19.2 runs only 1F1B and
     interleaved, and its combined 1F1B as the ep_overlap lever; torch.distributed.pipelining, through
     torchtitan, also InterleavedZeroBubble, ZBVZeroBubble and DualPipeV; deepseek-ai/DualPipe's
     DualPipe runs under neither, so --target any) whose chunk count fits ``vpp`` (the launcher rules
     check the rest)."""
-    from planner.specs.schedule import searched
-
     if pp == 1:
         return [None]
-    return [None] + [s.name for s in searched(target) if s.fits_vpp(vpp)]
+    return [None, *(s for s in searched(target) if s.fits_vpp(vpp))]
 
 
 def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target: str, limits: Limits,
                     pruned: dict) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None, tuple]:
     """Every key once per schedule of :func:`schedule_options` the user's limits allow: (columns,
-    layout of each row, family index of each row, schedule index of each row, schedule names).
+    layout of each row, family index of each row, schedule index of each row, schedule records).
     Under Megatron, interleaved keys whose micro-batches are not whole groups of PP are dropped
     here, before the tables rank them (rule megatron-interleaved-groups, whatever the levers)."""
     from planner.rules import schedule_runs
@@ -292,30 +292,31 @@ def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target
     names: list = [None]
     parts: list[tuple[np.ndarray, int]] = []
     fixed = limits.fix.get("schedule")
+    fixed_record = None if fixed is None else schedule_named(fixed)  # --fix schedule=NAME enters here
     width = int(vpp.max()) + 1 if len(vpp) else 1
     codes, groups = group_rows(pp * width + vpp)
     m = rows["micro_batches"]
     for p, v, sel in zip((codes // width).tolist(), (codes % width).tolist(), groups):
-        for name in schedule_options(target, p, v):
-            if fixed is not None and fixed != (name or default_schedule(p, v)):
+        for sched in schedule_options(target, p, v):
+            if fixed_record is not None and fixed_record is not (sched or default_record(p, v)):
                 continue
-            ok = np.asarray(schedule_runs(name, p, m[sel]), dtype=bool)
-            if (~ok).any():
-                rule = f"{name}-microbatches"
+            ok = np.asarray(schedule_runs(sched, p, m[sel]), dtype=bool)
+            if sched is not None and (~ok).any():
+                rule = f"{sched.name}-microbatches"
                 pruned[rule] = pruned.get(rule, 0) + int((~ok).sum())
             if not ok.any():
                 continue
-            if name not in names:
-                names.append(name)
-            parts.append((sel[ok], names.index(name)))
+            if sched not in names:
+                names.append(sched)
+            parts.append((sel[ok], names.index(sched)))
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return _take(rows, empty), layout_of[empty], fm_of[empty], empty, tuple(names)
     idx = np.concatenate([sel for sel, _ in parts])
-    sched = np.concatenate([np.full(len(sel), k, dtype=np.int64) for sel, k in parts])
-    order = np.lexsort((sched, idx))  # keep the rows' own order, schedules side by side
-    idx, sched = idx[order], sched[order]
-    return _take(rows, idx), layout_of[idx], fm_of[idx], (sched if len(names) > 1 else None), tuple(names)
+    sched_of = np.concatenate([np.full(len(sel), k, dtype=np.int64) for sel, k in parts])
+    order = np.lexsort((sched_of, idx))  # keep the rows' own order, schedules side by side
+    idx, sched_of = idx[order], sched_of[order]
+    return _take(rows, idx), layout_of[idx], fm_of[idx], (sched_of if len(names) > 1 else None), tuple(names)
 
 
 def layouts_for(model, pp: int, vpp: int) -> str | None:
@@ -551,7 +552,7 @@ def describe_space(space: Space, opts: dict, vpps: dict) -> dict:
     levers.update({k: [str(v)] for k, v in space.pinned.items()})
     if "sharding" not in lim.fix:
         declared.append("sharding without ddp and hsdp (--fix sharding=... searches them)")
-    schedules = sorted({space.schedule(i) or "default" for i in np.unique(space.schedule_col(), return_index=True)[1]})
+    schedules = sorted({str(space.schedule(i) or "default") for i in np.unique(space.schedule_col(), return_index=True)[1]})
     return {"keys": len(space), "degrees": degrees, "layouts": layouts, "schedules": schedules, "levers": levers,
             "declared": declared}
 

@@ -150,7 +150,7 @@ def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float =
         return StageRefinement(setup, False, "single stage or interleaved layer kinds: nothing to place")
     if setup.layout.placement != "loop":
         # The rank constraints below read Megatron's placement and in-flight vectors.
-        return StageRefinement(setup, False, f"schedule {setup.schedule} places stages in a V or in pairs: "
+        return StageRefinement(setup, False, f"schedule {setup.plan.schedule} places stages in a V or in pairs: "
                                "the per-stage model covers looped placements only")
     if model.num_layers < deg.pp * deg.vpp:
         return StageRefinement(setup, False, "fewer layers than virtual stages")

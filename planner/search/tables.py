@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.search.space import COL, KEY_COLUMNS, LEVERS, Space, Struct
+from planner.specs.schedule import Schedule, default_schedule
 
 if TYPE_CHECKING:
     from planner.specs.layout import PipelineLayout
@@ -231,19 +232,18 @@ class Layout:
     text: str | None
     layout: PipelineLayout
     """The planner.specs.layout.PipelineLayout."""
-    schedule: str | None = None
-    """The pipeline schedule (None: Megatron's default for the degrees)."""
+    schedule: Schedule | None = None
+    """The pipeline schedule's record (None: Megatron's default for the degrees)."""
 
 
-def layout_of(space, pp: int, vpp: int, li: int, schedule: str | None) -> Layout:
+def layout_of(space, pp: int, vpp: int, li: int, schedule: Schedule | None) -> Layout:
     """Group ``(pp, vpp, layout index, schedule)`` of :meth:`Space.groups` as a :class:`Layout`
     (the schedule resolved to Megatron's default when None, its placement in the layout)."""
     from planner.specs.layout import build_layout
-    from planner.specs.plan import default_schedule
 
     text = space.layouts[li]
-    name = schedule or default_schedule(pp, vpp)
-    return Layout(pp, vpp, text, build_layout(space.model, pp, vpp, text, name), name)
+    sched = schedule or default_schedule(pp, vpp)
+    return Layout(pp, vpp, text, build_layout(space.model, pp, vpp, text, sched), sched)
 
 
 _BATCHES = itertools.count()
@@ -371,7 +371,6 @@ def key_rows(structs: list[Struct]) -> np.ndarray:
 def layouts_of(model, structs: list[Struct]) -> dict[tuple, tuple[Layout, np.ndarray]]:
     """The structs' pipeline layouts and each layout's structs (positions)."""
     from planner.specs.layout import build_layout
-    from planner.specs.plan import default_schedule
 
     out: dict[tuple, list[int]] = {}
     for i, s in enumerate(structs):

@@ -20,6 +20,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Protocol
 
 from planner.errors import PlannerError, PlanRuleError, excerpt
+from planner.specs.schedule import Schedule
 
 if TYPE_CHECKING:
     from planner.specs.model import ModelSpec
@@ -153,12 +154,9 @@ class VirtualStage:
         return len(self.layers)
 
 
-def placement_of(schedule: str | None) -> str:
-    """Where the stages of ``schedule`` sit (planner.specs.schedule.Schedule.placement; 'loop'
-    without one)."""
-    from planner.specs.schedule import schedule_named
-
-    return "loop" if not schedule else schedule_named(schedule).placement
+def placement_of(schedule: Schedule | None) -> str:
+    """Where the stages of ``schedule`` sit (its record's placement; 'loop' without one)."""
+    return "loop" if schedule is None else schedule.placement
 
 
 @dataclass(frozen=True)
@@ -339,7 +337,8 @@ resolve the same few layouts for every lever combination they check. The model o
 with each entry, so an identity is never reused while its entry lives."""
 
 
-def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None, schedule: str | None = None) -> PipelineLayout:
+def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None,
+                 schedule: Schedule | None = None) -> PipelineLayout:
     """Resolve the plan's layout (or the even default) into virtual stages, checking it against
     the model the way Megatron's PipelineParallelLayerLayout.validate_layer_layout does; the
     schedule's placement says which rank holds each stage."""
@@ -354,7 +353,7 @@ def build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None, schedu
     return built
 
 
-def _build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None, schedule: str | None) -> PipelineLayout:
+def _build_layout(model: ModelSpec, pp: int, vpp: int, layout: str | None, schedule: Schedule | None) -> PipelineLayout:
     placement = placement_of(schedule)
     syms = parse_layout(layout) if layout else even_layout_symbols(model, pp, vpp)
     empty = [i for i, st in enumerate(syms) if not st]

@@ -17,7 +17,8 @@ from pydantic import Field, PlainSerializer, PlainValidator, ValidationError, Wi
 
 from planner.errors import PlannerError, PlanRuleError, excerpt, suggest
 from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, GpuCount, NotBool, Spec
-from planner.specs.schedule import default_schedule as default_record, nameable
+from planner.specs.schedule import Schedule as ScheduleRecord
+from planner.specs.schedule import default_schedule as default_record, nameable, schedule_named
 
 MAX_PLAN_TEXT = 16384
 """Longest plan string read (a layout of 128 stages written out is about 1,000 characters)."""
@@ -432,6 +433,13 @@ class Plan(Spec):
     @property
     def expert_tp(self) -> int:
         return self.etp if self.etp is not None else self.tp
+
+    @property
+    def schedule_record(self) -> ScheduleRecord | None:
+        """The record of the schedule the plan runs: its ``schedule`` (a name, as plan strings,
+        JSON and launchers spell it) resolved here, at the edge, or Megatron's default for its
+        pp and vpp; the cost model and the search take this record, never the name."""
+        return schedule_named(self.schedule) if self.schedule else default_record(self.pp, self.vpp)
 
     @property
     def sequence_parallel(self) -> bool:

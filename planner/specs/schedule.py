@@ -68,8 +68,13 @@ class RunsRule:
     message: Callable[[int, int], str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Schedule:
+    """Every fact about one pipeline schedule. The records of :data:`REGISTRY` are the only ones:
+    one is equal to itself alone and hashes by identity, so the cost model's caches keyed by a
+    record cost no more than keyed by its name (a field-by-field hash would hash its callables and
+    rules on every lookup)."""
+
     name: str
     """The name in plan strings, JSON and the CLI (``schedule=...``)."""
     nameable: bool
@@ -130,6 +135,9 @@ class Schedule:
     def __str__(self) -> str:
         return self.name
 
+    def __repr__(self) -> str:
+        return f"Schedule({self.name!r})"
+
 
 REGISTRY: tuple[Schedule, ...] = (
     Schedule("1f1b", True, (1, 1), "loop", "megatron", "megatron", False, 1, True, True, "1F1B",
@@ -167,9 +175,16 @@ index follows it, so it stays fixed when a record is added)."""
 
 _BY_NAME = {s.name: s for s in REGISTRY}
 
+COMBINED_1F1B = _BY_NAME["combined-1f1b"]
+"""The schedule Megatron's 1F1B and interleaved run under the ep_overlap lever (the
+``combined_1f1b`` path of megatron/core/pipeline_parallel/schedules.py
+forward_backward_pipelining_with_interleaving, selected by --overlap-moe-expert-parallel-comm):
+the cost model walks it in their place, so it needs the record itself, not a plan's name."""
+
 
 def schedule_named(name: str) -> Schedule:
-    """The record of a schedule name (an edge: plan strings, JSON, launch reads)."""
+    """The record of a schedule name, read once where a name enters (plan strings, JSON, launch
+    reads, the CLI); the search and the cost model take the record from there on."""
     try:
         return _BY_NAME[name]
     except KeyError:

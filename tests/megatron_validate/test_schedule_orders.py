@@ -14,6 +14,7 @@ import pytest
 
 from planner.cost.schedules import rank_items
 from planner.cost.schedules.ops import Commit, Pair, Post
+from planner.specs.schedule import schedule_named as named
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -61,7 +62,7 @@ def torch_orders():
 def test_orders_equal_torchs(torch_orders):
     differ = []
     for (name, p, v, m), ref in torch_orders.items():
-        ours = [[_ours(i) for i in rank_items(name, p, v, m, r) if not isinstance(i, (Post, Commit))]
+        ours = [[_ours(i) for i in rank_items(named(name), p, v, m, r) if not isinstance(i, (Post, Commit))]
                 for r in range(p)]
         if ours != ref:
             differ.append((name, p, v, m))

@@ -3,7 +3,8 @@
 a time walk over the ranks (:mod:`~planner.cost.schedules.walk`, a discrete-event simulation) and
 the in-flight chunks over the step (:mod:`~planner.cost.schedules.inflight`).
 
-Schedules by name (their records, every fact about each: planner.specs.schedule.REGISTRY;
+Schedules by name (their records, every fact about each: planner.specs.schedule.REGISTRY, passed
+as the record, never looked up by name here;
 docs/research/schedules.md says who runs each and with which flags):
 
 ====================  ==========================================================================
@@ -21,82 +22,48 @@ docs/research/schedules.md says who runs each and with which flags):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from collections.abc import Callable
 
 from planner.cost.schedules import orders
 from planner.cost.schedules.ops import Placement, dual_placement, loop_placement, v_placement
 from planner.cost.schedules.result import WalkResult, result_of
 from planner.cost.schedules.timing import StepTimes
 from planner.cost.schedules.walk import build, simulate
-from planner.specs.schedule import REGISTRY
-from planner.specs.schedule import Schedule as Record
+from planner.specs.schedule import REGISTRY, Schedule
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """A schedule's record (planner.specs.schedule.Schedule) with its order generator and
-    placement resolved to the walk's functions."""
-
-    record: Record
-    generator: Callable[[int, int, int, int], tuple]
-    """(p, chunks per rank, m, rank) -> the rank's items (orders.GENERATORS)."""
-
-    def order(self, p: int, v: int, m: int, rank: int) -> tuple:
-        """The rank's items for a requested v."""
-        return self.generator(p, self.record.chunks(v), m, rank)
-
-    @property
-    def name(self) -> str:
-        return self.record.name
-
-    @property
-    def splits_backward(self) -> bool:
-        return self.record.splits_backward
-
-    @property
-    def parameter_copies(self) -> int:
-        return self.record.parameter_copies
-
-    def chunks(self, v: int) -> int:
-        """Chunks per rank for a requested v."""
-        return self.record.chunks(v)
-
-    def placement(self, p: int, v: int, m: int) -> Placement:
-        """Where every chunk sits."""
-        kind = self.record.placement
-        if kind == "v":
-            return v_placement(p, m)
-        if kind == "dual":
-            return dual_placement(p, m)
-        return loop_placement(p, self.record.chunks(v), m)
+def order(sched: Schedule, p: int, v: int, m: int, rank: int) -> tuple:
+    """The rank's items for a requested v: the generator of the record's order kind
+    (orders.GENERATORS) on its chunks per rank."""
+    return orders.GENERATORS[sched.order](p, sched.chunks(v), m, rank)
 
 
-SCHEDULES: dict[str, Schedule] = {r.name: Schedule(r, orders.GENERATORS[r.order]) for r in REGISTRY}
-"""Every schedule of planner.specs.schedule.REGISTRY, by name."""
+def placement(sched: Schedule, p: int, v: int, m: int) -> Placement:
+    """Where every chunk of ``sched`` sits (its record's placement kind)."""
+    if sched.placement == "v":
+        return v_placement(p, m)
+    if sched.placement == "dual":
+        return dual_placement(p, m)
+    return loop_placement(p, sched.chunks(v), m)
 
 
-def schedule(name: str) -> Schedule:
-    try:
-        return SCHEDULES[name]
-    except KeyError:
-        raise ValueError(f"unknown pipeline schedule {name!r}; known: {', '.join(SCHEDULES)}") from None
+SCHEDULES: tuple[Schedule, ...] = REGISTRY
+"""Every schedule the walk runs: every record of planner.specs.schedule.REGISTRY (a test checks
+each order kind has its generator)."""
 
 
 @lru_cache(maxsize=4096)
-def rank_items(name: str, p: int, v: int, m: int, rank: int) -> tuple:
+def rank_items(sched: Schedule, p: int, v: int, m: int, rank: int) -> tuple:
     """The items (ops and overlapped pairs) rank ``rank`` runs in one step."""
-    return tuple(schedule(name).order(p, v, m, rank))
+    return tuple(order(sched, p, v, m, rank))
 
 
-def walk(name: str, p: int, v: int, m: int, times: StepTimes) -> WalkResult:
-    """The time walk of one step's forward/backward phase under schedule ``name``."""
-    s = schedule(name)
-    items = [rank_items(name, p, v, m, r) for r in range(p)]
-    tasks = build(items, s.placement(p, v, m), times)
+def walk(sched: Schedule, p: int, v: int, m: int, times: StepTimes) -> WalkResult:
+    """The time walk of one step's forward/backward phase under ``sched``."""
+    items = [rank_items(sched, p, v, m, r) for r in range(p)]
+    tasks = build(items, placement(sched, p, v, m), times)
     start, finish = simulate(tasks)
     return result_of(tasks, start, finish, p)
 
 
-__all__ = ["SCHEDULES", "Schedule", "schedule", "rank_items", "walk", "StepTimes", "WalkResult"]
+__all__ = ["SCHEDULES", "Schedule", "order", "placement", "rank_items", "walk", "StepTimes", "WalkResult"]

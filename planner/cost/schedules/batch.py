@@ -35,12 +35,12 @@ from functools import lru_cache
 import numpy as np
 
 from planner.cost.schedule import Op
-from planner.cost.schedules import rank_items, schedule
+from planner.cost.schedules import placement, rank_items
 from planner.cost.schedules.graph import Graph, Lin, durations, graph_of, longest_paths
 from planner.cost.schedules.ops import Commit, Pair, Placement, Post, ops_of
 from planner.cost.schedules.timing import LayerTimes, StepTimes
 from planner.cost.schedules.walk import COMPUTE, Tasks, _Builder, build, op_inputs, op_outputs
-from planner.specs.schedule import schedule_named
+from planner.specs.schedule import Schedule
 
 
 def symbolic_layers(prefix, probes: tuple[LayerTimes, ...]) -> tuple[LayerTimes, ...]:
@@ -289,14 +289,13 @@ def direct_graph(items_per_rank, place: Placement, pair_overlap: bool, p2p: bool
 
 
 @lru_cache(maxsize=256)
-def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: bool, p2p_overlap: bool = True) -> Graph:
-    """The one-task-per-item graph of a step under schedule ``name`` (``p2p``: whether sends take
+def coarse_graph(sched: Schedule, p: int, v: int, m: int, pair_overlap: bool, p2p: bool, p2p_overlap: bool = True) -> Graph:
+    """The one-task-per-item graph of a step under ``sched`` (``p2p``: whether sends take
     time, the variable ``('p2p',)``)."""
-    s = schedule(name)
-    items = [rank_items(name, p, v, m, r) for r in range(p)]
+    items = [rank_items(sched, p, v, m, r) for r in range(p)]
     times = StepTimes((), p2p=Lin.var(("p2p",), 1.0) if p2p else 0.0, p2p_overlap=p2p_overlap,
                       pair_overlap=pair_overlap)
-    place = s.placement(p, v, m)
+    place = placement(sched, p, v, m)
     # The build makes some ten tuples per task and frees none of them: the garbage collector's
     # passes over them (each generation-0 overflow, the older generations as they fill) cost
     # about a third of the build, for cycles it cannot have.
@@ -312,10 +311,10 @@ def coarse_graph(name: str, p: int, v: int, m: int, pair_overlap: bool, p2p: boo
 
 
 @lru_cache(maxsize=1024)
-def item_counts(name: str, p: int, v: int, m: int, rank: int, pair_overlap: bool) -> dict:
+def item_counts(sched: Schedule, p: int, v: int, m: int, rank: int, pair_overlap: bool) -> dict:
     """How many items of each kind rank ``rank`` runs in one step."""
     out: dict = {}
-    for item in rank_items(name, p, v, m, rank):
+    for item in rank_items(sched, p, v, m, rank):
         parts = [item] if isinstance(item, Pair) and pair_overlap else ops_of(item)
         for x in parts:
             k = item_key(x)
@@ -340,12 +339,12 @@ class StepResult:
         return tuple(self.step - b for b in self.busy)
 
 
-def _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) -> list[dict]:
+def _items(sched, p, v, m, chunks, delay_wgrad, pair_overlap) -> list[dict]:
     """Per rank, the :class:`ItemTime` of every item kind it runs."""
-    return item_times(name, p, v, (m,), chunks, delay_wgrad, pair_overlap)
+    return item_times(sched, p, v, (m,), chunks, delay_wgrad, pair_overlap)
 
 
-def item_times(name, p, v, ms, chunks, delay_wgrad, pair_overlap) -> list[dict]:
+def item_times(sched, p, v, ms, chunks, delay_wgrad, pair_overlap) -> list[dict]:
     """Per rank, the :class:`ItemTime` of every item kind it runs with any of the micro-batch
     counts ``ms`` (an item's timing does not depend on m). An item reads only the chunks it runs
     (:func:`local_item`): items whose chunks hold equal layer times, on any rank, share one
@@ -353,7 +352,7 @@ def item_times(name, p, v, ms, chunks, delay_wgrad, pair_overlap) -> list[dict]:
     seen: dict = {}
     out = []
     for r in range(p):
-        kinds = dict.fromkeys(k for m in ms for k in item_counts(name, p, v, m, r, pair_overlap))
+        kinds = dict.fromkeys(k for m in ms for k in item_counts(sched, p, v, m, r, pair_overlap))
         prints = [_fingerprint(ch) for ch in chunks[r]]
         probe = None
         per = {}
@@ -406,8 +405,8 @@ def slice_items(items: list[dict], idx) -> list[dict]:
     return out
 
 
-def _result(step, name, p, v, m, items, pair_overlap, interference, n) -> StepResult:
-    per_rank = [_rank_totals(items[r], item_counts(name, p, v, m, r, pair_overlap), interference, n) for r in range(p)]
+def _result(step, sched, p, v, m, items, pair_overlap, interference, n) -> StepResult:
+    per_rank = [_rank_totals(items[r], item_counts(sched, p, v, m, r, pair_overlap), interference, n) for r in range(p)]
     busy, compute, exposed, hidden = (tuple(x) for x in zip(*per_rank))
     return StepResult(np.broadcast_to(step, (n,)), busy, compute, exposed, hidden)
 
@@ -433,18 +432,18 @@ def _rank_totals(per: dict, counts: dict, interference, n: int) -> tuple:
     return total(dur + interference * hidden), total(comp), total(exposed), total(hidden)
 
 
-def pipeline_step(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
+def pipeline_step(sched: Schedule, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
                   pair_overlap: bool = True, interference: float = 0.0, items=None) -> StepResult:
-    """Walk schedule ``name`` for every plan at once: ``chunks[r][c]`` the layers of rank r's chunk
+    """Walk ``sched`` for every plan at once: ``chunks[r][c]`` the layers of rank r's chunk
     c (LayerTimes with array fields), ``p2p`` one send's seconds (array or number). Each item's
     hidden all-to-all slows it by ``interference`` of those seconds (communication kernels take
     SMs and HBM bandwidth from the compute they hide behind)."""
     p2p = np.asarray(p2p, dtype=float)
-    g = coarse_graph(name, p, v, m, pair_overlap, bool(np.any(p2p > 0.0)))
-    items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) if items is None else items
+    g = coarse_graph(sched, p, v, m, pair_overlap, bool(np.any(p2p > 0.0)))
+    items = _items(sched, p, v, m, chunks, delay_wgrad, pair_overlap) if items is None else items
     n = max([np.size(p2p)] + [np.size(it.dur) for per in items for it in per.values()])
     step = longest_paths(g, _coarse_values(g, items, p2p, interference, n))[:, :-1].max(axis=1)
-    return _result(step, name, p, v, m, items, pair_overlap, interference, n)
+    return _result(step, sched, p, v, m, items, pair_overlap, interference, n)
 
 
 def _coarse_values(g: Graph, items: list[dict], p2p: np.ndarray, interference: float, n: int) -> np.ndarray:
@@ -466,7 +465,7 @@ def _coarse_values(g: Graph, items: list[dict], p2p: np.ndarray, interference: f
     return values
 
 
-def pipeline_estimate(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
+def pipeline_estimate(sched: Schedule, p: int, v: int, m: int, chunks, p2p, *, delay_wgrad: bool = False,
                       pair_overlap: bool = True, interference: float = 0.0, items=None) -> StepResult:
     """The step of :func:`pipeline_step` from closed forms over the same items, for the search's
     tables (a walk per plan there would cost minutes): the busiest rank's items plus the bubble
@@ -478,30 +477,29 @@ def pipeline_estimate(name: str, p: int, v: int, m: int, chunks, p2p, *, delay_w
     approximation (the ZB-H1 form, and the DualPipe README's (PP/2-1)(F&B + B - 3W)); tests bound
     each against the walk."""
     p2p = np.asarray(p2p, dtype=float)
-    items = _items(name, p, v, m, chunks, delay_wgrad, pair_overlap) if items is None else items
+    items = _items(sched, p, v, m, chunks, delay_wgrad, pair_overlap) if items is None else items
     n = max([np.size(p2p)] + [np.size(it.dur) for per in items for it in per.values()])
-    res = _result(0.0, name, p, v, m, items, pair_overlap, interference, n)
+    res = _result(0.0, sched, p, v, m, items, pair_overlap, interference, n)
     busy = np.stack(res.busy)
     d = lambda r, k: items[r][k].dur + interference * items[r][k].hidden  # noqa: E731
     op = lambda kind, r: np.mean([d(r, k) for k in items[r] if k[:2] == ("op", kind)], axis=0)  # noqa: E731
     mean = lambda kind: np.mean([op(kind, r) for r in range(p)], axis=0)  # noqa: E731
     t = 2 * p2p
-    sched = schedule_named(name)
     if sched.bubble == "combined":
         fill = np.cumsum([np.zeros(n)] + [op("F", r) + op("B", r) + t for r in range(p - 1)], axis=0)
         return dataclasses.replace(res, step=(busy + fill).max(axis=0))
     bubble_of = BUBBLES[sched.bubble]
-    step = busy.max(axis=0) + bubble_of(name, p, mean, items, d, pair_overlap) + (p - 1) * t
+    step = busy.max(axis=0) + bubble_of(sched, p, mean, items, d, pair_overlap) + (p - 1) * t
     return dataclasses.replace(res, step=step)
 
 
-def _zb_bubble(name, p, mean, items, d, pair_overlap):
+def _zb_bubble(sched, p, mean, items, d, pair_overlap):
     f, i, w = mean("F"), mean("I"), mean("W")
     return (p - 1) * np.maximum(np.maximum(f + i - w, f), i)
 
 
-def _dual_bubble(name, p, mean, items, d, pair_overlap):
-    stages = p if schedule_named(name).placement == "dual" else 2 * p
+def _dual_bubble(sched, p, mean, items, d, pair_overlap):
+    stages = p if sched.placement == "dual" else 2 * p
     b, w = mean("B"), mean("W")
     if pair_overlap:
         fb = np.mean([np.mean([d(r, k) for k in items[r] if k[0] == "pair"], axis=0) for r in range(p)], axis=0)

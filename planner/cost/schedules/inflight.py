@@ -26,79 +26,77 @@ from planner.cost.schedule import (
     KINDS, Op, distinct_before, distinct_first, distinct_table, inflight_table, megatron_ops, profile_microbatches,
     running_held,
 )
-from planner.cost.schedules import rank_items, schedule
+from planner.cost.schedules import rank_items
 from planner.cost.schedules.ops import ops_of
 from planner.cost.schedules.orders import check_combined
+from planner.specs.schedule import Schedule
 
 MEGATRON_ORDERS = {"megatron": 0, "combined": 1}
 """Megatron's order kinds (planner.specs.schedule.OrderKind) and the forwards each adds to the
 interleaved warm-up."""
 
 
-def width(name: str, v: int) -> int:
+def width(sched: Schedule, v: int) -> int:
     """Entries of a held vector: the rank's chunks, twice for a split backward."""
-    s = schedule(name)
-    return s.chunks(v) * (2 if s.splits_backward else 1)
+    return sched.chunks(v) * (2 if sched.splits_backward else 1)
 
 
 @lru_cache(maxsize=1024)
-def held_before(name: str, p: int, v: int, m: int, rank: int) -> tuple[tuple[Op, tuple[int, ...]], ...]:
+def held_before(sched: Schedule, p: int, v: int, m: int, rank: int) -> tuple[tuple[Op, tuple[int, ...]], ...]:
     """(op, held vector just before it) for every op of the rank, in order: :func:`held_matrix`'s
     rows beside the ops they precede (cached: reports walk them op by op)."""
-    ops = [op for item in rank_items(name, p, v, m, rank) for op in ops_of(item)]
-    return tuple(zip(ops, map(tuple, held_matrix(name, p, v, m, rank)[2].tolist())))
+    ops = [op for item in rank_items(sched, p, v, m, rank) for op in ops_of(item)]
+    return tuple(zip(ops, map(tuple, held_matrix(sched, p, v, m, rank)[2].tolist())))
 
 
-def profiles(name: str, p: int, v: int, m: int, rank: int):
+def profiles(sched: Schedule, p: int, v: int, m: int, rank: int):
     """(before_forward[c], before_backward[c]): the distinct held vectors before each forward and
     each backward (I or B) of chunk c, as sorted tuples (the format of
     :func:`planner.cost.schedule.inflight_profiles`)."""
-    return distinct_before(profile_table(name, p, v, m, rank), schedule(name).chunks(v))
+    return distinct_before(profile_table(sched, p, v, m, rank), sched.chunks(v))
 
 
-def profile_table(name: str, p: int, v: int, m: int, rank: int):
+def profile_table(sched: Schedule, p: int, v: int, m: int, rank: int):
     """:func:`profiles` as one array of distinct (kind: 0 forward / 1 backward, chunk, held
     vector) rows in numeric order (planner.cost.schedule.distinct_table)."""
-    s = schedule(name)
-    if s.record.order == "megatron":
-        return inflight_table(p, s.chunks(v), m, rank)
-    if s.record.order == "combined":
+    if sched.order == "megatron":
+        return inflight_table(p, sched.chunks(v), m, rank)
+    if sched.order == "combined":
         # Megatron's order with one more warm-up forward: its steady state repeats like the
         # interleaved one's, so the same capped count shows the same vectors (a test checks it).
         m = int(profile_microbatches(p, v, m))
-    return _profile_table(name, p, v, m, rank)
+    return _profile_table(sched, p, v, m, rank)
 
 
 @lru_cache(maxsize=4096)
-def _profile_table(name: str, p: int, v: int, m: int, rank: int):
-    kinds, chunks, held = held_matrix(name, p, v, m, rank)
+def _profile_table(sched: Schedule, p: int, v: int, m: int, rank: int):
+    kinds, chunks, held = held_matrix(sched, p, v, m, rank)
     # Forwards as kind 0; input-gradient and full backwards alike as kind 1; W left out.
     return distinct_table(np.choose(kinds, [0, 1, 1, 2]).astype(np.int8), chunks, held)
 
 
 @lru_cache(maxsize=1024)
-def held_matrix(name: str, p: int, v: int, m: int, rank: int):
+def held_matrix(sched: Schedule, p: int, v: int, m: int, rank: int):
     """The rank's ops as arrays (kind: an index of KINDS, chunk) and ``held``: row i the held
     vector just before op i (planner.cost.schedule.running_held). Megatron's orders come in closed
     form (planner.cost.schedule.megatron_ops; a test checks them against their ops)."""
-    s = schedule(name)
-    n = s.chunks(v)
-    if s.record.order in MEGATRON_ORDERS:
-        if s.record.order == "combined":
+    n = sched.chunks(v)
+    if sched.order in MEGATRON_ORDERS:
+        if sched.order == "combined":
             check_combined(p, v)
-        kinds, chunks = megatron_ops(p, n, m, rank, MEGATRON_ORDERS[s.record.order])
+        kinds, chunks = megatron_ops(p, n, m, rank, MEGATRON_ORDERS[sched.order])
     else:
-        ops = [op for item in rank_items(name, p, v, m, rank) for op in ops_of(item)]
+        ops = [op for item in rank_items(sched, p, v, m, rank) for op in ops_of(item)]
         kinds = np.array([KINDS.index(op.kind) for op in ops], dtype=np.int8)
         chunks = np.array([op.chunk for op in ops], dtype=np.int64)
-    return kinds, chunks, running_held(kinds, chunks, n, width(name, v))
+    return kinds, chunks, running_held(kinds, chunks, n, width(sched, v))
 
 
-def max_inflight(name: str, p: int, v: int, m: int, rank: int, with_w: bool = True) -> int:
+def max_inflight(sched: Schedule, p: int, v: int, m: int, rank: int, with_w: bool = True) -> int:
     """Most chunks the rank holds at once, the one being computed included (from its forward's
     start to its backward's end; ``with_w``: to its weight gradient's end)."""
-    n = schedule(name).chunks(v)
-    kinds, _, held = held_matrix(name, p, v, m, rank)
+    n = sched.chunks(v)
+    kinds, _, held = held_matrix(sched, p, v, m, rank)
     if not len(kinds):
         return 0
     total = (held if with_w else held[:, :n]).sum(axis=1) + (kinds == KINDS.index("F"))
@@ -106,10 +104,10 @@ def max_inflight(name: str, p: int, v: int, m: int, rank: int, with_w: bool = Tr
 
 
 @lru_cache(maxsize=1024)
-def held_vectors(name: str, p: int, v: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
+def held_vectors(sched: Schedule, p: int, v: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
     """The distinct held vectors of the rank over its step, in the order they first appear
     (cached: every report of a plan on this schedule reads them)."""
-    return tuple(distinct_rows(held_matrix(name, p, v, m, rank)[2]))
+    return tuple(distinct_rows(held_matrix(sched, p, v, m, rank)[2]))
 
 
 def distinct_rows(held) -> list[tuple[int, ...]]:
@@ -117,12 +115,12 @@ def distinct_rows(held) -> list[tuple[int, ...]]:
     return [tuple(row) for row in held[np.sort(distinct_first(held))].tolist()]
 
 
-def peak_moment(name: str, p: int, v: int, m: int, rank: int, kept) -> tuple[int, object, float]:
+def peak_moment(sched: Schedule, p: int, v: int, m: int, rank: int, kept) -> tuple[int, object, float]:
     """(op index, op, bytes held) where the rank's held bytes peak: ``kept[i]`` are the bytes one
     micro-batch holds in held-vector entry i (activations per chunk, then what W needs per chunk),
     the op being computed counted with what it holds when it ends (first of equal peaks)."""
     best: tuple[int, Op | None, float] = (0, None, -1.0)
-    for i, (op, vec) in enumerate(held_before(name, p, v, m, rank)):
+    for i, (op, vec) in enumerate(held_before(sched, p, v, m, rank)):
         total = sum(n * k for n, k in zip(vec, kept)) + (kept[op.chunk] if op.kind == "F" else 0.0)
         if total > best[2]:
             best = (i, op, total)

@@ -463,7 +463,7 @@ def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, li
 
 def plan_schedule(name: str) -> str | None:
     """planner's schedule for a torch.distributed.pipelining schedule name (matched without case,
-    as torchtitan's get_schedule_class does), the inverse of the writers' TORCHTITAN_SCHEDULES;
+    as torchtitan's get_schedule_class does), the inverse of the writers' torchtitan_schedule;
     None for the schedules planner does not model (GPipe, LoopedBFS)."""
     s = by_torchtitan_name(name)
     return None if s is None else s.name

@@ -13,7 +13,7 @@ from planner.launchers.common import catalog_edits
 from planner.rules import violations_error
 from planner.specs.layout import build_layout
 from planner.specs.plan import default_schedule
-from planner.specs.schedule import REGISTRY, schedule_named
+from planner.specs.schedule import REGISTRY, Schedule, schedule_named
 
 if TYPE_CHECKING:
     from planner.rules import Checked
@@ -172,7 +172,7 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
         ))
     elif rc.kind == "full" and rc.layers is not None:
         try:
-            most = max(s.num_layers for s in build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule).stages)
+            most = max(s.num_layers for s in build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule_record).stages)
         except Exception:
             most = 0
         if rc.layers < most:
@@ -249,6 +249,14 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
 
 TORCHTITAN_SCHEDULES = {s.name: s.torchtitan for s in REGISTRY if s.torchtitan is not None}
 """--parallelism.pipeline_parallel_schedule for planner's schedules (planner.specs.schedule.Schedule.torchtitan)."""
+
+
+def torchtitan_schedule(schedule: Schedule | None) -> str:
+    """--parallelism.pipeline_parallel_schedule for a plan's schedule record (its ``torchtitan``
+    field; rule torchtitan-schedule has refused the plans on a schedule without one)."""
+    if schedule is None or schedule.torchtitan is None:
+        raise ValueError(f"no torchtitan schedule for {schedule}: rule torchtitan-schedule should have refused it")
+    return schedule.torchtitan
 
 
 def _schedule_violations(plan: Plan) -> list[Violation]:

@@ -28,7 +28,7 @@ from planner.errors import PlannerError, Violation
 from planner.launchers.checks import violations_with
 from planner.launchers.common import catalog_edits, prediction_lines
 from planner.launchers.common import comment_text as _c
-from planner.launchers.torchtitan.rules import TORCHTITAN_SCHEDULES, own_violations, torchtitan_batch, torchtitan_dims
+from planner.launchers.torchtitan.rules import own_violations, torchtitan_batch, torchtitan_dims, torchtitan_schedule
 from planner.launchers.torchtitan.write import _fqns
 from planner.rules import violations_error
 
@@ -140,7 +140,7 @@ def toml_sections(setup) -> dict[str, dict[str, object]]:
     if plan.pp > 1:
         # The plan's own schedule (zero bubble, DualPipeV included): 0.2.2 looks the name up in
         # torch.distributed.pipelining (get_schedule_class), as 0.3.0 does.
-        p["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[setup.schedule]
+        p["pipeline_parallel_schedule"] = torchtitan_schedule(setup.schedule)
         p["pipeline_parallel_microbatch_size"] = pp_micro
         p["module_fqns_per_model_part"] = [part.replace("lm_head", "output").split(",") for part in _fqns(setup)]
     if fp8 and hw.fp8_recipe == "mxfp8":

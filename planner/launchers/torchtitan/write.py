@@ -12,7 +12,7 @@ Mapping (planner -> torchtitan):
   ddp -> data_parallel_replicate_degree = dp; hsdp:N -> dp_shard = N/cp, dp_replicate = dp/dp_shard
   (torchtitan's FSDP group is dp_shard*cp).
 - the pipeline layout -> module_fqns_per_model_part (tok_embeddings, layers.i, norm, lm_head) in
-  stage order, with the plan's schedule (rules.TORCHTITAN_SCHEDULES: 1F1B, Interleaved1F1B,
+  stage order, with the plan's schedule (rules.torchtitan_schedule: 1F1B, Interleaved1F1B,
   InterleavedZeroBubble, ZBVZeroBubble, DualPipeV; torchtitan places the stages of the last two
   in a V itself);
 - mbs and the micro-batch count -> with PP, local_batch_size = global/dp (one optimizer step per
@@ -32,11 +32,11 @@ from planner.launchers.checks import check_with
 from planner.launchers.common import comment_text as _c
 from planner.launchers.common import gpus_per_node, node_lines, prediction_lines, script_header
 from planner.launchers.torchtitan.rules import (
-    TORCHTITAN_SCHEDULES,
     own_violations,
     torchtitan_batch,
     torchtitan_config_for,
     torchtitan_dims,
+    torchtitan_schedule,
 )
 
 
@@ -91,7 +91,7 @@ def torchtitan_launch(setup, *, torchtitan_config: str | None = None,
     if plan.sharding.kind == "zero2":
         ov += ["--parallelism.fsdp_reshard_after_forward", "never"]
     if plan.pp > 1:
-        ov += ["--parallelism.pipeline_parallel_schedule", TORCHTITAN_SCHEDULES[setup.schedule],
+        ov += ["--parallelism.pipeline_parallel_schedule", torchtitan_schedule(setup.schedule),
                "--parallelism.pipeline_parallel_microbatch_size", str(pp_micro),
                "--parallelism.module_fqns_per_model_part", *_fqns(setup)]
     ov += [
