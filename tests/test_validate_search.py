@@ -183,3 +183,30 @@ def test_the_lever_table_pools_each_change_over_counted_runs():
     assert table["mbs", "1", "4"]["runs"] == 1 and table["moments", "fp32", "bf16"]["not_fitting"] == 1
     # The most gain credited over all runs first: 1 -> 4 (0.9 on one run) before 1 -> 2 (0.8 on three).
     assert [(t["lever"], t["to"]) for t in lever_table(rows)] == [("mbs", "4"), ("mbs", "2"), ("moments", "bf16")]
+
+
+def test_a_search_gain_is_checked_against_a_run_of_the_same_job_that_took_it():
+    """The later recipe of the same job that takes the search's changes is found, and what it measured
+    is set beside the search's gain; a run of another job (here another precision) is not."""
+    from types import SimpleNamespace
+
+    from planner.validate.searched import measured_elsewhere
+
+    def row(name, plan, measured, predicted, precision="fp8", best=None):
+        run = SimpleNamespace(model="m", hardware="h", gpus=8, global_batch=64, seq_len=4096, precision=precision)
+        recipe = SimpleNamespace(run=run, evaluated=True, counted=True, measured={"tokens_per_s_per_gpu": measured},
+                                 predicted={"tokens_per_s_per_gpu": predicted}, name=name)
+        s = SearchedRun(recipe, "searched", recipe_plan_json=plan, best_plan_json=best or plan,
+                        best={"tokens_per_s_per_gpu": predicted * 2})
+        s.decomposition = {"levers": []} if best else {}
+        return s
+    old = row("old", {"tp": 1, "ep": 8, "mbs": 1, "dispatcher": "alltoall"}, 100, 110,
+              best={"tp": 1, "ep": 8, "mbs": 4, "dispatcher": "hybridep"})
+    later = row("later", {"tp": 1, "ep": 8, "mbs": 4, "dispatcher": "hybridep"}, 290, 300)
+    other = row("bf16", {"tp": 1, "ep": 8, "mbs": 4, "dispatcher": "hybridep"}, 500, 500, precision="bf16")
+    moved = row("tp2", {"tp": 2, "ep": 8, "mbs": 4, "dispatcher": "hybridep"}, 500, 500)
+    (e,) = measured_elsewhere([old, later, other, moved])
+    assert e["other"] == "later" and e["taken"] == ["mbs", "dispatcher"]
+    assert e["measured_gain"] == pytest.approx(1.9) and e["predicted_gain"] == pytest.approx(300 / 110 - 1, rel=1e-5)
+    assert e["search_gain"] == pytest.approx(1.0)
+    assert measured_elsewhere([old, other, moved]) == []
