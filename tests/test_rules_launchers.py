@@ -312,3 +312,19 @@ def test_router_groups_are_the_model_specs_rule():
     every launcher), so Megatron's TransformerConfig check needs no rule of its own here."""
     with pytest.raises(ValueError, match="equal groups"):
         _variant(V3, **{"moe.num_groups": 7})
+
+
+def test_export_format_help_names_every_registered_format():
+    """`export --format`'s help is written out by hand (importing the launcher registry at start-up
+    would cost the CLI over a second): a format added to planner.launchers.registry must be named
+    there too, or this fails."""
+    import typer.main
+
+    from planner.cli import _register, app
+    from planner.launchers.registry import formats
+
+    _register()
+    export = typer.main.get_command(app).commands["export"]
+    text = next(p.help for p in export.params if p.name == "fmt")
+    missing = [f.name for f, _ in formats() if f.name not in text]
+    assert not missing, f"export --format help lacks {missing}"
