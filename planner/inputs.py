@@ -7,18 +7,17 @@ import math
 
 from planner.errors import PlannerError
 
-# Re-derived from the validated reserved error (issue 41): 0.0027 of the usable HBM, the largest
-# held-out shortfall of the reserved peak over the 46 measured H200 runs (measured over predicted
-# with the allocator model refit without the run's configuration: +0.267 % at most,
-# x2-pp2-vpp2-gqa-s4k-b1-m4 rank 1), rounded up at the fourth decimal; benchmarks/gpu/
-# reserved_validation.py REDERIVED_MARGIN, results/validation/gpu-memory.md "Reserved peak,
-# validated". Not applied yet: every results/ report changes with it and needs a regeneration.
-DEFAULT_MEMORY_MARGIN = 0.03
-"""The default memory margin: 3 % of the usable HBM kept free on every GPU, beyond the allocator
-margin. It is planner's largest measured memory error, rounded up: the allocated peak of
-Megatron-Core on H200s against ``planner explain`` was +0.1 to +1.9 % off on one GPU (22 runs,
-results/validation/gpu-memory.md) and +0.6 to +2.9 % per rank on two (12 ranks,
-results/validation/multi-gpu.md). ``--memory-margin 0`` ranks plans up to the capacity."""
+DEFAULT_MEMORY_MARGIN = 0.0027
+"""The default memory margin: 0.27 % of the usable HBM kept free on every GPU, beyond the reserved
+peak. Re-derived from the validated reserved error (issue 41): the largest held-out shortfall of
+the predicted reserved peak over the 46 measured H200 runs (measured over predicted with the
+allocator workload model refit without the run's configuration: +0.267 % at most,
+x2-pp2-vpp2-gqa-s4k-b1-m4 rank 1), rounded up at the fourth decimal (benchmarks/gpu/
+reserved_validation.py REDERIVED_MARGIN, results/validation/gpu-memory.md "Reserved peak,
+validated"). A share of the reserved peak is at most the same share of the usable HBM, so the
+margin covers that shortfall on any plan that fits. It replaced 3 %, the largest allocated-peak
+error rounded up, from before reserved memory was modelled from the workload. ``--memory-margin
+0`` ranks plans up to the capacity."""
 
 
 def finite_option(option: str, value: float, *, low: float | None = None, high: float | None = None,

@@ -50,8 +50,8 @@ DomainFillOpt = Annotated[
 MemoryMarginOpt = Annotated[
     float | None, typer.Option(
         "--memory-margin",
-        help=f"GiB kept free on every GPU, beyond the allocator margin. Default: {DEFAULT_MEMORY_MARGIN:.0%} of the "
-        "usable HBM (planner's largest measured memory error, +2.9 % on H200s); 0 ranks plans up to the capacity.")
+        help=f"GiB kept free on every GPU, beyond the allocator margin. Default: {DEFAULT_MEMORY_MARGIN:.2%} of the "
+        "usable HBM (planner's largest held-out reserved-peak shortfall on H200s, rounded up); 0 ranks plans up to the capacity.")
 ]
 ExpandableOpt = Annotated[
     bool | None, typer.Option(

@@ -28,8 +28,8 @@ def _headroom(mem: dict) -> str:
 def _margin_line(job: dict, mem: dict) -> str:
     margin = mem.get("margin_bytes", 0)
     if job.get("memory_margin_fraction") and not job.get("memory_margin_bytes"):
-        why = (f"{job['memory_margin_fraction']:.0%} of usable HBM by default, planner's largest measured memory "
-               "error rounded up; `--memory-margin 0` ranks plans up to the edge")
+        why = (f"{job['memory_margin_fraction']:.2%} of usable HBM by default, planner's largest held-out reserved-peak "
+               "error on H200s, rounded up; `--memory-margin 0` ranks plans up to the edge")
     elif margin:
         why = "`--memory-margin`"
     else:

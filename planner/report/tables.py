@@ -70,8 +70,8 @@ def margin_text(hw, job, margin_bytes: float) -> str:
     usable = hw.gpu.hbm_usable_bytes.value
     context = memory_constants(hw).cuda_context_bytes.value
     if job.memory_margin_fraction and not job.memory_margin_bytes:
-        why = (f" ({job.memory_margin_fraction:.0%} of usable HBM, the default: planner's largest measured memory "
-               "error, rounded up; --memory-margin 0 ranks plans up to the edge)")
+        why = (f" ({job.memory_margin_fraction:.2%} of usable HBM, the default: planner's largest held-out reserved-peak "
+               "error on H200s, rounded up; --memory-margin 0 ranks plans up to the edge)")
     elif margin_bytes:
         why = " (--memory-margin)"
     else:
