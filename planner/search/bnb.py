@@ -26,9 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.cost.compose import CostContext, KeyTable
+from planner.search.bounds import (
+    block_floors, constant_floors, kept_floors, memory_floors, rank_composition, time_floors,
+)
+from planner.search.exhaustive import group_index_vectors, plan_costs
 from planner.search.tables import (
     MAX_TABLE_US, MEMORY_TERMS, TIME_TERMS, Layout, RuleTables, Tables, assemble, batch_plans, capacities, layout_of,
-    memory_phase, rule_tables, time_phase, undominated_stages,
+    memory_phase, rule_tables, time_phase, undominated_stages, build_tables,
 )
 from planner.specs.schedule import Schedule
 
@@ -101,8 +106,6 @@ class BranchAndBound:
     def _context(self, keys: np.ndarray, shared=None):
         """A context over some keys, reading the block costs of the probe (or composing those it
         lacks in ``shared``, when that context holds all of these keys' block keys)."""
-        from planner.cost.compose import CostContext, KeyTable
-
         sp = self.space
         if self.probe is None:
             return CostContext.for_structs(sp.model, sp.hw, sp.job, self.assumptions, keys)
@@ -136,8 +139,6 @@ class BranchAndBound:
         return layout_of(self.space, pp, vpp, li, schedule)
 
     def setup(self) -> None:
-        from planner.search.bounds import block_floors, kept_floors, memory_floors, time_floors
-
         sp = self.space
         self.say(f"bounding {len(sp):,} structural keys")
         self.probe = self._context(sp.fm_keys)
@@ -162,8 +163,6 @@ class BranchAndBound:
         """Each (layout, rows) group's constant-memory floors in turn, (pp, rows) bytes
         (planner.search.bounds.constant_floors). Layouts whose ranks hold the same layers share
         them: computed once per composition, over the keys those layouts hold."""
-        from planner.search.bounds import constant_floors, rank_composition
-
         sp = self.space
         comps = [rank_composition(sp.model, lay.layout) for lay, _ in groups]
         need: dict[tuple, tuple] = {}
@@ -262,8 +261,6 @@ class BranchAndBound:
 
     def _plan_times(self, part: dict) -> tuple[np.ndarray, np.ndarray]:
         """Each row's fastest feasible plan and its ``want`` fastest (us; INF when fewer)."""
-        from planner.search.exhaustive import group_index_vectors, plan_costs
-
         t = assemble(self.space, [part], self.cap)
         gi, _ = group_index_vectors(t)
         ok, times = plan_costs(t, np.arange(len(t.structs)), gi)
@@ -322,9 +319,7 @@ class BranchAndBound:
         self.exact_peak = True
         if self.U < INF:
             return _ordered(assemble(self.space, parts, self.cap))
-        from planner.search.diagnose import smallest_peak
-        from planner.search.tables import build_tables
-
+        from planner.search.diagnose import smallest_peak  # noqa: PLC0415  # cycle: diagnose imports BranchAndBound from here
         sp = self.space
         t = assemble(sp, parts, self.cap)
         best = smallest_peak(t, range(len(t.structs)))[0] if parts else np.inf

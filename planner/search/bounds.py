@@ -51,6 +51,10 @@ from collections import Counter
 
 import numpy as np
 
+from planner.cost.compose import least_constant_bytes
+from planner.cost.pipeline import chunk_blocks, pipeline_time
+from planner.search.space import COL
+from planner.search.tables import ROW, lever_setting
 from planner.specs.schedule import Schedule
 
 MiB = 2**20
@@ -59,8 +63,6 @@ MiB = 2**20
 def row_variants(space) -> list:
     """Typed levers of every combination of the levers a block's cost reads: the row levers and the
     CUDA graphs (the others at their first option)."""
-    from planner.search.tables import ROW, lever_setting
-
     keys = ROW + tuple(k for k in ("cuda_graphs",) if k in space.levers)
     base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
     return [lever_setting({**base, **dict(zip(keys, v))}) for v in itertools.product(*(space.levers[k] for k in keys))]
@@ -116,8 +118,6 @@ def block_floors(ctx, space, variants: list | None = None) -> dict[str, np.ndarr
 
 def rank_block_counts(ctx, layout) -> tuple[list[str], np.ndarray]:
     """(block names, (pp, names) counts): the blocks each pipeline rank of ``layout`` runs."""
-    from planner.cost.pipeline import chunk_blocks
-
     names = block_names(ctx.model)
     counts = np.zeros((layout.pp, len(names)))
     for r in range(layout.pp):
@@ -133,8 +133,6 @@ def time_floors(ctx, floors: dict, layout, rows: np.ndarray, schedule: Schedule 
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(this layout, any layout of the same degrees): lower bounds in microseconds on the step
     time of every plan of context rows ``rows`` of ``layout`` under ``schedule``."""
-    from planner.cost.pipeline import pipeline_time
-
     walked = schedule is not None and schedule.order != "megatron"
     names, counts = rank_block_counts(ctx, layout)
     bk = ctx.keys.bk_of[rows]
@@ -198,9 +196,6 @@ def constant_floors(space, layout, keys: np.ndarray) -> np.ndarray:
     """Per pipeline rank of ``layout`` and key (rows of ``keys``, the space's columns), the least
     bytes of one GPU's weights, gradients and optimizer states over the space's sharding, moments,
     offload and gradient-dtype options: (pp, keys)."""
-    from planner.cost.compose import least_constant_bytes
-    from planner.search.space import COL
-
     cols = {k: keys[:, COL[k]] for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
     options = itertools.product(*(space.levers[k] for k in ("sharding", "moments", "offload", "grad_reduce")))
     return least_constant_bytes(space.model, layout, cols, options)

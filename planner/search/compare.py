@@ -10,7 +10,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.cost.evaluate import context_json, plan_evaluation
+from planner.cost.memory import memory_report
+from planner.cost.setup import resolve_setup
+from planner.errors import NothingFitsError, PlannerError
 from planner.rules import Target
+from planner.search.driver import run_search
+from planner.search.rulecheck import rule_violations
+from planner.specs.catalog import spec_hash
+from planner.specs.plan import Plan
 
 DEGREES = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "mbs")
 """Plan keys counted among the top K and compared between best plans (edp, ep, etp: MoE only)."""
@@ -57,8 +65,6 @@ def sweep_global_batch(reference_batch: int, seq_len: int, gpus: int) -> int:
 # One hardware.
 # ---------------------------------------------------------------------------------------------
 def hardware_json(hw) -> dict:
-    from planner.specs.catalog import spec_hash
-
     return {
         "name": hw.name,
         "spec_hash": spec_hash(hw),
@@ -133,9 +139,6 @@ SOLVER_KEYS = ("name", "status", "objective_us", "kth_bound_us", "structural_key
 def search_one(model, hw, job, options, assumptions, tokens: float, progress=None) -> dict:
     """Search one hardware; a hardware where nothing fits (or the job is invalid) gets a status
     and the one-paragraph reason instead of failing the whole comparison."""
-    from planner.errors import NothingFitsError, PlannerError
-    from planner.search.driver import run_search
-
     entry: dict = {"hardware": hardware_json(hw)}
     try:
         res = run_search(model, hw, job, options, assumptions=assumptions, progress=progress)
@@ -164,12 +167,6 @@ def search_one(model, hw, job, options, assumptions, tokens: float, progress=Non
 def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: Target, tokens: float,
                        torchtitan_config: str | None = None) -> dict:
     """One system's best plan evaluated on another (the swap test)."""
-    from planner.cost.evaluate import plan_evaluation
-    from planner.cost.setup import resolve_setup
-    from planner.errors import PlannerError
-    from planner.search.rulecheck import rule_violations
-    from planner.specs.plan import Plan
-
     out: dict = {"plan_string": plan_string, "hardware": hw.name}
     try:
         plan = Plan.parse(plan_string)
@@ -185,8 +182,6 @@ def evaluate_elsewhere(plan_string: str, model, hw, job, assumptions, target: Ta
     s = plan_summary(ev, job.gpus, tokens)
     out.update(status="fits" if ev["memory"]["fits"] else "does_not_fit", summary=s)
     if not ev["memory"]["fits"]:
-        from planner.cost.memory import memory_report
-
         out["reason"] = memory_report(setup).reason()
     return out
 
@@ -260,8 +255,6 @@ def run_compare(model, hws: list, jobs: list, options, assumptions, *, tokens: f
                 prices: dict | None = None, progress=None) -> dict:
     """Search every hardware for its job (the same job; GPU counts may differ per system) and
     swap-test the best plans against the first hardware (the baseline) where the counts agree."""
-    from planner.cost.evaluate import context_json
-
     budget = token_budget(model, tokens)
     prices = prices or {}
     say = progress or (lambda msg: None)
@@ -330,8 +323,6 @@ def sweep_jobs(base_job, gpus_list: list[int], user_batch: int | None) -> list[S
 
 def run_sweep(model, hws: list, base_job, gpus_list: list[int], options, assumptions, *,
               user_batch: int | None = None, tokens: float | None = None, progress=None) -> dict:
-    from planner.cost.evaluate import context_json
-
     say = progress or (lambda msg: None)
     budget = token_budget(model, tokens)
     jobs = sweep_jobs(base_job, gpus_list, user_batch)

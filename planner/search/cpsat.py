@@ -15,8 +15,12 @@ ranking is deterministic and equal to the oracle's). A complete enumeration prov
 from __future__ import annotations
 
 from dataclasses import dataclass
+import time
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from planner.search.exhaustive import rank_plans
 from planner.search.space import LEVERS
 from planner.search.tables import GROUPS, RULE_GROUPS, Tables
 
@@ -42,11 +46,9 @@ def _build(tables: Tables, time_cap_us: int | None = None):
     With ``time_cap_us``, step time is bounded and table rows that cannot meet the bound (their
     value plus the other time terms' minima exceeds it) or the memory limit (likewise) are left
     out: the same feasible set below the cap, a much smaller model."""
-    import numpy as np
-
     # Imported here, not at the top: OR-Tools' cp_model imports pandas (some 0.25 s) for helpers
     # planner never calls, so only a search that reaches CP-SAT pays for it.
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # noqa: PLC0415  # start-up: pandas, see above
 
     space = tables.space
     nS = len(tables.structs)
@@ -113,11 +115,7 @@ def enumerate_cpsat(tables: Tables, time_cap_us: int, top: int, *, time_limit_s:
     """Every feasible plan with step time <= ``time_cap_us`` (CP-SAT's solution enumeration over
     the pruned model), ranked by (time, tie-break); the first ``top`` are returned. Complete
     enumeration proves the ranking: status OPTIMAL."""
-    import time
-
-    from planner.search.exhaustive import rank_plans
-
-    from ortools.sat.python import cp_model as cp
+    from ortools.sat.python import cp_model as cp  # noqa: PLC0415  # start-up: see _build
     t0 = time.perf_counter()
     if not tables.structs:
         return CpSatResult([], "INFEASIBLE", None, 0.0, 0)

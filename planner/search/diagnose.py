@@ -7,10 +7,15 @@ from collections import Counter
 
 import numpy as np
 
+from planner.cost.setup import Assumptions
 from planner.errors import NothingFitsError, PlannerError
+from planner.search.bnb import BranchAndBound, INF
+from planner.search.exhaustive import group_index_vectors, plan_costs
 from planner.search.rulecheck import struct_violations
 from planner.search.space import Space, build_space, make_plan
 from planner.search.tables import MAX_TABLE_US, MiB, Tables, lever_indices, lever_values
+from planner.specs.catalog import all_hardware
+from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOKENS_PER_STEP
 
 
 def no_structure(space, options) -> PlannerError:
@@ -31,8 +36,6 @@ def no_structure(space, options) -> PlannerError:
 def smallest_peak(tables: Tables, rows):
     """(peak MiB, key, lever index, components MiB) of the plan with the smallest peak over every
     lever combination of the keys in rows: the memory the search could not get under."""
-    from planner.search.exhaustive import group_index_vectors
-
     gi, _ = group_index_vectors(tables)
     best: tuple[float, int | None, int | None, dict[str, int] | None] = (math.inf, None, None, None)
     for s in rows:
@@ -57,9 +60,6 @@ def gpus_that_fit(space: Space, options, assumptions, max_factor: int = 64) -> i
     """The smallest power-of-two multiple of the job's GPU count (same batch per GPU) at which some
     plan fits, searched with the same bounds and tables: replicated weights and gradients shrink
     only with TP, PP and EP, so a linear guess would promise too much."""
-    from planner.search.bnb import INF, BranchAndBound
-    from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOKENS_PER_STEP
-
     # Bounded work: no count beyond what planner accepts is tried, nor one at which even the
     # weights alone, fully sharded at one byte per parameter, would not fit (a model far too large
     # for any count would otherwise cost six full searches at up to 64x the GPUs).
@@ -130,8 +130,6 @@ def _room(space, options, plan, dominant, assumptions, say, peak_mib) -> list[st
     if "constant" in dominant:
         grows = constant_shards_with_gpus(space, plan)
         if grows:
-            from planner.cost.setup import Assumptions
-
             if say:
                 say("nothing fits: finding the GPU count at which a plan would")
             need = gpus_that_fit(space, options, assumptions or Assumptions())
@@ -173,8 +171,6 @@ def constant_shards_with_gpus(space: Space, plan) -> list[str]:
 def too_slow(tables: Tables, rows) -> bool:
     """Whether plans pass the rules and fit in memory, but every one of them has a step time at
     the tables' cap (MAX_TABLE_US): the job is too large for the hardware, not the rules too strict."""
-    from planner.search.exhaustive import group_index_vectors, plan_costs
-
     gi, _ = group_index_vectors(tables)
     rows = list(rows)
     some_fit = False
@@ -223,8 +219,6 @@ def rules_bind(space, options) -> NothingFitsError:
 
 
 def larger_hardware(hw, need_bytes: float) -> str:
-    from planner.specs.catalog import all_hardware
-
     out = []
     for h in all_hardware():
         if h.gpu.hbm_usable_bytes.value > need_bytes * 1.1 and h.name != hw.name:

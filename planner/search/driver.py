@@ -18,11 +18,21 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
+from planner.cost.compose import batch_of_setup, evaluate_batch
+from planner.cost.evaluate import plan_evaluation
+from planner.cost.setup import Assumptions, resolve_setup
+from planner.cost.time import time_report
 from planner.errors import PlannerError
 from planner.rules import Target
+from planner.search.bnb import BranchAndBound, INF
+from planner.search.cpsat import enumerate_cpsat
 from planner.search.diagnose import diagnose_nothing_fits, no_structure
+from planner.search.exhaustive import best_per_key, group_index_vectors, oracle
+from planner.search.families import arrange, needs_robust_search, pool_size, robust_limits
 from planner.search.rulecheck import rule_violations, struct_violations
 from planner.search.space import Limits, Space, build_space, make_plan
+from planner.search.stages import refine
+from planner.search.status import solver_json
 from planner.search.tables import MAX_TABLE_US, Tables, lever_indices, lever_values
 from planner.specs.plan import Plan
 
@@ -96,8 +106,6 @@ class Costed:
 
 def run_search(model, hw, job, options: Options | None = None, *, assumptions=None,
                progress=None) -> SearchResult:
-    from planner.cost.setup import Assumptions
-
     options = options or Options()
     assumptions = target_assumptions(assumptions or Assumptions(), options.target)
     if not (options.ties or options.families):
@@ -111,8 +119,6 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
     first tie group its members; when that group holds no robust plan (all on a runtime risk, offloading
     or FSDP-sharded), a second search pinned to the distributed optimizer without offload (the user's
     --fix and --max kept) adds the fastest robust plans, which a tie may then rank first."""
-    from planner.search.families import arrange, needs_robust_search, pool_size, robust_limits
-
     inner = replace(options, ties=False, families=False,
                     top=pool_size(options.top) if options.families else options.top)
     result = _Run(model, hw, job, inner, assumptions, progress).search()
@@ -244,9 +250,6 @@ class _Run:
 
     # ---- solving ----------------------------------------------------------------------------
     def _cpsat(self, want: int):
-        from planner.search.bnb import INF, BranchAndBound
-        from planner.search.cpsat import enumerate_cpsat
-
         bb = BranchAndBound(self.space, self.assumptions, want, self.valid, self.say)
         bb.run()
         self.dominated = dict(bb.dominated)
@@ -270,8 +273,6 @@ class _Run:
         return found, status, bound, Costed(tables, bb.best_of(), bb.timed_floors(), bb.row_tables, bb.exact_peak)
 
     def _exhaustive(self, want: int):
-        from planner.search.exhaustive import best_per_key, oracle
-
         self.say(f"oracle: every plan of {len(self.space):,} structural keys x {self.space.lever_product_size} levers")
         tables, found, smallest = oracle(self.space, self.assumptions, want, self.valid, self.say)
         self.lap("tables_s")
@@ -290,9 +291,6 @@ class _Run:
         """One ranked plan with its memory report; its time report waits until it is kept (the
         walk of a pipeline schedule is most of a plan's evaluation, and of the 2K plans ranked
         only K are shown)."""
-        from planner.cost.evaluate import plan_evaluation
-        from planner.cost.setup import resolve_setup
-
         sp = self.space
         plan = make_plan(sp.struct(gid), lever_values(sp, lever_indices(sp, flat)))
         setup = resolve_setup(sp.model, sp.hw, sp.job, plan, self.assumptions)
@@ -302,8 +300,6 @@ class _Run:
     def _costs(self, setup: Setup) -> Costs:
         """The composition of one plan of the space, reading the block costs the search's tables
         composed (planner.cost.compose.CostContext.share_blocks_with_any)."""
-        from planner.cost.compose import batch_of_setup, evaluate_batch
-
         batch = batch_of_setup(setup)
         batch.ctx.share_blocks_with_any(self.block_sources)
         return evaluate_batch(batch)
@@ -312,9 +308,6 @@ class _Run:
     def _per_stage(self, costed: Costed, plans: list[Ranked], top: int) -> list[Ranked]:
         """Refine the ranked plans' layouts, and try the fastest layouts that do not fit uniformly,
         with the per-stage CP-SAT model; return the top K of all, ranked by exact step time."""
-        from planner.cost.evaluate import plan_evaluation
-        from planner.search.stages import refine
-
         stage_rc = self.options.target == "any"
         # Plans keyed by canonical string: (step time in us, order of arrival, plan).
         # Ties in time keep the uniform ranking's order; refinements follow their seeds.
@@ -377,8 +370,6 @@ class _Run:
             status = "FEASIBLE"  # proven over the tables' estimate, not over the walked times shown
         self.lap("evaluate_s")
         self.timings["total_s"] = round(time.perf_counter() - self.t0, 4)
-        from planner.search.status import solver_json
-
         solver = solver_json(self, plans, status, bound, estimate_gap=gap, dropped={
             "dropped_by_rules": [p.plan.to_string() for p in bad],
             "dropped_by_exact_memory": [p.plan.to_string() for p in unfit],
@@ -411,8 +402,6 @@ def _with_time(r: Ranked) -> Ranked:
     """The plan with its time report (from the costs composed when it was ranked)."""
     if "time" in r.evaluation:
         return r
-    from planner.cost.time import time_report
-
     ev = {**r.evaluation, "time": time_report(r.setup, costs=r.costs).to_json()}
     return replace(r, evaluation=ev, costs=None)
 
@@ -437,9 +426,6 @@ def _drop_dominated(plans: list[Ranked], top: int) -> tuple[list[Ranked], list[s
 def _fastest_ignoring_memory(space, tables: Tables, assumptions) -> Setup | None:
     """The launcher-valid lever choice with the fastest step for the one key of ``tables``,
     memory ignored."""
-    from planner.cost.setup import resolve_setup
-    from planner.search.exhaustive import group_index_vectors
-
     gi, _ = group_index_vectors(tables)
     ok = tables.R1[0][gi["R1"]] & tables.R2[0][gi["R2"]]
     if not ok.any():

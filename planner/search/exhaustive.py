@@ -12,10 +12,13 @@ plan, so the order is total and deterministic).
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import numpy as np
 
+from planner.cost.compose import CostContext, KeyTable
+from planner.search import tables as tb
 from planner.search.space import LEVERS
 from planner.search.tables import GROUPS, MAX_TABLE_US, RULE_GROUPS, Tables
 
@@ -141,11 +144,6 @@ def oracle(space, assumptions, want: int, valid, say=None):
     top-``want`` plan, the ranked plans, tables of the key with the smallest peak when nothing
     fits). Keys are kept while their fastest plan is within the ``want``-th fastest plan seen so
     far (a running top-``want``: memory stays bounded however large the space)."""
-    import heapq
-
-    from planner.cost.compose import CostContext, KeyTable
-    from planner.search import tables as tb
-
     cap = tb.capacities(space, assumptions)
     rules, plans = tb.RuleTables(space), tb.batch_plans(space)
     probe = CostContext.for_structs(space.model, space.hw, space.job, assumptions, space.fm_keys)
@@ -208,7 +206,7 @@ def _subset(part: dict, mask: np.ndarray) -> dict | None:
 def _smaller_peak(current, part: dict, t: Tables):
     """The one-key tables of whichever of ``current`` and this layout's keys reaches the
     smallest peak over every lever choice (what the nothing-fits diagnosis reports)."""
-    from planner.search.diagnose import smallest_peak
+    from planner.search.diagnose import smallest_peak  # noqa: PLC0415  # cycle: diagnose imports plan_costs from here
 
     peak, s, _, _ = smallest_peak(t, range(len(t.structs)))
     if s is None or (current is not None and current[0] <= peak):

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from planner.search.risks import Risk, plan_risks
+from planner.search.space import Limits
 from planner.search.ties import NO_RESOLUTION, Resolution, job_resolution, robustness, tie_order
+from planner.specs.plan import Plan
 
 POOL_FACTOR = 4
 """With families shown, the search ranks this many times the plans asked for (at most MAX_POOL), so
@@ -97,9 +99,6 @@ def is_robust(plan, risks: Sequence[Risk]) -> bool:
 def robust_limits(limits):
     """The user's --fix/--max with the distributed optimizer and no offload pinned, or None where the
     user fixed either (their choice wins)."""
-    from planner.search.space import Limits
-    from planner.specs.plan import Plan
-
     if "sharding" in limits.fix or "offload" in limits.fix:
         return None
     return Limits({**limits.fix, **Plan.given("sharding=dist_opt,offload=none", "--fix")}, dict(limits.max))

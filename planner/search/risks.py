@@ -7,6 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from planner.errors import PlannerError
+
+from planner.specs.catalog import catalog_root, read_yaml
+
 RISKS_FILE = "software/risks/runtime.yaml"
 """The risk list, relative to the catalog root."""
 
@@ -41,8 +45,6 @@ class Risk:
 
 def parse_risks(data: dict, origin: str) -> tuple[Risk, ...]:
     """The risks of the file's mapping; a malformed entry is a PlannerError naming it."""
-    from planner.errors import PlannerError
-
     out = []
     for i, entry in enumerate(data.get("risks") or []):
         if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry[k]
@@ -65,8 +67,6 @@ def parse_risks(data: dict, origin: str) -> tuple[Risk, ...]:
 @lru_cache(maxsize=1)
 def load_risks() -> tuple[Risk, ...]:
     """The bundled runtime-risk list (empty where it is not installed)."""
-    from planner.specs.catalog import catalog_root, read_yaml
-
     path = catalog_root() / RISKS_FILE
     if not path.is_file():
         return ()

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from planner.cost.memory import memory_report
+
+from planner.cost.time import time_report
+
 
 def _perturbations(base, moe: bool) -> list[tuple[str, dict]]:
     out = []
@@ -25,9 +29,6 @@ def _perturbations(base, moe: bool) -> list[tuple[str, dict]]:
 
 
 def sensitivity_report(result, assumptions) -> dict:
-    from planner.cost.memory import memory_report
-    from planner.cost.time import time_report
-
     rows = []
     winner = result.plans[0].plan.to_string() if result.plans else None
     changes = 0

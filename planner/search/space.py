@@ -34,15 +34,19 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.errors import PlannerError
-from planner.rules import Target
+from planner.errors import PlanRuleError, PlannerError
+from planner.rules import Target, op_recompute_modeled, schedule_runs
+from planner.search.rulecheck import struct_violations
 from planner.specs.hardware import HardwareSpec
 from planner.specs.job import Job
-from planner.specs.layout import parse_layout, suggest_layout
+from planner.specs.layout import build_layout, parse_layout, suggest_layout
 from planner.specs.model import ModelSpec
-from planner.specs.plan import EpOverlap, Plan
+from planner.specs.plan import (
+    EpOverlap, Offload, Plan, Precision, Sharding, parse_cuda_graphs, parse_pairs, parse_recompute,
+)
 from planner.specs.schedule import Schedule, schedule_named, searched
 from planner.specs.schedule import default_schedule as default_record
+from planner.specs.software import first_release_with, lever_features
 
 LEVERS = ("recompute", "precision", "moments", "sharding", "offload", "dispatcher", "ep_overlap", "grad_reduce",
           "param_gather", "cuda_graphs")
@@ -120,8 +124,6 @@ class Limits:
     @classmethod
     def parse(cls, fix: str | None, maxes: str | None) -> Limits:
         """--fix as typed plan values (read as a plan is), --max as integer bounds on degrees."""
-        from planner.specs.plan import parse_pairs
-
         m = parse_pairs(maxes, "--max")
         for k, v in m.items():
             if not (v.isascii() and v.isdigit() and len(v) <= 9 and int(v) >= 1):
@@ -246,8 +248,6 @@ def recompute_options(model, implementation: str = "te", target: str = "megatron
     on the dense GQA/MHA layers it is modeled for), then full recompute."""
     opts = ["none"]
     if target == "torchtitan":
-        from planner.rules import op_recompute_modeled
-
         return opts + (["op"] if op_recompute_modeled(model) else []) + ["full"]
     if implementation != "te":
         opts.append("core_attn")  # unfused attention keeps the s^2 tensors
@@ -280,8 +280,6 @@ def _with_schedules(rows: dict, layout_of: np.ndarray, fm_of: np.ndarray, target
     layout of each row, family index of each row, schedule index of each row, schedule records).
     Under Megatron, interleaved keys whose micro-batches are not whole groups of PP are dropped
     here, before the tables rank them (rule megatron-interleaved-groups, whatever the levers)."""
-    from planner.rules import schedule_runs
-
     pp, vpp, m = rows["pp"], rows["vpp"], rows["micro_batches"]
     if target == "megatron":
         ok = (vpp == 1) | (pp == 1) | (m % np.maximum(pp, 1) == 0)
@@ -421,9 +419,6 @@ def _layout_options(model, limits: Limits, pps: list[int], pruned: dict) -> tupl
     """Per pp, the vpp values; the layout of each (pp, vpp); the layout strings. A fixed layout
     is checked against the model as Megatron's validate_layer_layout does (``pruned`` counts the
     (pp, vpp) it rules out, by rule)."""
-    from planner.errors import PlanRuleError
-    from planner.specs.layout import build_layout
-
     L = model.num_layers
     fixed = limits.fix.get("layout")
     layouts: list = [None]
@@ -493,8 +488,6 @@ def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits |
 
 
 def _rule_checked(space: Space) -> Space:
-    from planner.search.rulecheck import struct_violations
-
     keep = []
     for i in range(len(space)):
         bad = struct_violations(space.model, space.hw, space.job, space.struct(i), space.target, space.torchtitan_config)
@@ -559,8 +552,6 @@ def describe_space(space: Space, opts: dict, vpps: dict) -> dict:
 
 def lever_options(model, hw, job, target, limits: Limits, implementation: str, moments) -> dict[str, tuple]:
     """Each lever's typed values, simplest first (ties in step time go to earlier values)."""
-    from planner.specs.plan import Offload, Precision, Sharding, parse_cuda_graphs, parse_recompute
-
     precisions = [Precision(p) for p in job.precisions if p != "fp8" or "fp8" in hw.gpu.peak_flops]
     opts: dict[str, list] = {
         "recompute": [parse_recompute(r) for r in recompute_options(model, implementation, target)],
@@ -607,8 +598,6 @@ def software_levers(levers: dict[str, tuple], software, limits: Limits) -> dict[
     for key, values in levers.items():
         kept = tuple(v for v in values if v is None or software.offers(key, v))
         if not kept:
-            from planner.specs.software import lever_features, first_release_with
-
             shown = str(values[0]) if values else "?"
             firsts = [first_release_with(f, software) for f in lever_features(key, values[0])] if values else []
             since = ", ".join(f"first in {f.title}" for f in firsts if f is not None)

@@ -23,6 +23,20 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from planner.cost.compose import costs_of, evaluate_batch
+
+from planner.cost.memory import memory_report
+
+from planner.cost.pieces import profile_matrix
+
+from planner.cost.schedule import offload_share_parts
+
+from planner.cost.setup import resolve_setup
+
+from planner.search.bounds import chunk_layer_bounds, refinement_can_win
+
+from planner.specs.layout import format_layout
+
 if TYPE_CHECKING:
     from planner.cost.arrays import Num
     from planner.cost.pieces import LayerMemory
@@ -101,8 +115,6 @@ def coefficients(setup, stage_recompute: bool, own=None) -> Coefficients:
     """Per-layer memory and time of ``setup``'s plan, and of the same plan without its recompute
     and with full recompute (read from the composition of a batch of one; ``own``: the plan's
     composition, when already built)."""
-    from planner.cost.compose import costs_of, evaluate_batch
-
     model, rc = setup.model, setup.recompute
     own = own or costs_of(setup)
     batch = own.batch
@@ -141,9 +153,6 @@ def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float =
     """Best uneven layout (and per-rank recompute) for ``setup``'s degrees and levers (``own``: the
     plan's composition, when the caller has it). The plan's exact step time (for a walked schedule,
     its walk) is computed only when a candidate layout can beat it."""
-    from planner.cost.compose import costs_of
-    from planner.cost.memory import memory_report
-
     model, deg = setup.model, setup.deg
     pat = _kinds_prefix(model)
     if deg.pp == 1 or pat is None:
@@ -156,8 +165,6 @@ def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float =
         return StageRefinement(setup, False, "fewer layers than virtual stages")
     if stage_recompute and setup.recompute.kind not in ("none", "full"):
         stage_recompute = False  # per-stage full recompute replaces, not mixes with, selective recompute
-    from planner.search.bounds import refinement_can_win
-
     own = own or costs_of(setup)
     base_mem = memory_report(setup, own)
     if base_mem.fits and paired_overlap(setup):
@@ -175,8 +182,6 @@ def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float =
         # The same argument as refinement_can_win's: at an equal slowest rank the layout gains
         # nothing, so neither plan is walked.
         return StageRefinement(setup, False, f"{status}: candidate {changes['layout']} no faster (slowest rank)")
-    from planner.cost.setup import resolve_setup
-
     new = resolve_setup(model, setup.hw, setup.job, setup.plan.replace(**changes), setup.assumptions)
     costs = costs_of(new)
     mem, t_new = memory_report(new, costs), float(costs.step_s()[0])
@@ -189,8 +194,6 @@ def refine(setup: Setup, *, stage_recompute: bool = False, time_limit_s: float =
 
 
 def _plan_changes(model, counts: list[int], rhos: list[int], stage_recompute: bool) -> dict:
-    from planner.specs.layout import format_layout
-
     syms = ["t" * c for c in counts]
     syms[0] = "E" + syms[0]
     syms[-1] = syms[-1] + "m" * model.mtp_layers + "L"
@@ -215,8 +218,6 @@ class _Vars:
     """The per-stage model's variables: layers per virtual stage, of each kind, and recomputed."""
 
     def __init__(self, m, L: int, D: int, V: int, pp: int, vpp: int, stage_recompute: bool):
-        from planner.search.bounds import chunk_layer_bounds
-
         lo, hi = chunk_layer_bounds(L, V, vpp)
         self.n = n = [m.new_int_var(lo, hi, f"n{i}") for i in range(V)]
         m.add(sum(n) == L)
@@ -282,9 +283,6 @@ def _chunk_memory(m, v: _Vars, co: Coefficients, kinds: tuple[str, str], V: int,
 
 def _rank_constraints(m, v: _Vars, co: Coefficients, setup, kinds, memory, T) -> None:
     """Every rank's memory at every in-flight vector of its schedule, and its time under T."""
-    from planner.cost.pieces import profile_matrix
-    from planner.cost.schedule import offload_share_parts
-
     k0, k1 = kinds
     pp, vpp, model = setup.deg.pp, setup.deg.vpp, setup.model
     kept_i, rise_f, rise_b = memory
@@ -319,7 +317,7 @@ def _rank_constraints(m, v: _Vars, co: Coefficients, setup, kinds, memory, T) ->
 def _solve(setup, co: Coefficients, pat, stage_recompute: bool, time_limit_s: float):
     """(status, layers per virtual stage, recomputed layers per rank, the slowest rank's seconds per
     micro-batch in the linear model), or why nothing was found."""
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # noqa: PLC0415  # start-up: OR-Tools loads pandas, see cpsat._build
 
     D, k0, k1 = pat
     pp, vpp, L = setup.deg.pp, setup.deg.vpp, setup.model.num_layers

@@ -33,7 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from planner.cost.compose import CostContext, Levers, PlanBatch, evaluate_batch, memory_limits
+from planner.cost.setup import Assumptions
+from planner.search.rulecheck import lever_allowed
 from planner.search.space import COL, KEY_COLUMNS, LEVERS, Space, Struct
+from planner.specs.layout import build_layout
+from planner.specs.plan import CudaGraphs
 from planner.specs.schedule import Schedule, default_schedule
 
 if TYPE_CHECKING:
@@ -183,9 +188,6 @@ def _us(x) -> np.ndarray:
 
 def lever_setting(values: dict):
     """Typed levers from one value of each of the space's levers."""
-    from planner.cost.compose import Levers
-    from planner.specs.plan import CudaGraphs
-
     offload = values["offload"]
     return Levers(values["recompute"], values["precision"], values["moments"], values["sharding"], offload.optimizer,
                   offload.activations, values["dispatcher"], values["ep_overlap"],
@@ -239,8 +241,6 @@ class Layout:
 def layout_of(space, pp: int, vpp: int, li: int, schedule: Schedule | None) -> Layout:
     """Group ``(pp, vpp, layout index, schedule)`` of :meth:`Space.groups` as a :class:`Layout`
     (the schedule resolved to Megatron's default when None, its placement in the layout)."""
-    from planner.specs.layout import build_layout
-
     text = space.layouts[li]
     sched = schedule or default_schedule(pp, vpp)
     return Layout(pp, vpp, text, build_layout(space.model, pp, vpp, text, sched), sched)
@@ -252,8 +252,6 @@ _BATCHES = itertools.count()
 def _batch(ctx, lay: Layout, rows: np.ndarray, base):
     """A batch of context rows ``rows`` (sorted by micro-batch count, as compose's own layout
     batches are) and the order that sorts them."""
-    from planner.cost.compose import PlanBatch
-
     order = np.argsort(ctx.keys.col["micro_batches"][rows], kind="stable")
     group = (lay.pp, lay.vpp, lay.text, "search", next(_BATCHES))
     # The schedules the closed forms do not cover are estimated, not walked (planner.cost.walked);
@@ -264,8 +262,6 @@ def _batch(ctx, lay: Layout, rows: np.ndarray, base):
 def _fill(batch, order, plans, fn, shape_tail: tuple, per_rank: bool) -> np.ndarray:
     """One table of the batch's keys (in the caller's row order): ``fn(costs)`` (or
     ``fn(costs, r)`` per rank) for every batch-lever combination, the row levers side by side."""
-    from planner.cost.compose import evaluate_batch
-
     n = batch.n_keys
     out = np.zeros((n, *shape_tail), dtype=np.int64)
     back = np.empty(n, dtype=np.int64)
@@ -339,8 +335,6 @@ class RuleTables:
         return s.signature(), s.ep == 1 and self.space.model.is_moe
 
     def of(self, s: Struct) -> tuple[np.ndarray, np.ndarray]:
-        from planner.search.rulecheck import lever_allowed
-
         sig = self.signature(s)
         if sig not in self.cache:
             r1 = np.array(list(lever_allowed(self.space, s, RULE_GROUPS["R1"]).values()), dtype=bool)
@@ -370,8 +364,6 @@ def key_rows(structs: list[Struct]) -> np.ndarray:
 
 def layouts_of(model, structs: list[Struct]) -> dict[tuple, tuple[Layout, np.ndarray]]:
     """The structs' pipeline layouts and each layout's structs (positions)."""
-    from planner.specs.layout import build_layout
-
     out: dict[tuple, list[int]] = {}
     for i, s in enumerate(structs):
         out.setdefault((s.pp, s.vpp, s.layout, s.schedule or default_schedule(s.pp, s.vpp)), []).append(i)
@@ -409,9 +401,6 @@ def build_tables(space: Space, *, assumptions=None, structs: list[Struct] | None
                  rules: RuleTables | None = None) -> Tables:
     """Evaluate the structural keys' lever-group tables with the cost model (every key of the
     space, or ``structs`` with their global ``ids``), in their order."""
-    from planner.cost.compose import CostContext
-    from planner.cost.setup import Assumptions
-
     assumptions = assumptions or Assumptions()
     if structs is None:
         structs, ids = space.structs, np.arange(len(space))
@@ -464,8 +453,6 @@ def undominated_stages(pps, W, C, A, OT, HW, HA, chunk: int = 256) -> list[list[
 def capacities(space: Space, assumptions) -> tuple[int, int]:
     """(allocated-memory limit, host memory) in MiB: the reserved capacity of the composition over
     one plus the allocator fraction, rounded down."""
-    from planner.cost.compose import memory_limits
-
     capacity, fraction = memory_limits(space.hw, space.job, assumptions)
     cap = int(math.floor(capacity / (1 + fraction) / MiB))
     host = int(math.floor(space.hw.host.host_memory_bytes.value / MiB))

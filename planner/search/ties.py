@@ -38,12 +38,19 @@ then the faster step.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeVar
+
+from planner.files import read_text
+
+from planner.specs.catalog import catalog_root
+
+from planner.validate.bands import plan_class
 
 REPORT_FILE = "results/validation/published-runs.json"
 """The validation report the resolution is derived from, relative to the catalog root."""
@@ -153,11 +160,6 @@ def resolution_of(report: dict, klass: str | None) -> Resolution:
 @lru_cache(maxsize=1)
 def load_report() -> dict | None:
     """The committed validation report, or None where it is not installed."""
-    import json
-
-    from planner.files import read_text
-    from planner.specs.catalog import catalog_root
-
     path = catalog_root() / REPORT_FILE
     if not path.is_file():
         return None
@@ -166,8 +168,6 @@ def load_report() -> dict | None:
 
 def job_resolution(model, hw, precision: str) -> Resolution:
     """The resolution of a job's plans of ``precision`` on ``hw``."""
-    from planner.validate.bands import plan_class
-
     report = load_report()
     if report is None:
         return NO_RESOLUTION
