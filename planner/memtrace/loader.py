@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.files import MAX_SNAPSHOT_BYTES, check_input, note_input
 
 TRACE_ACTIONS = frozenset(
     {
@@ -182,8 +183,6 @@ class _CappedReader:
 
 def load_plain_pickle(path: str | Path) -> Any:
     """Unpickle ``path`` accepting plain values only. Nothing in the file is ever executed."""
-    from planner.files import MAX_SNAPSHOT_BYTES, check_input, note_input
-
     st = check_input(path, "snapshot", folder_hint="Give the pickle file torch.cuda.memory._dump_snapshot wrote.")
     if st.st_size > MAX_SNAPSHOT_BYTES:
         raise PlannerError(

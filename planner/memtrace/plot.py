@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from planner.errors import PlannerError
 from planner.memtrace import CLASSES
 from planner.memtrace.classify import Classification, class_series
 from planner.memtrace.timeline import Timeline
+from planner.report.plots import _plt, save_figure, wrap_title
 from planner.units import GiB
 
 COLORS = {
@@ -46,10 +49,6 @@ squash the trace into a flat line at the bottom."""
 
 def timeline_figure(tl: Timeline, cl: Classification, report: dict):
     """The figure of `memtrace --plot` (matplotlib imported here so the CLI starts fast)."""
-    import numpy as np
-
-    from planner.report.plots import _plt, wrap_title
-
     plt = _plt()
     series = class_series(tl, cl) / GiB
     reserved = tl.reserved / GiB
@@ -104,8 +103,6 @@ def timeline_figure(tl: Timeline, cl: Classification, report: dict):
 
 def plot_timeline(tl: Timeline, cl: Classification, report: dict, path: str | Path) -> Path:
     """Write the PNG of :func:`timeline_figure`."""
-    from planner.report.plots import save_figure
-
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise PlannerError(f"--plot writes PNG files; '{path}' does not end in .png.")
@@ -116,8 +113,6 @@ def plot_timeline(tl: Timeline, cl: Classification, report: dict, path: str | Pa
 def _thin(total, max_points: int):
     """Indices to plot: all of them, or per bucket the state with the largest total (so spikes
     survive thinning) plus the first and last state."""
-    import numpy as np
-
     n = len(total)
     if n <= max_points:
         return np.arange(n)

@@ -9,6 +9,7 @@ and reports as unavailable while it is not there.
 
 from __future__ import annotations
 
+from planner.cost.setup import resolve_setup
 from planner.errors import PlannerError
 
 PREDICTED = ("weights", "gradients", "optimizer", "activations", "transient", "comm_buffers", "allocator")
@@ -21,11 +22,9 @@ def predicted_memory(model, hw, job, plan) -> tuple[dict | None, str | None]:
 
     The setup is resolved first, so a plan the model cannot hold is reported even while the memory
     model is missing."""
-    from planner.cost.setup import resolve_setup
-
     setup = resolve_setup(model, hw, job, plan)
     try:
-        from planner.cost.memory import memory_report
+        from planner.cost.memory import memory_report  # noqa: PLC0415  # guarded import, see except
     except ImportError:  # the memory model has not landed (or lacks memory_report)
         return None, UNAVAILABLE
     return memory_report(setup).to_json(), None

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from planner import __version__
 from planner.memtrace import CLASSES
 from planner.memtrace.classify import (
     EVIDENCE,
@@ -63,8 +64,6 @@ def analyze(
     top: int = 10,
 ) -> Analysis:
     """Timeline, peak decomposition, allocator state and diagnosis of one device."""
-    from planner import __version__
-
     dev = choose_device(snap, device)
     tl = build_timeline(snap, dev)
     cl = classify(tl, transient_max_allocs)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.errors import PlannerError
 from planner.memtrace.loader import Segment, Snapshot, Trace
 from planner.units import fmt_gib
 
@@ -116,8 +117,6 @@ class Timeline:
 def choose_device(snap: Snapshot, device: int | None) -> int:
     """The device to analyze: the one asked for, else the one with the most trace events (ties:
     most reserved bytes, then the lowest index)."""
-    from planner.errors import PlannerError
-
     devices = snap.devices()
     if device is not None:
         if device not in devices:
@@ -166,8 +165,6 @@ class _Builder:
 
 
 def _int_array(values: list[int]) -> np.ndarray:
-    from planner.errors import PlannerError
-
     try:
         return np.asarray(values, dtype=np.int64)
     except OverflowError:

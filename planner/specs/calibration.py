@@ -20,6 +20,8 @@ from typing import Annotated
 
 from pydantic import Field
 
+from planner.files import check_input, note_input
+from planner.specs.catalog import read_json, read_yaml, validate_spec
 from planner.specs.common import Bandwidth, Latency, NotBool, PositiveInt, Spec
 
 Tflops = Annotated[float, NotBool, Field(gt=0, le=1e6)]
@@ -87,8 +89,6 @@ class Calibration(Spec):
 
 def load_calibration(path: str) -> Calibration:
     """Read a calibration YAML or JSON file (cached by path; noted as this command's input)."""
-    from planner.files import check_input, note_input
-
     check_input(path, "calibration", folder_hint="Give the file 'planner calibrate --out' wrote.")
     note_input(path, "calibration")
     return _load_calibration(str(path))
@@ -96,8 +96,6 @@ def load_calibration(path: str) -> Calibration:
 
 @lru_cache(maxsize=32)
 def _load_calibration(path: str) -> Calibration:
-    from planner.specs.catalog import read_json, read_yaml, validate_spec
-
     p = Path(path)
     data = read_json(p, "calibration") if p.suffix.lower() == ".json" else read_yaml(p, "calibration")
     return validate_spec(Calibration, data, "calibration", str(p))

@@ -19,9 +19,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
+import yaml
 
 from planner.errors import PlannerError, excerpt, suggest
 from planner.files import MAX_NESTING, MAX_SPEC_BYTES, check_input, nesting_error, note_input, read_text
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+from planner.specs.software import SoftwareProfile
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -46,10 +50,6 @@ def catalog_root() -> Path:
 def _yaml_loader():
     """SafeLoader that also reads YAML 1.2 floats such as 989.4e12 or 1e9: PyYAML follows YAML 1.1,
     whose float pattern needs a dot and a signed exponent, and would hand these over as strings."""
-    import re
-
-    import yaml
-
     class Loader(yaml.SafeLoader):
         pass
 
@@ -82,8 +82,6 @@ def _bounded_yaml_loader():
 
         def construct_mapping(self, node, deep=False):
             # YAML requires unique keys; PyYAML keeps the last silently ('gpus: 8' then 'gpus: 16').
-            import yaml
-
             seen: dict = {}
             for key_node, _ in node.value:
                 if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
@@ -139,8 +137,6 @@ def parse_yaml_text(text: str, origin: str, *, not_mapping: str | None = None) -
     """A YAML mapping (safe tags only, YAML 1.2 floats, unique keys, nesting and alias expansion
     capped): every YAML file planner reads goes through here. ``not_mapping`` words the refusal
     of a document that is not a mapping."""
-    import yaml
-
     try:
         data = yaml.load(text, Loader=_bounded_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
     except _TooDeep:
@@ -313,9 +309,6 @@ def catalog_names(kind: str) -> list[str]:
 
 @cache
 def _load_catalog_file(kind: str, path: Path):
-    from planner.specs.hardware import HardwareSpec
-    from planner.specs.model import ModelSpec
-
     cls, what = (ModelSpec, "model") if kind == "models" else (HardwareSpec, "hardware")
     return validate_spec(cls, read_yaml(path, what), what, str(path))
 
@@ -357,13 +350,11 @@ def model_file(name: str) -> Path | None:
 def load_model(name: str):
     """A model by catalog name/alias, a model YAML path, a HuggingFace config.json path, or a
     HuggingFace model folder (its config.json is read)."""
-    from planner.specs.model import ModelSpec
-
     path = model_file(name)
     if path is not None:
         check_input(path, "model", folder_hint="Give its config.json or a model YAML.")
         if path.suffix.lower() == ".json":
-            from planner.specs.hf_import import import_hf_config
+            from planner.specs.hf_import import import_hf_config  # noqa: PLC0415  # cycle: hf_import reads via this module
 
             return import_hf_config(path)
         return validate_spec(ModelSpec, read_yaml(path, "model"), "model", str(path))
@@ -380,8 +371,6 @@ def load_model(name: str):
 
 def load_hardware(name: str):
     """Hardware by catalog name/alias or a hardware YAML path."""
-    from planner.specs.hardware import HardwareSpec
-
     name = _check_name(name, "hardware", "--hw")
     path = Path(name)
     if path.suffix.lower() in (".yaml", ".yml") or path.is_dir() or os.sep in name:
@@ -410,8 +399,6 @@ def all_hardware():
 # ---------------------------------------------------------------------------------------------
 @cache
 def _load_software_file(path: Path):
-    from planner.specs.software import SoftwareProfile
-
     return validate_spec(SoftwareProfile, read_yaml(path, "software profile"), "software profile", str(path))
 
 
@@ -422,8 +409,6 @@ def software_names() -> list[str]:
 
 def load_software(name: str):
     """A software profile by catalog name/alias or a profile YAML path."""
-    from planner.specs.software import SoftwareProfile
-
     name = _check_name(name, "software profile", "--software")
     path = Path(name)
     if path.suffix.lower() in (".yaml", ".yml") or path.is_dir() or os.sep in name:

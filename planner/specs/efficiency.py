@@ -12,6 +12,8 @@ from functools import cache
 
 from pydantic import Field
 
+from planner.errors import PlannerError
+from planner.specs.catalog import catalog_root, read_yaml, validate_spec
 from planner.specs.common import Sourced, Spec
 
 
@@ -229,9 +231,6 @@ class EfficiencyProfile(Spec):
 
 @cache
 def load_efficiency(generation: str) -> EfficiencyProfile:
-    from planner.errors import PlannerError
-    from planner.specs.catalog import catalog_root, read_yaml, validate_spec
-
     path = catalog_root() / "hw_specs" / "efficiency" / f"{generation}.yaml"
     if not path.exists():
         raise PlannerError(f"No efficiency profile for GPU generation '{generation}' ({path}).")

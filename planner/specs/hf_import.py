@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+import re
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.specs.catalog import read_json, validate_spec
+from planner.specs.model import ModelSpec
 
 # model_type -> family reader; architectures[0] -> model_type for configs that omit model_type.
 _ARCHITECTURES = {
@@ -662,8 +665,6 @@ def _name(path: Path) -> str:
     """A catalog-style name: the folder of a config.json (as the hub lays models out), else the
     stem, lower-case, with anything but letters, digits and ._+- made a '-' (a folder name may
     hold a newline or shell syntax, and the name is printed in tables and launch scripts)."""
-    import re
-
     stem = path.resolve().parent.name if path.name == "config.json" else path.stem
     name = re.sub(r"[^a-z0-9._+-]+", "-", stem.lower()).strip("-.")[:128]
     return name or "imported-model"
@@ -677,9 +678,6 @@ def _display_name(value, fallback: str) -> str:
 
 def import_hf_config(path: str | Path):
     """Read a HuggingFace ``config.json`` into a :class:`ModelSpec` (see the module docstring)."""
-    from planner.specs.catalog import read_json, validate_spec
-    from planner.specs.model import ModelSpec
-
     path = Path(path)
     data = read_json(path, "HuggingFace config")
     model_type = _model_type(path, data)

@@ -15,6 +15,7 @@ from pydantic import AfterValidator, Field, model_validator
 from planner.specs.common import (
     MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_SEQ_LEN, GpuCount, LayerCount, NotBool, PositiveFloat, PositiveInt, Sourced, Spec,
 )
+from planner.specs.params import count_params
 
 Width = Annotated[int, NotBool, Field(gt=0, le=2**20)]
 """A width (hidden, FFN, head or low-rank dimension): at most 2^20, 40x the widest model built."""
@@ -444,6 +445,4 @@ class ModelSpec(Spec):
     # ---- counts (see planner.specs.params) ---------------------------------------------------
     @cached_property
     def params(self):  # -> planner.specs.params.ParamCounts
-        from planner.specs.params import count_params
-
         return count_params(self)

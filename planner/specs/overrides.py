@@ -14,7 +14,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import yaml
+
 from planner.errors import PlannerError
+from planner.specs.catalog import _bounded_yaml_loader, check_shape, validate_spec
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MAX_SET_ITEMS = 64
@@ -25,10 +28,6 @@ _MAX_VALUE_CHARS = 4096
 def parse_set_items(items: list[str] | tuple[str, ...] | None, option: str = "--set") -> dict[str, Any]:
     """``KEY=VALUE`` items as a nested mapping ({'moe': {'num_experts': 64}}), each value a YAML
     value. A key given twice is an error (the second would silently win)."""
-    import yaml
-
-    from planner.specs.catalog import _bounded_yaml_loader, check_shape
-
     items = list(items or [])
     if len(items) > MAX_SET_ITEMS:
         raise PlannerError(f"{len(items)} {option} items: planner takes at most {MAX_SET_ITEMS} on one command line.")
@@ -102,8 +101,6 @@ def apply_overrides(model, overrides: dict | None, origin: str = "--set"):
     was set, so the spec hash and the report tell the edited model from the catalog's."""
     if not overrides:
         return model
-    from planner.specs.catalog import validate_spec
-
     data = merge(model.model_dump(), overrides)
     data["source"] = [*model.source, f"{origin}: " + ", ".join(describe(overrides))]
     return validate_spec(type(model), data, "model", f"{model.name} with {origin} " + " ".join(describe(overrides)))

@@ -17,6 +17,7 @@ from pydantic import Field, PlainSerializer, PlainValidator, ValidationError, Wi
 
 from planner.errors import PlannerError, PlanRuleError, excerpt, suggest
 from planner.specs.common import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, GpuCount, NotBool, Spec
+from planner.specs.layout import parse_layout
 from planner.specs.schedule import Schedule as ScheduleRecord
 from planner.specs.schedule import default_schedule as default_record, nameable, schedule_named
 
@@ -421,8 +422,6 @@ class Plan(Spec):
     def _layout(cls, v: str | None) -> str | None:
         if v is None:
             return None
-        from planner.specs.layout import parse_layout
-
         try:
             parse_layout(v)  # syntax only; the layer count is checked against the model later
         except PlannerError as exc:  # a field error, so that the message names the 'layout' key

@@ -9,11 +9,13 @@ including the ones a partly filled NVLink domain leaves idle (they are rented al
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from typing import Annotated
 
 from pydantic import Field
 
 from planner.errors import PlannerError
+from planner.specs.catalog import catalog_root, load_hardware, read_yaml, validate_spec
 from planner.specs.common import NotBool, Spec
 
 MAX_USD_PER_GPU_HOUR = 1000.0
@@ -47,8 +49,6 @@ class Price:
 
 def bundled_prices() -> dict[str, Price]:
     """The bundled table, by catalog hardware name."""
-    from planner.specs.catalog import catalog_root, read_yaml, validate_spec
-
     path = catalog_root() / "hw_specs" / "prices" / "on_demand.yaml"
     table = validate_spec(PriceTable, read_yaml(path, "price table"), "price table", str(path))
     return {name: Price(e.usd_per_gpu_hour, e.source, table.kind == "estimate") for name, e in table.prices.items()}
@@ -56,8 +56,6 @@ def bundled_prices() -> dict[str, Price]:
 
 def parse_price(text: str) -> tuple[str, float]:
     """'NAME=USD' -> (NAME as given, USD per GPU-hour), bounded."""
-    import math
-
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip().removeprefix("$")
     try:
@@ -76,8 +74,6 @@ def parse_price(text: str) -> tuple[str, float]:
 def prices_for(systems: list[str], given: list[str] | None) -> dict[str, Price]:
     """The price of each compared system (catalog names): --price where given, else the bundled
     table, else none. A --price for a system not compared, or given twice, is refused."""
-    from planner.specs.catalog import load_hardware
-
     out = {n: p for n, p in bundled_prices().items() if n in systems}
     seen: set[str] = set()
     for text in given or []:

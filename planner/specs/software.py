@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from planner.errors import Violation
 from planner.specs.common import Spec
 from planner.specs.model import Name
+from planner.specs.plan import KEY_ORDER, default_schedule
 from planner.specs.schedule import REGISTRY as SCHEDULE_REGISTRY
 
 if TYPE_CHECKING:
@@ -177,8 +178,6 @@ class SoftwareProfile(Spec):
     @field_validator("default_levers")
     @classmethod
     def _known_levers(cls, v: dict) -> dict:
-        from planner.specs.plan import KEY_ORDER
-
         known = set(KEY_ORDER) | {"cuda_graphs", "fp8_recipe", "tp_comm_overlap", "dp_overlap"}
         unknown = sorted(set(v) - known)
         if unknown:
@@ -238,8 +237,6 @@ def lever_features(lever: str, value) -> tuple[str, ...]:
 def plan_lever_values(plan: Plan) -> list[tuple[str, str]]:
     """(key, string value) of every lever a plan sets, in the plan's key order; the pipeline
     schedule as it runs (Megatron's default where the plan leaves it out)."""
-    from planner.specs.plan import KEY_ORDER, default_schedule
-
     out: list[tuple[str, str]] = []
     for key in KEY_ORDER:
         value = getattr(plan, key, None)
@@ -253,7 +250,7 @@ def plan_lever_values(plan: Plan) -> list[tuple[str, str]]:
 
 def first_release_with(feature: str, profile: SoftwareProfile) -> SoftwareProfile | None:
     """The oldest release of ``profile``'s framework in the catalog that has ``feature``."""
-    from planner.specs.catalog import all_software
+    from planner.specs.catalog import all_software  # noqa: PLC0415  # cycle: catalog imports SoftwareProfile from here
 
     found = [p for p in all_software() if p.framework == profile.framework and p.has(feature)]
     return min(found, key=lambda p: p.version_tuple) if found else None
