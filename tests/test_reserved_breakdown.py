@@ -116,6 +116,7 @@ def test_memtrace_reads_the_predicted_reserved_breakdown_less_the_fixed_term(tmp
     from pathlib import Path
 
     from benchmarks.gpu import configs
+    from planner.memtrace.diagnose import peak_gap
     from planner.memtrace.loader import load_snapshot
     from planner.memtrace.report import analyze
 
@@ -125,8 +126,17 @@ def test_memtrace_reads_the_predicted_reserved_breakdown_less_the_fixed_term(tmp
     measured = analyze(load_snapshot(path), source=path.name).report["timeline"]
     run = json.loads((real / f"{name}.run.json").read_text())
     assert measured["reserved_peak_bytes"] == max(s["fwd_bwd_peak_reserved"] for s in run["steps"][-1:])
+    # memtrace's gap reads the harness's own counters' gap (torch.cuda.max_memory_reserved less
+    # max_memory_allocated of the same step; the trace misses 3-9 MB of the allocated peak, under
+    # 1 % of the reserved peak), by the function explain's breakdown uses too.
+    step = run["steps"][-1]
+    counters_gap = step["fwd_bwd_peak_reserved"] - step["fwd_bwd_peak_allocated"]
+    assert abs(measured["peak_gap"]["gap_bytes"] - counters_gap) < 0.01 * measured["reserved_peak_bytes"]
     rep = memory_report(configs.planner_setup(configs.by_name(run["config"])))
-    rb = rep.add_reserved_json(rep.to_json())["reserved_breakdown"]
+    mj = rep.add_reserved_json(rep.to_json())
+    rb = mj["reserved_breakdown"]
+    assert rb["allocator_holding_bytes"] == peak_gap(rb["reserved_peak_bytes"], rb["allocated_peak_bytes"])["gap_bytes"]
+    assert mj["case_b"]["gap_bytes"] == rb["allocator_holding_bytes"]
     assert rb["allocated_peak_bytes"] == pytest.approx(measured["allocated_peak_bytes"], rel=0.05)
     assert rb["reserved_peak_bytes"] > 2 * measured["reserved_peak_bytes"]  # the disagreement, as it stands
     without_fixed = rb["reserved_peak_bytes"] - rb["allocator_holding_terms"]["small_pool"]

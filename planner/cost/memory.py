@@ -19,7 +19,7 @@ from planner.cost.pieces import ChunkMemory, GROUP_PURPOSE, NCCL_PROTOCOL_BYTES,
 from planner.cost.schedule import inflight_end_of_warmup, offload_share, rank_ops
 from planner.cost.schedules.inflight import held_before, held_matrix, held_vectors
 from planner.cost.setup import Setup, allocator_workload
-from planner.memtrace.diagnose import GAP_B, NEAR_LIMIT
+from planner.memtrace.diagnose import GAP_B, NEAR_LIMIT, peak_gap
 from planner.specs.schedule import Schedule
 
 
@@ -376,12 +376,11 @@ def reserved_breakdown_json(s: StageMemory, reserved: float) -> dict:
                       "channels_implied": round(ln.each / per_channel, 1)})
     by_kind = {ln.kind: ln for ln in s.comm_lines if ln.kind != "nccl"}
     disp, p2p, ws, graphs = (by_kind[k] for k in ("dispatcher", "p2p", "workspace", "graph_pool"))
-    holding = reserved - s.peak_bytes
     terms = s.reserved_terms or {}
     return {
         "reserved_peak_bytes": round(reserved),
         "allocated_peak_bytes": round(s.peak_bytes),
-        "allocator_holding_bytes": round(holding),
+        "allocator_holding_bytes": peak_gap(reserved, s.peak_bytes)["gap_bytes"],
         "allocator_holding_terms": {k: round(v) for k, v in terms.items()},
         "communicators": comms,
         "communicator_bytes": round(sum(c["bytes"] for c in comms)),
@@ -402,6 +401,7 @@ def case_b_json(s: StageMemory, reserved: float, capacity: float, setup) -> dict
     lower. The gap (reserved minus allocated), what drives it (the workload model's terms, each
     with the seed's cause) and what would shrink it. ``at_risk`` uses memtrace's thresholds
     (planner.memtrace.diagnose NEAR_LIMIT, GAP_B), so a snapshot and a prediction read alike."""
+    measure = peak_gap(reserved, s.peak_bytes)  # memtrace's formula for a snapshot's gap
     gap = reserved - s.peak_bytes
     terms = s.reserved_terms or {}
     drivers = [{"term": k, "bytes": round(v), "cause": HOLDING_TERMS[k][0], "why": HOLDING_TERMS[k][1]}
@@ -431,8 +431,7 @@ def case_b_json(s: StageMemory, reserved: float, capacity: float, setup) -> dict
                    "how": "fixed, smaller DDP buckets (--ddp-bucket-size) keep gradient-reduce and optimizer-step "
                           "transients small and reusable"})
     return {
-        "gap_bytes": round(gap),
-        "gap_share_of_reserved": round(gap / reserved, 4) if reserved else 0.0,
+        **measure,
         "at_risk": bool(reserved >= (1 - NEAR_LIMIT) * capacity and gap >= GAP_B * capacity),
         "allocator": "caching allocator, workload model" if workload else (
             "explicit margin" if setup.assumptions.allocator_margin_bytes is not None else "measured fraction"),

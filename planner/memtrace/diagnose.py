@@ -81,6 +81,16 @@ CLASS_REMEDIES = {
 }
 
 
+def peak_gap(reserved_peak: float, allocated_peak: float) -> dict:
+    """What the caching allocator holds beyond what is allocated, over a step: the reserved peak
+    less the allocated peak (each the step's own maximum; the two need not fall at the same
+    moment) and its share of the reserved peak. The one formula for both sides of issue 41's
+    comparison: memtrace's timeline (a snapshot) and explain's reserved breakdown and case B (a
+    prediction, planner.cost.memory), so the two read the same quantity."""
+    gap = reserved_peak - allocated_peak
+    return {"gap_bytes": round(gap), "gap_share_of_reserved": round(gap / reserved_peak, 4) if reserved_peak else 0.0}
+
+
 def process_limited(oom: dict) -> bool:
     """CUDA still had room for the request, so a per-process limit refused it
     (set_per_process_memory_fraction, or an allocator limit), not the device. The margin covers

@@ -40,7 +40,7 @@ from planner.memtrace.classify import (
     peak_phase,
     where_of,
 )
-from planner.memtrace.diagnose import diagnose
+from planner.memtrace.diagnose import diagnose, peak_gap
 from planner.memtrace.loader import Snapshot
 from planner.memtrace.timeline import SEG_ALLOC, SEG_FREE, Timeline, build_timeline, choose_device, layout_at
 from planner.units import GiB, fmt_gib
@@ -124,6 +124,8 @@ def _timeline_info(tl: Timeline) -> dict:
         "allocated_peak_state": ap,
         "reserved_peak_bytes": int(tl.reserved[rp]),
         "reserved_peak_state": rp,
+        # Comparable with explain's allocator_holding_bytes / case_b.gap_bytes (the same function).
+        "peak_gap": peak_gap(int(tl.reserved[rp]), int(tl.allocated[ap])),
         "start": {"allocated_bytes": int(tl.allocated[0]), "reserved_bytes": int(tl.reserved[0])},
         "end": {"allocated_bytes": int(tl.allocated[-1]), "reserved_bytes": int(tl.reserved[-1])},
         "dump": tl.dump,
