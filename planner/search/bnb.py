@@ -81,7 +81,8 @@ class BranchAndBound:
     """Before U is known, a layout's keys get time tables this many at a time and memory tables
     this many at a time (the fastest by their floors first)."""
 
-    def __init__(self, space, assumptions, want: int, valid, say=None, first_fit: bool = False):
+    def __init__(self, space, assumptions, want: int, valid, say=None, first_fit: bool = False,
+                 max_step_us: int | None = None, probe=None):
         self.space, self.assumptions, self.want, self.valid = space, assumptions, want, valid
         self.first_fit = first_fit
         """Stop at the first feasible plan of a valid key (whether anything fits, not the best)."""
@@ -91,11 +92,14 @@ class BranchAndBound:
         self.plans = batch_plans(space)
         self.dominated = {"memory": 0, "step_time": 0}
         """Keys proven out: by the memory bound, by a step-time bound (never costed in full)."""
-        self.U = INF
+        self.U = INF if max_step_us is None else int(max_step_us)
         self.pool: list[int] = []
         """Step times (us) of the best plans of valid keys seen, at most ``want`` (a max-heap)."""
         self.layouts: list[LayoutState] = []
         self.probe = self.main = self.shared = self.first = None
+        self.given_probe = probe
+        """(structural keys, context) of an earlier search of the same job (the robust search's first
+        search): its block costs are reused when its keys are this space's."""
         self.children = 0
         """Contexts made for keys costed before U is known (see :meth:`_child`)."""
         self.main_local: np.ndarray | None = None
@@ -141,7 +145,11 @@ class BranchAndBound:
     def setup(self) -> None:
         sp = self.space
         self.say(f"bounding {len(sp):,} structural keys")
-        self.probe = self._context(sp.fm_keys)
+        given = self.given_probe
+        if given is not None and np.array_equal(given[0], sp.fm_keys):
+            self.probe = given[1]
+        else:
+            self.probe = self._context(sp.fm_keys)
         kept = kept_floors(self.probe, sp)
         floors = block_floors(self.probe, sp)
         groups = [(self._layout(pp, vpp, li, sched), rows) for (pp, vpp, li, sched), rows in sp.groups()]
@@ -158,6 +166,8 @@ class BranchAndBound:
             this, anyl = time_floors(self.probe, floors, lay.layout, fmi, lay.schedule)
             order = np.argsort(this, kind="stable")
             self.layouts.append(LayoutState(lay, rows[order], this[order], anyl[order]))
+        if self.U < INF:  # bounded from the start (max_step_us): one context for every key within it
+            self._main_context()
 
     def _constant_floors(self, groups: list):
         """Each (layout, rows) group's constant-memory floors in turn, (pp, rows) bytes
@@ -284,7 +294,7 @@ class BranchAndBound:
                 else:
                     heapq.heappushpop(self.pool, -int(t))
                 if len(self.pool) == self.want:
-                    self.U = -self.pool[0]
+                    self.U = min(self.U, -self.pool[0])
 
     # ---- results --------------------------------------------------------------------------------
     def contexts(self) -> list:

@@ -33,6 +33,7 @@ from planner.search.rulecheck import rule_violations, struct_violations
 from planner.search.space import Limits, Space, build_space, make_plan
 from planner.search.stages import refine
 from planner.search.status import solver_json
+from planner.search.ties import job_resolution
 from planner.search.tables import MAX_TABLE_US, Tables, lever_indices, lever_values
 from planner.specs.plan import Plan
 
@@ -62,6 +63,9 @@ class Options:
     families: bool = False
     """Show the first plan of each family, ``top`` families out of a larger ranking
     (planner.search.families; ``search`` sets it unless --all-variants). Implies ``ties``."""
+    max_step_us: int | None = None
+    """Plans slower than this (microseconds, the tables' step estimate) are not wanted: the
+    robust search's bound (see _tied_search). None: no bound."""
     software: Any = None
     """The release the plans run on (planner.specs.software.SoftwareProfile): the search offers only
     its levers. None: no release (--target any, or a caller that names none)."""
@@ -121,7 +125,8 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
     --fix and --max kept) adds the fastest robust plans, which a tie may then rank first."""
     inner = replace(options, ties=False, families=False,
                     top=pool_size(options.top) if options.families else options.top)
-    result = _Run(model, hw, job, inner, assumptions, progress).search()
+    first = _Run(model, hw, job, inner, assumptions, progress)
+    result = first.search()
     plans = list(result.plans)
     searched = len(plans)
     robust: dict = {}
@@ -130,7 +135,11 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
         (progress or (lambda msg: None))("searching the robust plans (distributed optimizer, no offload)")
         robust = {"fix": "sharding=dist_opt,offload=none", "plans": 0}
         try:
-            extra = _Run(model, hw, job, replace(inner, limits=limits), assumptions, progress).search()
+            second = _Run(model, hw, job, replace(inner, limits=limits, top=options.top,
+                                                  max_step_us=_robust_bound(plans, model, hw, job)),
+                          assumptions, progress)
+            second.probe = first.probe
+            extra = second.search()
         except PlannerError as exc:  # nothing robust fits: the ranking stands, and says why
             robust["none_because"] = str(exc).split("\n")[0][:200]
         else:
@@ -144,6 +153,23 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
         ties["robust_search"] = robust
     result.solver["ties"] = ties
     return replace(result, plans=plans)
+
+
+ESTIMATE_SLACK = 0.09
+"""The tables rank schedules they do not walk (combined 1F1B, zero bubble, DualPipe) by an estimate
+that walked steps exceeded by up to 8.7 % (the default command's shown plans, issue 40); the robust
+search's bound allows that much on either side so that no robust plan of the first tie group is
+left out by its estimate."""
+
+
+def _robust_bound(plans: list, model, hw, job) -> int:
+    """The robust search's step-time bound (us): a robust plan can be ranked first only as a tie of
+    the fastest plan, so plans slower than its tie group (the model's resolution, planner.search.ties)
+    are not searched for; the tables' estimate is allowed ESTIMATE_SLACK."""
+    precision = plans[0].setup.plan.precision or job.default_precision
+    res = job_resolution(model, hw, str(getattr(precision, "value", precision))).relative
+    fastest = min(max(float(p.evaluation["time"]["step_time_s"]), p.objective_us / 1e6) for p in plans)
+    return int(math.ceil(fastest * 1e6 * (1 + res) * (1 + ESTIMATE_SLACK)))
 
 
 def target_assumptions(assumptions, target: str):
@@ -179,6 +205,9 @@ class _Run:
         self.info: PerStageInfo = {"enabled": options.per_stage, "tried": 0, "skipped_by_bound": 0, "paired": 0,
                                       "improved": 0}
         self.dominated: dict = {}
+        self.probe: tuple | None = None
+        """(structural keys, block-cost context) of the search's bounds: given, an earlier search's to
+        reuse (the robust search reads the first search's); after a CP-SAT search, its own."""
         self.block_sources: list = []
         """The search's cost contexts, whose block costs a ranked plan's reports read."""
 
@@ -250,8 +279,10 @@ class _Run:
 
     # ---- solving ----------------------------------------------------------------------------
     def _cpsat(self, want: int):
-        bb = BranchAndBound(self.space, self.assumptions, want, self.valid, self.say)
+        bb = BranchAndBound(self.space, self.assumptions, want, self.valid, self.say,
+                            max_step_us=self.options.max_step_us, probe=self.probe)
         bb.run()
+        self.probe = (self.space.fm_keys, bb.probe)
         self.dominated = dict(bb.dominated)
         self.dominated["costed"] = sum(len(p["ids"]) for p in bb.parts())
         self.lap("tables_s")
