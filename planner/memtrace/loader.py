@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerError
-from planner.files import MAX_SNAPSHOT_BYTES, check_input, note_input
+from planner import files
+from planner.files import check_input, note_input
 
 TRACE_ACTIONS = frozenset(
     {
@@ -184,9 +185,9 @@ class _CappedReader:
 def load_plain_pickle(path: str | Path) -> Any:
     """Unpickle ``path`` accepting plain values only. Nothing in the file is ever executed."""
     st = check_input(path, "snapshot", folder_hint="Give the pickle file torch.cuda.memory._dump_snapshot wrote.")
-    if st.st_size > MAX_SNAPSHOT_BYTES:
+    if st.st_size > files.MAX_SNAPSHOT_BYTES:
         raise PlannerError(
-            f"Snapshot file '{path}' is {st.st_size / 2**30:.1f} GiB, more than the {MAX_SNAPSHOT_BYTES // 2**30} GiB "
+            f"Snapshot file '{path}' is {st.st_size / 2**30:.1f} GiB, more than the {files.MAX_SNAPSHOT_BYTES // 2**30} GiB "
             "planner reads.",
             hint="Record fewer events (torch.cuda.memory._record_memory_history(max_entries=100000)).",
         )
@@ -211,7 +212,7 @@ def load_plain_pickle(path: str | Path) -> Any:
             # cap as a plain file, so a small file that inflates without end (a gzip bomb) stops
             # at the cap with an error instead of filling memory.
             compressed = head[:2] == _GZIP_MAGIC
-            source: Any = _CappedReader(gzip.GzipFile(fileobj=f, mode="rb"), MAX_SNAPSHOT_BYTES) if compressed else f
+            source: Any = _CappedReader(gzip.GzipFile(fileobj=f, mode="rb"), files.MAX_SNAPSHOT_BYTES) if compressed else f
             value = _PlainDataUnpickler(source).load()
             if type(value) is int and value == _TORCH_LEGACY_MAGIC:
                 raise PlannerError(
@@ -221,7 +222,7 @@ def load_plain_pickle(path: str | Path) -> Any:
         raise
     except _Inflated:
         raise PlannerError(
-            f"Gzip-compressed snapshot '{path}' decompresses to more than the {MAX_SNAPSHOT_BYTES // 2**30} GiB "
+            f"Gzip-compressed snapshot '{path}' decompresses to more than the {files.MAX_SNAPSHOT_BYTES // 2**30} GiB "
             "planner reads from a snapshot (a plain dump with max_entries=100000 is 50-200 MiB); reading stopped there.",
             hint="Check that it is the snapshot you meant; record fewer events "
             "(torch.cuda.memory._record_memory_history(max_entries=100000)).",
