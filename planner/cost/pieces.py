@@ -697,6 +697,12 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
         # .profile_microbatches), so keys with many micro-batch counts share one matrix.
         m = int(profile_microbatches(pp, vpp if schedule is None else schedule.chunks(vpp), m))
     fwd_profile, bwd_profile = profile_matrices(pp, vpp, m, rank, offload, schedule)
+    # Callers pass column selections (kept[:, cols]), laid out column-major, on which numpy's
+    # matmul is slower than on a row-major copy: 40 -> 30 us a product with single-threaded BLAS
+    # (the CLI's), 15 ms -> 50 us with multithreaded BLAS on 2 busy cores (in-process callers; the
+    # default search makes ~2000 products). The entries are whole bytes (every product of the
+    # default search), so the result is exact whichever kernel sums it.
+    kept = np.ascontiguousarray(kept)
     for (N, chunk), rise in ((fwd_profile, fwd_rise), (bwd_profile, bwd_rise)):
         if N is None:
             continue
