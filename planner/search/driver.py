@@ -138,7 +138,7 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
             second = _Run(model, hw, job, replace(inner, limits=limits, top=options.top,
                                                   max_step_us=_robust_bound(plans, model, hw, job)),
                           assumptions, progress)
-            second.probe = first.probe
+            second.probe, second.like = first.probe, first.space
             extra = second.search()
         except PlannerError as exc:  # nothing robust fits: the ranking stands, and says why
             robust["none_because"] = str(exc).split("\n")[0][:200]
@@ -210,6 +210,9 @@ class _Run:
         reuse (the robust search reads the first search's); after a CP-SAT search, its own."""
         self.block_sources: list = []
         """The search's cost contexts, whose block costs a ranked plan's reports read."""
+        self.like: Space | None = None
+        """An earlier search's space whose structural keys this one shares, if its limits allow
+        (planner.search.space.build_space's ``like``: the robust search pins levers only)."""
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
@@ -229,7 +232,7 @@ class _Run:
         self.say("enumerating the plan space")
         self.space = build_space(self.model, self.hw, self.job, target=o.target, limits=o.limits,
                                  implementation=self.assumptions.implementation, moments=o.moments,
-                                 torchtitan_config=o.torchtitan_config, software=o.software)
+                                 torchtitan_config=o.torchtitan_config, software=o.software, like=self.like)
         self.lap("space_s")
         if not len(self.space):
             raise no_structure(self.space, o)

@@ -457,33 +457,56 @@ PINNED_KEYS: tuple[str, ...] = ()
 space carries the fixed value). Empty since grad_reduce and param_gather became levers (issue 39)."""
 
 
+STRUCTURAL_LIMITS = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "mbs", "layout", "schedule")
+"""The plan keys whose --fix/--max the structural enumeration reads (degree_options, _families,
+_with_mbs, _layout_options, _with_schedules); the others (levers) only choose lever options."""
+
+
+def structural_limits(limits: Limits) -> tuple:
+    """What of ``limits`` the structural keys depend on (equal: the same keys, in the same order)."""
+    return (sorted((k, str(v)) for k, v in limits.fix.items() if k in STRUCTURAL_LIMITS),
+            sorted(limits.max.items()))
+
+
 def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits | None = None,
                 implementation: str = "te", moments: tuple[str, ...] = ("fp32",),
-                check_rules: bool = False, torchtitan_config: str | None = None, software=None) -> Space:
+                check_rules: bool = False, torchtitan_config: str | None = None, software=None,
+                like: Space | None = None) -> Space:
     """Enumerate the structural keys that satisfy the divisibility and layout rules (and, with
     ``check_rules``, every launcher rule: small spaces only; the search checks those lazily, best
-    candidates first), and the lever options (only those the ``software`` release offers, when given)."""
+    candidates first), and the lever options (only those the ``software`` release offers, when given).
+    ``like``: a space whose structural keys are these (same model, hardware, job, target and
+    :func:`structural_limits`; without rule checks), read instead of enumerating them again (the
+    robust search pins levers only: its enumeration was a quarter of its CPU time)."""
     limits = limits or Limits()
-    opts = degree_options(model, hw, job, limits)
-    fam = _families(model, job, limits, opts)
-    fm, bad = _with_mbs(fam, job, limits)
-    pruned: dict = {"global-batch-divisible": bad} if bad else {}
-    vpps, layout_index, layouts = _layout_options(model, limits, opts["pp"], pruned)
-    messages = pruned.pop("messages", {})
-    rows, layout_of, fm_of = _with_vpp(fm, opts["pp"], vpps, layout_index)
-    rows, layout_of, fm_of, schedule_of, schedules = _with_schedules(rows, layout_of, fm_of, target, limits, pruned)
-    keys = np.stack([rows[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
+    if (like is not None and not check_rules and (like.model, like.hw, like.job, like.target) == (model, hw, job, target)
+            and structural_limits(like.limits) == structural_limits(limits)):
+        keys, layout_of, layouts, pruned = like.keys, like.layout_of, like.layouts, dict(like.pruned)
+        messages, fm_keys, fm_of = dict(like.messages), like.fm_keys, like.fm_of
+        schedule_of, schedules = like.schedule_of, like.schedules
+    else:
+        opts = degree_options(model, hw, job, limits)
+        fam = _families(model, job, limits, opts)
+        fm, bad = _with_mbs(fam, job, limits)
+        pruned = {"global-batch-divisible": bad} if bad else {}
+        vpps, layout_index, layout_list = _layout_options(model, limits, opts["pp"], pruned)
+        layouts = tuple(layout_list)
+        messages = pruned.pop("messages", {})
+        rows, layout_of, fm_of = _with_vpp(fm, opts["pp"], vpps, layout_index)
+        rows, layout_of, fm_of, schedule_of, schedules = _with_schedules(rows, layout_of, fm_of, target, limits, pruned)
+        keys = np.stack([rows[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
+        fm_keys = np.stack([fm[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
     levers = software_levers(lever_options(model, hw, job, target, limits, implementation, moments), software, limits)
-    space = Space(model, hw, job, target, limits, keys, layout_of, tuple(layouts), levers, pruned)
+    space = Space(model, hw, job, target, limits, keys, layout_of, layouts, levers, pruned)
     space.messages = messages
     space.torchtitan_config = torchtitan_config
     space.pinned = {k: limits.fix[k] for k in PINNED_KEYS if k in limits.fix}
-    space.fm_keys = np.stack([fm[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
+    space.fm_keys = fm_keys
     space.fm_of = fm_of
     space.schedule_of, space.schedules = schedule_of, schedules
     if check_rules:
         space = _rule_checked(space)
-    space.scope = describe_space(space, opts, vpps)
+    space.scope = describe_space(space)
     return space
 
 
@@ -522,7 +545,7 @@ def _values(xs) -> list[int]:
     return [int(x) for x in np.unique(xs)]
 
 
-def describe_space(space: Space, opts: dict, vpps: dict) -> dict:
+def describe_space(space: Space) -> dict:
     """What the space holds, for the status line and the JSON: each degree's values, the layouts,
     the levers, and the declared limits that are scope rather than proofs."""
     lim, hw, job = space.limits, space.hw, space.job
