@@ -10,6 +10,7 @@ imports none of them), so the search can filter and the exporter can refuse with
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -89,8 +90,15 @@ def op_recompute_modeled(model: ModelSpec) -> bool:
     return not model.is_moe and model.attention.kind != "mla"
 
 
-def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
-    """Rules every launcher shares: the model's shape and the job's batch."""
+# The shared rules, one function per rule or per coherent group, each taking (model, hw, job, plan,
+# deg), in the order their violations are reported; model_violations runs MODEL_CHECKS in order.
+
+
+def _tensor_split(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """heads-divisible-by-tp, kv-heads-tp (TransformerConfig.__post_init__,
+    megatron/core/transformer/transformer_config.py), experts-divisible-by-ep (validate_args,
+    megatron/training/arguments.py), expert-ffn-divisible-by-etp and ffn-divisible-by-tp (the
+    column-parallel FC1 splits its width)."""
     out: list[Violation] = []
     a = model.attention
     if a.num_heads % plan.tp:
@@ -111,6 +119,13 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
     if model.ffn.hidden_size % plan.tp and any(k == "dense" for k in model.layer_kinds):
         out.append(Violation("ffn-divisible-by-tp",
                              f"FFN width {model.ffn.hidden_size} is not divisible by tp={plan.tp}."))
+    return out
+
+
+def _batch_and_sequence(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """global-batch-divisible (Megatron's num_microbatches_calculator), seq-divisible-by-2cp and
+    vpp-needs-pp (validate_args)."""
+    out: list[Violation] = []
     if deg.dp and job.global_batch % (plan.mbs * deg.dp):  # dp 0: world-divisibility is reported
         out.append(Violation(
             "global-batch-divisible",
@@ -124,6 +139,14 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
                              "(load-balanced causal CP, Megatron validate_args)."))
     if plan.vpp > 1 and plan.pp == 1:
         out.append(Violation("vpp-needs-pp", f"vpp={plan.vpp} needs pp > 1 (Megatron validate_args)."))
+    return out
+
+
+def _precision(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """precision-allowed (the job's own list), fp8-hardware (the GPU's FP8 tensor cores),
+    param-gather-fp8 and param-gather-sharded (validate_args: --fp8-param-gather needs FP8 weights
+    and the distributed optimizer or FSDP), hsdp-group (the HSDP group divides dp*cp)."""
+    out: list[Violation] = []
     precision = plan.precision  # the plan is canonical: its precision is explicit
     if precision not in job.precisions:
         out.append(Violation("precision-allowed",
@@ -142,8 +165,17 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
                              hint="Use sharding=dist_opt (or fsdp/zero2/hsdp)."))
     if sh.kind == "hsdp" and deg.dp and (deg.dp * deg.cp) % sh.group:
         out.append(Violation("hsdp-group", f"hsdp:{sh.group} does not divide dp*cp = {deg.dp * deg.cp}."))
-    rc = plan.recompute
-    if rc.kind == "op" and not op_recompute_modeled(model):
+    return out
+
+
+def _op_recompute(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """recompute-op-layers, recompute-op-offload: recompute=op is torchtitan's per-op selective AC
+    (torchtitan/distributed/activation_checkpoint.py), modeled on the layers
+    planner.cost.activations.op_sac_terms inventories, without Megatron's offload modules."""
+    out: list[Violation] = []
+    if plan.recompute.kind != "op":
+        return out
+    if not op_recompute_modeled(model):
         out.append(Violation(
             "recompute-op-layers",
             f"recompute=op (torchtitan's per-op selective AC) is modeled on dense decoder layers with "
@@ -151,33 +183,66 @@ def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, d
             "matmul outputs planner does not inventory.",
             hint="Use recompute=none or full.",
         ))
-    if rc.kind == "op" and plan.offload.activations:
+    if plan.offload.activations:
         out.append(Violation(
             "recompute-op-offload",
             "recompute=op with activation offload: planner's offload moves Megatron's modules, which "
             "torchtitan's per-op policy does not have.",
             hint="Use offload=none or optimizer with recompute=op.",
         ))
-    if rc.kind == "selective":
-        if "mla_up_proj" in rc.modules and model.attention.kind != "mla":
-            out.append(Violation("recompute-mla", "recompute module mla_up_proj needs MLA attention (TransformerConfig)."))
-        moe_mods = {"moe_act", "moe", "shared_experts"} & set(rc.modules)
-        if moe_mods and not model.is_moe:
-            out.append(Violation("recompute-moe", f"recompute module {sorted(moe_mods)[0]} needs an MoE model."))
-        if "shared_experts" in rc.modules and model.is_moe and not model.moe.shared_hidden:
-            out.append(Violation("recompute-shared", f"{model.name} has no shared experts to recompute."))
-    if plan.ep_overlap:
-        if plan.ep == 1:
-            out.append(Violation("ep-overlap-needs-ep", f"ep_overlap={plan.ep_overlap} needs ep > 1 (Megatron validate_args)."))
-        if plan.pp > 1 and plan.vpp == 1 and plan.schedule in (None, "1f1b"):
-            out.append(Violation("ep-overlap-needs-vpp", f"ep_overlap={plan.ep_overlap} with pp > 1 needs vpp > 1 "
-                                 "(Megatron validate_args)."))
-        if rc.kind == "full":
-            out.append(Violation("ep-overlap-recompute", f"ep_overlap={plan.ep_overlap} is incompatible with full "
-                                 "recompute (Megatron validate_args)."))
-    if deg.dp and job.global_batch % (plan.mbs * deg.dp) == 0:
-        out += schedule_violations(plan, deg, job.global_batch // (plan.mbs * deg.dp))
     return out
+
+
+def _selective_recompute(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """recompute-mla, recompute-moe, recompute-shared: a recompute module the model has
+    (TransformerConfig.__post_init__, recompute_modules)."""
+    rc = plan.recompute
+    out: list[Violation] = []
+    if rc.kind != "selective":
+        return out
+    if "mla_up_proj" in rc.modules and model.attention.kind != "mla":
+        out.append(Violation("recompute-mla", "recompute module mla_up_proj needs MLA attention (TransformerConfig)."))
+    moe_mods = {"moe_act", "moe", "shared_experts"} & set(rc.modules)
+    if moe_mods and not model.is_moe:
+        out.append(Violation("recompute-moe", f"recompute module {sorted(moe_mods)[0]} needs an MoE model."))
+    if "shared_experts" in rc.modules and model.is_moe and not model.moe.shared_hidden:
+        out.append(Violation("recompute-shared", f"{model.name} has no shared experts to recompute."))
+    return out
+
+
+def _ep_overlap(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """ep-overlap-needs-ep, ep-overlap-needs-vpp, ep-overlap-recompute: what
+    --overlap-moe-expert-parallel-comm needs (validate_args)."""
+    out: list[Violation] = []
+    if not plan.ep_overlap:
+        return out
+    if plan.ep == 1:
+        out.append(Violation("ep-overlap-needs-ep", f"ep_overlap={plan.ep_overlap} needs ep > 1 (Megatron validate_args)."))
+    if plan.pp > 1 and plan.vpp == 1 and plan.schedule in (None, "1f1b"):
+        out.append(Violation("ep-overlap-needs-vpp", f"ep_overlap={plan.ep_overlap} with pp > 1 needs vpp > 1 "
+                             "(Megatron validate_args)."))
+    if plan.recompute.kind == "full":
+        out.append(Violation("ep-overlap-recompute", f"ep_overlap={plan.ep_overlap} is incompatible with full "
+                             "recompute (Megatron validate_args)."))
+    return out
+
+
+def _schedule(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """The schedule's own checks (schedule_violations), where the batch splits into micro-batches."""
+    if not (deg.dp and job.global_batch % (plan.mbs * deg.dp) == 0):
+        return []
+    return schedule_violations(plan, deg, job.global_batch // (plan.mbs * deg.dp))
+
+
+MODEL_CHECKS: tuple[Callable[[ModelSpec, HardwareSpec, Job, Plan, Degrees], list[Violation]], ...] = (
+    _tensor_split, _batch_and_sequence, _precision, _op_recompute, _selective_recompute, _ep_overlap, _schedule,
+)
+"""The rules every launcher shares on a model and plan, in the order their violations are reported."""
+
+
+def model_violations(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """Rules every launcher shares: the model's shape and the job's batch."""
+    return [v for check in MODEL_CHECKS for v in check(model, hw, job, plan, deg)]
 
 
 def stage_recompute_violations(plan: Plan, layout) -> list[Violation]:

@@ -11,6 +11,8 @@ or message beside it names the file and check (``validate_args`` in megatron/tra
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -212,107 +214,189 @@ def graph_violations(model: ModelSpec, plan: Plan) -> list[Violation]:
     return out
 
 
-def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
-    """Megatron-LM 0.19.2 checks beyond the shared model-shape rules (plan must be canonical)."""
+# Megatron's plan rules, one function each (or one per coherent group), in the order the checks
+# are reported. Each takes (model, hw, job, plan, deg) and returns the violations it finds; the
+# search and the exporter read them through plan_violations, which runs PLAN_CHECKS in order.
+
+
+def _layout_syntax(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """megatron-layout-syntax: Megatron's parser (PipelineParallelLayerLayout.parse_str_to_list,
+    megatron/core/transformer/pipeline_parallel_layer_layout.py) reads the layout as planner does."""
+    if not plan.layout or _megatron_reads_as_planner(plan.layout):
+        return []
+    return [Violation(
+        "megatron-layout-syntax",
+        f"Megatron's --pipeline-model-parallel-layout parser expands '{plan.layout}' differently "
+        "from planner (it unrolls one level of '(..)*n' groups only; PipelineParallelLayerLayout."
+        "parse_str_to_list).",
+        hint="Write the layout without nested groups.",
+    )]
+
+
+def _layout_mtp_together(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan,
+                         deg: Degrees) -> list[Violation]:
+    """layout-mtp-together: when a rank's last chunk holds MTP it must hold all of them
+    (PipelineParallelLayerLayout.validate_layer_layout)."""
+    if not plan.layout or model.mtp_layers <= 1:
+        return []
+    if not any(0 < s.count("m") < model.mtp_layers for s in _layout_symbols(plan, model)):
+        return []
+    return [Violation(
+        "layout-mtp-together",
+        f"The layout splits {model.name}'s {model.mtp_layers} MTP modules over several stages; "
+        "Megatron requires them in one virtual stage (validate_layer_layout).",
+    )]
+
+
+def _schedules(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """megatron-schedule, megatron-interleaved-groups (pipeline_parallel/schedules.py): see
+    _schedule_violations."""
+    return _schedule_violations(plan, job, deg)
+
+
+def _graphs(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """cuda-graphs-* (TransformerConfig.__post_init__): see graph_violations."""
+    return graph_violations(model, plan)
+
+
+def _recompute_op(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """megatron-recompute-op: Megatron-Core's selective recompute takes a module list
+    (--recompute-modules, megatron/training/arguments.py), not torchtitan's per-op policy."""
+    if plan.recompute.kind != "op":
+        return []
+    return [Violation(
+        "megatron-recompute-op",
+        "recompute=op is torchtitan's per-op selective activation checkpointing; Megatron-Core's "
+        "selective recompute takes a module list (--recompute-modules), not a per-op policy.",
+        hint="Use recompute=none, full, or modules such as core_attn+mlp; or search with --target torchtitan.",
+    )]
+
+
+def _stage_recompute(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """megatron-stage-recompute: --recompute-num-layers is one count for every (virtual) stage
+    (TransformerConfig.recompute_num_layers)."""
+    if not plan.stage_recompute:
+        return []
+    return [Violation(
+        "megatron-stage-recompute",
+        f"stage_recompute={plan.stage_recompute}: Megatron's --recompute-num-layers is one count for "
+        "every (virtual) stage; per-stage counts have no flag.",
+        hint="Use recompute=full:N, or search with --target megatron.",
+    )]
+
+
+def _ep_overlap(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """ep-overlap-recompute-moe, ep-overlap-mtp: TransformerConfig.__post_init__, its
+    overlap_moe_expert_parallel_comm block."""
+    if not plan.ep_overlap:
+        return []
     out: list[Violation] = []
     rc = plan.recompute
-    if plan.layout:
-        if not _megatron_reads_as_planner(plan.layout):
-            out.append(Violation(
-                "megatron-layout-syntax",
-                f"Megatron's --pipeline-model-parallel-layout parser expands '{plan.layout}' differently "
-                "from planner (it unrolls one level of '(..)*n' groups only; PipelineParallelLayerLayout."
-                "parse_str_to_list).",
-                hint="Write the layout without nested groups.",
-            ))
-        # validate_layer_layout: when a rank's last chunk holds MTP it must hold all of them.
-        if model.mtp_layers > 1:
-            syms = _layout_symbols(plan, model)
-            if any(0 < s.count("m") < model.mtp_layers for s in syms):
-                out.append(Violation(
-                    "layout-mtp-together",
-                    f"The layout splits {model.name}'s {model.mtp_layers} MTP modules over several stages; "
-                    "Megatron requires them in one virtual stage (validate_layer_layout).",
-                ))
-    out += _schedule_violations(plan, job, deg)
-    out += graph_violations(model, plan)
-    if plan.recompute.kind == "op":
+    if rc.kind == "selective" and "moe" in rc.modules:
         out.append(Violation(
-            "megatron-recompute-op",
-            "recompute=op is torchtitan's per-op selective activation checkpointing; Megatron-Core's "
-            "selective recompute takes a module list (--recompute-modules), not a per-op policy.",
-            hint="Use recompute=none, full, or modules such as core_attn+mlp; or search with --target torchtitan.",
+            "ep-overlap-recompute-moe",
+            "ep_overlap=on with 'moe' in the recompute modules: Megatron requires 'moe' out of "
+            "--recompute-modules with --overlap-moe-expert-parallel-comm (TransformerConfig).",
         ))
-    if plan.stage_recompute:
+    if model.mtp_layers > 1:
         out.append(Violation(
-            "megatron-stage-recompute",
-            f"stage_recompute={plan.stage_recompute}: Megatron's --recompute-num-layers is one count for "
-            "every (virtual) stage; per-stage counts have no flag.",
-            hint="Use recompute=full:N, or search with --target megatron.",
+            "ep-overlap-mtp",
+            f"ep_overlap=on with {model.mtp_layers} MTP layers: Megatron supports at most one MTP layer "
+            "with --overlap-moe-expert-parallel-comm (TransformerConfig).",
         ))
-    if plan.ep_overlap:
-        # TransformerConfig.__post_init__, overlap_moe_expert_parallel_comm block.
-        if rc.kind == "selective" and "moe" in rc.modules:
-            out.append(Violation(
-                "ep-overlap-recompute-moe",
-                "ep_overlap=on with 'moe' in the recompute modules: Megatron requires 'moe' out of "
-                "--recompute-modules with --overlap-moe-expert-parallel-comm (TransformerConfig).",
-            ))
-        if model.mtp_layers > 1:
-            out.append(Violation(
-                "ep-overlap-mtp",
-                f"ep_overlap=on with {model.mtp_layers} MTP layers: Megatron supports at most one MTP layer "
-                "with --overlap-moe-expert-parallel-comm (TransformerConfig).",
-            ))
-    sh = plan.sharding
-    if sh.kind == "ddp" and (plan.moments == "bf16" or plan.offload.optimizer):
-        what = "moments=bf16" if plan.moments == "bf16" else "offload=optimizer"
-        out.append(Violation(
-            "precision-aware-needs-dist-opt",
-            f"{what} needs --use-precision-aware-optimizer, which Megatron's OptimizerConfig allows only "
-            "with the distributed optimizer; sharding=ddp has none.",
-            hint="Use sharding=dist_opt (or fsdp/zero2/hsdp).",
-        ))
-    if plan.param_gather == "fp8" and plan.offload.optimizer and hw is not None and hw.fp8_recipe != "delayed":
-        out.append(Violation(
-            "offload-fp8-param-gather",
-            f"param_gather=fp8 with offload=optimizer: Megatron's optimizer CPU offload takes --fp8-param-gather "
-            f"only with --fp8-recipe delayed, and {hw.name}'s FP8 recipe is {hw.fp8_recipe} (validate_args).",
-            hint="Set param_gather=bf16 or drop the optimizer offload.",
-        ))
-    if plan.offload.activations and not megatron_offload_modules(model, plan):
-        out.append(Violation(
-            "activation-offload-empty",
-            f"offload=activations with recompute={plan.recompute}: every module Megatron can offload is "
-            "already recomputed, and --fine-grained-activation-offloading needs a non-empty "
-            "--offload-modules (TransformerConfig).",
-            hint="Drop the activation offload or recompute fewer modules.",
-        ))
+    return out
+
+
+def _precision_aware_dist_opt(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan,
+                              deg: Degrees) -> list[Violation]:
+    """precision-aware-needs-dist-opt: bf16 moments and optimizer offload need
+    --use-precision-aware-optimizer, which OptimizerConfig (megatron/core/optimizer/optimizer_config.py)
+    allows only with the distributed optimizer."""
+    if plan.sharding.kind != "ddp" or not (plan.moments == "bf16" or plan.offload.optimizer):
+        return []
+    what = "moments=bf16" if plan.moments == "bf16" else "offload=optimizer"
+    return [Violation(
+        "precision-aware-needs-dist-opt",
+        f"{what} needs --use-precision-aware-optimizer, which Megatron's OptimizerConfig allows only "
+        "with the distributed optimizer; sharding=ddp has none.",
+        hint="Use sharding=dist_opt (or fsdp/zero2/hsdp).",
+    )]
+
+
+def _offload_fp8_param_gather(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan,
+                              deg: Degrees) -> list[Violation]:
+    """offload-fp8-param-gather: optimizer CPU offload takes --fp8-param-gather only with
+    --fp8-recipe delayed (validate_args, megatron/training/arguments.py)."""
+    if not (plan.param_gather == "fp8" and plan.offload.optimizer and hw is not None and hw.fp8_recipe != "delayed"):
+        return []
+    return [Violation(
+        "offload-fp8-param-gather",
+        f"param_gather=fp8 with offload=optimizer: Megatron's optimizer CPU offload takes --fp8-param-gather "
+        f"only with --fp8-recipe delayed, and {hw.name}'s FP8 recipe is {hw.fp8_recipe} (validate_args).",
+        hint="Set param_gather=bf16 or drop the optimizer offload.",
+    )]
+
+
+def _activation_offload_empty(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan,
+                              deg: Degrees) -> list[Violation]:
+    """activation-offload-empty: --fine-grained-activation-offloading needs a non-empty
+    --offload-modules (TransformerConfig.__post_init__)."""
+    if not plan.offload.activations or megatron_offload_modules(model, plan):
+        return []
+    return [Violation(
+        "activation-offload-empty",
+        f"offload=activations with recompute={plan.recompute}: every module Megatron can offload is "
+        "already recomputed, and --fine-grained-activation-offloading needs a non-empty "
+        "--offload-modules (TransformerConfig).",
+        hint="Drop the activation offload or recompute fewer modules.",
+    )]
+
+
+def _fp8_delayed_recompute(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan,
+                           deg: Degrees) -> list[Violation]:
+    """fp8-delayed-recompute: delayed-scaling FP8 cannot recompute moe_act or layernorm
+    (TransformerConfig.__post_init__)."""
+    rc = plan.recompute
     precision = plan.precision  # the plan is canonical: its precision is explicit
-    if (precision == "fp8" and hw is not None and hw.fp8_recipe == "delayed" and rc.kind == "selective"
+    if not (precision == "fp8" and hw is not None and hw.fp8_recipe == "delayed" and rc.kind == "selective"
             and {"moe_act", "layernorm"} & set(rc.modules)):
+        return []
+    return [Violation(
+        "fp8-delayed-recompute",
+        "Delayed-scaling FP8 cannot recompute moe_act or layernorm (TransformerConfig).",
+    )]
+
+
+def _moe_router_and_bias(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan,
+                         deg: Degrees) -> list[Violation]:
+    """expert-bias-score-function, moe-bias-etp (TransformerConfig.__post_init__). Router groups
+    (experts % groups == 0, group top-k <= groups) are the model's own rule (planner.specs.model,
+    MoE validation): no ModelSpec breaks it, whatever the launcher."""
+    m = model.moe
+    if m is None:
+        return []
+    out: list[Violation] = []
+    if m.router_bias and m.score_function not in ("sigmoid", "sqrtsoftplus"):
         out.append(Violation(
-            "fp8-delayed-recompute",
-            "Delayed-scaling FP8 cannot recompute moe_act or layernorm (TransformerConfig).",
+            "expert-bias-score-function",
+            f"{model.name} uses a router expert bias with {m.score_function} scores; Megatron's "
+            "--moe-router-enable-expert-bias needs sigmoid or sqrtsoftplus (TransformerConfig).",
         ))
-    if model.moe is not None:
-        m = model.moe
-        if m.router_bias and m.score_function not in ("sigmoid", "sqrtsoftplus"):
-            out.append(Violation(
-                "expert-bias-score-function",
-                f"{model.name} uses a router expert bias with {m.score_function} scores; Megatron's "
-                "--moe-router-enable-expert-bias needs sigmoid or sqrtsoftplus (TransformerConfig).",
-            ))
-        # Router groups (experts % groups == 0, group top-k <= groups) are the model's own rule
-        # (planner.specs.model, MoE validation): no ModelSpec breaks it, whatever the launcher.
-        has_bias = m.expert_bias or model.ffn.bias
-        if has_bias and deg.etp != 1:
-            out.append(Violation(
-                "moe-bias-etp",
-                f"{model.name} has biases in its MoE MLPs; Megatron supports them only with etp=1 "
-                f"(TransformerConfig: 'Bias in Moe is only supported when ETP==1'), the plan has etp={deg.etp}.",
-                hint="Set etp=1.",
-            ))
+    if (m.expert_bias or model.ffn.bias) and deg.etp != 1:
+        out.append(Violation(
+            "moe-bias-etp",
+            f"{model.name} has biases in its MoE MLPs; Megatron supports them only with etp=1 "
+            f"(TransformerConfig: 'Bias in Moe is only supported when ETP==1'), the plan has etp={deg.etp}.",
+            hint="Set etp=1.",
+        ))
+    return out
+
+
+def _learned_positions(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan,
+                       deg: Degrees) -> list[Violation]:
+    """mtp-position-embedding, seq-exceeds-max-position: validate_args (megatron/training/arguments.py)
+    on learned absolute position embeddings."""
+    out: list[Violation] = []
     if model.mtp_layers and model.position_embedding == "learned":
         out.append(Violation(
             "mtp-position-embedding",
@@ -325,21 +409,52 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             f"seq_len {job.seq_len} exceeds {model.name}'s {model.max_position_embeddings} learned positions "
             "(validate_args: max_position_embeddings >= seq_length).",
         ))
-    if sh.kind == "hsdp" and sh.group is not None and deg.dp and deg.edp and (deg.dp * deg.cp) % sh.group == 0 and model.is_moe:
-        instances = deg.dp * deg.cp // sh.group
-        if deg.edp % instances:
-            out.append(Violation(
-                "hsdp-expert-dp",
-                f"hsdp:{sh.group} means {instances} distributed-optimizer instances, which do not divide "
-                f"expert-DP {deg.edp} (parallel_state.initialize_model_parallel).",
-            ))
-    if plan.tp > 1 and (job.seq_len // plan.cp) % plan.tp:
-        out.append(Violation(
-            "sp-seq-divisible",
-            f"Sequence parallelism splits the {job.seq_len // plan.cp}-token sequence per CP rank over tp={plan.tp} "
-            "ranks, which does not divide it (scatter_to_sequence_parallel_region).",
-        ))
     return out
+
+
+def _hsdp_expert_dp(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """hsdp-expert-dp: the distributed-optimizer instances divide expert-DP
+    (parallel_state.initialize_model_parallel, megatron/core/parallel_state.py)."""
+    sh = plan.sharding
+    if not (sh.kind == "hsdp" and sh.group is not None and deg.dp and deg.edp and (deg.dp * deg.cp) % sh.group == 0
+            and model.is_moe):
+        return []
+    instances = deg.dp * deg.cp // sh.group
+    if deg.edp % instances == 0:
+        return []
+    return [Violation(
+        "hsdp-expert-dp",
+        f"hsdp:{sh.group} means {instances} distributed-optimizer instances, which do not divide "
+        f"expert-DP {deg.edp} (parallel_state.initialize_model_parallel).",
+    )]
+
+
+def _sp_seq_divisible(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """sp-seq-divisible: sequence parallelism scatters each CP rank's sequence over TP
+    (scatter_to_sequence_parallel_region, megatron/core/tensor_parallel/mappings.py)."""
+    if not (plan.tp > 1 and (job.seq_len // plan.cp) % plan.tp):
+        return []
+    return [Violation(
+        "sp-seq-divisible",
+        f"Sequence parallelism splits the {job.seq_len // plan.cp}-token sequence per CP rank over tp={plan.tp} "
+        "ranks, which does not divide it (scatter_to_sequence_parallel_region).",
+    )]
+
+
+PlanCheck = Callable[["ModelSpec", "HardwareSpec | None", "Job", "Plan", "Degrees"], list[Violation]]
+"""One of Megatron's plan rules (or a coherent group of them)."""
+
+PLAN_CHECKS: tuple[PlanCheck, ...] = (
+    _layout_syntax, _layout_mtp_together, _schedules, _graphs, _recompute_op, _stage_recompute, _ep_overlap,
+    _precision_aware_dist_opt, _offload_fp8_param_gather, _activation_offload_empty, _fp8_delayed_recompute,
+    _moe_router_and_bias, _learned_positions, _hsdp_expert_dp, _sp_seq_divisible,
+)
+"""Megatron's plan rules in the order their violations are reported."""
+
+
+def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """Megatron-LM 0.19.2 checks beyond the shared model-shape rules (plan must be canonical)."""
+    return [v for check in PLAN_CHECKS for v in check(model, hw, job, plan, deg)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,185 +504,368 @@ ARGS_RULES: dict[str, str] = {
 }
 
 
-def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
-    """Start-up checks on the flags themselves (what planner never emits but a hand-written
-    script can contain). ``hw`` enables the environment checks that depend on the GPU."""
-    v = args.values
-    out: list[Violation] = []
+@dataclass(frozen=True)
+class _Flags:
+    """A command line as the flag rules read it: the argparse values and the degrees, recompute
+    granularity and optimizer choices several rules share, read once (in the order validate_args
+    reads them, so a bad integer is reported for the same flag as before)."""
 
-    def add(rule: str, msg: str, hint: str | None = None):
-        out.append(Violation(rule, msg, hint))
+    args: MegatronArgs
+    hw: HardwareSpec | None
+    v: dict
+    env: dict
+    tp: int
+    pp: int
+    cp: int
+    layers: int | None
+    gran: str | None
+    """Recompute granularity: --recompute-activations means selective (validate_args)."""
+    dist_opt: bool
+    pao: bool
+    fsdp: bool
 
-    for problem in args.refused:
+    @classmethod
+    def of(cls, args: MegatronArgs, hw: HardwareSpec | None) -> _Flags:
+        v = args.values
+        tp = _int(v, "tensor_model_parallel_size", 1)
+        pp = _int(v, "pipeline_model_parallel_size", 1)
+        cp = _int(v, "context_parallel_size", 1)
+        layers = _int(v, "num_layers")
+        return cls(args, hw, v, args.env, tp, pp, cp, layers,
+                   gran="selective" if v.get("recompute_activations") else v.get("recompute_granularity"),
+                   dist_opt=bool(v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp")),
+                   pao=bool(v.get("use_precision_aware_optimizer")), fsdp=bool(v.get("use_megatron_fsdp")))
+
+    @property
+    def first_last(self) -> bool:
+        """Whether --decoder-first/last-pipeline-num-layers is given."""
+        return self.v.get("decoder_first_pipeline_num_layers") is not None or \
+            self.v.get("decoder_last_pipeline_num_layers") is not None
+
+
+# Megatron's command-line rules, one function per rule or per coherent group, in the order their
+# violations are reported; args_violations runs ARGS_CHECKS in order.
+
+
+def _argparse(f: _Flags) -> list[Violation]:
+    """argparse: what Megatron's argument parser refuses (megatron/training/arguments.py parse_args)."""
+    out = []
+    for problem in f.args.refused:
         hint = ("Remove the flag or use its megatron-core 0.19.2 name (planner check lists the parser's flags in "
                 "planner/launchers/megatron/flags.py)." if "unrecognized arguments" in problem else
                 "Give one of the values listed." if "invalid choice" in problem else
                 "Give the flag its value (a variable the script leaves empty?).")
-        add("argparse", f"Megatron's argument parser refuses {problem}.", hint)
-    if v.get("cross_entropy_loss_fusion") and v.get("cross_entropy_fusion_impl") == "te":
-        add("cross-entropy-te-fusion", "--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: "
-            "validate_args rejects Transformer Engine's cross-entropy fusion ('disabled due to stability issues', "
-            "arguments.py).", "Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion.")
+        out.append(Violation("argparse", f"Megatron's argument parser refuses {problem}.", hint))
+    return out
 
-    tp = _int(v, "tensor_model_parallel_size", 1)
-    pp = _int(v, "pipeline_model_parallel_size", 1)
-    cp = _int(v, "context_parallel_size", 1)
-    L = _int(v, "num_layers")
-    vpp_styles = [f for f in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
-                              "pipeline_model_parallel_layout") if v.get(f)]
-    if len(vpp_styles) > 1:
-        add("vpp-args-exclusive", "Megatron accepts only one of --num-layers-per-virtual-pipeline-stage, "
+
+def _cross_entropy_te_fusion(f: _Flags) -> list[Violation]:
+    """cross-entropy-te-fusion: validate_args rejects Transformer Engine's cross-entropy fusion."""
+    if not (f.v.get("cross_entropy_loss_fusion") and f.v.get("cross_entropy_fusion_impl") == "te"):
+        return []
+    return [Violation(
+        "cross-entropy-te-fusion", "--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: "
+        "validate_args rejects Transformer Engine's cross-entropy fusion ('disabled due to stability issues', "
+        "arguments.py).", "Use --cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion.")]
+
+
+def _vpp_args(f: _Flags) -> list[Violation]:
+    """vpp-args-exclusive, vpp-layers-per-stage-uneven, vpp-layers-per-stage: the three ways to ask
+    for virtual stages (validate_args)."""
+    v, out = f.v, []
+    styles = [name for name in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+                                "pipeline_model_parallel_layout") if v.get(name)]
+    if len(styles) > 1:
+        out.append(Violation(
+            "vpp-args-exclusive", "Megatron accepts only one of --num-layers-per-virtual-pipeline-stage, "
             "--num-virtual-stages-per-pipeline-rank and --pipeline-model-parallel-layout; the flags give "
-            + ", ".join(args_flag(args, f) for f in vpp_styles) + " (validate_args).")
-    first, last = v.get("decoder_first_pipeline_num_layers"), v.get("decoder_last_pipeline_num_layers")
+            + ", ".join(args_flag(f.args, name) for name in styles) + " (validate_args)."))
     if v.get("num_layers_per_virtual_pipeline_stage") and not v.get("num_virtual_stages_per_pipeline_rank"):
-        if first is not None or last is not None:
-            add("vpp-layers-per-stage-uneven", "--num-layers-per-virtual-pipeline-stage cannot be combined with "
+        if f.first_last:
+            out.append(Violation(
+                "vpp-layers-per-stage-uneven", "--num-layers-per-virtual-pipeline-stage cannot be combined with "
                 "--decoder-first/last-pipeline-num-layers (validate_args).",
-                "Use --num-virtual-stages-per-pipeline-rank.")
-        elif L:
+                "Use --num-virtual-stages-per-pipeline-rank."))
+        elif f.layers:
             k = _int(v, "num_layers_per_virtual_pipeline_stage")
-            if L % pp or (L // pp) % k:
-                add("vpp-layers-per-stage", f"{L} layers over PP={pp} do not give a whole number of "
-                    f"{k}-layer virtual stages per rank (validate_args).")
-    if v.get("pipeline_model_parallel_layout") and (first is not None or last is not None or
-                                                    v.get("account_for_embedding_in_pipeline_split") or
-                                                    v.get("account_for_loss_in_pipeline_split")):
-        add("layout-conflict", "--pipeline-model-parallel-layout cannot be combined with first/last stage "
-            "counts or --account-for-* (TransformerConfig).")
-    elif (first is not None or last is not None) and (v.get("account_for_embedding_in_pipeline_split")
-                                                      or v.get("account_for_loss_in_pipeline_split")):
-        add("account-for-conflict", "--decoder-first/last-pipeline-num-layers cannot be combined with "
-            "--account-for-embedding/loss-in-pipeline-split (TransformerConfig).")
-    elif (first is not None or last is not None) and L and not v.get("pipeline_model_parallel_layout"):
-        vpp = args.plan.vpp
+            if f.layers % f.pp or (f.layers // f.pp) % k:
+                out.append(Violation("vpp-layers-per-stage", f"{f.layers} layers over PP={f.pp} do not give a whole "
+                                     f"number of {k}-layer virtual stages per rank (validate_args)."))
+    return out
+
+
+def _stage_counts(f: _Flags) -> list[Violation]:
+    """layout-conflict, account-for-conflict, uneven-pp, uneven-pp-vpp: a layout, first/last stage
+    counts and --account-for-* exclude one another (TransformerConfig.__post_init__); the counts
+    leave whole middle stages (planner.specs.layout.uneven_layout_symbols names the rule)."""
+    v = f.v
+    account = v.get("account_for_embedding_in_pipeline_split") or v.get("account_for_loss_in_pipeline_split")
+    if v.get("pipeline_model_parallel_layout") and (f.first_last or account):
+        return [Violation("layout-conflict", "--pipeline-model-parallel-layout cannot be combined with first/last "
+                          "stage counts or --account-for-* (TransformerConfig).")]
+    if f.first_last and account:
+        return [Violation("account-for-conflict", "--decoder-first/last-pipeline-num-layers cannot be combined with "
+                          "--account-for-embedding/loss-in-pipeline-split (TransformerConfig).")]
+    if f.first_last and f.layers and not v.get("pipeline_model_parallel_layout"):
         try:
-            uneven_layout_symbols(LayerCounts(L, _int(v, "mtp_num_layers", 0) or 0), pp, vpp,
+            uneven_layout_symbols(LayerCounts(f.layers, _int(v, "mtp_num_layers", 0) or 0), f.pp, f.args.plan.vpp,
                                   _int(v, "decoder_first_pipeline_num_layers"),
                                   _int(v, "decoder_last_pipeline_num_layers"))
         except PlanRuleError as exc:
-            add(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "))
-    if v.get("overlap_param_gather"):
-        if not v.get("overlap_grad_reduce"):
-            add("overlap-param-gather-needs-grad-reduce", "--overlap-param-gather needs --overlap-grad-reduce (validate_args).")
-        if not (v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp")):
-            add("overlap-param-gather-needs-dist-opt", "--overlap-param-gather needs --use-distributed-optimizer or "
-                "--use-megatron-fsdp (validate_args).")
-    dist_opt = bool(v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp"))
-    pao = bool(v.get("use_precision_aware_optimizer"))
-    if v.get("optimizer_cpu_offload"):
-        if not pao:
-            add("optimizer-offload-needs-precision-aware", "--optimizer-cpu-offload needs "
-                "--use-precision-aware-optimizer (validate_args).")
-        if v.get("fp8_param_gather") and (v.get("fp8_recipe") or "delayed") != "delayed":
-            add("optimizer-offload-fp8-param-gather", "--optimizer-cpu-offload with --fp8-param-gather needs "
-                "--fp8-recipe delayed (validate_args).")
-    if pao and not dist_opt:
-        add("precision-aware-needs-dist-opt", "--use-precision-aware-optimizer needs the distributed optimizer "
-            "(OptimizerConfig).")
-    low = [f for f in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_grads_dtype", "main_params_dtype")
-           if v.get(f) not in (None, "fp32")]
-    if low and not pao:
-        add("moments-dtype-needs-precision-aware", ", ".join(args_flag(args, f) for f in low)
-            + " below fp32 need --use-precision-aware-optimizer (OptimizerConfig).")
-    if v.get("fp8_param_gather") and not dist_opt:
-        add("fp8-param-gather-needs-dist-opt", "--fp8-param-gather needs the distributed optimizer or FSDP (validate_args).")
-    gran = "selective" if v.get("recompute_activations") else v.get("recompute_granularity")
-    if gran == "selective":
+            return [Violation(exc.rule, exc.message.removeprefix(f"[{exc.rule}] "))]
+    return []
+
+
+def _overlap_param_gather(f: _Flags) -> list[Violation]:
+    """overlap-param-gather-needs-grad-reduce, overlap-param-gather-needs-dist-opt (validate_args)."""
+    v, out = f.v, []
+    if not v.get("overlap_param_gather"):
+        return []
+    if not v.get("overlap_grad_reduce"):
+        out.append(Violation("overlap-param-gather-needs-grad-reduce",
+                             "--overlap-param-gather needs --overlap-grad-reduce (validate_args)."))
+    if not f.dist_opt:
+        out.append(Violation("overlap-param-gather-needs-dist-opt", "--overlap-param-gather needs "
+                             "--use-distributed-optimizer or --use-megatron-fsdp (validate_args)."))
+    return out
+
+
+def _optimizer_offload(f: _Flags) -> list[Violation]:
+    """optimizer-offload-needs-precision-aware, optimizer-offload-fp8-param-gather (validate_args)."""
+    v, out = f.v, []
+    if not v.get("optimizer_cpu_offload"):
+        return []
+    if not f.pao:
+        out.append(Violation("optimizer-offload-needs-precision-aware", "--optimizer-cpu-offload needs "
+                             "--use-precision-aware-optimizer (validate_args)."))
+    if v.get("fp8_param_gather") and (v.get("fp8_recipe") or "delayed") != "delayed":
+        out.append(Violation("optimizer-offload-fp8-param-gather", "--optimizer-cpu-offload with "
+                             "--fp8-param-gather needs --fp8-recipe delayed (validate_args)."))
+    return out
+
+
+def _precision_aware(f: _Flags) -> list[Violation]:
+    """precision-aware-needs-dist-opt, moments-dtype-needs-precision-aware (OptimizerConfig,
+    megatron/core/optimizer/optimizer_config.py); fp8-param-gather-needs-dist-opt (validate_args)."""
+    v, out = f.v, []
+    if f.pao and not f.dist_opt:
+        out.append(Violation("precision-aware-needs-dist-opt", "--use-precision-aware-optimizer needs the "
+                             "distributed optimizer (OptimizerConfig)."))
+    low = [name for name in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_grads_dtype", "main_params_dtype")
+           if v.get(name) not in (None, "fp32")]
+    if low and not f.pao:
+        out.append(Violation("moments-dtype-needs-precision-aware", ", ".join(args_flag(f.args, name) for name in low)
+                             + " below fp32 need --use-precision-aware-optimizer (OptimizerConfig)."))
+    if v.get("fp8_param_gather") and not f.dist_opt:
+        out.append(Violation("fp8-param-gather-needs-dist-opt",
+                             "--fp8-param-gather needs the distributed optimizer or FSDP (validate_args)."))
+    return out
+
+
+def _recompute(f: _Flags) -> list[Violation]:
+    """recompute-selective-*, recompute-moe-act-grouped-gemm, recompute-full-*, moe-layer-recompute-full:
+    the flags each recompute granularity takes (validate_args, TransformerConfig.__post_init__)."""
+    v, out = f.v, []
+    if f.gran == "selective":
         if v.get("recompute_method"):
-            add("recompute-selective-method", "Selective recompute takes no --recompute-method (validate_args).")
+            out.append(Violation("recompute-selective-method",
+                                 "Selective recompute takes no --recompute-method (validate_args)."))
         if v.get("recompute_num_layers") is not None:
-            add("recompute-selective-num-layers", "Selective recompute takes no --recompute-num-layers (TransformerConfig).")
+            out.append(Violation("recompute-selective-num-layers",
+                                 "Selective recompute takes no --recompute-num-layers (TransformerConfig)."))
         if "moe_act" in (v.get("recompute_modules") or []) and not v.get("moe_grouped_gemm"):
-            add("recompute-moe-act-grouped-gemm", "Recompute module moe_act needs --moe-grouped-gemm (TransformerConfig).")
-    elif gran == "full":
+            out.append(Violation("recompute-moe-act-grouped-gemm",
+                                 "Recompute module moe_act needs --moe-grouped-gemm (TransformerConfig)."))
+    elif f.gran == "full":
         if not v.get("recompute_method"):
-            add("recompute-full-method", "Full recompute needs --recompute-method block or uniform (TransformerConfig).")
+            out.append(Violation("recompute-full-method",
+                                 "Full recompute needs --recompute-method block or uniform (TransformerConfig)."))
         if v.get("recompute_num_layers") is None:
-            add("recompute-full-num-layers", "Full recompute needs --recompute-num-layers (TransformerConfig).")
+            out.append(Violation("recompute-full-num-layers",
+                                 "Full recompute needs --recompute-num-layers (TransformerConfig)."))
         if v.get("moe_layer_recompute"):
-            add("moe-layer-recompute-full", "--moe-layer-recompute is illegal with full recompute (TransformerConfig).")
-    if v.get("distribute_saved_activations") and (gran != "full" or tp == 1 or v.get("sequence_parallel")):
-        add("distribute-saved-activations", "--distribute-saved-activations needs full recompute, TP > 1 and no "
-            "sequence parallelism (validate_args, TransformerConfig).")
-    if v.get("tp_comm_overlap") and not (v.get("sequence_parallel") and tp > 1):
-        add("tp-comm-overlap-needs-sp", "--tp-comm-overlap needs --sequence-parallel (validate_args).")
-    if v.get("sequence_parallel") and tp == 1:
-        add("sequence-parallel-needs-tp", "--sequence-parallel with TP=1: validate_args turns it off silently.")
-    fsdp = bool(v.get("use_megatron_fsdp"))
-    env = args.env
-    if fsdp:
-        if v.get("ckpt_format") != "fsdp_dtensor":
-            add("megatron-fsdp-ckpt-format", "--use-megatron-fsdp needs --ckpt-format fsdp_dtensor (validate_args).")
-        if env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
-            add("megatron-fsdp-cuda-connections", "Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is unset or > 1; "
-                "the script sets it to 1 (validate_args).")
-    if hw is not None and (tp > 1 or cp > 1) and hw.generation in ("ampere", "hopper") and not fsdp \
-            and not v.get("use_torch_fsdp2") and not v.get("overlap_moe_expert_parallel_comm") \
-            and env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
-        add("cuda-device-max-connections", f"TP={tp}, CP={cp} on {hw.gpu.name}: validate_args asserts "
-            "CUDA_DEVICE_MAX_CONNECTIONS=1, which the script does not set.",
-            "export CUDA_DEVICE_MAX_CONNECTIONS=1 before torchrun.")
-    if v.get("fine_grained_activation_offloading"):
-        if env.get("NVTE_CPU_OFFLOAD_V1") != "1":
-            add("fine-grained-offload-env", "--fine-grained-activation-offloading needs NVTE_CPU_OFFLOAD_V1=1 with "
-                "Transformer Engine >= 2.10 (validate_args).", "export NVTE_CPU_OFFLOAD_V1=1.")
-        mods = list(v.get("offload_modules") or [])
-        rmods = list(v.get("recompute_modules") or []) if gran == "selective" else []
-        if not mods or ("attn_proj" in mods and "core_attn" not in mods) or (
-                "moe" in rmods and {"moe_act", "expert_fc1", "fused_group_mlp"} & set(mods)):
-            add("fine-grained-offload-modules", "--offload-modules must be non-empty, offload attn_proj only with "
-                "core_attn, and nothing inside an MoE layer that 'moe' recompute wraps (TransformerConfig).")
-        if _int(v, "cpu_offloading_num_layers", 0):
-            add("fine-grained-offload-with-cpu-offloading", "--fine-grained-activation-offloading cannot be combined "
-                "with --cpu-offloading-num-layers (TransformerConfig).")
-    n_off = _int(v, "cpu_offloading_num_layers", 0) or 0
-    if n_off and ((L is not None and n_off >= L) or pp > 1 or gran is not None):
-        add("cpu-offloading-layers", "--cpu-offloading-num-layers needs fewer layers than the model, PP=1 and no "
-            "recompute (TransformerConfig).")
+            out.append(Violation("moe-layer-recompute-full",
+                                 "--moe-layer-recompute is illegal with full recompute (TransformerConfig)."))
+    return out
+
+
+def _tensor_parallel_extras(f: _Flags) -> list[Violation]:
+    """distribute-saved-activations (validate_args, TransformerConfig), tp-comm-overlap-needs-sp,
+    sequence-parallel-needs-tp (validate_args: turned off silently with TP = 1)."""
+    v, out = f.v, []
+    if v.get("distribute_saved_activations") and (f.gran != "full" or f.tp == 1 or v.get("sequence_parallel")):
+        out.append(Violation("distribute-saved-activations", "--distribute-saved-activations needs full recompute, "
+                             "TP > 1 and no sequence parallelism (validate_args, TransformerConfig)."))
+    if v.get("tp_comm_overlap") and not (v.get("sequence_parallel") and f.tp > 1):
+        out.append(Violation("tp-comm-overlap-needs-sp", "--tp-comm-overlap needs --sequence-parallel (validate_args)."))
+    if v.get("sequence_parallel") and f.tp == 1:
+        out.append(Violation("sequence-parallel-needs-tp",
+                             "--sequence-parallel with TP=1: validate_args turns it off silently."))
+    return out
+
+
+def _megatron_fsdp(f: _Flags) -> list[Violation]:
+    """megatron-fsdp-ckpt-format, megatron-fsdp-cuda-connections (validate_args)."""
+    out = []
+    if not f.fsdp:
+        return []
+    if f.v.get("ckpt_format") != "fsdp_dtensor":
+        out.append(Violation("megatron-fsdp-ckpt-format",
+                             "--use-megatron-fsdp needs --ckpt-format fsdp_dtensor (validate_args)."))
+    if f.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+        out.append(Violation("megatron-fsdp-cuda-connections", "Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is "
+                             "unset or > 1; the script sets it to 1 (validate_args)."))
+    return out
+
+
+def _cuda_device_max_connections(f: _Flags) -> list[Violation]:
+    """cuda-device-max-connections: validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or
+    CP > 1 before Blackwell (needs the hardware)."""
+    v, hw = f.v, f.hw
+    if not (hw is not None and (f.tp > 1 or f.cp > 1) and hw.generation in ("ampere", "hopper") and not f.fsdp
+            and not v.get("use_torch_fsdp2") and not v.get("overlap_moe_expert_parallel_comm")
+            and f.env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1"):
+        return []
+    return [Violation("cuda-device-max-connections", f"TP={f.tp}, CP={f.cp} on {hw.gpu.name}: validate_args asserts "
+                      "CUDA_DEVICE_MAX_CONNECTIONS=1, which the script does not set.",
+                      "export CUDA_DEVICE_MAX_CONNECTIONS=1 before torchrun.")]
+
+
+def _fine_grained_offload(f: _Flags) -> list[Violation]:
+    """fine-grained-offload-env (validate_args), fine-grained-offload-modules and
+    fine-grained-offload-with-cpu-offloading (TransformerConfig.__post_init__)."""
+    v, out = f.v, []
+    if not v.get("fine_grained_activation_offloading"):
+        return []
+    if f.env.get("NVTE_CPU_OFFLOAD_V1") != "1":
+        out.append(Violation("fine-grained-offload-env", "--fine-grained-activation-offloading needs "
+                             "NVTE_CPU_OFFLOAD_V1=1 with Transformer Engine >= 2.10 (validate_args).",
+                             "export NVTE_CPU_OFFLOAD_V1=1."))
+    mods = list(v.get("offload_modules") or [])
+    rmods = list(v.get("recompute_modules") or []) if f.gran == "selective" else []
+    if not mods or ("attn_proj" in mods and "core_attn" not in mods) or (
+            "moe" in rmods and {"moe_act", "expert_fc1", "fused_group_mlp"} & set(mods)):
+        out.append(Violation("fine-grained-offload-modules", "--offload-modules must be non-empty, offload attn_proj "
+                             "only with core_attn, and nothing inside an MoE layer that 'moe' recompute wraps "
+                             "(TransformerConfig)."))
+    if _int(v, "cpu_offloading_num_layers", 0):
+        out.append(Violation("fine-grained-offload-with-cpu-offloading", "--fine-grained-activation-offloading "
+                             "cannot be combined with --cpu-offloading-num-layers (TransformerConfig)."))
+    return out
+
+
+def _cpu_offloading_layers(f: _Flags) -> list[Violation]:
+    """cpu-offloading-layers: fewer layers than the model, PP = 1 and no recompute
+    (TransformerConfig.__post_init__)."""
+    n_off = _int(f.v, "cpu_offloading_num_layers", 0) or 0
+    if not (n_off and ((f.layers is not None and n_off >= f.layers) or f.pp > 1 or f.gran is not None)):
+        return []
+    return [Violation("cpu-offloading-layers", "--cpu-offloading-num-layers needs fewer layers than the model, PP=1 "
+                      "and no recompute (TransformerConfig).")]
+
+
+def _moe_dispatch(f: _Flags) -> list[Violation]:
+    """deepep-needs-flex, shared-expert-overlap-dispatcher, ep-overlap-shared-expert-overlap,
+    delay-wgrad-needs-ep-overlap: the MoE dispatcher and its overlaps (TransformerConfig.__post_init__)."""
+    v, out = f.v, []
     disp = v.get("moe_token_dispatcher_type") or "allgather"
     if v.get("moe_enable_deepep") and disp != "flex":
-        add("deepep-needs-flex", "--moe-enable-deepep needs --moe-token-dispatcher-type flex (TransformerConfig).")
-    if v.get("moe_shared_expert_overlap") and v.get("moe_shared_expert_intermediate_size") and disp not in ("alltoall", "flex"):
-        add("shared-expert-overlap-dispatcher", "--moe-shared-expert-overlap needs the alltoall or flex dispatcher "
-            "(TransformerConfig).")
+        out.append(Violation("deepep-needs-flex",
+                             "--moe-enable-deepep needs --moe-token-dispatcher-type flex (TransformerConfig)."))
+    if v.get("moe_shared_expert_overlap") and v.get("moe_shared_expert_intermediate_size") and \
+            disp not in ("alltoall", "flex"):
+        out.append(Violation("shared-expert-overlap-dispatcher", "--moe-shared-expert-overlap needs the alltoall or "
+                             "flex dispatcher (TransformerConfig)."))
     if v.get("overlap_moe_expert_parallel_comm") and v.get("moe_shared_expert_overlap"):
-        add("ep-overlap-shared-expert-overlap", "--overlap-moe-expert-parallel-comm excludes "
-            "--moe-shared-expert-overlap (TransformerConfig).")
+        out.append(Violation("ep-overlap-shared-expert-overlap", "--overlap-moe-expert-parallel-comm excludes "
+                             "--moe-shared-expert-overlap (TransformerConfig)."))
     if v.get("delay_wgrad_compute") and not v.get("overlap_moe_expert_parallel_comm"):
-        add("delay-wgrad-needs-ep-overlap", "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm "
-            "(TransformerConfig).")
-    if v.get("num_experts") and _int(v, "moe_router_topk", 2) == 1 and \
-            (v.get("moe_router_score_function") or "softmax") == "softmax" and not v.get("moe_router_pre_softmax") \
-            and v.get("moe_router_load_balancing_type") not in ("sinkhorn", ["sinkhorn"]):
-        add("router-topk1-pre-softmax", "Top-1 softmax routing needs --moe-router-pre-softmax (TransformerConfig).")
-    cp_types = v.get("cp_comm_type") or ["p2p"]
-    hier = v.get("hierarchical_context_parallel_sizes")
-    if "a2a+p2p" in cp_types and not hier:
-        add("hierarchical-cp", "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (validate_args).")
-    elif hier:
-        prod = 1
-        for x in hier:
-            prod *= int_value("--hierarchical-context-parallel-sizes", x)
-        if prod != cp:
-            add("hierarchical-cp", f"--hierarchical-context-parallel-sizes multiply to {prod}, not CP={cp} (validate_args).")
-    world = args.job.get("gpus")
-    if v.get("use_tp_pp_dp_mapping") and pp > 1 and world and v.get("num_experts"):
-        etp = _int(v, "expert_tensor_parallel_size", tp)
-        ep = _int(v, "expert_model_parallel_size", 1)
-        if world % (tp * pp * cp) == 0 and world % (etp * ep * pp) == 0:
-            dp, edp = world // (tp * pp * cp), world // (etp * ep * pp)
-            if dp != edp:
-                add("expert-dp-order", f"--use-tp-pp-dp-mapping with PP={pp}: expert-DP {edp} must equal DP {dp} "
-                    "(initialize_model_parallel).")
-    if v.get("multi_latent_attention") and v.get("group_query_attention"):
-        add("mla-gqa-exclusive", "--multi-latent-attention excludes --group-query-attention (validate_args).")
-
-    if v.get("num_experts") and pattern_has_foreign_chars(str(v.get("moe_layer_freq", ""))):
-        add("moe-layer-freq-syntax", f"--moe-layer-freq {v['moe_layer_freq']!r}: Megatron's _eval_pattern accepts only "
-            "digits, commas, brackets, parentheses, + and * (no spaces) and raises 'Invalid pattern' (arguments.py).",
-            "Remove the spaces (or other characters) from the pattern.")
+        out.append(Violation("delay-wgrad-needs-ep-overlap", "--delay-wgrad-compute needs "
+                             "--overlap-moe-expert-parallel-comm (TransformerConfig)."))
     return out
+
+
+def _router_topk1(f: _Flags) -> list[Violation]:
+    """router-topk1-pre-softmax: top-1 softmax routing needs --moe-router-pre-softmax
+    (TransformerConfig.__post_init__)."""
+    v = f.v
+    if not (v.get("num_experts") and _int(v, "moe_router_topk", 2) == 1
+            and (v.get("moe_router_score_function") or "softmax") == "softmax" and not v.get("moe_router_pre_softmax")
+            and v.get("moe_router_load_balancing_type") not in ("sinkhorn", ["sinkhorn"])):
+        return []
+    return [Violation("router-topk1-pre-softmax",
+                      "Top-1 softmax routing needs --moe-router-pre-softmax (TransformerConfig).")]
+
+
+def _hierarchical_cp(f: _Flags) -> list[Violation]:
+    """hierarchical-cp: a2a+p2p context parallelism needs hierarchical sizes multiplying to CP
+    (validate_args)."""
+    v = f.v
+    hier = v.get("hierarchical_context_parallel_sizes")
+    if "a2a+p2p" in (v.get("cp_comm_type") or ["p2p"]) and not hier:
+        return [Violation("hierarchical-cp",
+                          "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (validate_args).")]
+    if not hier:
+        return []
+    prod = 1
+    for x in hier:
+        prod *= int_value("--hierarchical-context-parallel-sizes", x)
+    if prod == f.cp:
+        return []
+    return [Violation("hierarchical-cp",
+                      f"--hierarchical-context-parallel-sizes multiply to {prod}, not CP={f.cp} (validate_args).")]
+
+
+def _expert_dp_order(f: _Flags) -> list[Violation]:
+    """expert-dp-order: with --use-tp-pp-dp-mapping and PP > 1 expert-DP equals DP
+    (parallel_state.initialize_model_parallel, megatron/core/parallel_state.py)."""
+    v, tp, pp, cp = f.v, f.tp, f.pp, f.cp
+    world = f.args.job.get("gpus")
+    if not (v.get("use_tp_pp_dp_mapping") and pp > 1 and world and v.get("num_experts")):
+        return []
+    etp = _int(v, "expert_tensor_parallel_size", tp)
+    ep = _int(v, "expert_model_parallel_size", 1)
+    if world % (tp * pp * cp) or world % (etp * ep * pp):
+        return []
+    dp, edp = world // (tp * pp * cp), world // (etp * ep * pp)
+    if dp == edp:
+        return []
+    return [Violation("expert-dp-order", f"--use-tp-pp-dp-mapping with PP={pp}: expert-DP {edp} must equal DP {dp} "
+                      "(initialize_model_parallel).")]
+
+
+def _mla_gqa(f: _Flags) -> list[Violation]:
+    """mla-gqa-exclusive: --multi-latent-attention excludes --group-query-attention (validate_args)."""
+    if not (f.v.get("multi_latent_attention") and f.v.get("group_query_attention")):
+        return []
+    return [Violation("mla-gqa-exclusive", "--multi-latent-attention excludes --group-query-attention (validate_args).")]
+
+
+def _moe_layer_freq(f: _Flags) -> list[Violation]:
+    """moe-layer-freq-syntax: Megatron's _eval_pattern (megatron/training/arguments.py) accepts only
+    ,0-9[]()+* in a --moe-layer-freq pattern."""
+    v = f.v
+    if not (v.get("num_experts") and pattern_has_foreign_chars(str(v.get("moe_layer_freq", "")))):
+        return []
+    return [Violation("moe-layer-freq-syntax", f"--moe-layer-freq {v['moe_layer_freq']!r}: Megatron's _eval_pattern "
+                      "accepts only digits, commas, brackets, parentheses, + and * (no spaces) and raises 'Invalid "
+                      "pattern' (arguments.py).", "Remove the spaces (or other characters) from the pattern.")]
+
+
+ARGS_CHECKS: tuple[Callable[[_Flags], list[Violation]], ...] = (
+    _argparse, _cross_entropy_te_fusion, _vpp_args, _stage_counts, _overlap_param_gather, _optimizer_offload,
+    _precision_aware, _recompute, _tensor_parallel_extras, _megatron_fsdp, _cuda_device_max_connections,
+    _fine_grained_offload, _cpu_offloading_layers, _moe_dispatch, _router_topk1, _hierarchical_cp,
+    _expert_dp_order, _mla_gqa, _moe_layer_freq,
+)
+"""Megatron's command-line rules, the parser's own refusals first, in the order they are reported."""
+
+
+def args_violations(args: MegatronArgs, hw=None) -> list[Violation]:
+    """Start-up checks on the flags themselves (what planner never emits but a hand-written
+    script can contain). ``hw`` enables the environment checks that depend on the GPU."""
+    flags = _Flags.of(args, hw)
+    return [v for check in ARGS_CHECKS for v in check(flags)]
 
 
 def args_flag(args: MegatronArgs, dest: str) -> str:

@@ -6,6 +6,8 @@ and ``Trainer.__init__`` in torchtitan/trainer.py). The shared model-shape rules
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planner.errors import Violation
@@ -105,44 +107,73 @@ def own_violations(checked: Checked, torchtitan_config: str | None = None) -> li
                            torchtitan_config=torchtitan_config)
 
 
-def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees,
-                          *, torchtitan_config: str | None = None) -> list[Violation]:
-    """What torchtitan 0.3.0 cannot express or rejects (plan must be canonical)."""
-    out: list[Violation] = []
-    cfg = torchtitan_config_for(model, torchtitan_config)
-    custom = torchtitan_config is not None
+@dataclass(frozen=True)
+class _Case:
+    """A plan as torchtitan's rules read it: ``cfg`` the config_registry function that builds the
+    model (None: none known), ``custom`` whether the user named it (--torchtitan-config), so the
+    rules on what the catalog's functions build do not apply."""
+
+    model: ModelSpec
+    job: Job
+    plan: Plan
+    deg: Degrees
+    cfg: tuple[str, str] | None
+    custom: bool
+
+
+# torchtitan's plan rules, one function per rule or per coherent group, in the order their
+# violations are reported; plan_violations runs PLAN_CHECKS in order.
+
+
+def _config_function(c: _Case) -> list[Violation]:
+    """torchtitan-model, torchtitan-mtp: a config_registry function (models/<module>/config_registry.py)
+    builds this model, with its MTP modules (model_registry's num_mtp_layers)."""
+    model, cfg = c.model, c.cfg
     if cfg is None:
-        out.append(Violation(
+        return [Violation(
             "torchtitan-model",
             f"torchtitan 0.3.0 ships no config_registry function for {model.name}.",
             hint="Write one (a function returning Trainer.Config with model_registry(...)) and pass "
             "--torchtitan-config MODULE:FUNCTION.",
-        ))
-    elif not custom and (edits := catalog_edits(model)):
-        out.append(Violation(
+        )]
+    if not c.custom and (edits := catalog_edits(model)):
+        return [Violation(
             "torchtitan-model",
             f"torchtitan's {cfg[0]}.{cfg[1]} builds the catalog's {model.name}, and this model differs from it ("
             + "; ".join(edits) + "): the launch would train the catalog model.",
             hint="Pass --torchtitan-config MODULE:FUNCTION naming a function that builds this model, or export "
             "--format megatron, whose flags state the architecture.",
-        ))
-    elif model.mtp_layers and not custom and cfg[1] not in TORCHTITAN_MTP_CONFIGS:
-        out.append(Violation(
+        )]
+    if model.mtp_layers and not c.custom and cfg[1] not in TORCHTITAN_MTP_CONFIGS:
+        return [Violation(
             "torchtitan-mtp",
             f"torchtitan's {cfg[0]}.{cfg[1]} builds no MTP module, while {model.name} has {model.mtp_layers}; "
             "the number of MTP layers is a model_registry() argument, not a command-line option.",
             hint="Pass --torchtitan-config MODULE:FUNCTION naming a function that calls "
             "model_registry(..., num_mtp_layers=N).",
-        ))
-    if model.is_moe and deg.etp != 1:
-        out.append(Violation(
-            "torchtitan-etp",
-            f"etp={deg.etp}: torchtitan 0.3.0 has no expert tensor parallelism (expert_tensor_parallel_degree "
-            "was removed; EP borrows ranks from FSDP and TP, experts are never TP-sharded).",
-            hint="Set etp=1.",
-        ))
+        )]
+    return []
+
+
+def _etp(c: _Case) -> list[Violation]:
+    """torchtitan-etp: torchtitan 0.3.0 has no expert tensor parallelism (ParallelDims,
+    torchtitan/distributed/parallel_dims.py: EP borrows ranks from FSDP and TP)."""
+    if not (c.model.is_moe and c.deg.etp != 1):
+        return []
+    return [Violation(
+        "torchtitan-etp",
+        f"etp={c.deg.etp}: torchtitan 0.3.0 has no expert tensor parallelism (expert_tensor_parallel_degree "
+        "was removed; EP borrows ranks from FSDP and TP, experts are never TP-sharded).",
+        hint="Set etp=1.",
+    )]
+
+
+def _sharding(c: _Case) -> list[Violation]:
+    """torchtitan-sharding, torchtitan-hsdp, torchtitan-ep-grid: FSDP2 only, and the meshes
+    ParallelDims builds (dp_shard*cp the FSDP group, efsdp*ep over dp_shard*cp*tp)."""
+    plan, deg, sh = c.plan, c.deg, c.plan.sharding
     dims = torchtitan_dims(plan, deg)
-    sh = plan.sharding
+    out: list[Violation] = []
     if sh.kind == "dist_opt":
         out.append(Violation(
             "torchtitan-sharding",
@@ -156,13 +187,31 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             f"hsdp:{sh.group} with cp={deg.cp} and dp={deg.dp}: torchtitan's FSDP group is dp_shard*cp, so "
             "N must be a multiple of cp and dp a multiple of N/cp.",
         ))
-    elif model.is_moe and deg.ep > 1 and (dims["dp_shard"] * deg.cp * deg.tp) % deg.ep:
+    elif c.model.is_moe and deg.ep > 1 and (dims["dp_shard"] * deg.cp * deg.tp) % deg.ep:
         out.append(Violation(
             "torchtitan-ep-grid",
             f"ep={deg.ep} does not divide dp_shard*cp*tp = {dims['dp_shard']}*{deg.cp}*{deg.tp}: torchtitan's "
             "expert mesh is efsdp*ep over the same ranks (ParallelDims).",
         ))
-    rc = plan.recompute
+    return out
+
+
+def _most_layers_per_stage(c: _Case) -> int:
+    """The most decoder layers a pipeline stage holds (0 where the layout does not build: the shared
+    rules report that)."""
+    plan = c.plan
+    try:
+        return max(s.num_layers for s in build_layout(c.model, plan.pp, plan.vpp, plan.layout, plan.schedule_record).stages)
+    except Exception:
+        return 0
+
+
+def _recompute(c: _Case) -> list[Violation]:
+    """torchtitan-recompute-modules, torchtitan-recompute-layers, torchtitan-stage-recompute:
+    activation_checkpoint's modes (torchtitan/distributed/activation_checkpoint.py): selective is
+    per-op, full recomputes every layer, neither takes per-stage counts."""
+    plan, rc = c.plan, c.plan.recompute
+    out: list[Violation] = []
     if rc.kind == "selective":
         out.append(Violation(
             "torchtitan-recompute-modules",
@@ -170,31 +219,40 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "matmul outputs), not Megatron's module list.",
             hint="Use recompute=op (torchtitan's per-op selective AC), none or full.",
         ))
-    elif rc.kind == "full" and rc.layers is not None:
-        try:
-            most = max(s.num_layers for s in build_layout(model, plan.pp, plan.vpp, plan.layout, plan.schedule_record).stages)
-        except Exception:
-            most = 0
-        if rc.layers < most:
-            out.append(Violation(
-                "torchtitan-recompute-layers",
-                f"recompute=full:{rc.layers}: torchtitan's activation_checkpoint:full recomputes every "
-                "layer; it has no per-stage layer count.",
-                hint="Use recompute=full.",
-            ))
+    elif rc.kind == "full" and rc.layers is not None and rc.layers < _most_layers_per_stage(c):
+        out.append(Violation(
+            "torchtitan-recompute-layers",
+            f"recompute=full:{rc.layers}: torchtitan's activation_checkpoint:full recomputes every "
+            "layer; it has no per-stage layer count.",
+            hint="Use recompute=full.",
+        ))
     if plan.stage_recompute:
         out.append(Violation(
             "torchtitan-stage-recompute",
             f"stage_recompute={plan.stage_recompute} has no torchtitan option.",
         ))
-    if plan.offload.optimizer or plan.offload.activations:
-        out.append(Violation(
-            "torchtitan-offload",
-            f"offload={plan.offload}: torchtitan's training.enable_cpu_offload moves parameters, gradients "
-            "and optimizer state together (FSDP CPU offload), and it has no activation offload.",
-        ))
-    precision = plan.precision  # the plan is canonical: its precision is explicit
-    if precision == "fp8" and not custom:
+    return out
+
+
+def _offload(c: _Case) -> list[Violation]:
+    """torchtitan-offload: training.enable_cpu_offload (torchtitan/trainer.py) offloads parameters,
+    gradients and optimizer state together; there is no activation offload."""
+    plan = c.plan
+    if not (plan.offload.optimizer or plan.offload.activations):
+        return []
+    return [Violation(
+        "torchtitan-offload",
+        f"offload={plan.offload}: torchtitan's training.enable_cpu_offload moves parameters, gradients "
+        "and optimizer state together (FSDP CPU offload), and it has no activation offload.",
+    )]
+
+
+def _precision(c: _Case) -> list[Violation]:
+    """torchtitan-fp8, torchtitan-precision: Float8/MXFP8 are model converters a config_registry
+    function applies (model_registry converters), not a command-line option."""
+    cfg, out = c.cfg, []
+    precision = c.plan.precision  # the plan is canonical: its precision is explicit
+    if precision == "fp8" and not c.custom:
         out.append(Violation(
             "torchtitan-fp8",
             "precision=fp8: torchtitan 0.3.0 applies Float8/MXFP8 as model converters inside a "
@@ -202,13 +260,21 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             hint="Pass --torchtitan-config MODULE:FUNCTION naming a function with the converters "
             "(e.g. deepseek_v3.deepseek_v3_671b_float8).",
         ))
-    if precision != "fp8" and cfg is not None and not custom and cfg[1] in TORCHTITAN_FP8_CONFIGS:
+    if precision != "fp8" and cfg is not None and not c.custom and cfg[1] in TORCHTITAN_FP8_CONFIGS:
         out.append(Violation(
             "torchtitan-precision",
             f"torchtitan's {cfg[0]}.{cfg[1]} applies Float8LinearConverter to the model, so it trains in "
             f"float8, while the plan is {precision}.",
             hint="Pass --torchtitan-config MODULE:FUNCTION naming a function without the converters.",
         ))
+    return out
+
+
+def _communication(c: _Case) -> list[Violation]:
+    """torchtitan-grad-reduce (training.mixed_precision_reduce: float32 only), torchtitan-param-gather
+    (the Float8 converter's enable_fsdp_float8_all_gather), torchtitan-dispatcher
+    (model_registry(moe_comm_backend=...))."""
+    plan, out = c.plan, []
     if plan.grad_reduce == "bf16":
         out.append(Violation(
             "torchtitan-grad-reduce",
@@ -216,35 +282,66 @@ def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
             "(training.mixed_precision_reduce accepts 'float32').",
             hint="Set grad_reduce=fp32.",
         ))
-    if plan.param_gather == "fp8" and not custom:
+    if plan.param_gather == "fp8" and not c.custom:
         out.append(Violation(
             "torchtitan-param-gather",
             "param_gather=fp8: torchtitan gathers Float8 weights through the Float8 converter's "
             "enable_fsdp_float8_all_gather, set in a config_registry function, not on the command line.",
             hint="Pass --torchtitan-config MODULE:FUNCTION naming such a function, or set param_gather=bf16.",
         ))
-    if model.is_moe and deg.ep > 1 and plan.dispatcher in ("deepep", "hybridep") and not custom:
+    if c.model.is_moe and c.deg.ep > 1 and plan.dispatcher in ("deepep", "hybridep") and not c.custom:
         out.append(Violation(
             "torchtitan-dispatcher",
             f"dispatcher={plan.dispatcher}: torchtitan selects DeepEP/HybridEP with "
             "model_registry(moe_comm_backend=...) in a config_registry function, not on the command line.",
             hint="Use dispatcher=alltoall, or pass --torchtitan-config with such a function.",
         ))
-    out += _schedule_violations(plan)
-    if plan.ep_overlap:
-        out.append(Violation(
-            "torchtitan-ep-overlap",
-            "ep_overlap=on: torchtitan 0.3.0 has no EP all-to-all/compute overlap schedule.",
-            hint="Set ep_overlap=off.",
-        ))
-    divisor = deg.tp * (2 * deg.cp if deg.cp > 1 else 1)
-    if job.seq_len % divisor:
-        out.append(Violation(
-            "torchtitan-seq-divisor",
-            f"seq_len {job.seq_len} is not divisible by tp*2cp = {divisor} (torchtitan Trainer: "
-            "sequence/context-parallel evenness).",
-        ))
     return out
+
+
+def _schedule(c: _Case) -> list[Violation]:
+    """torchtitan-schedule, torchtitan-stages-per-rank (distributed/pipeline_parallel.py): see
+    _schedule_violations."""
+    return _schedule_violations(c.plan)
+
+
+def _ep_overlap(c: _Case) -> list[Violation]:
+    """torchtitan-ep-overlap: torchtitan 0.3.0 has no EP all-to-all/compute overlap schedule."""
+    if not c.plan.ep_overlap:
+        return []
+    return [Violation(
+        "torchtitan-ep-overlap",
+        "ep_overlap=on: torchtitan 0.3.0 has no EP all-to-all/compute overlap schedule.",
+        hint="Set ep_overlap=off.",
+    )]
+
+
+def _seq_divisor(c: _Case) -> list[Violation]:
+    """torchtitan-seq-divisor: seq % (tp * 2cp) == 0 (Trainer, torchtitan/trainer.py:
+    sequence/context-parallel evenness)."""
+    deg, seq = c.deg, c.job.seq_len
+    divisor = deg.tp * (2 * deg.cp if deg.cp > 1 else 1)
+    if not seq % divisor:
+        return []
+    return [Violation(
+        "torchtitan-seq-divisor",
+        f"seq_len {seq} is not divisible by tp*2cp = {divisor} (torchtitan Trainer: "
+        "sequence/context-parallel evenness).",
+    )]
+
+
+PLAN_CHECKS: tuple[Callable[[_Case], list[Violation]], ...] = (
+    _config_function, _etp, _sharding, _recompute, _offload, _precision, _communication, _schedule, _ep_overlap,
+    _seq_divisor,
+)
+"""torchtitan's plan rules in the order their violations are reported."""
+
+
+def plan_violations(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees,
+                          *, torchtitan_config: str | None = None) -> list[Violation]:
+    """What torchtitan 0.3.0 cannot express or rejects (plan must be canonical)."""
+    case = _Case(model, job, plan, deg, torchtitan_config_for(model, torchtitan_config), torchtitan_config is not None)
+    return [v for check in PLAN_CHECKS for v in check(case)]
 
 
 TORCHTITAN_SCHEDULES = {s.name: s.torchtitan for s in REGISTRY if s.torchtitan is not None}
