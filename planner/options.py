@@ -268,8 +268,19 @@ def resolve_specs(model, hw, args: JobArgs, model_set: list[str] | tuple[str, ..
 
 
 @dataclass(frozen=True)
+class ReadLaunch:
+    """A launch read back: its launcher's registry record (planner.launchers.registry.Launcher,
+    whose ``reads`` hooks know its files) and what its reader returned (a ScriptJob, BridgeJob,
+    TorchtitanJob, ...)."""
+
+    launcher: Any
+    job: Any
+
+
+@dataclass(frozen=True)
 class PlanSource:
-    """A plan and what it runs on, from --plan, --from (a saved search) or --megatron-args."""
+    """A plan and what it runs on, from --plan, --from (a saved search) or a launch (--launch,
+    --megatron-args, --bridge, --torchtitan)."""
 
     model: Any
     hw: Any
@@ -277,16 +288,11 @@ class PlanSource:
     plan: Any
     saved: Any = None
     """The saved search's entry (planner.launchers.common.SavedPlan) with --from."""
-    script: Any = None
-    """What the launch script said (planner.launchers.megatron.read.ScriptJob) with --megatron-args."""
-    bridge: Any = None
-    """What the Megatron-Bridge launch said (planner.launchers.bridge.read.BridgeJob) with --bridge."""
-    torchtitan: Any = None
-    """What the torchtitan job said (planner.launchers.torchtitan.read.TorchtitanJob) with --torchtitan."""
+    launch: ReadLaunch | None = None
+    """The launch read back, with its launcher's record."""
     provenance: dict = dataclasses.field(default_factory=dict)
     """Where the model, hardware and job came from, as words ('--hw', 'launch header', ...): check
     and explain report them, so that no default is taken unseen."""
-
 
 
 def _read_launch(reader, path, model, hw, args, script_env, script_args, **extra):
@@ -302,41 +308,60 @@ def _read_launch(reader, path, model, hw, args, script_env, script_args, **extra
     return read
 
 
+def _launch_given(launch: Path | None, launch_format: str | None, aliases: dict[str, Path | None]):
+    """(option as given, file, launcher record) of the one launch given, or None: ``--launch FILE``
+    (its format sniffed, or --launch-format), or a launcher's own option (--megatron-args FILE is
+    --launch FILE --launch-format megatron)."""
+    if launch_format is not None and launch is None:
+        raise PlannerError("--launch-format names the format of a --launch file, but no --launch is given.",
+                           hint="Add --launch FILE, or leave --launch-format out.")
+    named = [(opt, path) for opt, path in aliases.items() if path is not None]
+    if launch is None and not named:
+        return None
+    from planner.launchers import registry  # noqa: PLC0415
+
+    if launch is not None:
+        return "--launch", launch, registry.launch_launcher(launch, launch_format)
+    opt, path = named[0]
+    return opt, path, next(x for x in registry.readable() if x.reads.option == opt)
+
+
 def plan_source(*, plan: str | None, from_file: Path | None = None, rank: int = 1, megatron_args: Path | None = None,
                 script_env=None, script_args=None, model: str | None, hw: str | None, args: JobArgs,
                 command: str, model_set: list[str] | None = None, bridge: Path | None = None,
-                torchtitan: Path | None = None) -> PlanSource:
+                torchtitan: Path | None = None, launch: Path | None = None,
+                launch_format: str | None = None) -> PlanSource:
     """Read exactly one plan source and resolve it against its model (with the --set overrides),
-    hardware and job."""
-    given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--megatron-args", megatron_args),
-                                  ("--bridge", bridge), ("--torchtitan", torchtitan)) if v is not None]
+    hardware and job. A launch is read by its launcher's registry record (``reads``): --launch
+    FILE finds it by the file's text; --megatron-args, --bridge and --torchtitan name it."""
+    aliases = {"--megatron-args": megatron_args, "--bridge": bridge, "--torchtitan": torchtitan}
+    given = [name for name, v in (("--plan", plan), ("--from", from_file), ("--launch", launch), *aliases.items())
+             if v is not None]
     allowed = "--plan \"tp=..,pp=..\", --from plans.json --rank K" + (
-        ", --megatron-args FILE, --bridge FILE or --torchtitan FILE"
-                                                                     if command in ("explain", "check") else "")
+        ", --launch FILE, --megatron-args FILE, --bridge FILE or --torchtitan FILE"
+        if command in ("explain", "check") else "")
     if len(given) != 1:
         raise PlannerError(f"{command} needs exactly one plan source" + (f", got {' and '.join(given)}" if given else "")
                            + ".", hint=f"Give {allowed}.")
-    if model_set and (bridge is not None or torchtitan is not None):
-        raise PlannerError(f"--set does not apply to {given[0]} yet: the model overrides reach --plan, --from and "
-                           "--megatron-args.", hint="Edit the model in the launch (or a model file it names) instead.")
-    if torchtitan is not None:
-        from planner.launchers.torchtitan.read import job_from_torchtitan  # noqa: PLC0415
+    read_launch = _launch_given(launch, launch_format, aliases)
+    if read_launch is not None:
+        opt, path, launcher = read_launch
+        reads = launcher.reads
+        if model_set and not reads.model_set:
+            from planner.launchers import registry  # noqa: PLC0415
 
-        tj = _read_launch(job_from_torchtitan, torchtitan, model, hw, args, script_env, script_args)
-        return PlanSource(tj.model, tj.hardware, tj.job, tj.plan, torchtitan=tj,
-                          provenance=_launch_provenance(tj, args))
-    if bridge is not None:
-        from planner.launchers.bridge.read import job_from_bridge  # noqa: PLC0415
+            takes = " and ".join(x.reads.option for x in registry.readable() if x.reads.model_set)
+            what = opt if opt != "--launch" else f"--launch ({launcher.label})"
+            raise PlannerError(f"--set does not apply to {what} yet: the model overrides reach --plan, --from and "
+                               f"{takes}.", hint="Edit the model in the launch (or a model file it names) instead.")
+        extra = {}
+        if reads.model_set:
+            from planner.specs.overrides import parse_set_items  # noqa: PLC0415
 
-        bj = _read_launch(job_from_bridge, bridge, model, hw, args, script_env, script_args)
-        return PlanSource(bj.model, bj.hardware, bj.job, bj.plan, bridge=bj, provenance=_launch_provenance(bj, args))
-    if megatron_args is not None:
-        from planner.launchers.megatron.read import job_from_script  # noqa: PLC0415
-        from planner.specs.overrides import parse_set_items  # noqa: PLC0415
-
-        sj = _read_launch(job_from_script, megatron_args, model, hw, args, script_env, script_args,
-                          model_overrides=parse_set_items(model_set))
-        return PlanSource(sj.model, sj.hardware, sj.job, sj.plan, script=sj, provenance=_launch_provenance(sj, args))
+            extra["model_overrides"] = parse_set_items(model_set)
+        lj = _read_launch(reads.reader, path, model, hw, args, script_env, script_args, **extra)
+        return PlanSource(lj.model, lj.hardware, lj.job, lj.plan, launch=ReadLaunch(launcher, lj),
+                          provenance=_launch_provenance(lj, args))
     saved = None
     given_args, given_model, given_hw = args, model, hw  # before a saved search fills them in
     if from_file is not None:
@@ -421,11 +446,10 @@ def saved_assumptions(saved, from_file):
 
 
 def launch_assumptions(src: PlanSource, base, from_file=None):
-    """``base`` (what the command line gave) with the Assumptions a read launch sets: a Megatron
-    script's flags (planner.launchers.megatron.read.assumptions_from_flags: FP8 recipe, CUDA graphs,
-    TE operation fuser) or a Bridge launch's matching fields (planner.launchers.bridge.read
-    .launch_assumptions, FP8 attention too) or a torchtitan job's torchao float8 recipe
-    (planner.launchers.torchtitan.read.launch_assumptions); ``base`` as it is for a plan string.
+    """``base`` (what the command line gave) with the Assumptions a read launch sets (its
+    launcher's ``reads.assumptions``: a Megatron script's flags, FP8 recipe, CUDA graphs, TE
+    operation fuser, allocator; a Bridge launch's matching fields, FP8 attention too; a torchtitan
+    job's torchao float8 recipe); ``base`` as it is for a plan string.
     With --from (``from_file``), the saved search's own assumptions, under what the command line
     sets away from the defaults. The one route explain and check both take."""
     saved = saved_assumptions(src.saved, from_file)
@@ -433,20 +457,8 @@ def launch_assumptions(src: PlanSource, base, from_file=None):
         defaults = type(base)()
         given = {k: getattr(base, k) for k in type(base).model_fields if getattr(base, k) != getattr(defaults, k)}
         return saved.model_copy(update=given)
-    if src.script is not None:
-        from planner.launchers.megatron.read import assumptions_from_flags  # noqa: PLC0415
-
-        from planner.launchers.allocator_env import expandable_from_env  # noqa: PLC0415
-
-        update = assumptions_from_flags(src.script.args.values)
-        expandable = expandable_from_env(src.script.args.env)  # PYTORCH_CUDA_ALLOC_CONF in the script
-        if expandable is not None:
-            update = {**update, "expandable_segments": expandable}
-        return base.model_copy(update=update)
-    if src.bridge is not None:
-        return base.model_copy(update=src.bridge.assumptions)
-    if src.torchtitan is not None:
-        return base.model_copy(update=src.torchtitan.assumptions)
+    if src.launch is not None:
+        return base.model_copy(update=src.launch.launcher.reads.assumptions(src.launch.job))
     return base
 
 

@@ -9,7 +9,10 @@ from typing import Annotated
 import typer
 
 from planner.cli import app
-from planner.commands.export import BridgeFileOpt, FromOpt, TorchtitanFileOpt, HwOptional, ModelOptional, PlanOptional, ScriptArgsOpt, ScriptEnvOpt
+from planner.commands.export import (
+    BridgeFileOpt, FromOpt, HwOptional, LaunchFileOpt, LaunchFormatOpt, ModelOptional, PlanOptional, ScriptArgsOpt,
+    ScriptEnvOpt, TorchtitanFileOpt,
+)
 from planner.options import (
     CalibrationOpt, DomainFillOpt, ExpandableOpt, GlobalBatchOpt, GpusOpt, ImplOpt, JobArgs, JobFileOpt, JsonOpt, MarkdownOpt, MemoryMarginOpt,
     PrecisionOpt, RoutingOpt, SeqLenOpt, SetOpt, SoftwareOpt, build_assumptions, launch_assumptions, plan_source, print_json,
@@ -37,6 +40,8 @@ def explain_cmd(
     calibration: CalibrationOpt = None,
     expandable_segments: ExpandableOpt = None,
     software: SoftwareOpt = None,
+    launch: LaunchFileOpt = None,
+    launch_format: LaunchFormatOpt = None,
     megatron_args: Annotated[Path | None, typer.Option("--megatron-args", help="Read the plan (and job) from a Megatron-LM launch script or argument file.")] = None,
     bridge: BridgeFileOpt = None,
     torchtitan: TorchtitanFileOpt = None,
@@ -54,6 +59,7 @@ def explain_cmd(
     with rule_failures_exit(1):
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
                           script_args=script_args, model=model, hw=hw, command="explain", bridge=bridge, torchtitan=torchtitan,
+                          launch=launch, launch_format=launch_format,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin),
                           model_set=model_set)
         assumptions = launch_assumptions(src, build_assumptions(routing_imbalance, implementation, calibration), from_file)
@@ -73,8 +79,7 @@ def explain_cmd(
     # for the launcher it was read from, or for every launcher when it was given as a plan.
     from planner.launchers import registry
 
-    read = "torchtitan" if torchtitan is not None else "bridge" if bridge else "megatron" if megatron_args else None
-    target = registry.launcher(read).rules_of if read is not None else registry.ANY
+    target = src.launch.launcher.rules_of if src.launch is not None else registry.ANY
     result["risks"] = [r.to_json() for r in plan_risks(src.model, setup.plan, target)]
     if software_rec is not None:
         result["software"] = software_rec
@@ -99,7 +104,7 @@ def _software(src, given: str | None) -> dict | None:
     """The release explain prices the plan for, when one is named (--software, the saved search's,
     or a read launch's): a plan lever it lacks is refused as check refuses it (exit 1). A plan
     string without --software names none, and explain prices it as before."""
-    read = (src.script or src.bridge or src.torchtitan) is not None
+    read = src.launch is not None
     saved = src.saved.software if src.saved is not None else None
     if given is None and saved is None and not read:
         return None
@@ -107,7 +112,7 @@ def _software(src, given: str | None) -> dict | None:
     from planner.rules import violations_error
     from planner.specs.software import software_violations
 
-    target = "torchtitan" if src.torchtitan is not None else "megatron"
+    target = src.launch.launcher.rules_of if src.launch is not None else "megatron"
     if not read:
         # A plan from a saved search (or a plan string with --software) is checked for the launcher
         # of the release it names: a torchtitan search's plans are torchtitan plans.
@@ -139,8 +144,9 @@ def _evaluate(setup, src, top, plot) -> tuple[dict, object]:
 
     attach_band(result, setup)
     mem.add_reserved_json(result["memory"])
-    if src.script is not None and src.script.args.unknown_flags:
-        result["unknown_megatron_flags"] = list(src.script.args.unknown_flags)
+    reads = src.launch.launcher.reads if src.launch is not None else None
+    if reads is not None and reads.explain is not None:
+        result.update(reads.explain(src.launch.job))
     if top is not None:
         result["versus_top_plan"] = _versus(result, top)
     if plot is not None:

@@ -30,6 +30,12 @@ BridgeFileOpt = Annotated[Path | None, typer.Option(
 TorchtitanFileOpt = Annotated[Path | None, typer.Option(
     "--torchtitan", help="A torchtitan job to read back: a TOML job file (torchtitan <= 0.2.2), or a 0.3.0 launch script "
     "or argument list (--module M --config F with overrides).")]
+LaunchFileOpt = Annotated[Path | None, typer.Option(
+    "--launch", help="A launch to read back, its launcher found from the file (a Megatron-LM script or argument list, "
+    "a Megatron-Bridge launch, a torchtitan job; see --launch-format).")]
+LaunchFormatOpt = Annotated[str | None, typer.Option(
+    "--launch-format", help="The launcher of the --launch file when planner cannot tell or should not guess: "
+    "megatron, bridge or torchtitan (each also has its own option: --megatron-args, --bridge, --torchtitan).")]
 ScriptEnvOpt = Annotated[list[str] | None, typer.Option(
     "--script-env", help="NAME=VALUE the --megatron-args script finds in its environment (repeatable).")]
 ScriptArgsOpt = Annotated[str | None, typer.Option(
@@ -206,6 +212,8 @@ def check_cmd(
     plan: PlanOptional = None,
     from_file: FromOpt = None,
     rank: RankOpt = 1,
+    launch: LaunchFileOpt = None,
+    launch_format: LaunchFormatOpt = None,
     megatron_args: Annotated[Path | None, typer.Option(
         "--megatron-args", help="An existing Megatron-LM launch script or argument list to read back and check.")] = None,
     bridge: BridgeFileOpt = None,
@@ -215,8 +223,8 @@ def check_cmd(
     model: ModelOptional = None,
     hw: HwOptional = None,
     target: Annotated[str | None, typer.Option(
-        "--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any (default: torchtitan with "
-        "--torchtitan, else megatron).")] = None,
+        "--target", help="Launcher whose start-up checks apply: megatron, torchtitan or any (default: the read "
+        "launch's, torchtitan for a torchtitan job; else megatron).")] = None,
     torchtitan_config: TorchtitanConfigOpt = None,
     gpus: GpusOpt = None,
     global_batch: GlobalBatchOpt = None,
@@ -235,14 +243,15 @@ def check_cmd(
         _check_torchtitan_config(torchtitan_config)
         src = plan_source(plan=plan, from_file=from_file, rank=rank, megatron_args=megatron_args, script_env=script_env,
                           script_args=script_args, model=model, hw=hw, command="check", bridge=bridge, torchtitan=torchtitan,
+                          launch=launch, launch_format=launch_format,
                           args=JobArgs(gpus, global_batch, seq_len, precision, job, domain_fill), model_set=model_set)
         from planner.launchers import registry
 
         names = registry.targets()
         if target is not None and target not in names:
             raise PlannerError(f"Unknown --target '{target}'.", hint="Choose " + ", ".join(names[:-1]) + f" or {names[-1]}.")
-        read = registry.launcher("torchtitan" if torchtitan is not None else "bridge" if bridge is not None
-                                 else "megatron")  # the launch given, whose rules apply by default
+        # The launch's launcher's rules apply by default (a plan's: Megatron's).
+        read = src.launch.launcher if src.launch is not None else registry.launcher("megatron")
         chosen = target or read.rules_of
         report = _check_report(src, chosen, torchtitan_config, software)
     if json:
@@ -261,73 +270,30 @@ def _check_report(src, target: str, torchtitan_config, software: str | None = No
 
     choice = launch_choice(src, target, software)
 
-    read = (src.script or src.bridge or src.torchtitan) is not None
-    canon = src.plan if read else export_canonical(src.plan, src.model, src.hw, src.job)
-    if src.torchtitan is not None and torchtitan_config is None:
-        torchtitan_config = _torchtitan_config_of(src)
+    reads = src.launch.launcher.reads if src.launch is not None else None
+    canon = src.plan if reads is not None else export_canonical(src.plan, src.model, src.hw, src.job)
+    if reads is not None and reads.torchtitan_config is not None and torchtitan_config is None:
+        torchtitan_config = reads.torchtitan_config(src.launch.job, src.model)
     found = launcher_violations(canon, src.model, src.job, target, hw=src.hw, torchtitan_config=torchtitan_config,
                                 software=choice.profile) + choice.violations()
-    if not read and (src.plan.dp is not None or src.plan.edp is not None):
+    if reads is None and (src.plan.dp is not None or src.plan.edp is not None):
         # The canonical plan drops a given dp and edp (plan_source leaves them to this report).
         from planner.rules import Violation
 
         found = [Violation(e.rule, e.message.removeprefix(f"[{e.rule}] "), e.hint) for e in
                  src.plan.degree_errors(src.job.gpus)[0] if e.rule in ("dp-mismatch", "edp-mismatch")] + found
-    if src.torchtitan is not None and src.torchtitan.args.kind == "toml" and target == "torchtitan":
-        from planner.cost.setup import resolve_setup
-        from planner.errors import PlanRuleError
-        from planner.launchers.torchtitan.toml import _REPLACED, toml_violations
-
-        try:
-            found = toml_violations(resolve_setup(src.model, src.hw, src.job, canon))
-        except PlanRuleError:  # a plan resolve_setup refuses: the list above has every rule it breaks
-            found = [v for v in found if v.rule not in _REPLACED]
-        if choice.profile is not None and not any(v.rule == "software-lever" for v in found):
-            from planner.specs.software import software_violations
-
-            found += software_violations(canon, choice.profile, found)
     report = {"model": src.model.name, "hardware": src.hw.name, "job": src.job.model_dump(mode="json", exclude_none=True),
               "plan": canon.to_string(), "target": target,
               "provenance": {**src.provenance, "software": _software_words(choice)}}
     if choice.profile is not None:
         report["software"] = choice.record()
-    if src.script is not None:
-        from planner.launchers.megatron.rules import args_violations
+    if reads is not None and reads.check is not None:
+        # The launch's own fields (source, flags planner does not model, notes) and rules on its text.
+        from planner.launchers.registry import CheckContext
 
-        sj = src.script
-        flag_rules = args_violations(sj.args, sj.hardware)
-        found += [v for v in flag_rules if v.rule != "sequence-parallel-needs-tp"]
-        report.update({
-            "source": str(sj.source), "model_source": sj.model_source,
-            "unknown_flags": sj.args.unknown_flags, "ignored_flags": sj.args.ignored_flags,
-            "unresolved_variables": sj.args.unresolved, "not_run": sj.args.not_run,
-            "notes": sj.notes + [v.message for v in flag_rules if v.rule == "sequence-parallel-needs-tp"],
-            "model_mismatches": sj.mismatches})
-        from planner.launchers.allocator_env import expandable_from_env
-
-        if expandable_from_env(sj.args.env) is not None:  # read back: the reserved estimate below uses it
-            report["expandable_segments"] = expandable_from_env(sj.args.env)
-    if src.bridge is not None:
-        bj = src.bridge
-        a = bj.args
-        report.update({
-            "source": str(bj.source), "model_source": bj.model_source, "launcher": "megatron-bridge",
-            "recipe": a.recipe, "unknown_flags": a.unknown, "ignored_flags": a.ignored,
-            "unresolved_variables": a.unresolved, "not_run": a.not_run, "notes": bj.notes,
-            "recipe_defaults_used": bj.defaults_used})
-        if a.recipe is None and a.kind != "yaml":
-            from planner.rules import Violation
-
-            found.append(Violation("bridge-recipe", "the launch names no recipe (--recipe or --model): run_recipe.py "
-                                   "refuses it.", "Add --recipe RECIPE_FUNCTION."))
-    if src.torchtitan is not None:
-        tj = src.torchtitan
-        a = tj.args
-        report.update({
-            "source": str(tj.source), "model_source": tj.model_source,
-            "launcher": "torchtitan <= 0.2.2 (TOML)" if a.kind == "toml" else "torchtitan 0.3.0",
-            "unknown_flags": a.unknown, "ignored_flags": a.ignored, "unresolved_variables": a.unresolved,
-            "not_run": [], "notes": tj.notes, "defaults_used": tj.defaults_used})
+        fields, found = reads.check(src.launch.job, found, CheckContext(src.model, src.hw, src.job, canon, target,
+                                                                        choice.profile))
+        report.update(fields)
     report["violations"] = [{"rule": v.rule, "message": v.message, "hint": v.hint} for v in found]
     failures = list(report["violations"])
     if not found:
@@ -362,16 +328,6 @@ def _memory_failure(mem: dict) -> dict | None:
                        "would run out of memory.",
             "hint": "'planner explain' with the same arguments shows what fills it; 'planner search' finds plans "
                     "that fit."}
-
-
-def _torchtitan_config_of(src) -> str | None:
-    """The registry function a 0.3.0 launch names, as --torchtitan-config (None: planner's own table's)."""
-    from planner.launchers.torchtitan.rules import torchtitan_config_for
-
-    a = src.torchtitan.args
-    if a.kind != "cli" or not a.module or not a.config:
-        return None
-    return None if torchtitan_config_for(src.model) == (a.module, a.config) else f"{a.module}:{a.config}"
 
 
 def _software_words(choice) -> str:

@@ -13,22 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError, Violation
 from planner.launchers.bridge import rules as bridge_rules
+from planner.launchers.bridge import readback as bridge_readback
 from planner.launchers.bridge.read import job_from_bridge
 from planner.launchers.bridge.recipes import BRIDGE_RELEASE
 from planner.launchers.bridge.write import export_bridge
 from planner.launchers.checks import OwnRules, check_with, violations_with
 from planner.launchers.json_export import export_json
 from planner.launchers.megatron import rules as megatron_rules
+from planner.launchers.megatron import readback as megatron_readback
 from planner.launchers.megatron.read import job_from_script
 from planner.launchers.megatron.write import export_megatron
 from planner.launchers.torchtitan import rules as torchtitan_rules
+from planner.launchers.torchtitan import readback as torchtitan_readback
 from planner.launchers.torchtitan.read import job_from_torchtitan
 from planner.launchers.software import (
-    MEGATRON_FLAG_FEATURES, SoftwareChoice, header_software, read_launch_text, script_flag_violations, script_flags,
+    SoftwareChoice, header_software, read_launch_text, script_flag_violations, script_flags,
 )
 from planner.launchers.torchtitan.toml import TOML_RELEASE, check_toml_release, export_torchtitan_toml
 from planner.launchers.torchtitan.write import export_torchtitan
@@ -77,6 +80,52 @@ class Format:
 
 
 @dataclass(frozen=True)
+class CheckContext:
+    """What ``planner check`` knows of a read launch when a launcher adds its own report fields."""
+
+    model: ModelSpec
+    hw: object
+    job: object
+    plan: Plan
+    """The plan as read (the launcher's own reader canonicalized it)."""
+    target: str
+    profile: SoftwareProfile | None
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """A launcher's launch read back to a job: what ``--launch FILE`` (its launcher found by
+    :func:`sniffed`, or named by ``--launch-format``) and the launcher's own option take.
+
+    ``reader(path, model=, hw=, gpus=, ..., environ=, script_args=)`` returns the read job: an
+    object with ``model``, ``hardware``, ``job``, ``plan``, ``source``, ``model_source``,
+    ``hardware_source`` and ``gpus_source``; every other hook takes that object."""
+
+    reader: Callable[..., Any]
+    option: str
+    """Its own option, kept for compatibility: an alias of ``--launch FILE --launch-format NAME``."""
+    sniff: Callable[[str, str], bool]
+    """(text, file name) -> whether the file is one of its launches (cheap text tests, no parsing)."""
+    title: str
+    """What messages call its files ('Megatron-LM launch scripts and argument lists')."""
+    model_set: bool = False
+    """Whether ``--set`` model overrides reach its reader (``model_overrides=``)."""
+    assumptions: Callable[[Any], dict] = lambda read: dict(getattr(read, "assumptions", {}) or {})
+    """The modeling Assumptions fields the launch sets (FP8 recipe, CUDA graphs, ...)."""
+    check: Callable[[Any, list[Violation], CheckContext], tuple[dict, list[Violation]]] | None = None
+    """check's report fields of the launch (source, unknown flags, notes, ...) and its violations
+    (the list given, with the launcher's own rules on the launch's text added or in place)."""
+    release: Callable[[Any], tuple[str, str] | None] | None = None
+    """The software release the launch runs on when nothing names one: (profile name, why)."""
+    flag_features: Callable[[Any], list[tuple[str, str]]] | None = None
+    """The dated flags the launch sets, (dest, feature): they date its release (Megatron's)."""
+    torchtitan_config: Callable[[Any, ModelSpec], str | None] | None = None
+    """The --torchtitan-config the launch names, for check's torchtitan rules."""
+    explain: Callable[[Any], dict] | None = None
+    """explain's extra JSON fields of the launch (``unknown_megatron_flags``)."""
+
+
+@dataclass(frozen=True)
 class Launcher:
     name: str
     label: str
@@ -86,8 +135,8 @@ class Launcher:
     rules_of: str
     """The searchable launcher whose rules its plans obey (itself, or Megatron for Bridge)."""
     formats: tuple[Format, ...]
-    reader: Callable | None
-    """Its launch read back to a job (what check and explain take with its option)."""
+    reads: ReadBack | None
+    """How check and explain read its launch back (``--launch``, or its own option); None: never."""
     framework: str | None
     """The software framework whose newest release it defaults to (planner/specs/software.py)."""
     schedules: tuple[str, ...] = ()
@@ -111,12 +160,19 @@ LAUNCHERS: tuple[Launcher, ...] = (
              (Format("megatron", lambda s, r: export_megatron(s, predictions=r.predictions,
                                                               nproc_per_node=r.nproc_per_node),
                      written_rules=lambda text, plan, profile: script_flag_violations(text, profile)),),
-             job_from_script, "megatron-core"),
+             ReadBack(job_from_script, "--megatron-args", megatron_readback.sniff,
+                      "Megatron-LM launch scripts and argument lists", model_set=True,
+                      assumptions=megatron_readback.assumptions, check=megatron_readback.check,
+                      flag_features=megatron_readback.flag_features, explain=megatron_readback.explain),
+             "megatron-core"),
     Launcher("bridge", "Megatron-Bridge", megatron_rules.own_violations, "megatron",
              (Format("bridge", lambda s, r: export_bridge(s, predictions=r.predictions, recipe=r.bridge_recipe,
                                                           nproc_per_node=r.nproc_per_node),
                      extra_rules=_bridge_rules, release=BRIDGE_RELEASE),),
-             job_from_bridge, "megatron-bridge"),
+             ReadBack(job_from_bridge, "--bridge", bridge_readback.sniff,
+                      "Megatron-Bridge run_recipe.py launches, KEY=VALUE override lists and ConfigContainer YAML",
+                      check=bridge_readback.check, release=bridge_readback.release),
+             "megatron-bridge"),
     Launcher("torchtitan", "torchtitan", torchtitan_rules.own_violations, "torchtitan",
              (Format("torchtitan", lambda s, r: export_torchtitan(s, predictions=r.predictions,
                                                                   torchtitan_config=r.torchtitan_config,
@@ -125,7 +181,11 @@ LAUNCHERS: tuple[Launcher, ...] = (
                                                                             torchtitan_config=r.torchtitan_config),
                      release=TOML_RELEASE, check_release=check_toml_release, release_in_rules=False,
                      written_rules=_release_lacks)),
-             job_from_torchtitan, "torchtitan", tuple(torchtitan_rules.TORCHTITAN_SCHEDULES)),
+             ReadBack(job_from_torchtitan, "--torchtitan", torchtitan_readback.sniff,
+                      "torchtitan TOML job files and 0.3.0 --module/--config launches or argument lists",
+                      check=torchtitan_readback.check, release=torchtitan_readback.release,
+                      torchtitan_config=torchtitan_readback.torchtitan_config),
+             "torchtitan", tuple(torchtitan_rules.TORCHTITAN_SCHEDULES)),
 )
 
 JSON_FORMAT = Format("json", lambda s, r: export_json(s, predictions=r.predictions,
@@ -211,29 +271,23 @@ def resolve_software(name: str | None, target, saved: str | None = None):
 
 def launch_choice(src, target: str, given: str | None) -> SoftwareChoice:
     """The release for plan source ``src`` (planner.options.PlanSource) checked for ``target``."""
-    needs: list[tuple[str, str]] = []
-    if src.script is not None:
-        values = src.script.args.values or {}
-        needs = [(dest, feature) for dest, feature in MEGATRON_FLAG_FEATURES.items()
-                 if values.get(dest) not in (None, False, [], "")]
+    reads = src.launch.launcher.reads if src.launch is not None else None
+    job = src.launch.job if src.launch is not None else None
+    dating = reads.flag_features if reads is not None else None  # a launch whose flags date its release
+    dated = dating is not None
+    needs: list[tuple[str, str]] = dating(job) if dating is not None else []
     if given is not None or src.saved is not None and src.saved.software:
         profile, origin = resolve_software(given, target, saved=None if given else src.saved.software)
         text = read_launch_text(src)
-        return SoftwareChoice(profile, origin, needs, script_flags(text) if text and src.script is not None else set())
+        return SoftwareChoice(profile, origin, needs, script_flags(text) if text and dated else set())
     text = read_launch_text(src)
-    flags = script_flags(text) if text and src.script is not None else set()
+    flags = script_flags(text) if text and dated else set()
     named = header_software(text) if text else None
+    own = reads.release(job) if reads is not None and reads.release is not None else None
     if named is not None:
         profile, origin = load_software(named), "the launch's planner export header"
-    elif src.bridge is not None:
-        profile, origin = (load_software(BRIDGE_RELEASE),
-                           "a Megatron-Bridge launch: planner reads it as Megatron-Bridge 0.6 (give --software otherwise)")
-    elif src.torchtitan is not None and src.torchtitan.args.kind == "toml":
-        profile, origin = (load_software(TOML_RELEASE),
-                           "a torchtitan TOML job file: the newest such release, torchtitan 0.2.2 (give --software otherwise)")
-    elif src.torchtitan is not None:
-        profile, origin = (load_software("torchtitan-0.3.0"),
-                           "a torchtitan --module/--config launch: torchtitan 0.3.0 (give --software otherwise)")
+    elif own is not None:
+        profile, origin = load_software(own[0]), own[1]
     else:
         profile, origin = resolve_software(None, target)
         if profile is not None and needs:
@@ -271,3 +325,39 @@ def verdicts(setup, torchtitan_config: str | None = None) -> dict[str, list[Viol
     """Per searchable launcher, the rules it would refuse ``setup`` by (empty: its export takes it)."""
     return {x.name: launcher_violations(setup, target=x.name, torchtitan_config=torchtitan_config)
             for x in searchable()}
+
+
+def readable() -> tuple[Launcher, ...]:
+    """The launchers whose launches check and explain read back (``--launch-format``'s values)."""
+    return tuple(x for x in LAUNCHERS if x.reads is not None)
+
+
+def _formats_words() -> str:
+    return "; ".join(f"{x.name}: {x.reads.title} (also {x.reads.option} FILE)" for x in readable() if x.reads)
+
+
+def launch_launcher(path, forced: str | None = None) -> Launcher:
+    """The launcher whose launch the file ``path`` is: the one ``forced`` names (--launch-format),
+    else the one registered launcher whose sniffer recognizes the file's text. None or several is
+    a PlannerError that lists the registered formats."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from planner.files import MAX_SCRIPT_BYTES, read_text  # noqa: PLC0415
+
+    names = [x.name for x in readable()]
+    if forced is not None:
+        found = next((x for x in readable() if x.name == forced), None)
+        if found is None:
+            raise PlannerError(f"--launch-format {forced!r} is not a launch format planner reads.",
+                               hint="Choose " + ", ".join(names) + ".")
+        return found
+    text = read_text(path, "launch", MAX_SCRIPT_BYTES)
+    name = Path(path).name
+    matched = [x for x in readable() if x.reads is not None and x.reads.sniff(text, name)]
+    if len(matched) == 1:
+        return matched[0]
+    what = ("matches none of the launch formats planner reads" if not matched else
+            "looks like more than one launch format: " + " and ".join(x.name for x in matched))
+    raise PlannerError(f"--launch '{path}' {what}. The formats: {_formats_words()}.",
+                       hint="Name its format with --launch-format " + "|".join(names)
+                       + (", or give a launch of one of them." if not matched else "."))

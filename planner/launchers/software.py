@@ -112,9 +112,9 @@ class SoftwareChoice:
 
 def read_launch_text(src) -> str | None:
     """The text of a read launch file (for its header), None where there is none."""
-    read = src.script or src.bridge or src.torchtitan
-    if read is None:
+    if src.launch is None:
         return None
+    read = src.launch.job
     path = Path(str(read.source))
     try:
         return read_text(path, "launch script") if path.is_file() else None
