@@ -133,7 +133,6 @@ LONG_FUNCTIONS_TO_SPLIT = {
     ("planner/launchers/megatron/read.py", "plan_from_megatron_args"),
     ("planner/launchers/bridge/read.py", "plan_values"),
     ("planner/launchers/torchtitan/read.py", "plan_values"),
-    ("planner/launchers/megatron/model.py", "model_hints"),
     ("planner/launchers/bash.py", "_run_cond"),
     ("planner/launchers/bash.py", "_printf"),
 }

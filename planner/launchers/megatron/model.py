@@ -332,7 +332,26 @@ def model_hints(v: dict) -> dict:
     """ModelSpec-shaped facts the flags state (argparse dest -> value, as parse_megatron_argv
     gives them). An architecture flag the command line leaves out reads as Megatron's default (the
     module docstring lists each with its source); the size flags Megatron requires (layers, hidden
-    size, heads) and the vocabulary are absent when absent."""
+    size, heads) and the vocabulary are absent when absent. Each part reads its flags in turn, so a
+    bad value is reported for the same flag whichever parts follow."""
+    h = _size_hints(v)
+    bias = v.get("add_bias_linear", True) is not False  # --disable-bias-linear clears Megatron's default
+    heads = int_value("--num-attention-heads", v.get("num_attention_heads"))
+    hidden = int_value("--hidden-size", v.get("hidden_size"))
+    attention = _attention_hints(v, heads, hidden, bias, h.get("num_layers"))
+    if attention is not None:
+        h["attention"] = attention
+    h["ffn"], ffn = _ffn_hints(v, hidden, bias)
+    if v.get("num_experts"):
+        h["moe"] = _moe_hints(v, ffn, bias, h.get("num_layers"))
+        if h["moe"].get("first_k_dense", 0) == 0 and "layer_pattern" not in h["moe"] and "layer_freq" not in h["moe"]:
+            h["ffn"]["bias"] = False  # no dense MLP to carry the bias: the spec's default
+    return h
+
+
+def _size_hints(v: dict) -> dict[str, Any]:
+    """Sizes, MTP, tied embeddings, norm, positions and dropouts the flags state
+    (arguments.py _add_network_size_args, TransformerConfig defaults)."""
     h: dict[str, Any] = {}
     for dest, key in (("num_layers", "num_layers"), ("hidden_size", "hidden_size"), ("vocab_size", "vocab_size"),
                       ("max_position_embeddings", "max_position_embeddings")):
@@ -347,83 +366,107 @@ def model_hints(v: dict) -> dict:
     h["tie_embeddings"] = not v.get("untie_embeddings_and_output_weights", False)
     # TransformerConfig.normalization defaults to "LayerNorm"; the flag's default is that field's.
     h["norm"] = "rmsnorm" if (v.get("normalization") or "LayerNorm") == "RMSNorm" else "layernorm"
-    mla = bool(v.get("multi_latent_attention"))
-    rope = rope_hints(v, mla)
+    rope = rope_hints(v, bool(v.get("multi_latent_attention")))
     h["position_embedding"] = "rope" if rope is not None else "learned"
     if rope is not None:
         h["rope"] = rope
     for dest in ("attention_dropout", "hidden_dropout"):
         h[dest] = _float_flag(v, dest, 0.1)  # TransformerConfig: hidden_dropout = attention_dropout = 0.1
-    bias = v.get("add_bias_linear", True) is not False  # --disable-bias-linear clears Megatron's default
-    heads = int_value("--num-attention-heads", v.get("num_attention_heads"))
-    hidden = int_value("--hidden-size", v.get("hidden_size"))
-    if mla:
-        h["attention"] = {k: val for k, val in dict(
+    return h
+
+
+def _attention_hints(v: dict, heads: int | None, hidden: int | None, bias: bool,
+                     num_layers: int | None) -> dict[str, Any] | None:
+    """The attention the flags state: MLA with MLATransformerConfig's defaults, else GQA/MHA
+    (--num-query-groups only with --group-query-attention, head dim --kv-channels or hidden/heads);
+    None without --multi-latent-attention or a head count."""
+    if v.get("multi_latent_attention"):
+        return {k: val for k, val in dict(
             kind="mla", num_heads=heads, q_lora_rank=int_value("--q-lora-rank", v.get("q_lora_rank")),
             kv_lora_rank=int_value("--kv-lora-rank", v.get("kv_lora_rank"), 32),
             qk_nope_head_dim=int_value("--qk-head-dim", v.get("qk_head_dim"), 128),
             qk_rope_head_dim=int_value("--qk-pos-emb-head-dim", v.get("qk_pos_emb_head_dim"), 64),
             v_head_dim=int_value("--v-head-dim", v.get("v_head_dim"), 128)).items() if val is not None or k == "q_lora_rank"}
-    elif heads:
-        kv = int_value("--num-query-groups", v.get("num_query_groups"), 1) if v.get("group_query_attention") else heads
-        hd = int_value("--kv-channels", v.get("kv_channels")) or (hidden // heads if hidden else None)
-        h["attention"] = {k: val for k, val in dict(
-            kind="gqa", num_heads=heads, num_kv_heads=kv, head_dim=hd, qk_norm=bool(v.get("qk_layernorm")),
-            qkv_bias=bias or bool(v.get("add_qkv_bias")), output_bias=bias).items() if val is not None}
-        h["attention"].update(_local_attention_hints(v, h.get("num_layers")))
+    if not heads:
+        return None
+    kv = int_value("--num-query-groups", v.get("num_query_groups"), 1) if v.get("group_query_attention") else heads
+    hd = int_value("--kv-channels", v.get("kv_channels")) or (hidden // heads if hidden else None)
+    attention = {k: val for k, val in dict(
+        kind="gqa", num_heads=heads, num_kv_heads=kv, head_dim=hd, qk_norm=bool(v.get("qk_layernorm")),
+        qkv_bias=bias or bool(v.get("add_qkv_bias")), output_bias=bias).items() if val is not None}
+    attention.update(_local_attention_hints(v, num_layers))
+    return attention
+
+
+def _ffn_hints(v: dict, hidden: int | None, bias: bool) -> tuple[dict[str, Any], int | None]:
+    """(the ffn hints, the FFN width) the flags state; the width without --ffn-hidden-size as
+    validate_args sets it."""
     activation, clamp = _activation(v)
     ffn = int_value("--ffn-hidden-size", v.get("ffn_hidden_size"))
     if ffn is None and hidden:
         # validate_args: 4 x hidden, or with --swiglu (only that switch) 8/3 x hidden rounded down to 64
         ffn = int((4 * hidden * 2 / 3) / 64) * 64 if v.get("swiglu") else 4 * hidden
-    h["ffn"] = {"activation": activation, "bias": bias}
+    hints: dict[str, Any] = {"activation": activation, "bias": bias}
     if clamp is not None:
-        h["ffn"]["clamp"] = clamp
+        hints["clamp"] = clamp
     if ffn:
-        h["ffn"]["hidden_size"] = ffn
-    if v.get("num_experts"):
-        E = int_value("--num-experts", v["num_experts"])
-        # TopKRouter gives its gating linear a bias whenever add_bias_linear is on
-        # (megatron/core/transformer/moe/router.py, core_v0.19.0).
-        moe: dict[str, Any] = {"num_experts": E, "top_k": int_value("--moe-router-topk", v.get("moe_router_topk"), 2),
-                               "expert_hidden_size": int_value("--moe-ffn-hidden-size", v.get("moe_ffn_hidden_size")) or ffn,
-                               "expert_bias": bias, "router_linear_bias": bias}
-        shared = int_value("--moe-shared-expert-intermediate-size", v.get("moe_shared_expert_intermediate_size"))
-        if shared:
-            # Megatron builds one shared MLP of this width; planner counts it as n experts of the
-            # routed width where it divides (the width then follows from the count).
-            width = moe["expert_hidden_size"]
-            if width and shared % width == 0:
-                moe["num_shared_experts"] = shared // width
-            else:
-                moe["num_shared_experts"] = 1
-                moe["shared_expert_hidden_size"] = shared
-        freq = parse_moe_layer_freq(str(v.get("moe_layer_freq", "1")), h.get("num_layers"))
-        if isinstance(freq, list):
-            first_dense = next((i for i, x in enumerate(freq) if x), len(freq))
-            rest = freq[first_dense:]
-            if rest and not all(rest):
-                moe["layer_pattern"] = freq  # not first_k_dense + all MoE: every layer's kind (Llama 4 Maverick)
-            else:
-                moe["first_k_dense"] = first_dense
-        elif freq > 1:
-            moe["layer_freq"] = freq
-        if moe.get("first_k_dense", 0) == 0 and "layer_pattern" not in moe and "layer_freq" not in moe:
-            h["ffn"]["bias"] = False  # no dense MLP to carry the bias: the spec's default
-        if v.get("moe_router_score_function"):
-            moe["score_function"] = v["moe_router_score_function"]
-        if v.get("moe_router_enable_expert_bias"):
-            moe["router_bias"] = True
-        if v.get("moe_router_num_groups"):
-            moe["num_groups"] = int_value("--moe-router-num-groups", v["moe_router_num_groups"])
-        if v.get("moe_router_group_topk"):
-            moe["group_top_k"] = int_value("--moe-router-group-topk", v["moe_router_group_topk"])
-        if v.get("moe_router_topk_scaling_factor") is not None:
-            f = _float_flag(v, "moe_router_topk_scaling_factor")
-            if f is not None and f > 0 and f != 1.0:
-                moe["routed_scaling_factor"] = f
-        h["moe"] = moe
-    return h
+        hints["hidden_size"] = ffn
+    return hints, ffn
+
+
+def _moe_hints(v: dict, ffn: int | None, bias: bool, num_layers: int | None) -> dict[str, Any]:
+    """The MoE the flags state (--num-experts given): experts, shared experts, which layers are
+    MoE (--moe-layer-freq) and the router."""
+    # TopKRouter gives its gating linear a bias whenever add_bias_linear is on
+    # (megatron/core/transformer/moe/router.py, core_v0.19.0).
+    moe: dict[str, Any] = {"num_experts": int_value("--num-experts", v["num_experts"]),
+                           "top_k": int_value("--moe-router-topk", v.get("moe_router_topk"), 2),
+                           "expert_hidden_size": int_value("--moe-ffn-hidden-size", v.get("moe_ffn_hidden_size")) or ffn,
+                           "expert_bias": bias, "router_linear_bias": bias}
+    shared = int_value("--moe-shared-expert-intermediate-size", v.get("moe_shared_expert_intermediate_size"))
+    if shared:
+        # Megatron builds one shared MLP of this width; planner counts it as n experts of the
+        # routed width where it divides (the width then follows from the count).
+        width = moe["expert_hidden_size"]
+        if width and shared % width == 0:
+            moe["num_shared_experts"] = shared // width
+        else:
+            moe["num_shared_experts"] = 1
+            moe["shared_expert_hidden_size"] = shared
+    moe.update(_moe_layer_hints(v, num_layers))
+    moe.update(_router_hints(v))
+    return moe
+
+
+def _moe_layer_hints(v: dict, num_layers: int | None) -> dict[str, Any]:
+    """Which layers are MoE, from --moe-layer-freq (arguments.py _eval_pattern): first_k_dense,
+    a per-layer pattern, or every n-th layer."""
+    freq = parse_moe_layer_freq(str(v.get("moe_layer_freq", "1")), num_layers)
+    if isinstance(freq, list):
+        first_dense = next((i for i, x in enumerate(freq) if x), len(freq))
+        rest = freq[first_dense:]
+        if rest and not all(rest):
+            return {"layer_pattern": freq}  # not first_k_dense + all MoE: every layer's kind (Llama 4 Maverick)
+        return {"first_k_dense": first_dense}
+    return {"layer_freq": freq} if freq > 1 else {}
+
+
+def _router_hints(v: dict) -> dict[str, Any]:
+    """The router's score function, expert bias, groups and scaling the --moe-router-* flags state."""
+    moe: dict[str, Any] = {}
+    if v.get("moe_router_score_function"):
+        moe["score_function"] = v["moe_router_score_function"]
+    if v.get("moe_router_enable_expert_bias"):
+        moe["router_bias"] = True
+    if v.get("moe_router_num_groups"):
+        moe["num_groups"] = int_value("--moe-router-num-groups", v["moe_router_num_groups"])
+    if v.get("moe_router_group_topk"):
+        moe["group_top_k"] = int_value("--moe-router-group-topk", v["moe_router_group_topk"])
+    if v.get("moe_router_topk_scaling_factor") is not None:
+        f = _float_flag(v, "moe_router_topk_scaling_factor")
+        if f is not None and f > 0 and f != 1.0:
+            moe["routed_scaling_factor"] = f
+    return moe
 
 
 def _local_attention_hints(v: dict, num_layers: int | None) -> dict:
