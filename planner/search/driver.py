@@ -28,7 +28,7 @@ from planner.search.bnb import BranchAndBound, INF
 from planner.search.cpsat import enumerate_cpsat
 from planner.search.diagnose import diagnose_nothing_fits, no_structure
 from planner.search.exhaustive import best_per_key, group_index_vectors, oracle
-from planner.search.families import arrange, needs_robust_search, pool_size, robust_limits
+from planner.search.families import STABLE_POOL, arrange, needs_robust_search, pool_size, robust_limits
 from planner.search.rulecheck import rule_violations, struct_violations
 from planner.search.space import Limits, Space, build_space, make_plan
 from planner.search.stages import refine
@@ -119,12 +119,12 @@ def run_search(model, hw, job, options: Options | None = None, *, assumptions=No
 
 def _tied_search(model, hw, job, options: Options, assumptions, progress) -> SearchResult:
     """The search with ties and families (planner.search.families.arrange, the one place they are
-    applied): with families it ranks more plans than it shows, so each family has its variants and the
-    first tie group its members; when that group holds no robust plan (all on a runtime risk, offloading
+    applied): it ranks the same pool of plans for every --top up to families.STABLE_POOL (so the first
+    plan does not depend on --top), more than it shows, so each family has its variants and the first
+    tie group its members; when that group holds no robust plan (all on a runtime risk, offloading
     or FSDP-sharded), a second search pinned to the distributed optimizer without offload (the user's
     --fix and --max kept) adds the fastest robust plans, which a tie may then rank first."""
-    inner = replace(options, ties=False, families=False,
-                    top=pool_size(options.top) if options.families else options.top)
+    inner = replace(options, ties=False, families=False, top=pool_size(options.top))
     first = _Run(model, hw, job, inner, assumptions, progress)
     result = first.search()
     plans = list(result.plans)
@@ -135,7 +135,7 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
         (progress or (lambda msg: None))("searching the robust plans (distributed optimizer, no offload)")
         robust = {"fix": "sharding=dist_opt,offload=none", "plans": 0}
         try:
-            second = _Run(model, hw, job, replace(inner, limits=limits, top=options.top,
+            second = _Run(model, hw, job, replace(inner, limits=limits, top=ROBUST_TOP,
                                                   max_step_us=_robust_bound(plans, model, hw, job)),
                           assumptions, progress)
             second.probe, second.like = first.probe, first.space
@@ -155,6 +155,12 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
     return replace(result, plans=plans)
 
 
+ROBUST_TOP = STABLE_POOL
+"""The robust plans the robust search ranks, whatever the --top (so that the first plan does not
+depend on --top), within the first tie group's band (_robust_bound): as many as the first search,
+because the tables' estimate orders the VPP variants of one family unlike their walks (a coarse
+VPP 4 layout walked fastest of the robust plans of DeepSeek-V3 on 256 GB200s while ten finer
+layouts came before it by the estimate)."""
 ESTIMATE_SLACK = 0.09
 """The tables rank schedules they do not walk (combined 1F1B, zero bubble, DualPipe) by an estimate
 that walked steps exceeded by up to 8.7 % (the default command's shown plans, issue 40); the robust

@@ -20,9 +20,13 @@ from planner.search.space import Limits
 from planner.search.ties import NO_RESOLUTION, Resolution, job_resolution, robustness, tie_order
 from planner.specs.plan import Plan
 
+STABLE_POOL = 40
+"""The plans a search ranks for any --top up to this many: the tie order and the families are formed
+over the same pool whatever the --top, so the first plan (and each plan shown) does not depend on it
+(issue 40: --top 1 and --top 10 once returned different first plans). 40 is four times the default
+--top, so the ten families shown each have their variants and the first tie group its robust members."""
 POOL_FACTOR = 4
-"""With families shown, the search ranks this many times the plans asked for (at most MAX_POOL), so
-that the families shown each have their variants and the first tie group its robust members."""
+"""Beyond STABLE_POOL, the search ranks this many times the plans asked for (at most MAX_POOL)."""
 MAX_POOL = 100
 """The most plans a search ranks for families (search's --top bound)."""
 
@@ -43,7 +47,9 @@ def family_key(plan, gpus: int) -> str:
 
 
 def pool_size(top: int) -> int:
-    """How many plans to rank for ``top`` families."""
+    """How many plans to rank for ``top`` families (or plans): STABLE_POOL up to that many."""
+    if top <= STABLE_POOL:
+        return STABLE_POOL
     return max(top, min(POOL_FACTOR * top, MAX_POOL))
 
 

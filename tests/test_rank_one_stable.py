@@ -1,0 +1,55 @@
+"""One answer you can launch (issue 40): the first plan a search shows does not depend on --top. The
+search ranks the same pool for every --top up to families.STABLE_POOL and the robust search the same
+ROBUST_TOP plans, so --top only decides how many are shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.launchers.registry import resolve_software
+from planner.options import JobArgs, resolve_specs
+from planner.search.driver import ROBUST_TOP, Options, run_search
+from planner.search.families import STABLE_POOL, pool_size
+
+TOPS = (1, 3, 10, 20)
+
+
+def test_every_top_up_to_the_stable_pool_ranks_the_same_pool():
+    assert {pool_size(t) for t in range(1, STABLE_POOL + 1)} == {STABLE_POOL}
+    assert pool_size(STABLE_POOL + 1) > STABLE_POOL and max(TOPS) <= STABLE_POOL
+    assert ROBUST_TOP == STABLE_POOL
+
+
+def _first(model: str, hw: str, job: JobArgs, top: int, target: str = "megatron") -> str:
+    """The first plan of `planner search --model MODEL --hw HW (job) --top TOP --target TARGET`."""
+    m, h, j = resolve_specs(model, hw, job)
+    profile, _ = resolve_software(None, target)
+    opts = Options(target=target, top=top, ties=True, families=True, software=profile)  # as the command sets them
+    return run_search(m, h, j, opts).plans[0].plan.to_string()
+
+
+def test_a_small_job_shows_the_same_first_plan_for_every_top():
+    job = JobArgs(gpus=8, global_batch=64)
+    firsts = {t: _first("llama3.1-8b", "h100", job, t) for t in (1, 10)}
+    assert len(set(firsts.values())) == 1, firsts
+
+
+# The default command and five other bundled jobs: dense and MoE, Hopper and Blackwell, one with
+# DualPipe allowed (--target any).
+JOBS = [
+    ("v3", "nvl72", JobArgs(), "megatron"),  # the README's command
+    ("llama3.1-70b", "h100", JobArgs(gpus=64, global_batch=128), "megatron"),
+    ("qwen3-30b-a3b", "h100", JobArgs(gpus=16, global_batch=128), "megatron"),
+    ("llama3.1-8b", "gb200-nvl72", JobArgs(gpus=16, global_batch=64), "megatron"),
+    ("mixtral-8x7b", "h100", JobArgs(gpus=32, global_batch=128), "megatron"),
+    ("deepseek-v3", "h100", JobArgs(gpus=1024, global_batch=4096), "any"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", JOBS, ids=lambda c: f"{c[0]}-{c[1]}-{c[2].gpus}-{c[3]}")
+def test_the_first_plan_is_the_same_for_every_top(case):
+    model, hw, job, target = case
+    firsts = {t: _first(model, hw, job, t, target) for t in TOPS}
+    assert len(set(firsts.values())) == 1, firsts
+
