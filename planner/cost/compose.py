@@ -17,6 +17,18 @@ embedding, the head, an MTP module) depend on the degrees only through a few val
 etp, mbs and the group spans): they are computed once per lever setting over the distinct block
 keys of every registered plan, then gathered.
 
+:class:`Costs` is composed of parts, one module each in planner.cost.terms: ``base`` (the memo,
+the variants' row levers, the keys' degrees, spans and parameters, which plans a walked schedule
+covers), ``blocks`` (each rank's blocks and per-micro-batch time), ``static_memory`` (weights,
+gradients, optimizer states, communication buffers, optimizer temporaries), ``inflight_memory``
+(activations over the schedule, CUDA-graph pools, activations waiting in host memory),
+``peak_memory`` (allocated, reserved and host peaks); the time terms of the pipeline phase,
+data-parallel sync and optimizer step stay here. They are mixins, each naming as its bases the
+parts it reads, not objects ``Costs`` delegates to: terms read each other across parts (the
+activation peak reads the split backward's bytes of the rank times, the activation offload the
+chunks' memory) and every caller reads them from one ``Costs``, so delegation would forward every
+method or change every caller; as mixins each method moved unchanged.
+
 Degrees inside a batch are numpy arrays over its plans; every formula accepts arrays, and the
 categorical levers (:class:`Levers`) are single typed values, so every branch of the model is taken
 as in a one-plan evaluation.
@@ -31,29 +43,24 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost.arrays import Num
-from planner.cost.comm import CommCost, CommFlags, block_comm, ep_dispatch_combine, pp_p2p_time
+from planner.cost.comm import CommCost, CommFlags, block_comm, ep_dispatch_combine
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
-from planner.cost.constant import (
-    ConstantMemory, RankParams, block_params, constant_bytes, embedding_head_params, rank_params_of,
-)
+from planner.cost.constant import RankParams, constant_bytes, embedding_head_params, rank_params_of
 from planner.cost.flops import BF16, Shard, model_shape
-from planner.cost.pieces import (
-    ChunkMemory, PieceMemory, StackedPieces, attention_score_bytes, chunks_from_pieces, comm_bytes,
-    optimizer_transient_of, comm_lines, peak_over_profiles, span_crossings, stranded_expert_bytes, workload_reserved,
-    graph_scope_bytes,
-)
+from planner.cost.pieces import PieceMemory
 from planner.cost.pipeline import (
-    BlockCost, RankCost, data_parallel, dp_exposure, optimizer_shard,
-    optimizer_step_time, param_tensors, pipeline_time, rank_blocks, rank_p2p, sync_kind,
+    BlockCost, data_parallel, dp_exposure, optimizer_shard,
+    optimizer_step_time, param_tensors, pipeline_time, sync_kind,
 )
 from planner.cost.phases import block_layer, wgrad_bytes
 from planner.cost.rates import Rates, rates_for, under_graphs
-from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
-from planner.cost.schedules.inflight import MEGATRON_ORDERS, held_matrix
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.setup import allocator_fraction, allocator_workload
+from planner.cost.terms.base import _column, at, memory_schedule
+from planner.cost.terms.blocks import _LeverView, p2p_overlaps
+from planner.cost.terms.peak_memory import PeakMemory
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
-from planner.cost.walked import chunk_blocks_of, walk_plans, walk_schedule
+from planner.cost.walked import walk_plans
 from planner.specs.efficiency import load_efficiency
 from planner.specs.layout import PipelineLayout, build_layout
 from planner.specs.plan import CudaGraphs, Degrees, EpOverlap, Plan, Recompute, Sharding
@@ -506,30 +513,6 @@ def _scatter_comm(parts: list[tuple[np.ndarray, tuple[CommCost, ...]]], n: int) 
     return tuple(out)
 
 
-def at(obj, idx):
-    """The numbers of some plans (an index array) or of one plan (an int) in a batch result:
-    array fields of dataclasses and tuples taken at ``idx``, everything else kept."""
-    kind = type(obj)
-    if kind is np.ndarray:
-        return obj[idx]
-    if kind is tuple:
-        return tuple([at(x, idx) for x in obj])
-    names = _FIELDS.get(kind)
-    if names is None:  # first sight of this type (the search indexes block costs by the thousand)
-        if isinstance(obj, np.ndarray):
-            return obj[idx]
-        if isinstance(obj, tuple):
-            return kind(*(at(x, idx) for x in obj))
-        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(obj)) \
-            if dataclasses.is_dataclass(obj) else ()
-    if not names:
-        return obj
-    return kind(**{n: at(getattr(obj, n), idx) for n in names})
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {float: (), int: (), str: (), bool: (), type(None): ()}
-
-
 # ---------------------------------------------------------------------------------------------
 # A batch: the plans of one pipeline layout.
 # ---------------------------------------------------------------------------------------------
@@ -712,143 +695,12 @@ class OptimizerStep:
     """Parameters whose optimizer state the slowest rank's GPU updates."""
 
 
-class Costs:
+class Costs(PeakMemory):
     """Memory and time of a :class:`PlanBatch`: arrays over its plans, per pipeline rank where the
     term is per rank. Each term is composed once per lever values it depends on (memoized in the
-    context)."""
+    context). Its parts live in planner.cost.terms (see the module docstring)."""
 
-    def __init__(self, batch: PlanBatch):
-        self.batch = batch
-        self.ctx = batch.ctx
-        self.lv = batch.levers
-        self.n = batch.n_keys * len(batch.variants)
-        """Plans in the batch (keys x variants)."""
-        self._rows: dict[tuple, tuple] = {}
-
-    def _memo(self, term: str, *levers, fn):
-        return self.ctx.cached((self.batch.group, term, *levers), fn)
-
-    def _row(self, *fields) -> tuple:
-        """The variants' values of some row levers (a memo key; formed once per batch, as every
-        term's lookup reads one)."""
-        hit = self._rows.get(fields)
-        if hit is None:
-            hit = self._rows[fields] = tuple(tuple(getattr(v, f) for f in fields) for v in self.batch.variants)
-        return hit
-
-    def _per_variant(self, fn) -> np.ndarray:
-        """``fn(levers)`` over the batch's keys for each variant, side by side (plan order)."""
-        n = self.batch.n_keys
-        return np.concatenate([_column(fn(v), n) for v in self.batch.variants])
-
-    def _tile(self, x) -> np.ndarray:
-        """A value of the batch's keys (the same under every variant) for every plan."""
-        return np.tile(_column(x, self.batch.n_keys), len(self.batch.variants))
-
-    def _key_spans(self) -> dict[str, GroupSpan]:
-        return self._memo("key_spans", fn=lambda: self.ctx.keys.spans(self.batch.key_rows))
-
-    def spans(self) -> dict[str, GroupSpan]:
-        """Where each plan's process groups sit (GroupSpans with array fields)."""
-        return self._memo("spans", len(self.batch.variants), fn=lambda: self.ctx.keys.spans(self.batch.rows))
-
-    def _buckets(self, values: np.ndarray, name: str) -> list[tuple[int, np.ndarray]]:
-        """(value, the plans that have it) for a per-plan integer (schedule profiles are shared)."""
-        return self._memo("buckets", name, len(self.batch.variants),
-                          fn=lambda: [(int(v), np.flatnonzero(values == v)) for v in np.unique(values)])
-
-    # ---- time: blocks and ranks ---------------------------------------------------------------
-    def _compute_levers(self) -> tuple:
-        return self._row("recompute", "stage_recompute", "precision", "dispatcher", "ep_overlap", "cuda_graphs")
-
-    def ranks(self) -> tuple[RankCost, ...]:
-        """Each pipeline rank's blocks (per micro-batch) and pipeline send/receive."""
-        return self._memo("ranks", self._compute_levers(), fn=self._ranks)
-
-    def _ranks(self) -> tuple[RankCost, ...]:
-        ctx, b = self.ctx, self.batch
-        nbk = len(ctx.keys.bk)
-        bk = ctx.keys.bk_of[b.key_rows]
-        # Blocks are costed per variant over the block keys, side by side: plan i reads its block
-        # key in its variant's stretch.
-        keys = (np.arange(len(b.variants))[:, None] * nbk + bk[None, :]).reshape(-1)
-        sh = ctx.shard(self.lv, b.rows, True)
-        t_p2p = pp_p2p_time(ctx.ms, sh, self.spans()["pp"], ctx.rates)
-        overlap = p2p_overlaps(b.vpp, ctx.assumptions)
-        settings = [v.recompute_setting() for v in b.variants]
-        by_blocks: dict[tuple, RankCost] = {}
-        out = []
-        for r in range(b.pp):
-            chunks = b.layout.rank_stages(r)
-            # Variants differ in dispatcher and EP overlap too: each recompute setting's blocks once.
-            keyed = [(s, v.full_layers(r, chunks)) for s, v in zip(settings, b.variants)]
-            blocks_of = {k: tuple(rank_blocks(ctx.ms, chunks, *k)) for k in dict.fromkeys(keyed)}
-            specs = tuple(blocks_of[k] for k in keyed)
-            if specs not in by_blocks:
-                blocks = tuple(self._stacked_block(name, is_full, specs, settings)
-                               for name, is_full in _positions(specs))
-                plain = RankCost(r, blocks, 0.0, 0.0, keys)
-                p2p = rank_p2p(t_p2p, b.pp, b.vpp, plain.compute, overlap, ctx.rates)
-                by_blocks[specs] = RankCost(r, blocks, *p2p, keys)
-            out.append(by_blocks[specs])  # ranks with the same blocks share one object (and its sums)
-        return tuple(out)
-
-    def _stacked_block(self, name: str, is_full: bool, specs, settings) -> BlockCost:
-        """One position of a rank's blocks, under every variant side by side (count 0 where a
-        variant's rank has no such block)."""
-        per = []
-        for spec, setting, v in zip(specs, settings, self.batch.variants):
-            hit = [(count, rc) for n_, count, rc, full in spec if n_ == name and full == is_full]
-            # A block appears once per chunk: the rank holds their sum (same recompute in each).
-            count, rc = (sum(c for c, _ in hit), hit[0][1]) if hit else (0, None)
-            per.append((count, rc, "full" if is_full else setting, v.precision, v.dispatcher, v.ep_overlap,
-                        v.cuda_graphs))
-        return self.ctx.cached(("stacked", name, tuple(per)), lambda: self._stack(name, per))
-
-    def _stack(self, name: str, per: list[tuple]) -> BlockCost:
-        nbk = len(self.ctx.keys.bk)
-        costs = [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap, graphs))
-                 for _, rc, comm_rc, precision, dispatcher, overlap, graphs in per]
-        if len(costs) == 1:
-            return dataclasses.replace(costs[0], count=per[0][0])
-        count = np.repeat(np.array([p[0] for p in per], dtype=float), nbk)
-        time = BlockTime(**{f.name: np.concatenate([_column(getattr(c.time, f.name), nbk) for c in costs])
-                            for f in dataclasses.fields(BlockTime) if f.name != "gemms"}, gemms=())
-        causes = list(dict.fromkeys(cc.cause for c in costs for cc in c.comm))
-        comm = []
-        for cause in causes:
-            parts = [[cc for cc in c.comm if cc.cause == cause] for c in costs]
-            comm.append(CommCost(cause, np.concatenate([_column(p[0].total if p else 0.0, nbk) for p in parts]),
-                                 np.concatenate([_column(p[0].exposed if p else 0.0, nbk) for p in parts])))
-        layer = LayerTimes(**{f.name: np.concatenate([_column(getattr(c.layer, f.name), nbk) for c in costs])
-                              for f in dataclasses.fields(LayerTimes)})
-        kept = np.concatenate([_column(c.wgrad_kept, nbk) for c in costs])
-        return BlockCost(name, count, time, tuple(comm), layer, kept)
-
-    def block(self, name: str, compute_rc, comm_rc) -> BlockCost:
-        """One block of ``name`` per micro-batch for the batch's keys under its levers: its compute
-        recomputes ``compute_rc``, its communication sees ``comm_rc`` (as in a rank's blocks)."""
-        bk = self.ctx.keys.bk_of[self.batch.key_rows]
-        return at(self.ctx.block_cost(name, compute_rc, comm_rc, self.lv), bk)
-
-    def block_constant(self, name: str) -> Num:
-        """Bytes of weights, gradients and optimizer state of one block of ``name`` (a decoder
-        layer kind, 'embedding', 'head', 'mtp') on one GPU under the plan's sharding levers."""
-        d = self.batch.deg
-        dense, expert = block_params(self.ctx.model, name, d.tp, d.ep, d.etp)
-        return self.dense_constant(dense, expert)
-
-    def dense_constant(self, dense, expert=0.0) -> Num:
-        """Constant bytes of ``dense`` and ``expert`` parameters per GPU under the plan's levers."""
-        d, lv = self.batch.deg, self.lv
-        cm = constant_bytes(RankParams(dense, expert, 0.0), dp=d.dp, cp=d.cp, edp=d.edp, sharding=lv.sharding,
-                            moments=lv.moments, offload_optimizer=lv.offload_optimizer, grad_bytes=lv.grad_bytes)
-        return cm.total
-
-    def rank_times(self) -> list[Num]:
-        """Seconds per micro-batch of each rank: compute, exposed communication and p2p."""
-        return [rc.per_microbatch for rc in self.ranks()]
-
+    # ---- time: the pipeline phase ---------------------------------------------------------------
     def activation_offload(self) -> ActOffload | None:
         """With activation offload, the slowest rank (the first of equals) streams its layers'
         activations over the host link behind its forward (copy out) and backward (copy in)."""
@@ -909,72 +761,12 @@ class Costs:
                 pipe[w.cols] += _column(b.micro_batches, self.n)[w.cols] * _column(off.extra_s, self.n)[w.cols]
         return pipe
 
-    def schedule_columns(self) -> list[tuple[Schedule, np.ndarray]]:
-        """(walked schedule, its plans) for the plans whose schedule the closed forms do not
-        cover (:func:`planner.cost.walked.walk_schedule`; EP overlap only counts with EP > 1)."""
-        def fn():
-            b = self.batch
-            nk = b.n_keys
-            ep = np.asarray(b.deg.ep)  # Degrees of a batch: one entry per plan
-            out: dict[Schedule, list] = {}
-            for j, v in enumerate(b.variants):
-                for has_ep in (False, True):
-                    lv = v if has_ep else dataclasses.replace(v, ep_overlap=EpOverlap.OFF)
-                    sched = memory_schedule(b.schedule, lv, b.vpp)
-                    sel = j * nk + np.flatnonzero((ep[j * nk:(j + 1) * nk] > 1) == has_ep)
-                    if sched is not None and len(sel):
-                        out.setdefault(sched, []).append(sel)
-            return [(sched, np.concatenate(sels)) for sched, sels in out.items()]
-
-        return self._memo("schedule_cols", self._row("ep_overlap"), fn=fn)
-
     def walked(self) -> list:
         """The plans whose forward/backward phase comes from the schedule walk, with its result
         (:func:`planner.cost.walked.walk_plans`; empty when the closed forms cover every plan)."""
         return self._memo("walked", self._compute_levers(), fn=lambda: walk_plans(self))
 
-    def p2p_seconds(self) -> np.ndarray:
-        """One activation (or gradient) send between pipeline neighbours, per plan."""
-        def fn():
-            ctx, b = self.ctx, self.batch
-            return _column(pp_p2p_time(ctx.ms, ctx.shard(self.lv, b.rows, True), self.spans()["pp"], ctx.rates), self.n)
-
-        return self._memo("p2p_s", len(self.batch.variants), fn=fn)
-
-    def wgrad_kept(self, r: int) -> np.ndarray:
-        """(chunks, plans): bytes one micro-batch of each chunk of rank ``r`` holds between its
-        input- and weight-gradient passes (planner.cost.phases.wgrad_bytes)."""
-        return self._memo("wgrad_kept", r, self._compute_levers(), fn=lambda: self._wgrad_kept(r))
-
-    def _wgrad_kept(self, r: int) -> np.ndarray:
-        b = self.batch
-        nk = b.n_keys
-        keys = self.ranks()[r].keys
-        out = np.zeros((b.layout.chunks_per_rank, self.n))
-        for j, v in enumerate(b.variants):
-            cols = np.arange(j * nk, (j + 1) * nk)
-            for c, blocks in enumerate(chunk_blocks_of(self, r, v)):
-                for block, count in blocks:
-                    kept = np.asarray(block.wgrad_kept, dtype=float)
-                    out[c, cols] += count * (kept[keys[cols]] if kept.ndim else kept)
-        return out
-
     # ---- time: data parallelism and the optimizer ----------------------------------------------
-    def key_deg(self) -> Degrees:
-        """The degrees of the batch's keys (what no lever changes is computed once per key)."""
-        return self._memo("key_deg", fn=lambda: self.ctx.keys.degrees(self.batch.key_rows))
-
-    def _rank_params(self, r: int) -> RankParams:
-        """Rank ``r``'s parameters per GPU, per key: one count for its memory, its data-parallel
-        volume and its optimizer step (planner.cost.constant.rank_params_of)."""
-        b, d = self.batch, self.key_deg()
-        return self._memo("rank_params", r, fn=lambda: rank_params_of(self.ctx.model, b.layout, r, d.tp, d.etp, d.ep))
-
-    def rank_params(self, r: int) -> tuple[Num, Num]:
-        """(dense, expert) parameters one GPU of rank ``r`` holds, per key."""
-        rp = self._rank_params(r)
-        return rp.dense, rp.expert
-
     def data_parallel(self) -> DataParallel:
         """The exposed data-parallel gradient sync and parameter gather (or FSDP traffic) of the
         rank whose sync exposes the most; each rank hides its sync behind its own compute."""
@@ -1045,284 +837,6 @@ class Costs:
         """Seconds per optimizer step: pipeline phase, exposed data-parallel sync, optimizer."""
         return self.pipeline_s() + self.data_parallel().exposed + self.optimizer().seconds
 
-    # ---- memory ----------------------------------------------------------------------------
-    def pieces(self) -> PieceMemory:
-        """Per-micro-batch memory of the repeated pieces (a decoder layer of each kind, MTP, the
-        head) for the batch's keys under its (first variant's) levers."""
-        return self._pieces(self.lv)
-
-    def _pieces(self, lv: Levers):
-        whole = self.ctx.piece_memory(lv)
-        return self._memo("pieces", lv.recompute, lv.precision, lv.ep_overlap,
-                          fn=lambda: whole.sliced(self.ctx.keys.pk_of[self.batch.key_rows]))
-
-    def chunks(self, r: int) -> tuple[ChunkMemory, ...]:
-        """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``, every plan's."""
-        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
-        return self._memo("chunks", r, key, fn=lambda: self._chunks(r))
-
-    def _chunks(self, r: int) -> tuple[ChunkMemory, ...]:
-        variants = self.batch.variants
-        fulls = tuple(v.memory_full_layers(r) for v in variants)
-        if len(variants) == 1:
-            return chunks_from_pieces(self.pieces(), self.ctx.model, self.batch.layout, r, fulls[0])
-        key = tuple((v.recompute, v.precision, v.ep_overlap) for v in variants)
-        stacked = self._memo("stacked_pieces", key, fn=lambda: StackedPieces(
-            [self._pieces(v) for v in variants], self.batch.n_keys))
-        return chunks_from_pieces(stacked, self.ctx.model, self.batch.layout, r, fulls)
-
-    def constant(self, r: int) -> ConstantMemory:
-        """Weights, gradients and optimizer states of one GPU of rank ``r``."""
-        lv = self.lv
-        per_key = self._memo("constant", r, lv.sharding, lv.moments, lv.offload_optimizer, lv.grad_reduce,
-                             fn=lambda: self._constant(r))
-        if len(self.batch.variants) == 1:
-            return per_key
-        return self._memo("constant_tiled", r, lv.sharding, lv.moments, lv.offload_optimizer, lv.grad_reduce,
-                          len(self.batch.variants),
-                          fn=lambda: ConstantMemory(*(self._tile(getattr(per_key, f.name))
-                                                      for f in dataclasses.fields(ConstantMemory))))
-
-    def _constant(self, r: int) -> ConstantMemory:
-        d = self.key_deg()
-        rp = self._rank_params(r)
-        # DualPipe: rank r holds stages r and pp-1-r, so every stage's parameters sit on two ranks
-        # of the pipeline (two copies, deepseek-ai/DualPipe example_dualpipe.py: full_modules[r] and
-        # full_modules[pp-1-r]); their gradients are summed across the two holders, so the
-        # sharded states are sharded over both holders' data-parallel groups (2 DP replicas).
-        copies = 2 if self.batch.layout.placement == "dual" else 1
-        return constant_bytes(rp, dp=copies * d.dp, cp=d.cp, edp=copies * d.edp, sharding=self.lv.sharding,
-                              moments=self.lv.moments, offload_optimizer=self.lv.offload_optimizer,
-                              grad_bytes=self.lv.grad_bytes)
-
-    def comm_buffers(self) -> np.ndarray:
-        """NCCL communicators, dispatcher staging, p2p buffers and workspaces (every rank alike),
-        and the local spec's persistent attention-score buffer."""
-        return self._memo("comm", self._row("dispatcher"), fn=lambda: self._per_variant(self._comm_buffers))
-
-    def _comm_buffers(self, lv: Levers) -> np.ndarray:
-        ctx, b = self.ctx, self.batch
-        keys = ctx.keys
-        rows = b.key_rows
-        crosses = span_crossings(self._key_spans())
-        d = self.key_deg()
-        mbs = keys.col["mbs"][rows]
-        tokens = mbs * ctx.job.seq_len // d.cp
-        sp = (d.tp > 1) & ctx.assumptions.sequence_parallel
-        total = comm_bytes(ctx.model, ctx.efficiency.memory, d, crosses=crosses, dispatcher=lv.dispatcher,
-                           tokens=tokens, sp=sp)
-        return total + attention_score_bytes(ctx.model, ctx.assumptions.implementation, mbs, d.tp,
-                                             ctx.job.seq_len // d.cp)
-
-    def comm_lines(self) -> list:
-        """:meth:`comm_buffers` line by line (planner.cost.pieces.comm_lines; the local spec's
-        attention-score buffer is not among them), for the reports: the first variant's levers."""
-        ctx, b = self.ctx, self.batch
-        lv = b.variants[0]
-        d = self.key_deg()
-        mbs = ctx.keys.col["mbs"][b.key_rows]
-        sp = (d.tp > 1) & ctx.assumptions.sequence_parallel
-        return comm_lines(ctx.model, ctx.efficiency.memory, d, crosses=span_crossings(self._key_spans()),
-                          dispatcher=lv.dispatcher, tokens=mbs * ctx.job.seq_len // d.cp, sp=sp)
-
-    def attention_score_buffer(self) -> np.ndarray:
-        """The local spec's persistent attention-score buffer (0 with Transformer Engine)."""
-        ctx, b = self.ctx, self.batch
-        d = self.key_deg()
-        mbs = ctx.keys.col["mbs"][b.key_rows]
-        return _column(attention_score_bytes(ctx.model, ctx.assumptions.implementation, mbs, d.tp,
-                                             ctx.job.seq_len // d.cp), b.n_keys)
-
-    def activation_peak(self, r: int) -> np.ndarray:
-        """Highest activation + transient bytes of rank ``r`` over its schedule (exact maximum over
-        the distinct in-flight vectors before each forward and backward)."""
-        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
-        return self._memo("act_peak", r, key, self.lv.offload_activations, fn=lambda: self._activation_peak(r))
-
-    def _activation_peak(self, r: int) -> np.ndarray:
-        b, n = self.batch, self.n
-        chunks = self.chunks(r)
-        kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
-        out = np.empty(n)
-        rest = np.ones(n, dtype=bool)
-        # Plans whose schedules show the same in-flight vectors share one matrix product: under
-        # Megatron's orders, those whose micro-batch counts cap to the same count.
-        m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
-        for sched, sel in self.schedule_columns():
-            # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
-            # bytes held between input and weight gradient where it splits the backward.
-            held = np.concatenate([kept, self.wgrad_kept(r)]) if sched.splits_backward else kept
-            rest[sel] = False
-            per = m[sel] if sched.order in MEGATRON_ORDERS else b.micro_batches[sel]
-            for mi in np.unique(per):
-                cols = sel[per == mi]
-                out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
-                                               self.lv.offload_activations, schedule=sched)
-        if not rest.all():
-            for mi in np.unique(m[rest]):
-                cols = np.flatnonzero(rest & (m == mi))
-                out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
-                                               self.lv.offload_activations)
-            return out
-        for mi, cols in self._buckets(m, "profile_m"):
-            out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
-                                           self.lv.offload_activations)
-        return out
-
-    def optimizer_transient(self, r: int) -> np.ndarray:
-        """Optimizer-step temporaries of rank ``r``. With bf16 main gradients (grad_reduce=bf16) the
-        distributed optimizer casts its gradient shard to fp32 for the step (DistributedOptimizer.
-        _copy_model_grads_to_main_grads: ``shard_model_grad.float()``), 4 B per parameter it updates
-        (its states are 12 B, or 8 B with bf16 moments, per parameter); with fp32 gradients the
-        shard is a view of the buffer."""
-        lv = self.lv
-        key = (r, lv.sharding, lv.moments, lv.offload_optimizer, lv.grad_reduce, self._row("precision"))
-        opt = self.constant(r).optimizer
-        fp32_grads = 4.0 * opt / (4.0 + (4.0 if lv.moments == "bf16" else 8.0)) if lv.grad_reduce == "bf16" else 0.0
-        return self._memo("opt_transient", *key, fn=lambda: self._per_variant(
-            lambda v: optimizer_transient_of(self.ctx.hw, self.ctx.assumptions, v.moments, v.precision,
-                                             np.asarray(opt)[: self.batch.n_keys] if np.ndim(opt) else opt))
-            + fp32_grads)
-
-    def graph_pool(self, r: int) -> Num:
-        """CUDA-graph static buffers of one GPU of rank ``r`` (an estimate:
-        planner.cost.pieces.GRAPH_POOL_SOURCE): per captured decoder layer of each of its chunks,
-        those of every micro-batch of the chunk in flight at the rank's peak. 0 without graphs."""
-        graphs = self.lv.cuda_graphs
-        if not graphs:
-            return 0.0
-        return self._memo("graph_pool", r, graphs, self._row("ep_overlap"), fn=lambda: self._graph_pool(r, graphs))
-
-    def _graph_pool(self, r: int, graphs: CudaGraphs) -> np.ndarray:
-        ctx, b = self.ctx, self.batch
-        sh = ctx.shard(self.lv, b.rows, True)
-        per_slot = {kind: graph_scope_bytes(ctx.model, sh, kind, graphs) for kind in set(ctx.model.layer_kinds)}
-        held = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))
-        total = np.zeros(self.n)
-        for c, stage in enumerate(b.layout.rank_stages(r)):
-            for i in stage.layers:
-                total = total + held[:, c] * per_slot[ctx.model.layer_kinds[i]]
-        return total
-
-    def buffers(self, r: int) -> Num:
-        """Buffers of rank ``r`` beside the constant memory: communication, FSDP and CUDA-graph pools."""
-        return self.comm_buffers() + self.constant(r).fsdp_buffers + self.graph_pool(r)
-
-    def peak_bytes(self, r: int) -> np.ndarray:
-        """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation
-        peak over the schedule and the optimizer step's temporaries."""
-        const = self.constant(r)
-        return (const.total + self.buffers(r)
-                + np.maximum(self.activation_peak(r), self.optimizer_transient(r)))
-
-    def reserved_bytes(self, r: int) -> np.ndarray:
-        """Reserved peak of rank ``r``: with the default caching allocator where the profile
-        measured it, the workload model (planner.cost.pieces.workload_reserved: phase peaks,
-        stranded expert blocks, recompute); otherwise the allocated peak times one plus the
-        allocator fraction."""
-        ctx = self.ctx
-        wl = ctx.allocator_workload
-        if wl is None:
-            return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
-        base, act_peak, stranded, recomputes = self._workload_inputs(r)
-        return workload_reserved(wl, base + act_peak, base + self.optimizer_transient(r), act_peak, stranded,
-                                 recomputes=recomputes, pipelined=self.batch.pp > 1)
-
-    def _workload_inputs(self, r: int):
-        """What the allocator workload model reads of rank ``r`` (one place for reserved_bytes and
-        reserved_terms): constant memory plus buffers, the activation peak, the stranded expert
-        blocks and which plans recompute."""
-        base = self.constant(r).total + self.buffers(r)
-        act_peak = self.activation_peak(r)
-        stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
-            lambda v: self._stranded(r, v)))
-        recomputes = np.array([v.recompute.kind != "none" for v in self.batch.variants]).repeat(self.batch.n_keys)
-        return base, act_peak, stranded, recomputes
-
-    def reserved_terms(self, r: int) -> dict[str, np.ndarray]:
-        """What :meth:`reserved_bytes` adds above the allocated peak of rank ``r``, term by term
-        (they sum to reserved minus allocated): with the workload model, 'stranded' (expert blocks
-        the forward-backward peak cannot reuse, beyond the allocated peak), 'partial_segments'
-        (the peak fraction), 'small_pool' (the fixed bytes), 'recompute' and 'pipeline' (shares of
-        the activation peak); otherwise 'allocator_fraction' (a measured share of the peak)."""
-        ctx = self.ctx
-        wl = ctx.allocator_workload
-        peak = self.peak_bytes(r)
-        if wl is None:
-            return {"allocator_fraction": peak * ctx.allocator_fraction}
-        base, act_peak, stranded, recomputes = self._workload_inputs(r)
-        top = np.maximum(base + act_peak + stranded, base + self.optimizer_transient(r))
-        n = self.n
-        return {"stranded": _column(top - peak, n),
-                "partial_segments": _column(top * wl.peak_fraction.value, n),
-                "small_pool": _column(wl.base_bytes.value, n),
-                "recompute": _column(wl.recompute_fraction.value * recomputes * act_peak, n),
-                "pipeline": _column(wl.pipeline_fraction.value * float(self.batch.pp > 1) * act_peak, n)}
-
-    def _stranded(self, r: int, lv: Levers):
-        """Stranded expert blocks of rank ``r`` (pieces.stranded_expert_bytes): on the local spec the
-        torch AdamW temporary (when its foreach step runs: fp32 moments, no FP8) and the unfused
-        weight gradient; none with Transformer Engine (fused Adam in place, fused accumulation)."""
-        ctx, b = self.ctx, self.batch
-        if ctx.assumptions.implementation != "megatron-local":
-            return 0.0
-        temps = (4.0, 2.0) if lv.moments != "bf16" and not lv.fp8 else (2.0,)
-        d = self.key_deg()
-        layers = sum(1 for st in b.layout.rank_stages(r) for i in st.layers if ctx.model.layer_kinds[i] == "moe")
-        sp = self.ctx.keys.col["mbs"][b.key_rows] * ctx.job.seq_len // d.cp / d.tp
-        workload = ctx.efficiency.memory.allocator_workload
-        assert workload is not None  # every generation profile states it (hw_specs/efficiency)
-        return stranded_expert_bytes(ctx.model, layers, d.ep, d.etp, sp, workload.stranding_ratio.value, temps)
-
-    def host_bytes(self, r: int) -> np.ndarray:
-        """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, and with activation
-        offload the activations of the chunks in flight at the end of the warm-up."""
-        total = _column(self.constant(r).host_optimizer, self.n)
-        if self.lv.offload_activations:
-            total = total + self.host_activation_bytes(r)
-        return total
-
-    def host_activation_bytes(self, r: int) -> np.ndarray:
-        """With activation offload, the activations of the chunks in flight at the end of the
-        warm-up wait in host memory."""
-        counts = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))
-        return sum(counts[:, c] * _column(ch.kept, self.n) for c, ch in enumerate(self.chunks(r)))
-
-    def _end_of_warmup(self, r: int) -> np.ndarray:
-        b = self.batch
-        out = np.zeros((self.n, b.layout.chunks_per_rank))
-        for m, cols in self._buckets(b.micro_batches, "m"):
-            if b.layout.chunks_per_rank == b.vpp:
-                out[cols] = inflight_end_of_warmup(b.pp, b.vpp, m, r)
-            for sched, sel in self.schedule_columns():
-                # No warm-up to speak of in the walked schedules: the most chunks the rank holds.
-                out[np.intersect1d(cols, sel)] = most_held(sched, b.pp, b.vpp, m, r)
-        return out
-
-
-@dataclass(frozen=True)
-class _LeverView:
-    """The levers a block's cost reads (see :meth:`CostContext.block_cost`)."""
-
-    precision: str
-    dispatcher: str | None
-    ep_overlap: bool
-    cuda_graphs: CudaGraphs = CudaGraphs()
-
-    @property
-    def fp8(self) -> bool:
-        return self.precision == "fp8"
-
-
-def _positions(specs) -> list[tuple[str, bool]]:
-    """The (block, fully recomputed) positions of a rank over all variants' block lists, in order."""
-    return list(dict.fromkeys((name, full) for spec in specs for name, _, _, full in spec))
-
-
-def _column(x, n: int) -> np.ndarray:
-    """A per-plan value as a float array of the batch's length (scalars are shared by all)."""
-    return x if isinstance(x, np.ndarray) and x.shape == (n,) else np.full(n, x, dtype=float)
-
 
 def _gating(best: DataParallel, cur: DataParallel) -> DataParallel:
     """The rank whose sync gates the step: most exposed gradient and parameter traffic (a later
@@ -1334,29 +848,6 @@ def _gating(best: DataParallel, cur: DataParallel) -> DataParallel:
                         pick(fs, "fsdp"), pick(fs, "fsdp_exposed"))
 
 
-def memory_schedule(schedule: Schedule | None, levers, vpp: int) -> Schedule | None:
-    """The schedule whose in-flight vectors a plan's memory follows (planner.cost.schedules.inflight),
-    None for Megatron's 1F1B and interleaved without EP overlap (planner.cost.schedule): the
-    schedule the time walk runs (:func:`planner.cost.walked.walk_schedule`)."""
-    return walk_schedule(schedule, levers, vpp)
-
-
-def most_held(sched: Schedule, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...]:
-    """The in-flight chunks per chunk of a walked schedule where the rank holds the most of them
-    (activations only, not what waits for W; the first such moment)."""
-    n = sched.chunks(vpp)
-    if sched.order == "combined":
-        m = int(profile_microbatches(pp, vpp, m))  # the same vectors (inflight.profiles)
-    held = held_matrix(sched, pp, vpp, m, rank)[2][:, :n]
-    return tuple(held[int(np.argmax(held.sum(axis=1)))].tolist())
-
-
-def p2p_overlaps(vpp: int, assumptions) -> bool:
-    """Megatron-Core overlaps pipeline send/receive with compute in the interleaved schedule
-    (overlap_p2p_comm); 2021-22 Megatron (megatron-local) blocked on it."""
-    return vpp > 1 and assumptions.implementation == "te"
-
-
 def optimizer_override(efficiency) -> float | None:
     """Bytes per parameter of the optimizer step where the generation profile measured it."""
     c = efficiency.compute
@@ -1365,4 +856,4 @@ def optimizer_override(efficiency) -> float | None:
 
 __all__ = ["least_constant_bytes", "Levers", "KeyTable", "CostContext", "PlanBatch", "Costs", "evaluate_batch", "batch_of_setup", "costs_of",
            "plan_spans", "plan_shard",
-           "layout_batches", "at", "memory_limits", "DataParallel", "ActOffload", "OptimizerStep"]
+           "layout_batches", "at", "memory_schedule", "memory_limits", "DataParallel", "ActOffload", "OptimizerStep"]

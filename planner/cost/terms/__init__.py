@@ -1,0 +1,1 @@
+"""The parts of :class:`planner.cost.compose.Costs`, one module each (see compose)."""

@@ -1,0 +1,148 @@
+"""Time, part one: each pipeline rank's blocks per micro-batch (a decoder layer of each kind, the
+embedding, the head, MTP) under every variant side by side, their sums per rank with the pipeline
+send/receive, and the bytes a split backward holds between input and weight gradients."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.arrays import Num
+from planner.cost.comm import CommCost, pp_p2p_time
+from planner.cost.compute import BlockTime
+from planner.cost.pipeline import BlockCost, RankCost, rank_blocks, rank_p2p
+from planner.cost.schedules.timing import LayerTimes
+from planner.cost.terms.base import TermsBase, _column, at
+from planner.cost.walked import chunk_blocks_of
+from planner.specs.plan import CudaGraphs
+
+
+class RankTimes(TermsBase):
+    """Blocks and ranks: seconds per micro-batch of each pipeline rank."""
+
+    def ranks(self) -> tuple[RankCost, ...]:
+        """Each pipeline rank's blocks (per micro-batch) and pipeline send/receive."""
+        return self._memo("ranks", self._compute_levers(), fn=self._ranks)
+
+    def _ranks(self) -> tuple[RankCost, ...]:
+        ctx, b = self.ctx, self.batch
+        nbk = len(ctx.keys.bk)
+        bk = ctx.keys.bk_of[b.key_rows]
+        # Blocks are costed per variant over the block keys, side by side: plan i reads its block
+        # key in its variant's stretch.
+        keys = (np.arange(len(b.variants))[:, None] * nbk + bk[None, :]).reshape(-1)
+        sh = ctx.shard(self.lv, b.rows, True)
+        t_p2p = pp_p2p_time(ctx.ms, sh, self.spans()["pp"], ctx.rates)
+        overlap = p2p_overlaps(b.vpp, ctx.assumptions)
+        settings = [v.recompute_setting() for v in b.variants]
+        by_blocks: dict[tuple, RankCost] = {}
+        out = []
+        for r in range(b.pp):
+            chunks = b.layout.rank_stages(r)
+            # Variants differ in dispatcher and EP overlap too: each recompute setting's blocks once.
+            keyed = [(s, v.full_layers(r, chunks)) for s, v in zip(settings, b.variants)]
+            blocks_of = {k: tuple(rank_blocks(ctx.ms, chunks, *k)) for k in dict.fromkeys(keyed)}
+            specs = tuple(blocks_of[k] for k in keyed)
+            if specs not in by_blocks:
+                blocks = tuple(self._stacked_block(name, is_full, specs, settings)
+                               for name, is_full in _positions(specs))
+                plain = RankCost(r, blocks, 0.0, 0.0, keys)
+                p2p = rank_p2p(t_p2p, b.pp, b.vpp, plain.compute, overlap, ctx.rates)
+                by_blocks[specs] = RankCost(r, blocks, *p2p, keys)
+            out.append(by_blocks[specs])  # ranks with the same blocks share one object (and its sums)
+        return tuple(out)
+
+    def _stacked_block(self, name: str, is_full: bool, specs, settings) -> BlockCost:
+        """One position of a rank's blocks, under every variant side by side (count 0 where a
+        variant's rank has no such block)."""
+        per = []
+        for spec, setting, v in zip(specs, settings, self.batch.variants):
+            hit = [(count, rc) for n_, count, rc, full in spec if n_ == name and full == is_full]
+            # A block appears once per chunk: the rank holds their sum (same recompute in each).
+            count, rc = (sum(c for c, _ in hit), hit[0][1]) if hit else (0, None)
+            per.append((count, rc, "full" if is_full else setting, v.precision, v.dispatcher, v.ep_overlap,
+                        v.cuda_graphs))
+        return self.ctx.cached(("stacked", name, tuple(per)), lambda: self._stack(name, per))
+
+    def _stack(self, name: str, per: list[tuple]) -> BlockCost:
+        nbk = len(self.ctx.keys.bk)
+        costs = [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap, graphs))
+                 for _, rc, comm_rc, precision, dispatcher, overlap, graphs in per]
+        if len(costs) == 1:
+            return dataclasses.replace(costs[0], count=per[0][0])
+        count = np.repeat(np.array([p[0] for p in per], dtype=float), nbk)
+        time = BlockTime(**{f.name: np.concatenate([_column(getattr(c.time, f.name), nbk) for c in costs])
+                            for f in dataclasses.fields(BlockTime) if f.name != "gemms"}, gemms=())
+        causes = list(dict.fromkeys(cc.cause for c in costs for cc in c.comm))
+        comm = []
+        for cause in causes:
+            parts = [[cc for cc in c.comm if cc.cause == cause] for c in costs]
+            comm.append(CommCost(cause, np.concatenate([_column(p[0].total if p else 0.0, nbk) for p in parts]),
+                                 np.concatenate([_column(p[0].exposed if p else 0.0, nbk) for p in parts])))
+        layer = LayerTimes(**{f.name: np.concatenate([_column(getattr(c.layer, f.name), nbk) for c in costs])
+                              for f in dataclasses.fields(LayerTimes)})
+        kept = np.concatenate([_column(c.wgrad_kept, nbk) for c in costs])
+        return BlockCost(name, count, time, tuple(comm), layer, kept)
+
+    def block(self, name: str, compute_rc, comm_rc) -> BlockCost:
+        """One block of ``name`` per micro-batch for the batch's keys under its levers: its compute
+        recomputes ``compute_rc``, its communication sees ``comm_rc`` (as in a rank's blocks)."""
+        bk = self.ctx.keys.bk_of[self.batch.key_rows]
+        return at(self.ctx.block_cost(name, compute_rc, comm_rc, self.lv), bk)
+
+    def rank_times(self) -> list[Num]:
+        """Seconds per micro-batch of each rank: compute, exposed communication and p2p."""
+        return [rc.per_microbatch for rc in self.ranks()]
+
+    def wgrad_kept(self, r: int) -> np.ndarray:
+        """(chunks, plans): bytes one micro-batch of each chunk of rank ``r`` holds between its
+        input- and weight-gradient passes (planner.cost.phases.wgrad_bytes)."""
+        return self._memo("wgrad_kept", r, self._compute_levers(), fn=lambda: self._wgrad_kept(r))
+
+    def _wgrad_kept(self, r: int) -> np.ndarray:
+        b = self.batch
+        nk = b.n_keys
+        keys = self.ranks()[r].keys
+        out = np.zeros((b.layout.chunks_per_rank, self.n))
+        for j, v in enumerate(b.variants):
+            cols = np.arange(j * nk, (j + 1) * nk)
+            for c, blocks in enumerate(chunk_blocks_of(self, r, v)):
+                for block, count in blocks:
+                    kept = np.asarray(block.wgrad_kept, dtype=float)
+                    out[c, cols] += count * (kept[keys[cols]] if kept.ndim else kept)
+        return out
+
+    def p2p_seconds(self) -> np.ndarray:
+        """One activation (or gradient) send between pipeline neighbours, per plan."""
+        def fn():
+            ctx, b = self.ctx, self.batch
+            return _column(pp_p2p_time(ctx.ms, ctx.shard(self.lv, b.rows, True), self.spans()["pp"], ctx.rates), self.n)
+
+        return self._memo("p2p_s", len(self.batch.variants), fn=fn)
+
+
+@dataclass(frozen=True)
+class _LeverView:
+    """The levers a block's cost reads (see :meth:`CostContext.block_cost`)."""
+
+    precision: str
+    dispatcher: str | None
+    ep_overlap: bool
+    cuda_graphs: CudaGraphs = CudaGraphs()
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision == "fp8"
+
+
+def _positions(specs) -> list[tuple[str, bool]]:
+    """The (block, fully recomputed) positions of a rank over all variants' block lists, in order."""
+    return list(dict.fromkeys((name, full) for spec in specs for name, _, _, full in spec))
+
+
+def p2p_overlaps(vpp: int, assumptions) -> bool:
+    """Megatron-Core overlaps pipeline send/receive with compute in the interleaved schedule
+    (overlap_p2p_comm); 2021-22 Megatron (megatron-local) blocked on it."""
+    return vpp > 1 and assumptions.implementation == "te"

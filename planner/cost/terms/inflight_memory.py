@@ -1,0 +1,136 @@
+"""Memory, part two: what the micro-batches in flight hold: per-piece and per-chunk activations,
+their peak over the schedule, CUDA-graph pools per captured layer in flight, and the activations
+that wait in host memory under activation offload."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.cost.arrays import Num
+from planner.cost.pieces import (
+    ChunkMemory, PieceMemory, StackedPieces, chunks_from_pieces, graph_scope_bytes, peak_over_profiles,
+)
+from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
+from planner.cost.schedules.inflight import MEGATRON_ORDERS, held_matrix
+from planner.cost.terms.base import _column
+from planner.cost.terms.blocks import RankTimes
+from planner.specs.plan import CudaGraphs
+from planner.specs.schedule import Schedule
+
+if TYPE_CHECKING:
+    from planner.cost.compose import Levers
+
+
+class InflightMemory(RankTimes):
+    """Activation memory over the schedule (reads the rank times' weight-gradient bytes where the
+    schedule splits the backward)."""
+
+    def pieces(self) -> PieceMemory:
+        """Per-micro-batch memory of the repeated pieces (a decoder layer of each kind, MTP, the
+        head) for the batch's keys under its (first variant's) levers."""
+        return self._pieces(self.lv)
+
+    def _pieces(self, lv: Levers):
+        whole = self.ctx.piece_memory(lv)
+        return self._memo("pieces", lv.recompute, lv.precision, lv.ep_overlap,
+                          fn=lambda: whole.sliced(self.ctx.keys.pk_of[self.batch.key_rows]))
+
+    def chunks(self, r: int) -> tuple[ChunkMemory, ...]:
+        """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``, every plan's."""
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("chunks", r, key, fn=lambda: self._chunks(r))
+
+    def _chunks(self, r: int) -> tuple[ChunkMemory, ...]:
+        variants = self.batch.variants
+        fulls = tuple(v.memory_full_layers(r) for v in variants)
+        if len(variants) == 1:
+            return chunks_from_pieces(self.pieces(), self.ctx.model, self.batch.layout, r, fulls[0])
+        key = tuple((v.recompute, v.precision, v.ep_overlap) for v in variants)
+        stacked = self._memo("stacked_pieces", key, fn=lambda: StackedPieces(
+            [self._pieces(v) for v in variants], self.batch.n_keys))
+        return chunks_from_pieces(stacked, self.ctx.model, self.batch.layout, r, fulls)
+
+    def activation_peak(self, r: int) -> np.ndarray:
+        """Highest activation + transient bytes of rank ``r`` over its schedule (exact maximum over
+        the distinct in-flight vectors before each forward and backward)."""
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("act_peak", r, key, self.lv.offload_activations, fn=lambda: self._activation_peak(r))
+
+    def _activation_peak(self, r: int) -> np.ndarray:
+        b, n = self.batch, self.n
+        chunks = self.chunks(r)
+        kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
+        out = np.empty(n)
+        rest = np.ones(n, dtype=bool)
+        # Plans whose schedules show the same in-flight vectors share one matrix product: under
+        # Megatron's orders, those whose micro-batch counts cap to the same count.
+        m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
+        for sched, sel in self.schedule_columns():
+            # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
+            # bytes held between input and weight gradient where it splits the backward.
+            held = np.concatenate([kept, self.wgrad_kept(r)]) if sched.splits_backward else kept
+            rest[sel] = False
+            per = m[sel] if sched.order in MEGATRON_ORDERS else b.micro_batches[sel]
+            for mi in np.unique(per):
+                cols = sel[per == mi]
+                out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
+                                               self.lv.offload_activations, schedule=sched)
+        if not rest.all():
+            for mi in np.unique(m[rest]):
+                cols = np.flatnonzero(rest & (m == mi))
+                out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
+                                               self.lv.offload_activations)
+            return out
+        for mi, cols in self._buckets(m, "profile_m"):
+            out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
+                                           self.lv.offload_activations)
+        return out
+
+    def graph_pool(self, r: int) -> Num:
+        """CUDA-graph static buffers of one GPU of rank ``r`` (an estimate:
+        planner.cost.pieces.GRAPH_POOL_SOURCE): per captured decoder layer of each of its chunks,
+        those of every micro-batch of the chunk in flight at the rank's peak. 0 without graphs."""
+        graphs = self.lv.cuda_graphs
+        if not graphs:
+            return 0.0
+        return self._memo("graph_pool", r, graphs, self._row("ep_overlap"), fn=lambda: self._graph_pool(r, graphs))
+
+    def _graph_pool(self, r: int, graphs: CudaGraphs) -> np.ndarray:
+        ctx, b = self.ctx, self.batch
+        sh = ctx.shard(self.lv, b.rows, True)
+        per_slot = {kind: graph_scope_bytes(ctx.model, sh, kind, graphs) for kind in set(ctx.model.layer_kinds)}
+        held = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))
+        total = np.zeros(self.n)
+        for c, stage in enumerate(b.layout.rank_stages(r)):
+            for i in stage.layers:
+                total = total + held[:, c] * per_slot[ctx.model.layer_kinds[i]]
+        return total
+
+    def host_activation_bytes(self, r: int) -> np.ndarray:
+        """With activation offload, the activations of the chunks in flight at the end of the
+        warm-up wait in host memory."""
+        counts = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))
+        return sum(counts[:, c] * _column(ch.kept, self.n) for c, ch in enumerate(self.chunks(r)))
+
+    def _end_of_warmup(self, r: int) -> np.ndarray:
+        b = self.batch
+        out = np.zeros((self.n, b.layout.chunks_per_rank))
+        for m, cols in self._buckets(b.micro_batches, "m"):
+            if b.layout.chunks_per_rank == b.vpp:
+                out[cols] = inflight_end_of_warmup(b.pp, b.vpp, m, r)
+            for sched, sel in self.schedule_columns():
+                # No warm-up to speak of in the walked schedules: the most chunks the rank holds.
+                out[np.intersect1d(cols, sel)] = most_held(sched, b.pp, b.vpp, m, r)
+        return out
+
+
+def most_held(sched: Schedule, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...]:
+    """The in-flight chunks per chunk of a walked schedule where the rank holds the most of them
+    (activations only, not what waits for W; the first such moment)."""
+    n = sched.chunks(vpp)
+    if sched.order == "combined":
+        m = int(profile_microbatches(pp, vpp, m))  # the same vectors (inflight.profiles)
+    held = held_matrix(sched, pp, vpp, m, rank)[2][:, :n]
+    return tuple(held[int(np.argmax(held.sum(axis=1)))].tolist())

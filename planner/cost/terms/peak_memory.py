@@ -1,0 +1,100 @@
+"""Memory, part three: the allocated and reserved peaks of each rank (constant memory, buffers and
+the larger of the activation peak and the optimizer step's temporaries; the allocator workload
+model above it) and the host memory a GPU needs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.cost.arrays import Num
+from planner.cost.pieces import stranded_expert_bytes, workload_reserved
+from planner.cost.terms.base import _column
+from planner.cost.terms.inflight_memory import InflightMemory
+from planner.cost.terms.static_memory import StaticMemory
+
+if TYPE_CHECKING:
+    from planner.cost.compose import Levers
+
+
+class PeakMemory(StaticMemory, InflightMemory):
+    """Peak and reserved bytes per rank, and host bytes."""
+
+    def buffers(self, r: int) -> Num:
+        """Buffers of rank ``r`` beside the constant memory: communication, FSDP and CUDA-graph pools."""
+        return self.comm_buffers() + self.constant(r).fsdp_buffers + self.graph_pool(r)
+
+    def peak_bytes(self, r: int) -> np.ndarray:
+        """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation
+        peak over the schedule and the optimizer step's temporaries."""
+        const = self.constant(r)
+        return (const.total + self.buffers(r)
+                + np.maximum(self.activation_peak(r), self.optimizer_transient(r)))
+
+    def reserved_bytes(self, r: int) -> np.ndarray:
+        """Reserved peak of rank ``r``: with the default caching allocator where the profile
+        measured it, the workload model (planner.cost.pieces.workload_reserved: phase peaks,
+        stranded expert blocks, recompute); otherwise the allocated peak times one plus the
+        allocator fraction."""
+        ctx = self.ctx
+        wl = ctx.allocator_workload
+        if wl is None:
+            return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
+        base, act_peak, stranded, recomputes = self._workload_inputs(r)
+        return workload_reserved(wl, base + act_peak, base + self.optimizer_transient(r), act_peak, stranded,
+                                 recomputes=recomputes, pipelined=self.batch.pp > 1)
+
+    def _workload_inputs(self, r: int):
+        """What the allocator workload model reads of rank ``r`` (one place for reserved_bytes and
+        reserved_terms): constant memory plus buffers, the activation peak, the stranded expert
+        blocks and which plans recompute."""
+        base = self.constant(r).total + self.buffers(r)
+        act_peak = self.activation_peak(r)
+        stranded = self._memo("stranded", r, self._row("precision"), self.lv.moments, fn=lambda: self._per_variant(
+            lambda v: self._stranded(r, v)))
+        recomputes = np.array([v.recompute.kind != "none" for v in self.batch.variants]).repeat(self.batch.n_keys)
+        return base, act_peak, stranded, recomputes
+
+    def reserved_terms(self, r: int) -> dict[str, np.ndarray]:
+        """What :meth:`reserved_bytes` adds above the allocated peak of rank ``r``, term by term
+        (they sum to reserved minus allocated): with the workload model, 'stranded' (expert blocks
+        the forward-backward peak cannot reuse, beyond the allocated peak), 'partial_segments'
+        (the peak fraction), 'small_pool' (the fixed bytes), 'recompute' and 'pipeline' (shares of
+        the activation peak); otherwise 'allocator_fraction' (a measured share of the peak)."""
+        ctx = self.ctx
+        wl = ctx.allocator_workload
+        peak = self.peak_bytes(r)
+        if wl is None:
+            return {"allocator_fraction": peak * ctx.allocator_fraction}
+        base, act_peak, stranded, recomputes = self._workload_inputs(r)
+        top = np.maximum(base + act_peak + stranded, base + self.optimizer_transient(r))
+        n = self.n
+        return {"stranded": _column(top - peak, n),
+                "partial_segments": _column(top * wl.peak_fraction.value, n),
+                "small_pool": _column(wl.base_bytes.value, n),
+                "recompute": _column(wl.recompute_fraction.value * recomputes * act_peak, n),
+                "pipeline": _column(wl.pipeline_fraction.value * float(self.batch.pp > 1) * act_peak, n)}
+
+    def _stranded(self, r: int, lv: Levers):
+        """Stranded expert blocks of rank ``r`` (pieces.stranded_expert_bytes): on the local spec the
+        torch AdamW temporary (when its foreach step runs: fp32 moments, no FP8) and the unfused
+        weight gradient; none with Transformer Engine (fused Adam in place, fused accumulation)."""
+        ctx, b = self.ctx, self.batch
+        if ctx.assumptions.implementation != "megatron-local":
+            return 0.0
+        temps = (4.0, 2.0) if lv.moments != "bf16" and not lv.fp8 else (2.0,)
+        d = self.key_deg()
+        layers = sum(1 for st in b.layout.rank_stages(r) for i in st.layers if ctx.model.layer_kinds[i] == "moe")
+        sp = self.ctx.keys.col["mbs"][b.key_rows] * ctx.job.seq_len // d.cp / d.tp
+        workload = ctx.efficiency.memory.allocator_workload
+        assert workload is not None  # every generation profile states it (hw_specs/efficiency)
+        return stranded_expert_bytes(ctx.model, layers, d.ep, d.etp, sp, workload.stranding_ratio.value, temps)
+
+    def host_bytes(self, r: int) -> np.ndarray:
+        """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, and with activation
+        offload the activations of the chunks in flight at the end of the warm-up."""
+        total = _column(self.constant(r).host_optimizer, self.n)
+        if self.lv.offload_activations:
+            total = total + self.host_activation_bytes(r)
+        return total
