@@ -164,3 +164,32 @@ def test_the_function_length_rule_counts_a_long_function(tmp_path, monkeypatch):
     body = "\n".join(f"        x{i} = {i}" for i in range(80))
     (tmp_path / "m.py").write_text(f"def short():\n    return 1\n\n\nclass C:\n    def long(self):\n{body}\n")
     assert _long_functions([tmp_path / "m.py"], MAX_FUNCTION_LINES) == {("m.py", "long"): 81}
+
+
+MAX_COST_CLASS_LINES = 300
+"""The longest class the cost model may hold (issue 44: ``Costs`` was one 522-line class of about 50
+methods; its parts are mixins of one responsibility each in planner/cost/terms)."""
+
+
+def _long_classes(paths, limit: int) -> dict[tuple[str, str], int]:
+    """(file, class) -> lines of every class longer than ``limit`` lines."""
+    found = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found[(str(path.relative_to(ROOT)), node.name)] = lines
+    return found
+
+
+def test_no_cost_model_class_runs_past_300_lines():
+    long = _long_classes(sorted((PLANNER / "cost").rglob("*.py")), MAX_COST_CLASS_LINES)
+    assert not long, long
+
+
+def test_the_class_length_rule_counts_a_long_class(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    body = "\n".join(f"    x{i} = {i}" for i in range(300))
+    (tmp_path / "m.py").write_text(f"class Short:\n    pass\n\n\nclass Long:\n{body}\n")
+    assert _long_classes([tmp_path / "m.py"], MAX_COST_CLASS_LINES) == {("m.py", "Long"): 301}

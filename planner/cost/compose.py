@@ -22,8 +22,9 @@ the variants' row levers, the keys' degrees, spans and parameters, which plans a
 covers), ``blocks`` (each rank's blocks and per-micro-batch time), ``static_memory`` (weights,
 gradients, optimizer states, communication buffers, optimizer temporaries), ``inflight_memory``
 (activations over the schedule, CUDA-graph pools, activations waiting in host memory),
-``peak_memory`` (allocated, reserved and host peaks); the time terms of the pipeline phase,
-data-parallel sync and optimizer step stay here. They are mixins, each naming as its bases the
+``peak_memory`` (allocated, reserved and host peaks), ``pipeline_time`` (the forward/backward
+phase: closed forms, the walk, activation offload), ``step_time`` (data-parallel sync, optimizer
+step, seconds per step). They are mixins, each naming as its bases the
 parts it reads, not objects ``Costs`` delegates to: terms read each other across parts (the
 activation peak reads the split backward's bytes of the rank times, the activation offload the
 chunks' memory) and every caller reads them from one ``Costs``, so delegation would forward every
@@ -45,22 +46,20 @@ import numpy as np
 from planner.cost.arrays import Num
 from planner.cost.comm import CommCost, CommFlags, block_comm, ep_dispatch_combine
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
-from planner.cost.constant import RankParams, constant_bytes, embedding_head_params, rank_params_of
-from planner.cost.flops import BF16, Shard, model_shape
+from planner.cost.constant import RankParams, constant_bytes, rank_params_of
+from planner.cost.flops import Shard, model_shape
 from planner.cost.pieces import PieceMemory
-from planner.cost.pipeline import (
-    BlockCost, data_parallel, dp_exposure, optimizer_shard,
-    optimizer_step_time, param_tensors, pipeline_time, sync_kind,
-)
+from planner.cost.pipeline import BlockCost
 from planner.cost.phases import block_layer, wgrad_bytes
 from planner.cost.rates import Rates, rates_for, under_graphs
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.setup import allocator_fraction, allocator_workload
-from planner.cost.terms.base import _column, at, memory_schedule
-from planner.cost.terms.blocks import _LeverView, p2p_overlaps
+from planner.cost.terms.base import at, memory_schedule
+from planner.cost.terms.blocks import _LeverView
 from planner.cost.terms.peak_memory import PeakMemory
+from planner.cost.terms.pipeline_time import ActOffload
+from planner.cost.terms.step_time import DataParallel, OptimizerStep, StepTime
 from planner.cost.topology import GroupSpan, group_spans, resolve_domain_fill
-from planner.cost.walked import walk_plans
 from planner.specs.efficiency import load_efficiency
 from planner.specs.layout import PipelineLayout, build_layout
 from planner.specs.plan import CudaGraphs, Degrees, EpOverlap, Plan, Recompute, Sharding
@@ -657,201 +656,10 @@ def evaluate_batch(batch: PlanBatch) -> Costs:
 # ---------------------------------------------------------------------------------------------
 # The composition.
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DataParallel:
-    """One step's data-parallel sync of the gating rank (arrays over the batch's plans): gradient
-    reduce-scatter (or all-reduce), parameter all-gather, FSDP traffic, each total and exposed."""
-
-    grad: np.ndarray
-    grad_exposed: np.ndarray
-    param: np.ndarray
-    param_exposed: np.ndarray
-    fsdp: np.ndarray
-    fsdp_exposed: np.ndarray
-
-    @property
-    def exposed(self) -> np.ndarray:
-        return self.grad_exposed + self.param_exposed + self.fsdp_exposed
-
-
-@dataclass(frozen=True)
-class ActOffload:
-    """Activation offload of the slowest rank (the one that streams its activations)."""
-
-    rank: np.ndarray
-    """The rank whose layers' activations move over the host link (first of the slowest)."""
-    bytes_per_microbatch: np.ndarray
-    extra_s: np.ndarray
-    """Seconds each micro-batch of that rank gains when the copies outlast its compute."""
-    fwd_s: np.ndarray
-    """That rank's forward seconds per micro-batch (the copy-out window)."""
-
-
-@dataclass(frozen=True)
-class OptimizerStep:
-    seconds: np.ndarray
-    """The slowest rank's optimizer step (on the GPU, or on the host with optimizer offload)."""
-    shard_params: np.ndarray
-    """Parameters whose optimizer state the slowest rank's GPU updates."""
-
-
-class Costs(PeakMemory):
+class Costs(PeakMemory, StepTime):
     """Memory and time of a :class:`PlanBatch`: arrays over its plans, per pipeline rank where the
     term is per rank. Each term is composed once per lever values it depends on (memoized in the
     context). Its parts live in planner.cost.terms (see the module docstring)."""
-
-    # ---- time: the pipeline phase ---------------------------------------------------------------
-    def activation_offload(self) -> ActOffload | None:
-        """With activation offload, the slowest rank (the first of equals) streams its layers'
-        activations over the host link behind its forward (copy out) and backward (copy in)."""
-        if not self.lv.offload_activations:
-            return None
-        return self._memo("act_offload", self._compute_levers(), fn=self._act_offload)
-
-    def _act_offload(self) -> ActOffload:
-        ctx, b, n = self.ctx, self.batch, self.n
-        ranks, times = self.ranks(), self.rank_times()
-        slow = times[0]
-        worst = np.zeros(n, dtype=np.int64)
-        for r in range(1, b.pp):
-            if ranks[r] is ranks[r - 1]:
-                continue  # equal to the rank before: never the first slowest
-            worst = np.where(times[r] > slow, r, worst)
-            slow = np.maximum(slow, times[r])
-        # (np.choose takes at most 64 choices; pipelines run deeper)
-        pick = lambda vals: np.stack([_column(v, n) for v in vals])[worst, np.arange(n)]  # noqa: E731
-        fwd, bwd = pick([rc.fwd for rc in ranks]), pick([rc.bwd for rc in ranks])
-        # What the memory model keeps of one micro-batch on the rank (every chunk's kept bytes,
-        # under the plan's recompute and precision) is what offload moves out and back.
-        nbytes = pick([sum(_column(c.kept, n) for c in self.chunks(r)) for r in range(b.pp)])
-        host = ctx.rates.host_bw
-        extra = np.maximum(0.0, nbytes / host - fwd) + np.maximum(0.0, nbytes / host - bwd)
-        return ActOffload(worst, nbytes, extra, fwd)
-
-    def step_rank_times(self) -> list[Num]:
-        """Rank times with the activation offload's extra seconds on the rank that streams."""
-        times = self.rank_times()
-        off = self.activation_offload()
-        if off is None:
-            return times
-        return [t + np.where(off.rank == r, off.extra_s, 0.0) for r, t in enumerate(times)]
-
-    def pipeline_s(self) -> np.ndarray:
-        """The forward/backward phase: the schedule over the ranks' per-micro-batch times, plus the
-        fill and drain passing each boundary once more with latency on the path (plain 1F1B
-        already has its exposed p2p inside every rank time; interleaved hides it in the steady
-        state but not while the first micro-batch travels down and the last one back up)."""
-        return self._memo("pipeline", self._compute_levers(), self.lv.offload_activations, fn=self._pipeline)
-
-    def _pipeline(self) -> np.ndarray:
-        b = self.batch
-        pipe = pipeline_time(self.step_rank_times(), b.micro_batches, b.vpp)
-        if p2p_overlaps(b.vpp, self.ctx.assumptions):
-            pipe = pipe + 2 * (b.pp - 1) * self.ranks()[0].p2p_total / (2 * b.vpp)
-        walked = self.walked()
-        if not walked:
-            return _column(pipe, self.n)
-        pipe = np.array(_column(pipe, self.n), dtype=float)
-        off = self.activation_offload()
-        for w in walked:
-            pipe[w.cols] = w.result.step
-            if off is not None:
-                # The walk's items do not hold the offload copies: the streaming rank's extra seconds
-                # per micro-batch, as the closed form above adds them to that rank's time.
-                pipe[w.cols] += _column(b.micro_batches, self.n)[w.cols] * _column(off.extra_s, self.n)[w.cols]
-        return pipe
-
-    def walked(self) -> list:
-        """The plans whose forward/backward phase comes from the schedule walk, with its result
-        (:func:`planner.cost.walked.walk_plans`; empty when the closed forms cover every plan)."""
-        return self._memo("walked", self._compute_levers(), fn=lambda: walk_plans(self))
-
-    # ---- time: data parallelism and the optimizer ----------------------------------------------
-    def data_parallel(self) -> DataParallel:
-        """The exposed data-parallel gradient sync and parameter gather (or FSDP traffic) of the
-        rank whose sync exposes the most; each rank hides its sync behind its own compute."""
-        kind, fsdp = sync_kind(self.lv.sharding)
-        return self._memo("dp", self._compute_levers(), kind, fsdp, self.lv.grad_reduce, self.lv.param_gather,
-                          fn=lambda: self._data_parallel(kind, fsdp))
-
-    def _data_parallel(self, kind: str, fsdp: bool) -> DataParallel:
-        ctx, b, n = self.ctx, self.batch, self.n
-        best, seen = None, set()
-        for r, rc in enumerate(self.ranks()):
-            sig = (id(rc), self._param_signature(r))  # ranks with equal blocks and parameters sync alike
-            if sig in seen:
-                continue
-            seen.add(sig)
-            grad, param = self._memo("dp_volume", self._param_signature(r), kind, len(b.variants), self.lv.grad_reduce,
-                                     self.lv.param_gather, fn=lambda r=r: tuple(self._tile(x) for x in self._dp_volume(r, kind)))
-            cur = DataParallel(*(_column(x, n) for x in dp_exposure(
-                grad, param, fsdp, b.micro_batches, rc.fwd, rc.bwd, ctx.rates, ctx.assumptions.dp_overlap)))
-            best = cur if best is None else _gating(best, cur)
-        assert best is not None  # pp >= 1 ranks
-        return best
-
-    def _dp_volume(self, r: int, kind: str) -> tuple:
-        """(gradient, parameter-gather) seconds of rank ``r``'s sync per key, in the plan's
-        gradient and parameter-gather dtypes (FP8 gathers leave the embedding and head in bf16)."""
-        lv, b = self.lv, self.batch
-        fp8 = lv.param_gather == "fp8"
-        bf16_dense = embedding_head_params(self.ctx.model, b.layout, r, self.key_deg().tp) if fp8 else 0.0
-        return data_parallel(*self.rank_params(r), self._key_spans(), kind, self.ctx.rates, 1.0 if fp8 else BF16,
-                             lv.grad_bytes, bf16_dense)
-
-    def _param_signature(self, r: int) -> tuple:
-        """What a rank's parameters depend on: the kinds of its chunks' pieces, in order."""
-        b = self.batch
-        return self._memo("param_sig", r, fn=lambda: tuple(
-            (st.embedding, tuple(self.ctx.model.layer_kinds[i] for i in st.layers), st.mtp, st.loss, r == b.pp - 1)
-            for st in b.layout.rank_stages(r)))
-
-    def optimizer(self) -> OptimizerStep:
-        lv = self.lv
-        step = self._memo("opt", lv.sharding, lv.moments, lv.offload_optimizer, fn=self._optimizer)
-        return step if len(self.batch.variants) == 1 else OptimizerStep(self._tile(step.seconds),
-                                                                        self._tile(step.shard_params))
-
-    def _optimizer(self) -> OptimizerStep:
-        """The slowest rank's optimizer step, per key."""
-        ctx, b, lv = self.ctx, self.batch, self.lv
-        n = b.n_keys
-        d = self.key_deg()
-        override = optimizer_override(ctx.efficiency)
-        steps = []
-        for r in range(b.pp):
-            dense, expert = self.rank_params(r)
-            copies = 2 if b.layout.placement == "dual" else 1  # DualPipe's two holders: _constant
-            sp = optimizer_shard(lv.sharding, dense, expert, copies * d.dp, d.cp, copies * d.edp)
-            tensors = (param_tensors(ctx.model, b.layout.rank_stages(r), d.ep) if ctx.rates.torch_optimizer else 0.0)
-            t = _column(optimizer_step_time(sp, dense + expert, lv.moments, lv.offload_optimizer, ctx.rates, override,
-                                            tensors), n)
-            steps.append((t, _column(sp, n)))
-        secs, shard = steps[0]
-        for t, sp in steps[1:]:  # the slowest rank's step, and its shard
-            later = t > secs
-            secs, shard = np.where(later, t, secs), np.where(later, sp, shard)
-        return OptimizerStep(secs, shard)
-
-    def step_s(self) -> np.ndarray:
-        """Seconds per optimizer step: pipeline phase, exposed data-parallel sync, optimizer."""
-        return self.pipeline_s() + self.data_parallel().exposed + self.optimizer().seconds
-
-
-def _gating(best: DataParallel, cur: DataParallel) -> DataParallel:
-    """The rank whose sync gates the step: most exposed gradient and parameter traffic (a later
-    rank wins ties), and apart from it the most exposed FSDP traffic."""
-    dp = cur.grad_exposed + cur.param_exposed >= best.grad_exposed + best.param_exposed
-    fs = cur.fsdp_exposed >= best.fsdp_exposed
-    pick = lambda take, f: np.where(take, getattr(cur, f), getattr(best, f))  # noqa: E731
-    return DataParallel(pick(dp, "grad"), pick(dp, "grad_exposed"), pick(dp, "param"), pick(dp, "param_exposed"),
-                        pick(fs, "fsdp"), pick(fs, "fsdp_exposed"))
-
-
-def optimizer_override(efficiency) -> float | None:
-    """Bytes per parameter of the optimizer step where the generation profile measured it."""
-    c = efficiency.compute
-    return c.optimizer_bytes_per_param.value if c is not None and c.optimizer_bytes_per_param else None
 
 
 __all__ = ["least_constant_bytes", "Levers", "KeyTable", "CostContext", "PlanBatch", "Costs", "evaluate_batch", "batch_of_setup", "costs_of",

@@ -174,10 +174,10 @@ def stream_times(s: Stream, rates: Rates) -> tuple[Num, Num]:
 
 
 @dataclass(frozen=True)
-class BlockTime:
-    """Seconds of one block (a decoder layer, the embedding, the head, an MTP module) for one
-    micro-batch on one GPU, by kernel class and pass; recompute is the forward work repeated in the
-    backward. FLOPs are per GPU for the same micro-batch."""
+class ClassTimes:
+    """GPU seconds of a block's kernels by class (GEMM, attention, memory-bound) and pass, for one
+    micro-batch on one GPU: what a block's kernel sums (:class:`KernelSums`) and its time under a
+    recompute setting (:class:`BlockTime`) share."""
 
     gemm_fwd: Num
     gemm_bwd: Num
@@ -185,6 +185,23 @@ class BlockTime:
     attn_bwd: Num
     mem_fwd: Num
     mem_bwd: Num
+
+    @property
+    def gpu_fwd(self) -> Num:
+        return self.gemm_fwd + self.attn_fwd + self.mem_fwd
+
+    @property
+    def gpu_bwd(self) -> Num:
+        """The backward's own kernels (no recomputed forward)."""
+        return self.gemm_bwd + self.attn_bwd + self.mem_bwd
+
+
+@dataclass(frozen=True)
+class BlockTime(ClassTimes):
+    """Seconds of one block (a decoder layer, the embedding, the head, an MTP module) for one
+    micro-batch on one GPU, by kernel class and pass (:class:`ClassTimes`); recompute is the forward
+    work repeated in the backward. FLOPs are per GPU for the same micro-batch."""
+
     recompute: Num
     host_fwd: Num
     """Time the block waits for the host beyond its GPU work in the forward (host-bound, or host
@@ -198,12 +215,12 @@ class BlockTime:
 
     @property
     def fwd(self) -> Num:
-        return self.gemm_fwd + self.attn_fwd + self.mem_fwd + self.host_fwd
+        return self.gpu_fwd + self.host_fwd
 
     @property
     def bwd(self) -> Num:
         """Backward including the recomputed forward work."""
-        return self.gemm_bwd + self.attn_bwd + self.mem_bwd + self.recompute + self.host_bwd
+        return self.gpu_bwd + self.recompute + self.host_bwd
 
     def gemm(self, name: str) -> tuple[Num, Num, Num]:
         for n, f, d, w in self.gemms:
@@ -310,15 +327,10 @@ def block_time(ms: ModelShape, sh: Shard, block: str, rates: Rates, recompute: s
 
 
 @dataclass(frozen=True)
-class KernelSums:
-    """A block's kernel times and FLOPs summed by class and pass, before recompute."""
+class KernelSums(ClassTimes):
+    """A block's kernel times (:class:`ClassTimes`) and FLOPs summed by class and pass, before
+    recompute."""
 
-    gemm_fwd: Num
-    gemm_bwd: Num
-    attn_fwd: Num
-    attn_bwd: Num
-    mem_fwd: Num
-    mem_bwd: Num
     flops_fwd: Num
     flops_bwd: Num
     host_fwd: Num
@@ -403,8 +415,7 @@ def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tu
         rc_kts.append(kt if whole else replace(kt, fwd=share * kt.fwd, host_f=share * kt.host_f))
         if not isinstance(k, Stream):
             fl_rc += share * k.flops
-    gpu_f = s.gemm_fwd + s.attn_fwd + s.mem_fwd
-    gpu_b = s.gemm_bwd + s.attn_bwd + s.mem_bwd
+    gpu_f, gpu_b = s.gpu_fwd, s.gpu_bwd
     if not s.syncs:
         host_f = maximum(0.0, s.host_fwd - gpu_f)
         host_b = maximum(0.0, s.host_bwd + h_rc - (gpu_b + rc))
