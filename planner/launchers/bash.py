@@ -2601,101 +2601,8 @@ class Shell:
 
     # [[ ]] and test ---------------------------------------------------------------------------
     def _run_cond(self, node: CondCmd) -> int | None:
-        toks = node.tokens
-        pos = [0]
-
-        def peek():
-            return toks[pos[0]] if pos[0] < len(toks) else ("end", None)
-
-        def primary():
-            t = peek()
-            if t == ("op", "("):
-                pos[0] += 1
-                self.st.enter("[[ ]]")
-                try:
-                    v = or_expr()
-                finally:
-                    self.st.leave()
-                if peek() != ("op", ")"):
-                    raise _err(f"Line {node.line} of the script: '(' inside '[[ ]]' is never closed (bash syntax error).")
-                pos[0] += 1
-                return v
-            if t[0] != "w":
-                raise _err(f"Line {node.line} of the script: unexpected '{t[1]}' inside '[[ ]]' (bash syntax error).")
-            pos[0] += 1
-            first = self.expand_text(t[1], bash=True)
-            nxt = peek()
-            lit = _literal(t[1])
-            if lit in _UNARY_TESTS and t[1].parts[0][0] == "lit" and nxt[0] == "w":
-                pos[0] += 1
-                return self._unary_test(lit, self.expand_text(nxt[1], bash=True))
-            op = None
-            if nxt[0] == "op" and nxt[1] in ("<", ">", "=~"):
-                op = nxt[1]
-            elif nxt[0] == "w" and _literal(nxt[1]) in _BINARY_TESTS:
-                op = _literal(nxt[1])
-            if op is None:
-                return None if _PH in first else first != ""
-            pos[0] += 1
-            rhs = peek()
-            pos[0] += 1
-            if op == "=~":
-                return None
-            if rhs[0] != "w":
-                raise _err(f"Line {node.line} of the script: '{op}' inside '[[ ]]' needs a right operand.")
-            if op in ("==", "=", "!="):
-                toks_ = self._pattern(rhs[1], True)
-                if toks_ is None or _PH in first:
-                    return None
-                hit = glob_match(toks_, first, self.st)
-                return hit if op != "!=" else not hit
-            second = self.expand_text(rhs[1], bash=True)
-            return self._binary_test(op, first, second, arith=True)
-
-        def not_expr():
-            neg = False
-            while peek()[0] == "w" and peek()[1].parts == [("lit", "!")]:
-                pos[0] += 1
-                neg = not neg
-            return _not3(primary()) if neg else primary()
-
-        def chain(operand, op, absorbing):
-            """operand (op operand)*: three-valued and/or, skipping what bash short-circuits."""
-            v = operand()
-            while peek() == ("op", op):
-                pos[0] += 1
-                if v is absorbing:
-                    skip_operand()
-                else:
-                    v = _combine3(v, operand(), absorbing)
-            return v
-
-        def and_expr():
-            return chain(not_expr, "&&", False)
-
-        def or_expr():
-            return chain(and_expr, "||", True)
-
-        def skip_operand():
-            depth = 0
-            while pos[0] < len(toks):
-                t = toks[pos[0]]
-                if t == ("op", "("):
-                    depth += 1
-                elif t == ("op", ")"):
-                    if depth == 0:
-                        return
-                    depth -= 1
-                elif depth == 0 and t in (("op", "&&"), ("op", "||")):
-                    return
-                pos[0] += 1
-
-        v = or_expr()
-        if pos[0] != len(toks):
-            raise _err(f"Line {node.line} of the script: unexpected token inside '[[ ]]' (bash syntax error).")
-        if v is None:
-            return None
-        return 0 if v else 1
+        """``[[ expression ]]``: status 0 when true, 1 when false, None when planner cannot decide."""
+        return _CondEval(self, node).status()
 
     def _unary_test(self, op: str, arg: str) -> bool | None:
         if _PH in arg:
@@ -3055,6 +2962,128 @@ def _combine3(a: bool | None, b: bool | None, absorbing: bool) -> bool | None:
     if a is absorbing or b is absorbing:
         return absorbing
     return None if a is None or b is None else not absorbing
+
+
+class _CondEval:
+    """One ``[[ expression ]]`` evaluated over its tokens, three-valued (None: planner cannot decide).
+    Follows bash's manual, "Conditional Constructs": ``( expr )`` binds tightest, then ``!``, then
+    ``&&``, then ``||``; ``&&`` and ``||`` do not evaluate an operand that cannot change the result;
+    ``==``/``=``/``!=`` match the right side as a pattern; no word splitting or globbing of operands."""
+
+    def __init__(self, sh: Shell, node: CondCmd):
+        self.sh, self.toks, self.line, self.pos = sh, node.tokens, node.line, 0
+
+    def peek(self):
+        return self.toks[self.pos] if self.pos < len(self.toks) else ("end", None)
+
+    def status(self) -> int | None:
+        v = self.or_expr()
+        if self.pos != len(self.toks):
+            raise _err(f"Line {self.line} of the script: unexpected token inside '[[ ]]' (bash syntax error).")
+        if v is None:
+            return None
+        return 0 if v else 1
+
+    def or_expr(self) -> bool | None:
+        return self.chain(self.and_expr, "||", True)
+
+    def and_expr(self) -> bool | None:
+        return self.chain(self.not_expr, "&&", False)
+
+    def chain(self, operand, op: str, absorbing: bool) -> bool | None:
+        """operand (op operand)*: three-valued and/or, skipping what bash short-circuits."""
+        v = operand()
+        while self.peek() == ("op", op):
+            self.pos += 1
+            if v is absorbing:
+                self.skip_operand()
+            else:
+                v = _combine3(v, operand(), absorbing)
+        return v
+
+    def skip_operand(self) -> None:
+        """Steps over an operand bash does not evaluate: up to the next ``&&``/``||`` outside parentheses
+        or the ``)`` that closes the enclosing group."""
+        depth = 0
+        while self.pos < len(self.toks):
+            t = self.toks[self.pos]
+            if t == ("op", "("):
+                depth += 1
+            elif t == ("op", ")"):
+                if depth == 0:
+                    return
+                depth -= 1
+            elif depth == 0 and t in (("op", "&&"), ("op", "||")):
+                return
+            self.pos += 1
+
+    def not_expr(self) -> bool | None:
+        """``! expr`` negates; each further ``!`` negates again."""
+        neg = False
+        while self.peek()[0] == "w" and self.peek()[1].parts == [("lit", "!")]:
+            self.pos += 1
+            neg = not neg
+        return _not3(self.primary()) if neg else self.primary()
+
+    def primary(self) -> bool | None:
+        t = self.peek()
+        if t == ("op", "("):
+            return self.group()
+        if t[0] != "w":
+            raise _err(f"Line {self.line} of the script: unexpected '{t[1]}' inside '[[ ]]' (bash syntax error).")
+        self.pos += 1
+        first = self.sh.expand_text(t[1], bash=True)  # expanded even when it is the unary operator itself
+        nxt = self.peek()
+        lit = _literal(t[1])
+        if lit in _UNARY_TESTS and t[1].parts[0][0] == "lit" and nxt[0] == "w":
+            self.pos += 1
+            return self.sh._unary_test(lit, self.sh.expand_text(nxt[1], bash=True))
+        op = _cond_binary_op(nxt)
+        if op is None:  # a lone word: true when it expands to a non-empty string
+            return None if _PH in first else first != ""
+        self.pos += 1
+        rhs = self.peek()
+        self.pos += 1
+        return self.binary(op, first, rhs)
+
+    def group(self) -> bool | None:
+        """``( expression )``: the value of expression."""
+        self.pos += 1
+        self.sh.st.enter("[[ ]]")
+        try:
+            v = self.or_expr()
+        finally:
+            self.sh.st.leave()
+        if self.peek() != ("op", ")"):
+            raise _err(f"Line {self.line} of the script: '(' inside '[[ ]]' is never closed (bash syntax error).")
+        self.pos += 1
+        return v
+
+    def binary(self, op: str, first: str, rhs) -> bool | None:
+        """``first op rhs``: ``=~`` (a regular expression) is not decided; ``==``/``=``/``!=`` match rhs as a
+        pattern (quoted parts literally); the others compare strings or, for ``-eq`` and kin, arithmetic."""
+        if op == "=~":
+            return None
+        if rhs[0] != "w":
+            raise _err(f"Line {self.line} of the script: '{op}' inside '[[ ]]' needs a right operand.")
+        if op in ("==", "=", "!="):
+            pattern = self.sh._pattern(rhs[1], True)
+            if pattern is None or _PH in first:
+                return None
+            hit = glob_match(pattern, first, self.sh.st)
+            return hit if op != "!=" else not hit
+        second = self.sh.expand_text(rhs[1], bash=True)
+        return self.sh._binary_test(op, first, second, arith=True)
+
+
+def _cond_binary_op(tok) -> str | None:
+    """The binary operator a ``[[ ]]`` token spells: ``<``, ``>`` and ``=~`` come as operator tokens,
+    the others (``==``, ``-eq``, ``-nt``, ...) as plain words."""
+    if tok[0] == "op" and tok[1] in ("<", ">", "=~"):
+        return tok[1]
+    if tok[0] == "w" and _literal(tok[1]) in _BINARY_TESTS:
+        return _literal(tok[1])
+    return None
 
 
 def _int_operand(text: str) -> int:
