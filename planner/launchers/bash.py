@@ -3353,100 +3353,130 @@ _BUILTINS = {
 }
 
 
+_PRINTF_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "a": "\a", "r": "\r", "e": "\x1b"}
+"""The backslash escapes of printf's format this reader turns into characters (bash's manual, "Bash
+Builtins", printf: the format's escapes are those of echo -e); any other backslash is kept as written."""
+
+
 def _printf(fmt: str, args: list[str], sh: Shell) -> str:
     """printf's format language: %s %b %q %c %d %i %u %x %X %o %e %f %g %%, flags, width, precision;
-    the format is reused while arguments remain."""
+    the format is reused while arguments remain (bash's manual, printf: "The format is reused as
+    necessary to consume all of the arguments"); a pass that uses none ends it."""
     out: list[str] = []
     k = 0
-    first = True
-    while first or k < len(args):
-        first = False
+    while True:
         used_before = k
-        i, n = 0, len(fmt)
-        while i < n:
-            c = fmt[i]
-            if c == "\\" and i + 1 < n:
-                d = fmt[i + 1]
-                esc = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "a": "\a", "r": "\r", "e": "\x1b"}
-                if d in esc:
-                    out.append(esc[d])
-                    i += 2
-                    continue
-                out.append(c)
-                i += 1
-                continue
-            if c != "%":
-                j = i
-                while j < n and fmt[j] not in "%\\":
-                    j += 1
-                out.append(fmt[i:j])
-                i = j
-                continue
-            if fmt.startswith("%%", i):
-                out.append("%")
-                i += 2
-                continue
-            j = i + 1
-            flags = ""
-            while j < n and fmt[j] in "-+ #0":
-                flags += fmt[j]
-                j += 1
-            width, j, k = _printf_number(fmt, j, args, k)
-            prec = None
-            if j < n and fmt[j] == ".":
-                prec, j, k = _printf_number(fmt, j + 1, args, k)
-            if j >= n:
-                raise ValueError(f"'{fmt[i:]}': missing format character")
-            conv = fmt[j]
-            i = j + 1
-            for num in (width, prec):
-                if num and (not num.lstrip("-").isdigit() or abs(int(num[:8])) > MAX_PRINTF_WIDTH or len(num) > 8):
-                    raise ValueError(f"width or precision '{num}' is beyond {MAX_PRINTF_WIDTH}")
+        k = _printf_pass(fmt, args, k, sh, out)
+        _check_len("".join(out))
+        if k == used_before or k >= len(args):
+            break
+    return _check_len("".join(out))
+
+
+def _printf_pass(fmt: str, args: list[str], k: int, sh: Shell, out: list[str]) -> int:
+    """One pass over the format from argument ``k``, appending to ``out``; returns the next argument's index."""
+    i, n = 0, len(fmt)
+    while i < n:
+        if fmt[i] == "\\" and i + 1 < n:
+            d = fmt[i + 1]
+            out.append(_PRINTF_ESCAPES.get(d, "\\"))
+            i += 2 if d in _PRINTF_ESCAPES else 1
+        elif fmt[i] != "%":
+            j = _printf_literal_end(fmt, i)
+            out.append(fmt[i:j])
+            i = j
+        elif fmt.startswith("%%", i):
+            out.append("%")
+            i += 2
+        else:
+            flags, width, prec, i, k = _printf_spec(fmt, i, args, k)
+            conv = fmt[i]
+            i += 1
             arg = args[k] if k < len(args) else None
             k += 1 if conv in "sbqcdiuxXoeEfgG" else 0
             spec = "%" + flags + width + ("." + prec if prec is not None else "")
-            if conv in "sbq":
-                text = arg or ""
-                if conv == "b":
-                    text = text.replace("\\n", "\n").replace("\\t", "\t").replace("\\\\", "\\")
-                if conv == "q":
-                    text = sh.st.render(text)
-                    text = text if text and all(ch in _NAME_CHARS + "-./=:,+@%" for ch in text) else "'" + text.replace("'", "'\\''") + "'"
-                if _PH in text and (width or prec):
-                    text = sh.st.ph("opaque", "printf " + sh.st.render(fmt))
-                    out.append(text)
-                else:
-                    out.append(text if _PH in text else (spec + "s") % text)
-            elif conv == "c":
-                if arg is not None and _PH in arg:
-                    out.append(sh.st.ph("opaque", "printf " + sh.st.render(fmt)))
-                    continue
-                out.append((spec + "s") % (arg or "")[:1])
-            elif conv in "diuxXo":
-                if arg is not None and _PH in arg:
-                    out.append(sh.st.ph("opaque", "printf " + sh.st.render(fmt)))
-                    continue
-                v = _printf_int(arg)
-                if conv in "uxXo" and v < 0:  # printed as the unsigned 64-bit value, as bash does
-                    v += 1 << 64
-                out.append((spec + ("d" if conv in "diu" else conv)) % v)
-            elif conv in "eEfgG":
-                if arg is not None and _PH in arg:
-                    out.append(sh.st.ph("opaque", "printf " + sh.st.render(fmt)))
-                    continue
-                try:
-                    fv = float(arg) if arg else 0.0
-                except ValueError:
-                    raise ValueError(f"'{arg}': invalid number") from None
-                out.append((spec + conv) % fv)
-            else:
-                raise ValueError(f"'%{conv}': invalid format character")
-            if len(out) > MAX_ITEMS:
+            out.append(_printf_convert(conv, spec, bool(width or prec), arg, fmt, sh))
+            # an unknown %c/number argument is not counted here (as before the split): the pass's length check bounds it
+            if len(out) > MAX_ITEMS and not (conv in "cdiuxXoeEfgG" and arg is not None and _PH in arg):
                 raise ValueError("output is too long")
-        _check_len("".join(out))
-        if k == used_before:
-            break
-    return _check_len("".join(out))
+    return k
+
+
+def _printf_literal_end(fmt: str, i: int) -> int:
+    """Where the plain text from ``fmt[i]`` ends: at the next ``%`` or backslash. A backslash that ends
+    the format stops it where it stands (``i`` itself): the caller appends "" and loops (a known flaw)."""
+    j = i
+    while j < len(fmt) and fmt[j] not in "%\\":
+        j += 1
+    return j
+
+
+def _printf_spec(fmt: str, i: int, args: list[str], k: int) -> tuple[str, str, str | None, int, int]:
+    """The directive at ``fmt[i] == "%"``: flags (``-+ #0``), width and precision (digits or ``*``, which
+    takes an argument), as bash's printf reads them. Returns (flags, width, precision or None, the index
+    of the conversion character, the next argument). A width or precision over MAX_PRINTF_WIDTH is refused."""
+    j = i + 1
+    flags = ""
+    while j < len(fmt) and fmt[j] in "-+ #0":
+        flags += fmt[j]
+        j += 1
+    width, j, k = _printf_number(fmt, j, args, k)
+    prec = None
+    if j < len(fmt) and fmt[j] == ".":
+        prec, j, k = _printf_number(fmt, j + 1, args, k)
+    if j >= len(fmt):
+        raise ValueError(f"'{fmt[i:]}': missing format character")
+    for num in (width, prec):
+        if num and (not num.lstrip("-").isdigit() or abs(int(num[:8])) > MAX_PRINTF_WIDTH or len(num) > 8):
+            raise ValueError(f"width or precision '{num}' is beyond {MAX_PRINTF_WIDTH}")
+    return flags, width, prec, j, k
+
+
+def _printf_convert(conv: str, spec: str, sized: bool, arg: str | None, fmt: str, sh: Shell) -> str:
+    """One conversion of ``arg`` (None: none left, which bash reads as "" or 0) by ``spec`` + ``conv``."""
+    if conv in "sbq":
+        return _printf_text(conv, spec, sized, arg or "", fmt, sh)
+    if conv not in "cdiuxXoeEfgG":
+        raise ValueError(f"'%{conv}': invalid format character")
+    if arg is not None and _PH in arg:  # a value planner does not know cannot be formatted
+        return sh.st.ph("opaque", "printf " + sh.st.render(fmt))
+    if conv == "c":  # the first character of the argument
+        return (spec + "s") % (arg or "")[:1]
+    if conv in "diuxXo":
+        return _printf_integer(conv, spec, arg)
+    return _printf_float(conv, spec, arg)
+
+
+def _printf_text(conv: str, spec: str, sized: bool, text: str, fmt: str, sh: Shell) -> str:
+    """%s as is; %b expands backslash escapes in the argument (only \\n, \\t and \\\\ here); %q quotes it
+    so the shell reads it back (single quotes unless every character is safe bare). An unknown value
+    passes through unless a width or precision would cut or pad it."""
+    if conv == "b":
+        text = text.replace("\\n", "\n").replace("\\t", "\t").replace("\\\\", "\\")
+    if conv == "q":
+        text = sh.st.render(text)
+        text = text if text and all(ch in _NAME_CHARS + "-./=:,+@%" for ch in text) else "'" + text.replace("'", "'\\''") + "'"
+    if _PH in text and sized:
+        return sh.st.ph("opaque", "printf " + sh.st.render(fmt))
+    return text if _PH in text else (spec + "s") % text
+
+
+def _printf_integer(conv: str, spec: str, arg: str | None) -> str:
+    """%d %i %u %x %X %o: the argument read as bash reads a printf number (_printf_int); %u %x %X %o print
+    a negative value as its unsigned 64-bit value, as bash does."""
+    v = _printf_int(arg)
+    if conv in "uxXo" and v < 0:
+        v += 1 << 64
+    return (spec + ("d" if conv in "diu" else conv)) % v
+
+
+def _printf_float(conv: str, spec: str, arg: str | None) -> str:
+    """%e %E %f %g %G: the argument as a floating-point number (none or "" reads as 0)."""
+    try:
+        fv = float(arg) if arg else 0.0
+    except ValueError:
+        raise ValueError(f"'{arg}': invalid number") from None
+    return (spec + conv) % fv
 
 
 def _printf_number(fmt: str, j: int, args: list[str], k: int) -> tuple[str, int, int]:
