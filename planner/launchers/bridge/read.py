@@ -440,11 +440,33 @@ def launch_assumptions(args: BridgeArgs) -> dict:
 
 
 def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[str]]:
-    """(plan mapping, job mapping, notes, fields taken from the recipe's defaults)."""
+    """(plan mapping, job mapping, notes, fields taken from the recipe's defaults). The fields are read
+    in a fixed order (the recipe-default list and the notes follow it), one helper per group."""
     given = args.values
     val, used_defaults = _lookup(args)
     notes: list[str] = []
+    tp, pp, cp, vpp_v, ep, etp, mbs = _parallel_sizes(val, model)
+    vpp, layout_text = _pipeline(args, val, model, pp, vpp_v, notes)
+    recompute = _recompute(args, val, notes)
+    offload = _offload(val, notes)
+    precision, moments = _precision(args, val, notes)
+    sharding, sharding_instances = _sharding(args, val, notes)
+    grad_reduce, param_gather = grad_dtypes(args, precision, sharding)
+    dispatcher = _dispatcher(val, model, notes)
+    plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
+                offload=offload, precision=None if precision == "fp32" else precision, moments=moments, grad_reduce=grad_reduce,
+                param_gather=param_gather, layout=layout_text, dispatcher=dispatcher,
+                ep_overlap="on" if _ep_overlap(args) else "off", cuda_graphs=cuda_graphs_of(launch_assumptions(args)))
+    seq = _seq_len(given, val)
+    job = {"global_batch": _int_at(val, "train.global_batch_size"), "seq_len": seq,
+           "precisions": [precision], "_instances": sharding_instances}
+    return plan, job, notes, used_defaults
 
+
+def _parallel_sizes(val, model) -> tuple[int, int, int, Any, int, int | None, int]:
+    """(tp, pp, cp, the VPP field as given, ep, etp, mbs): ModelParallelConfig's sizes
+    (megatron/core/model_parallel_config.py, defaults 1; expert_tensor_parallel_size None) and
+    TrainingConfig.micro_batch_size (megatron/bridge/training/config.py). A dense model has no experts."""
     tp = _int_at(val, "model.tensor_model_parallel_size", 1)
     pp = _int_at(val, "model.pipeline_model_parallel_size", 1)
     cp = _int_at(val, "model.context_parallel_size", 1)
@@ -452,11 +474,24 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     ep = _int_at(val, "model.expert_model_parallel_size", 1) if model.is_moe else 1
     etp = _int_at(val, "model.expert_tensor_parallel_size") if model.is_moe else None
     mbs = _int_at(val, "train.micro_batch_size", 1)
+    return tp, pp, cp, vpp_v, ep, etp, mbs
 
+
+_LAYOUT_MODULES = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+"""A YAML layout's module names as Megatron-Core's layout string letters (PipelineParallelLayerLayout,
+megatron/core/transformer/pipeline_parallel_layer_layout.py)."""
+
+
+def _pipeline(args: BridgeArgs, val, model, pp: int, vpp_v, notes: list[str]) -> tuple[int, str | None]:
+    """(vpp, layout) from the model's pipeline fields (pipeline_model_parallel_layout,
+    num_layers_in_first/last_pipeline_stage, account_for_embedding/loss_in_pipeline_split:
+    TransformerConfig, megatron/core/transformer/transformer_config.py), read as the Megatron reader
+    reads the matching flags. The DeepSeek-V3 recipe computes its layout from PP and VPP
+    (set_deepseek_v3_pipeline_model_parallel_layout), which planner does not repeat: noted."""
+    given = args.values
     layout = val("model.pipeline_model_parallel_layout")
     if isinstance(layout, list):  # a YAML's layout as per-stage lists of module names
-        layout = "|".join("".join({"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}.get(str(x), "?")
-                                  for x in stage) for stage in layout)
+        layout = "|".join("".join(_LAYOUT_MODULES.get(str(x), "?") for x in stage) for stage in layout)
     if pp > 1 and layout is None and "model.pipeline_model_parallel_layout" not in given and \
             args.recipe == "deepseek_v3_pretrain_config" and ("model.pipeline_model_parallel_size" in given or
                                                               "model.virtual_pipeline_model_parallel_size" in given):
@@ -472,20 +507,29 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
         "num_virtual_stages_per_pipeline_rank": vpp_v,
     }
     mv = {k: (str(v) if isinstance(v, int) and not isinstance(v, bool) else v) for k, v in mv.items() if v is not None}
-    vpp, layout_text = pipeline_from_flags(mv, pp, notes) if pp > 1 else (1, None)
+    return pipeline_from_flags(mv, pp, notes) if pp > 1 else (1, None)
 
+
+def _recompute(args: BridgeArgs, val, notes: list[str]) -> str:
+    """TransformerConfig.recompute_granularity (megatron/core/transformer/transformer_config.py):
+    None, "selective" (recompute_modules, default ["core_attn"]) or "full" (recompute_method and
+    recompute_num_layers); anything else Megatron-Core refuses, and so does planner."""
     gran = val("model.recompute_granularity")
-    recompute = "none"
     if gran == "selective":
         mods = val("model.recompute_modules") or ["core_attn"]
         mods = [str(m) for m in (mods if isinstance(mods, list) else [mods])]
-        recompute = selective_recompute(mods, "model.recompute_modules", args.unknown)
-    elif gran == "full":
-        recompute = full_recompute(val("model.recompute_method"), _int_at(val, "model.recompute_num_layers"),
-                                   notes)
-    elif gran not in (None, "null"):
+        return selective_recompute(mods, "model.recompute_modules", args.unknown)
+    if gran == "full":
+        return full_recompute(val("model.recompute_method"), _int_at(val, "model.recompute_num_layers"), notes)
+    if gran not in (None, "null"):
         raise PlannerError(f"model.recompute_granularity={gran!r}: Megatron-Core accepts full, selective or null.")
+    return "none"
 
+
+def _offload(val, notes: list[str]) -> str:
+    """OptimizerConfig.optimizer_cpu_offload / optimizer_offload_fraction (megatron/core/optimizer/
+    optimizer_config.py; a fraction under 1 is modeled as all) and TransformerConfig's
+    fine_grained_activation_offloading / cpu_offloading (both modeled as activation offload)."""
     opt_off = bool(val("optimizer.optimizer_cpu_offload", False))
     frac = val("optimizer.optimizer_offload_fraction", 0.0 if opt_off else None)
     if opt_off and (frac is None or float(frac) < 1.0):
@@ -494,8 +538,14 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     act_off = bool(val("model.fine_grained_activation_offloading", False)) or bool(val("model.cpu_offloading", False))
     if val("model.cpu_offloading", False):
         notes.append("model.cpu_offloading (layer-level offload) modeled as offload=activations")
-    offload = str(Offload(optimizer=opt_off, activations=act_off))
+    return str(Offload(optimizer=opt_off, activations=act_off))
 
+
+def _precision(args: BridgeArgs, val, notes: list[str]) -> tuple[str, str]:
+    """(precision, Adam moments' dtype): the mixed-precision preset (MixedPrecisionConfig,
+    megatron/bridge/training/mixed_precision.py), then OptimizerConfig's exp_avg_dtype, exp_avg_sq_dtype
+    and main_grads_dtype (the precision-aware optimizer; default fp32)."""
+    given = args.values
     mp_name = mixed_precision_name(args, val)
     if mp_name == "fp32":
         # The dtype the model config keeps without a mixed-precision config: bf16 / fp16 when
@@ -518,53 +568,70 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
         notes.append("Adam moment dtypes other than both-fp32 or both-bf16 modeled as fp32")
     if _DTYPES.get(str(val("optimizer.main_grads_dtype", "fp32")), "fp32") != "fp32":
         notes.append("bf16 main gradients (precision-aware optimizer) modeled as fp32 gradients")
+    return precision, moments
 
+
+_FSDP_SHARDING = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}
+"""Megatron FSDP's data_parallel_sharding_strategy values (DistributedDataParallelConfig,
+megatron/core/distributed/distributed_data_parallel_config.py) as planner's sharding."""
+
+
+def _sharding(args: BridgeArgs, val, notes: list[str]) -> tuple[str, int]:
+    """(sharding, the instances it shards over): DistributedDataParallelConfig's use_megatron_fsdp
+    (with data_parallel_sharding_strategy), use_distributed_optimizer (Bridge also takes
+    OptimizerConfig.use_distributed_optimizer) and num_distributed_optimizer_instances."""
     instances = _int_at(val, "ddp.num_distributed_optimizer_instances", 1) or 1
     if val("ddp.use_megatron_fsdp", False):
         # A recipe's DDP config sets optim_grads_params (recipes/common.py _pretrain_common); a whole
         # ConfigContainer without the field has MCore DistributedDataParallelConfig's 'no_shard'.
         strategy = val("ddp.data_parallel_sharding_strategy", "no_shard" if args.kind == "yaml" else "optim_grads_params")
-        sharding = {"optim_grads_params": "fsdp", "optim_grads": "zero2", "optim": "dist_opt", "no_shard": "ddp"}.get(
-            str(strategy))
+        sharding = _FSDP_SHARDING.get(str(strategy))
         if sharding is None:
             raise PlannerError(f"ddp.data_parallel_sharding_strategy={strategy}: Megatron FSDP accepts no_shard, "
                                "optim, optim_grads or optim_grads_params.")
-        sharding_instances = instances
-    elif val("ddp.use_distributed_optimizer", val("optimizer.use_distributed_optimizer", False)):
-        sharding, sharding_instances = "dist_opt", 1
+        return sharding, instances
+    if val("ddp.use_distributed_optimizer", val("optimizer.use_distributed_optimizer", False)):
         if instances > 1:
             notes.append(f"partial distributed optimizer ({instances} instances) modeled as dist_opt over all of DP")
-    else:
-        sharding, sharding_instances = "ddp", 1
+        return "dist_opt", 1
+    return "ddp", 1
 
-    grad_reduce, param_gather = grad_dtypes(args, precision, sharding)
-    dispatcher = None
-    if model.is_moe:
-        kind = val("model.moe_token_dispatcher_type", "allgather")
-        if kind == "flex":
-            dispatcher = str(val("model.moe_flex_dispatcher_backend", "deepep") or "deepep")
-            if dispatcher == "ncclep":
-                notes.append("ncclep flex backend modeled as deepep")
-                dispatcher = "deepep"
-        else:
-            if kind != "alltoall":
-                notes.append(f"{kind} token dispatcher modeled as alltoall")
-            dispatcher = "alltoall"
+
+def _dispatcher(val, model, notes: list[str]) -> str | None:
+    """A MoE's token dispatcher: TransformerConfig.moe_token_dispatcher_type (default "allgather",
+    modeled as alltoall) and, for "flex", moe_flex_dispatcher_backend (default "deepep"; ncclep
+    modeled as deepep). None for a dense model."""
+    if not model.is_moe:
+        return None
+    kind = val("model.moe_token_dispatcher_type", "allgather")
+    if kind == "flex":
+        dispatcher = str(val("model.moe_flex_dispatcher_backend", "deepep") or "deepep")
+        if dispatcher == "ncclep":
+            notes.append("ncclep flex backend modeled as deepep")
+            dispatcher = "deepep"
+        return dispatcher
+    if kind != "alltoall":
+        notes.append(f"{kind} token dispatcher modeled as alltoall")
+    return "alltoall"
+
+
+def _ep_overlap(args: BridgeArgs) -> bool:
+    """Expert-parallel communication overlap as the launch gives it (no recipe default): a recipe with a
+    CommOverlapConfig (megatron/bridge/training/comm_overlap.py) takes it there, else on the model."""
+    given = args.values
     on_comm = has_comm_overlap(args.recipe or "") is not False
     ep_key = "comm_overlap.overlap_moe_expert_parallel_comm" if on_comm else "model.overlap_moe_expert_parallel_comm"
-    ep_overlap = bool(given.get(ep_key, given.get("model.overlap_moe_expert_parallel_comm", False)))
+    return bool(given.get(ep_key, given.get("model.overlap_moe_expert_parallel_comm", False)))
 
-    plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
-                offload=offload, precision=None if precision == "fp32" else precision, moments=moments, grad_reduce=grad_reduce,
-                param_gather=param_gather, layout=layout_text, dispatcher=dispatcher,
-                ep_overlap="on" if ep_overlap else "off", cuda_graphs=cuda_graphs_of(launch_assumptions(args)))
+
+def _seq_len(given: dict, val) -> int | None:
+    """The sequence length: the launch's dataset.seq_length (GPTDatasetConfig), else its model.seq_length,
+    else the recipe's dataset.seq_length."""
     seq = _int({"dataset.seq_length": given.get("dataset.seq_length", given.get("model.seq_length"))},
                "dataset.seq_length")
     if seq is None:
         seq = _int_at(val, "dataset.seq_length")
-    job = {"global_batch": _int_at(val, "train.global_batch_size"), "seq_len": seq,
-           "precisions": [precision], "_instances": sharding_instances}
-    return plan, job, notes, used_defaults
+    return seq
 
 
 def grad_dtypes(args: BridgeArgs, precision: str, sharding: str) -> tuple[str, str]:
