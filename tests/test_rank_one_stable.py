@@ -42,7 +42,7 @@ JOBS = [
     ("qwen3-30b-a3b", "h100", JobArgs(gpus=16, global_batch=128), "megatron"),
     ("llama3.1-8b", "gb200-nvl72", JobArgs(gpus=16, global_batch=64), "megatron"),
     ("mixtral-8x7b", "h100", JobArgs(gpus=32, global_batch=128), "megatron"),
-    ("deepseek-v3", "h100", JobArgs(gpus=1024, global_batch=4096), "any"),
+    ("qwen3-30b-a3b", "gb200-nvl72", JobArgs(gpus=64, global_batch=256), "any"),
 ]
 
 
@@ -50,6 +50,7 @@ JOBS = [
 @pytest.mark.parametrize("case", JOBS, ids=lambda c: f"{c[0]}-{c[1]}-{c[2].gpus}-{c[3]}")
 def test_the_first_plan_is_the_same_for_every_top(case):
     model, hw, job, target = case
-    firsts = {t: _first(model, hw, job, t, target) for t in TOPS}
+    # The extremes of TOPS: every --top between ranks the same pool (the first test above).
+    firsts = {t: _first(model, hw, job, t, target) for t in (min(TOPS), max(TOPS))}
     assert len(set(firsts.values())) == 1, firsts
 
