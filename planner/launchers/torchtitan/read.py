@@ -347,27 +347,67 @@ def _model_for(args: TorchtitanArgs):
     return None, None
 
 
-def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, list[str], list[str]]:
-    v = args.values
-    used_defaults: list[str] = []
-    notes: list[str] = []
+class _Fields:
+    """A launch's values, each key it leaves out read as DEFAULTS (torchtitan's dataclass default) and
+    recorded in ``used``, once per read and in order (the list reported as defaults follows it)."""
 
-    def val(key):
-        if key in v:
-            return v[key]
-        used_defaults.append(key)
+    def __init__(self, values: dict[str, Any]):
+        self.values = values
+        self.used: list[str] = []
+
+    def val(self, key: str):
+        if key in self.values:
+            return self.values[key]
+        self.used.append(key)
         return DEFAULTS[key]
 
-    def num(key) -> int:
-        x = val(key)
+    def num(self, key: str) -> int:
+        """An integer field (torchtitan's config declares these int; a bool is not one)."""
+        x = self.val(key)
         if isinstance(x, bool) or not isinstance(x, int):
             raise PlannerError(f"{key} = {x!r}: torchtitan expects an integer.")
         return x
 
-    rep, shard = num("parallelism.data_parallel_replicate_degree"), num("parallelism.data_parallel_shard_degree")
-    tp, cp, pp = num("parallelism.tensor_parallel_degree"), num("parallelism.context_parallel_degree"), \
-        num("parallelism.pipeline_parallel_degree")
-    ep = num("parallelism.expert_parallel_degree") if model.is_moe else 1
+
+def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, list[str], list[str]]:
+    """(plan mapping, job mapping, notes, keys read as torchtitan's defaults). One helper per group
+    of config fields, called in a fixed order (the defaults list and notes follow it)."""
+    f = _Fields(args.values)
+    notes: list[str] = []
+    rep, shard, tp, cp, pp, ep = _degrees(f, model, world)
+    etp = _expert_tp(f, model, notes)
+    dp = rep * shard
+    sharding = _sharding(f, rep, shard, cp)
+    schedule, vpp, layout = _pipeline(f, model, pp, notes)
+    # a pipeline's micro-batch is its own field; without one, torchtitan runs the local batch at once
+    mbs = f.num("parallelism.pipeline_parallel_microbatch_size") if pp > 1 else f.num("training.local_batch_size")
+    gbs = _global_batch(f, dp)
+    recompute = _recompute(args, f)
+    fp8 = _fp8(args, f)
+    # 0.3.0's OptimizersContainer.Config implementation "fused_opt_states_bf16" keeps Adam's states in bf16
+    moments = "bf16" if f.val("optimizer.implementation") == "fused_opt_states_bf16" else "fp32"
+    dispatcher = _dispatcher(args, f, model)
+    _not_modeled(args, f)
+    plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs,
+                sharding=sharding, recompute=recompute, precision="fp8" if fp8 else "bf16", moments=moments,
+                layout=layout, dispatcher=dispatcher, schedule=plan_schedule(schedule) if pp > 1 else None)
+    job = {"global_batch": gbs, "seq_len": f.num("training.seq_len"), "precisions": ["fp8" if fp8 else "bf16"]}
+    used_defaults = f.used
+    if args.kind == "cli":  # listed as not modeled instead (_not_modeled, _fp8)
+        used_defaults = [k for k in used_defaults if k not in ("training.disable_cuda_graphs", "compile.enable", "model.converters",
+                                                               "training.enable_cpu_offload")]
+    return plan, job, notes, used_defaults
+
+
+def _degrees(f: _Fields, model, world: int) -> tuple[int, int, int, int, int, int]:
+    """(replicate, shard, tp, cp, pp, ep) from Parallelism's *_degree fields (v0.2.2
+    torchtitan/config/job_config.py Parallelism; 0.3.0 ParallelismConfig). data_parallel_shard_degree
+    -1 takes the GPUs the other degrees leave, which must divide evenly (ParallelDims,
+    torchtitan/distributed/parallel_dims.py). A dense model has no expert parallelism."""
+    rep, shard = f.num("parallelism.data_parallel_replicate_degree"), f.num("parallelism.data_parallel_shard_degree")
+    tp, cp, pp = f.num("parallelism.tensor_parallel_degree"), f.num("parallelism.context_parallel_degree"), \
+        f.num("parallelism.pipeline_parallel_degree")
+    ep = f.num("parallelism.expert_parallel_degree") if model.is_moe else 1
     if min(rep, tp, cp, pp, ep) < 1 or (shard < 1 and shard != -1):
         raise PlannerError("A torchtitan parallel degree is below 1 (only data_parallel_shard_degree may be -1).")
     if shard == -1:
@@ -376,89 +416,118 @@ def plan_values(args: TorchtitanArgs, model, world: int) -> tuple[dict, dict, li
             raise PlannerError(f"data_parallel_shard_degree -1 leaves {world} GPUs / {rest} (replicate*cp*tp*pp): not whole "
                                "(ParallelDims).")
         shard = world // rest
-    etp = num("parallelism.expert_tensor_parallel_degree") if model.is_moe else None
+    return rep, shard, tp, cp, pp, ep
+
+
+def _expert_tp(f: _Fields, model, notes: list[str]) -> int | None:
+    """Parallelism.expert_tensor_parallel_degree (v0.2.2; 0.3.0 has none, so other than 1 is noted)."""
+    etp = f.num("parallelism.expert_tensor_parallel_degree") if model.is_moe else None
     if etp not in (None, 1):
         notes.append(f"expert_tensor_parallel_degree {etp}: torchtitan 0.3.0 has none")
-    dp = rep * shard
+    return etp
+
+
+def _sharding(f: _Fields, rep: int, shard: int, cp: int) -> str:
+    """planner's sharding of torchtitan's data-parallel mesh: replicas of unsharded copies are DDP,
+    replicas of shards HSDP (FSDP's mesh spans shard x cp, ParallelDims' dp_shard_cp), else FSDP, which
+    Parallelism.fsdp_reshard_after_forward = "never" turns into ZeRO-2 (parameters kept after forward)."""
     if shard == 1 and rep > 1:
-        sharding = "ddp"
-    elif rep > 1:
-        sharding = f"hsdp:{shard * cp}"
-    else:
-        sharding = "zero2" if val("parallelism.fsdp_reshard_after_forward") == "never" else "fsdp"
-    schedule = str(val("parallelism.pipeline_parallel_schedule"))
+        return "ddp"
+    if rep > 1:
+        return f"hsdp:{shard * cp}"
+    return "zero2" if f.val("parallelism.fsdp_reshard_after_forward") == "never" else "fsdp"
+
+
+def _pipeline(f: _Fields, model, pp: int, notes: list[str]) -> tuple[str, int, str | None]:
+    """(schedule name, vpp, layout) from Parallelism's pipeline_parallel_schedule and
+    module_fqns_per_model_part (one list of module names per stage). Without the list torchtitan
+    splits the layers itself (pipeline_module_split, torchtitan/distributed/pipeline_parallel.py):
+    planner reads two stages per rank for a multi-stage schedule and Megatron's even split. A schedule
+    name torch.distributed.pipelining does not know is refused, as get_schedule_class refuses it."""
+    schedule = str(f.val("parallelism.pipeline_parallel_schedule"))
     vpp, layout = 1, None
-    if pp > 1:
-        fqns = val("parallelism.module_fqns_per_model_part")
-        if fqns:
-            layout = format_layout(tuple(_stage_symbols(part, model) for part in fqns))
-            vpp = max(len(fqns) // pp, 1)
-        elif schedule.lower() in MULTI_STAGE:
-            vpp = 2
-            notes.append("no module_fqns_per_model_part: torchtitan splits the layers itself (two stages per rank for "
-                         "a multi-stage schedule); planner reads Megatron's even split")
-        if schedule.lower() not in SINGLE_STAGE | MULTI_STAGE:
-            raise PlannerError(f"pipeline_parallel_schedule {schedule!r} is not a torch.distributed.pipelining schedule "
-                               "torchtitan accepts.")
-        planned = plan_schedule(schedule)
-        if planned is None:
-            notes.append(f"schedule {schedule} modeled as {'interleaved 1F1B' if vpp > 1 else '1F1B'} (planner has no "
-                         "GPipe or looped breadth-first schedule)")
-        mbs = num("parallelism.pipeline_parallel_microbatch_size")
-    else:
-        mbs = num("training.local_batch_size")
-    local = num("training.local_batch_size")
-    gbs = num("training.global_batch_size")
-    if gbs == -1:
-        gbs = local * dp
-    mode = str(val("activation_checkpoint.mode"))
+    if pp <= 1:
+        return schedule, vpp, layout
+    fqns = f.val("parallelism.module_fqns_per_model_part")
+    if fqns:
+        layout = format_layout(tuple(_stage_symbols(part, model) for part in fqns))
+        vpp = max(len(fqns) // pp, 1)
+    elif schedule.lower() in MULTI_STAGE:
+        vpp = 2
+        notes.append("no module_fqns_per_model_part: torchtitan splits the layers itself (two stages per rank for "
+                     "a multi-stage schedule); planner reads Megatron's even split")
+    if schedule.lower() not in SINGLE_STAGE | MULTI_STAGE:
+        raise PlannerError(f"pipeline_parallel_schedule {schedule!r} is not a torch.distributed.pipelining schedule "
+                           "torchtitan accepts.")
+    if plan_schedule(schedule) is None:
+        notes.append(f"schedule {schedule} modeled as {'interleaved 1F1B' if vpp > 1 else '1F1B'} (planner has no "
+                     "GPipe or looped breadth-first schedule)")
+    return schedule, vpp, layout
+
+
+def _global_batch(f: _Fields, dp: int) -> int:
+    """Training.global_batch_size; -1 (the default) is local_batch_size x the data-parallel degree."""
+    local = f.num("training.local_batch_size")
+    gbs = f.num("training.global_batch_size")
+    return local * dp if gbs == -1 else gbs
+
+
+def _recompute(args: TorchtitanArgs, f: _Fields) -> str:
+    """ActivationCheckpoint.mode: full, none, or selective per op; selective every N-th layer and
+    memory_budget are not modeled (listed, read as none)."""
+    mode = str(f.val("activation_checkpoint.mode"))
     # torchtitan 0.3's activation_checkpoint:selective is per-op (SelectiveAC); 0.1-0.2 choose it with
     # selective_ac_option = "op" (digits: every N-th layer fully), and leave out means "2".
-    option = v.get("activation_checkpoint.selective_ac_option")
+    option = f.values.get("activation_checkpoint.selective_ac_option")
     if option is None and mode == "selective":
         option = "op" if args.kind == "cli" else TOML_SELECTIVE_AC_OPTION
         if args.kind != "cli":
-            used_defaults.append("activation_checkpoint.selective_ac_option")
-    if mode == "full":
-        recompute = "full"
-    elif mode == "none":
-        recompute = "none"
-    elif mode == "selective" and option == "op":
-        recompute = "op"
-    else:
-        recompute = "none"
-        what = f"selective every {option} layers" if mode == "selective" else mode
-        args.unknown.append(f"activation_checkpoint {what} (torchtitan's layer-frequency or budgeted AC: not modeled "
-                            "by planner, read as none)")
-    converters = val("model.converters") or []
+            f.used.append("activation_checkpoint.selective_ac_option")
+    if mode in ("full", "none"):
+        return mode
+    if mode == "selective" and option == "op":
+        return "op"
+    what = f"selective every {option} layers" if mode == "selective" else mode
+    args.unknown.append(f"activation_checkpoint {what} (torchtitan's layer-frequency or budgeted AC: not modeled "
+                        "by planner, read as none)")
+    return "none"
+
+
+def _fp8(args: TorchtitanArgs, f: _Fields) -> bool:
+    """Whether the linear layers train in FP8: a Model.converters entry of FP8_CONVERTERS, or a 0.3.0
+    config whose name says float8/mxfp8/fp8 (llama3_405b's too: TORCHTITAN_CONFIGS). Grouped-GEMM-only
+    converters are listed as not modeled."""
+    converters = f.val("model.converters") or []
     if any(c.startswith("quantize.grouped_mm.") for c in converters) and not FP8_CONVERTERS & set(converters):
         args.unknown.append("model.converters " + ", ".join(converters) + " (FP8 for the MoE experts' grouped GEMMs "
                             "only: not modeled by planner, read as bf16)")
-    fp8 = bool(FP8_CONVERTERS & set(converters)) or bool(
+    return bool(FP8_CONVERTERS & set(converters)) or bool(
         args.config and re.search(r"float8|mxfp8|fp8", args.config)) or (
         args.kind == "cli" and args.config == "llama3_405b")
-    moments = "bf16" if val("optimizer.implementation") == "fused_opt_states_bf16" else "fp32"
-    dispatcher = None
-    if model.is_moe:
-        dispatcher = "deepep" if val("parallelism.expert_parallel_comm_backend") == "deepep" or (
-            args.config and "deepep" in args.config) else ("hybridep" if args.config and "hybridep" in args.config
-                                                           else "alltoall")
-    if val("compile.enable"):
+
+
+def _dispatcher(args: TorchtitanArgs, f: _Fields, model) -> str | None:
+    """A MoE's token dispatcher: Parallelism.expert_parallel_comm_backend "deepep" or a 0.3.0 config named
+    for DeepEP / HybridEP, else all-to-all. None for a dense model."""
+    if not model.is_moe:
+        return None
+    if f.val("parallelism.expert_parallel_comm_backend") == "deepep" or (args.config and "deepep" in args.config):
+        return "deepep"
+    return "hybridep" if args.config and "hybridep" in args.config else "alltoall"
+
+
+def _not_modeled(args: TorchtitanArgs, f: _Fields) -> None:
+    """Lists what the launch turns on that planner does not model: Compile.enable (torch.compile),
+    Training.enable_cpu_offload (FSDP's CPU offload) and, on 0.3.0, CUDA graphs (on unless
+    training.disable_cuda_graphs)."""
+    if f.val("compile.enable"):
         args.unknown.append("compile.enable (torch.compile: not modeled by planner)")
-    if val("training.enable_cpu_offload"):
+    if f.val("training.enable_cpu_offload"):
         args.unknown.append("training.enable_cpu_offload (FSDP CPU offload of parameters, gradients and optimizer: "
                             "not modeled by planner)")
-    if args.kind == "cli" and not val("training.disable_cuda_graphs"):
+    if args.kind == "cli" and not f.val("training.disable_cuda_graphs"):
         args.unknown.append("CUDA graphs (torchtitan 0.3.0's default, training.disable_cuda_graphs false): not modeled "
                             "by planner")
-    plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs,
-                sharding=sharding, recompute=recompute, precision="fp8" if fp8 else "bf16", moments=moments,
-                layout=layout, dispatcher=dispatcher, schedule=plan_schedule(schedule) if pp > 1 else None)
-    job = {"global_batch": gbs, "seq_len": num("training.seq_len"), "precisions": ["fp8" if fp8 else "bf16"]}
-    if args.kind == "cli":
-        used_defaults = [k for k in used_defaults if k not in ("training.disable_cuda_graphs", "compile.enable", "model.converters",
-                                                               "training.enable_cpu_offload")]
-    return plan, job, notes, used_defaults
 
 
 def plan_schedule(name: str) -> str | None:
