@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError, Violation
+from planner.files import MAX_SCRIPT_BYTES, read_text
 from planner.launchers.bridge import rules as bridge_rules
 from planner.launchers.bridge import readback as bridge_readback
 from planner.launchers.bridge.read import job_from_bridge
@@ -340,10 +342,6 @@ def launch_launcher(path, forced: str | None = None) -> Launcher:
     """The launcher whose launch the file ``path`` is: the one ``forced`` names (--launch-format),
     else the one registered launcher whose sniffer recognizes the file's text. None or several is
     a PlannerError that lists the registered formats."""
-    from pathlib import Path  # noqa: PLC0415
-
-    from planner.files import MAX_SCRIPT_BYTES, read_text  # noqa: PLC0415
-
     names = [x.name for x in readable()]
     if forced is not None:
         found = next((x for x in readable() if x.name == forced), None)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from planner.launchers.allocator_env import expandable_from_env
 from planner.launchers.megatron.read import ScriptJob, assumptions_from_flags
+from planner.launchers.megatron.rules import args_violations
 from planner.launchers.software import MEGATRON_FLAG_FEATURES
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ def flag_features(sj: ScriptJob) -> list[tuple[str, str]]:
 def check(sj: ScriptJob, found: list[Violation], ctx) -> tuple[dict, list[Violation]]:
     """check's fields of a read script, and its flags' own rules (megatron.rules.args_violations)
     after ``found``; sequence parallelism without TP is a note: Megatron turns it off and runs."""
-    from planner.launchers.megatron.rules import args_violations  # noqa: PLC0415
-
     flag_rules = args_violations(sj.args, sj.hardware)
     fields: dict[str, object] = {
         "source": str(sj.source), "model_source": sj.model_source,

@@ -6,7 +6,9 @@ import re
 
 from planner.errors import PlanRuleError, Violation
 from planner.launchers.torchtitan.read import TorchtitanJob
-from planner.launchers.torchtitan.toml import TOML_RELEASE
+from planner.launchers.torchtitan.rules import torchtitan_config_for
+from planner.launchers.torchtitan.toml import _REPLACED, TOML_RELEASE, toml_violations
+from planner.specs.software import software_violations
 
 # A TOML job file opens with a [section] (torchtitan <= 0.2.2, train_configs/*.toml); a 0.3.0
 # launch names --module and --config (torchtitan/config/manager.py ConfigManager), or sets
@@ -29,8 +31,6 @@ def release(tj: TorchtitanJob) -> tuple[str, str]:
 
 def torchtitan_config(tj: TorchtitanJob, model) -> str | None:
     """The registry function a 0.3.0 launch names, as --torchtitan-config (None: planner's own table's)."""
-    from planner.launchers.torchtitan.rules import torchtitan_config_for  # noqa: PLC0415
-
     a = tj.args
     if a.kind != "cli" or not a.module or not a.config:
         return None
@@ -42,16 +42,15 @@ def check(tj: TorchtitanJob, found: list[Violation], ctx) -> tuple[dict, list[Vi
     0.2.2 release's own rules (torchtitan.toml.toml_violations) in place of 0.3.0's."""
     a = tj.args
     if a.kind == "toml" and ctx.target == "torchtitan":
+        # Local (start-up): the registry imports this module, and 'planner software' must not load the
+        # cost model (numpy) to list releases.
         from planner.cost.setup import resolve_setup  # noqa: PLC0415
-        from planner.launchers.torchtitan.toml import _REPLACED, toml_violations  # noqa: PLC0415
 
         try:
             found = toml_violations(resolve_setup(ctx.model, ctx.hw, ctx.job, ctx.plan))
         except PlanRuleError:  # a plan resolve_setup refuses: the list given has every rule it breaks
             found = [v for v in found if v.rule not in _REPLACED]
         if ctx.profile is not None and not any(v.rule == "software-lever" for v in found):
-            from planner.specs.software import software_violations  # noqa: PLC0415
-
             found = found + software_violations(ctx.plan, ctx.profile, found)
     fields = {
         "source": str(tj.source), "model_source": tj.model_source,
