@@ -68,7 +68,8 @@ set -- p q r; for a; do cmd "$a"; done; shift; cmd $# "$@"
     "printf -v": r"""printf -v FREQ "[%s]" "0,0,1,1"
 printf -v N "%03d|%-4s|%x|%X|%o|%5.2f|%%|%c" 7 ab 255 -1 8 3.14159 xyz
 printf -v R "%s-" a b c
-cmd "$FREQ" "$N" "$R"
+printf -v T 'end\'
+cmd "$FREQ" "$N" "$R" "$T"
 """,
     "arithmetic": r"""cmd $((9**9**9)) $((2**63)) $((1<<64)) $((1<<65)) $((1<<-1)) $((-7/2)) $((-7%2))
 cmd $(( (-9223372036854775807-1) / -1 )) $(( (-9223372036854775807-1) % -1 )) $((9223372036854775808))

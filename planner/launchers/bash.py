@@ -3377,8 +3377,8 @@ def _printf_pass(fmt: str, args: list[str], k: int, sh: Shell, out: list[str]) -
     """One pass over the format from argument ``k``, appending to ``out``; returns the next argument's index."""
     i, n = 0, len(fmt)
     while i < n:
-        if fmt[i] == "\\" and i + 1 < n:
-            d = fmt[i + 1]
+        if fmt[i] == "\\":
+            d = fmt[i + 1] if i + 1 < n else ""  # a backslash that ends the format is printed, as bash does
             out.append(_PRINTF_ESCAPES.get(d, "\\"))
             i += 2 if d in _PRINTF_ESCAPES else 1
         elif fmt[i] != "%":
@@ -3403,8 +3403,7 @@ def _printf_pass(fmt: str, args: list[str], k: int, sh: Shell, out: list[str]) -
 
 
 def _printf_literal_end(fmt: str, i: int) -> int:
-    """Where the plain text from ``fmt[i]`` ends: at the next ``%`` or backslash. A backslash that ends
-    the format stops it where it stands (``i`` itself): the caller appends "" and loops (a known flaw)."""
+    """Where the plain text from ``fmt[i]`` (neither ``%`` nor a backslash) ends: at the next ``%`` or backslash."""
     j = i
     while j < len(fmt) and fmt[j] not in "%\\":
         j += 1
