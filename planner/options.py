@@ -38,7 +38,7 @@ GlobalBatchOpt = Annotated[
 ]
 SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="Sequence length in tokens.")]
 PrecisionOpt = Annotated[
-    str | None, typer.Option("--precision", help="Allowed compute precisions, comma-separated: bf16, fp8 (first is the default).")
+    str | None, typer.Option("--precision", help="Allowed compute precisions, comma-separated: bf16, fp8, nvfp4 (first is the default; nvfp4 only when asked: it changes numerics).")
 ]
 JobFileOpt = Annotated[
     Path | None, typer.Option("--job", help="A job YAML (gpus, global_batch, seq_len, precisions); options given on the line override it.")

@@ -144,8 +144,9 @@ def _batch_and_sequence(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan
 
 def _precision(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
     """precision-allowed (the job's own list), fp8-hardware (the GPU's FP8 tensor cores),
-    param-gather-fp8 and param-gather-sharded (validate_args: --fp8-param-gather needs FP8 weights
-    and the distributed optimizer or FSDP), hsdp-group (the HSDP group divides dp*cp)."""
+    nvfp4-hardware (FP4 tensor cores), param-gather-fp4 (NVFP4 weights), param-gather-fp8 and
+    param-gather-sharded (validate_args: --fp8-param-gather needs FP8 weights and the distributed
+    optimizer or FSDP), hsdp-group (the HSDP group divides dp*cp)."""
     out: list[Violation] = []
     precision = plan.precision  # the plan is canonical: its precision is explicit
     if precision not in job.precisions:
@@ -154,14 +155,24 @@ def _precision(model: ModelSpec, hw: HardwareSpec, job: Job, plan: Plan, deg: De
                              hint="Add it with --precision bf16,fp8."))
     if precision == "fp8" and "fp8" not in hw.gpu.peak_flops:
         out.append(Violation("fp8-hardware", f"{hw.gpu.name} has no FP8 tensor cores."))
+    if precision == "nvfp4" and "fp4" not in hw.gpu.peak_flops:
+        # Transformer Engine trains NVFP4 on SM 10.0 / 10.3 only (docs/features/low_precision_training/
+        # nvfp4: "Supported devices"); the hardware catalog gives an fp4 peak exactly for those GPUs.
+        out.append(Violation("nvfp4-hardware", f"{hw.gpu.name} has no FP4 tensor cores: Transformer Engine trains "
+                             "NVFP4 on Blackwell (SM 10.0/10.3) only.", hint="Use precision=fp8 or bf16."))
+    if plan.param_gather == "fp4" and precision != "nvfp4":
+        out.append(Violation("param-gather-fp4", f"param_gather=fp4 gathers NVFP4 primary weights, which exist only "
+                             f"with precision=nvfp4 (the plan's precision is {precision}).",
+                             hint="Set precision=nvfp4, or param_gather=bf16."))
     if plan.param_gather == "fp8" and precision != "fp8":
         out.append(Violation("param-gather-fp8", f"param_gather=fp8 gathers FP8 primary weights, which exist only with "
                              f"precision=fp8 (the plan's precision is {precision}).",
                              hint="Set precision=fp8, or param_gather=bf16."))
     sh = plan.sharding
-    if plan.param_gather == "fp8" and sh.kind == "ddp":
-        out.append(Violation("param-gather-sharded", "param_gather=fp8 with sharding=ddp: DDP keeps whole parameters and "
-                             "gathers none (Megatron's --fp8-param-gather needs the distributed optimizer or FSDP).",
+    if plan.param_gather != "bf16" and sh.kind == "ddp":
+        flag = f"--{plan.param_gather}-param-gather"
+        out.append(Violation("param-gather-sharded", f"param_gather={plan.param_gather} with sharding=ddp: DDP keeps whole "
+                             f"parameters and gathers none (Megatron's {flag} needs the distributed optimizer or FSDP).",
                              hint="Use sharding=dist_opt (or fsdp/zero2/hsdp)."))
     if sh.kind == "hsdp" and deg.dp and (deg.dp * deg.cp) % sh.group:
         out.append(Violation("hsdp-group", f"hsdp:{sh.group} does not divide dp*cp = {deg.dp * deg.cp}."))
@@ -296,7 +307,9 @@ SHARED_RULES: dict[str, str] = {
     "precision-allowed": "the plan's precision is one the job allows",
     "fp8-hardware": "fp8 needs FP8 tensor cores",
     "param-gather-fp8": "param_gather=fp8 needs precision=fp8",
-    "param-gather-sharded": "param_gather=fp8 needs a sharded optimizer (validate_args: --fp8-param-gather)",
+    "param-gather-fp4": "param_gather=fp4 needs precision=nvfp4",
+    "nvfp4-hardware": "precision=nvfp4 needs FP4 tensor cores (Transformer Engine: Blackwell)",
+    "param-gather-sharded": "param_gather=fp8/fp4 needs a sharded optimizer (validate_args: --fp8-param-gather)",
     "hsdp-group": "hsdp:N divides dp*cp",
     "recompute-mla": "mla_up_proj needs MLA (TransformerConfig)",
     "recompute-moe": "moe_act/moe/shared_experts recompute needs an MoE model",

@@ -518,8 +518,6 @@ def mb_run(r: dict, series: str | None) -> dict:
         why = ("hybrid Mamba-Transformer MoE layers, which planner does not model" if family.startswith("nemotron")
                else "an architecture newer than the catalog")
         reasons.append(f"model {family} is not in planner's catalog ({why})")
-    if prec == "nvfp4":
-        reasons.append("NVFP4 training: planner's precisions are bf16 and fp8")
     if reasons:
         run["not_evaluable"] = "; ".join(reasons)
     notes = [r.get("notes") or ""]
@@ -1027,12 +1025,15 @@ def hand_runs(research: list[dict]) -> list[dict]:
             "name": n, "source": source_of(r["source"]), "software": r["software"], "confidence": r["confidence"],
             "hardware": "gb200-nvl72", "model": "llama3.1-405b", "gpus": r["gpus"], "global_batch": r["global_batch"],
             "seq_len": r["seq_len"], "precision": "nvfp4",
-            "plan": f"tp={g['tp']},cp={g['cp']},pp={g['pp']},vpp={g['vpp']},mbs=1",
+            # 126 layers do not split over pp*vpp = 64 stages: the layout is Megatron's
+            # --account-for-embedding/loss-in-pipeline-split split (126 layers + embedding + loss, two
+            # per stage), which the Megatron-Bridge Llama 3.1 405B recipe sets (the MLPerf config's
+            # own flags were not read).
+            "plan": f"tp={g['tp']},cp={g['cp']},pp={g['pp']},vpp={g['vpp']},mbs=1,layout=Et|(tt|)*62tL",
             "not_modeled": {"cuda_graphs": "on (config_common_cg.sh, not read)", "fp8_param_gather": True,
                             "precision": "NVFP4 with an FP8 tensorwise base recipe"},
             "measured": measured_of(r["measured"]),
             "flops_convention": {"kind": "none", "note": "step time from the MLLOG result file"},
-            "not_evaluable": "NVFP4 training: planner's precisions are bf16 and fp8",
             "notes": r["notes"],
         })
     # ---- MoE report headlines ---------------------------------------------------------------------

@@ -24,12 +24,14 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "validation"
 # predicted / measured - 1, at the model of this commit.
 CURRENT = {
     "validation": {
-        "all": (97, +0.0298, 0.0923, +0.4916),
+        "all": (100, +0.0247, 0.0907, +0.4916),
         "MoE / Blackwell / bf16": (9, +0.1142, 0.1615, +0.3827),
         "MoE / Blackwell / fp8": (30, +0.0577, 0.0941, +0.4916),
         "MoE / Hopper / bf16": (10, -0.0814, 0.0814, -0.3013),
         "MoE / Hopper / fp8": (6, +0.0184, 0.0985, -0.1779),
         "dense / Blackwell / fp8": (15, -0.0170, 0.0312, -0.0975),
+        # the three NVFP4 runs (issue 39): nothing fitted on them
+        "dense / Blackwell / nvfp4": (3, -0.0696, 0.0696, -0.1160),
         "dense / Hopper / bf16": (10, +0.0341, 0.1189, -0.2585),
         "dense / Hopper / fp8": (17, +0.0298, 0.0939, +0.2433),
     },
@@ -125,8 +127,8 @@ def test_anchor_runs(report):
 
 # Ranking quality (issue 40): jobs that ran several plans (planner.validate.ranking), at the model of
 # this commit. Issue 40's acceptance is at least 80 % of the pairs more than 5 % apart ordered right.
-RANKING = {"series": 28, "configurations": 77, "pairs": 100, "decisive_pairs": 91, "ordered_right": 85}
-RANKING_TAU_B = 0.863
+RANKING = {"series": 28, "configurations": 78, "pairs": 102, "decisive_pairs": 93, "ordered_right": 87}
+RANKING_TAU_B = 0.866
 # (measured faster, measured slower) that planner orders otherwise. Four are Qwen3-235B on 256 H100: the
 # FSDP + EP8 run with full recompute (and the cross-node EP32 DeepEP run) measured faster than planner
 # predicts (the same runs are planner's worst MoE / Hopper / bf16 errors, -30 % and -11 %). The other two
@@ -168,7 +170,8 @@ def test_ranking_holds_at_its_current_values(report):
 # is within +-10 % are asserted; the others, and the two subset-wide targets, are strict expected
 # failures with the measured numbers (reaching one fails the suite until it becomes an assertion).
 CLASSES_MEETING_THE_MEDIAN_TARGET = ("MoE / Blackwell / fp8", "MoE / Hopper / bf16", "MoE / Hopper / fp8",
-                                     "dense / Blackwell / fp8", "dense / Hopper / bf16", "dense / Hopper / fp8")
+                                     "dense / Blackwell / fp8", "dense / Hopper / bf16", "dense / Hopper / fp8",
+                                     "dense / Blackwell / nvfp4")
 
 
 @pytest.mark.parametrize("klass", CLASSES_MEETING_THE_MEDIAN_TARGET)

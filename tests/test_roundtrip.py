@@ -142,3 +142,18 @@ def test_cuda_graphs_read_back(name, fmt, plan):
     assert roundtrip(name, fmt, plan) == []
     setup = setup_for(name, plan)
     assert setup.plan.cuda_graphs and read_back(export_text(setup, fmt), fmt).plan.cuda_graphs == setup.plan.cuda_graphs
+
+
+@pytest.mark.parametrize("fmt,plan,flags", [
+    ("megatron", "mbs=1,precision=nvfp4", ["--fp4-format e2m1", "--fp4-recipe nvfp4"]),
+    ("megatron", "mbs=1,precision=nvfp4,param_gather=fp4", ["--fp4-format e2m1", "--fp4-param-gather"]),
+    ("bridge", "mbs=1,precision=nvfp4", ["mixed_precision=bf16_with_nvfp4_mixed"]),
+])
+def test_nvfp4_reads_back(fmt, plan, flags):
+    # Megatron's --fp4-format / --fp4-recipe / --fp4-param-gather and Bridge's NVFP4 preset
+    # (issue 39): the plan comes back in NVFP4, not bf16.
+    setup = setup_for("llama3.1-8b", plan, hw="gb200-nvl72", precision="nvfp4")
+    text = export_text(setup, fmt)
+    assert all(f in " ".join(text.split()) for f in flags), text
+    back = read_back(text, fmt, hw="gb200-nvl72")
+    assert back.plan == setup.plan and back.plan.precision == "nvfp4", back.plan.to_string()

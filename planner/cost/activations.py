@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.cost.arrays import Num, hashable, minimum, where
-from planner.cost.flops import Shard, op_sac_shares
+from planner.cost.flops import NVFP4, Shard, op_sac_shares
 
 if TYPE_CHECKING:
     from planner.specs.model import ModelSpec
@@ -340,9 +340,12 @@ def dropped_modules(kind: str, modules: tuple[str, ...]) -> set[str]:
     return out
 
 
-def kept_bytes(terms: tuple[ActTerm, ...], *, full: bool, drop: frozenset[str] | set[str], fp8: bool) -> Num:
+def kept_bytes(terms: tuple[ActTerm, ...], *, full: bool, drop: frozenset[str] | set[str], fp8: bool,
+               fp4: bool = False) -> Num:
     """Bytes kept after recompute drops, with FP8 storage of linear inputs (1 byte per element
-    plus block scales: TE keeps the FP8 copy it made for the GEMM)."""
+    plus block scales: TE keeps the FP8 copy it made for the GEMM), or NVFP4 storage where ``fp4``
+    (TE keeps the column-wise NVFP4 copy the weight-gradient GEMM reads: half a byte per element
+    plus one E4M3 scale per 16)."""
     total: Num = 0.0
     for t in terms:
         if full and t.module != "input":
@@ -350,7 +353,9 @@ def kept_bytes(terms: tuple[ActTerm, ...], *, full: bool, drop: frozenset[str] |
         if t.module in drop:
             continue
         b = t.bytes
-        if fp8 and t.linear_input:
+        if fp8 and fp4 and t.linear_input:
+            b = b / 2 * NVFP4
+        elif fp8 and t.linear_input:
             b = b / 2 * (1 + 1 / 32)
         total += b
     return total

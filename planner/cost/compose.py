@@ -74,7 +74,7 @@ class Levers:
 
     recompute: Recompute
     precision: str
-    """'bf16' or 'fp8' (the hardware's FP8 recipe)."""
+    """'bf16', 'fp8' (the hardware's FP8 recipe) or 'nvfp4'."""
     moments: str
     """Adam moment dtype: 'fp32' or 'bf16'."""
     sharding: Sharding
@@ -89,7 +89,7 @@ class Levers:
     grad_reduce: str = "fp32"
     """Main-gradient buffer and gradient-reduction dtype: 'fp32' or 'bf16' (--grad-reduce-in-bf16)."""
     param_gather: str = "bf16"
-    """Parameter all-gather dtype: 'bf16' or 'fp8' (--fp8-param-gather)."""
+    """Parameter all-gather dtype: 'bf16', 'fp8' (--fp8-param-gather) or 'fp4' (--fp4-param-gather)."""
     cuda_graphs: CudaGraphs = CudaGraphs()
     """CUDA graphs (planner.specs.plan.CudaGraphs): the host work of captured kernels and the
     graphs' static buffers."""
@@ -109,6 +109,10 @@ class Levers:
     @property
     def fp8(self) -> bool:
         return self.precision == "fp8"
+
+    @property
+    def fp4(self) -> bool:
+        return self.precision == "nvfp4"
 
     @property
     def delay_wgrad(self) -> bool:
@@ -360,8 +364,8 @@ class CostContext:
                    implementation=a.implementation, imbalance=a.routing_imbalance, sp=sp,
                    memory_efficient_permutation=a.memory_efficient_permutation,
                    ep_overlap=bool(lv.ep_overlap) & (c["ep"] > 1),  # the overlap needs expert parallelism
-                   cross_entropy=a.cross_entropy or "fused")
-        return PieceMemory(self.model, sh, lv.recompute, lv.fp8, c["tp"])
+                   cross_entropy=a.cross_entropy or "fused", fp4=lv.fp4)
+        return PieceMemory(self.model, sh, lv.recompute, lv.fp8 or lv.fp4, c["tp"])
 
     # ---- what a block costs, over every block key -------------------------------------------
     def shard(self, levers: Levers, rows: np.ndarray, with_ep: bool) -> Shard:
@@ -370,7 +374,7 @@ class CostContext:
         return Shard(tp=c["tp"][rows], cp=c["cp"][rows], ep=c["ep"][rows], etp=c["etp"][rows], mbs=c["mbs"][rows],
                      seq=self.job.seq_len, implementation=a.implementation,
                      dispatcher=levers.dispatcher if with_ep else None,
-                     imbalance=a.routing_imbalance if with_ep else 1.0, fp8=levers.fp8,
+                     imbalance=a.routing_imbalance if with_ep else 1.0, fp8=levers.fp8 or levers.fp4, fp4=levers.fp4,
                      expert_op_fuser=a.expert_op_fuser, fp8_attention=a.fp8_attention,
                      fp8_rowwise=levers.fp8 and a.fp8_recipe == "rowwise")
 
@@ -421,7 +425,7 @@ class CostContext:
                                     ep_dispatch_combine(self.ms, sh, spans["ep"], self.rates, flags.fp8_dispatch))
                         if ep else None)
             layer = block_layer(kts, bt, comm, compute_rc, ep_parts)
-            parts.append((subset, bt, comm, layer, wgrad_bytes(kts, levers.fp8)))
+            parts.append((subset, bt, comm, layer, wgrad_bytes(kts, levers.fp8 or levers.fp4)))
         n = len(keys.bk)
         return BlockCost(name, 1, _scatter_time([(s, bt) for s, bt, *_ in parts], n),
                          _scatter_comm([(s, cm) for s, _, cm, *_ in parts], n),

@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from planner.cost.arrays import Num, any_true, hashable, maximum, minimum, where
-from planner.cost.flops import BF16, FP8, FP32, FusedAttention, Gemm, Kernel, ModelShape, Shard, Stream, block_kernels
+from planner.cost.flops import (BF16, FP8, FP32, NVFP4, FusedAttention, Gemm, Kernel, ModelShape, Shard, Stream,
+                                block_kernels)
 from planner.cost.rates import Rates
 
 # Kernel-count for a grouped GEMM of ``count`` experts: Transformer Engine's GroupedLinear runs
@@ -101,17 +102,22 @@ def _gemm_pass(m: Num, n: Num, k: Num, count: int, recipe: str, in_bytes: Num, o
     return maximum(t_math, t_mem) + kernels * rates.kernel_overhead_s
 
 
-def gemm_recipe(g: Gemm, fp8: bool, rates: Rates) -> str:
-    """'bf16', or the hardware's FP8 recipe for the GEMMs FP8 applies to."""
+def gemm_recipe(g: Gemm, fp8: bool, rates: Rates, fp4: bool = False) -> str:
+    """'bf16', or the recipe of the GEMMs quantization applies to (Gemm.fp8: the linear layers;
+    attention's batched GEMMs, the router and the output head stay bf16): 'nvfp4' where the plan
+    runs NVFP4 (Megatron-Core fp4_utils.get_fp4_context wraps the same TE linears FP8 would), else
+    the hardware's FP8 recipe."""
+    if fp8 and g.fp8 and fp4:
+        return "nvfp4"
     if fp8 and g.fp8 and rates.fp8_recipe:
         return rates.fp8_recipe
     return "bf16"
 
 
-def gemm_times(g: Gemm, fp8: bool, rates: Rates) -> tuple[Num, Num, Num]:
+def gemm_times(g: Gemm, fp8: bool, rates: Rates, fp4: bool = False) -> tuple[Num, Num, Num]:
     """(forward, data-gradient, weight-gradient) seconds of one GEMM kernel entry."""
-    recipe = gemm_recipe(g, fp8, rates)
-    inb = FP8 if recipe != "bf16" else BF16
+    recipe = gemm_recipe(g, fp8, rates, fp4)
+    inb = NVFP4 if recipe == "nvfp4" else FP8 if recipe != "bf16" else BF16
     fwd = _gemm_pass(g.m, g.n, g.k, g.count, recipe, inb, BF16, rates, g.issue)
     dgrad = _gemm_pass(g.m, g.k, g.n, g.count, recipe, inb, BF16, rates, g.issue)
     # Weight gradient accumulates into the fp32 main-grad buffer (read and write), or writes a bf16
@@ -306,7 +312,7 @@ def kernel_times(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> tuple[K
     for k in block_kernels(ms, sh, block):
         hf, hb = host_times(k, rates)
         if isinstance(k, Gemm):
-            f, d, w = gemm_times(k, sh.fp8, rates)
+            f, d, w = gemm_times(k, sh.fp8, rates, sh.fp4)
             out.append(KernelTime(k, f, d, w, hf, hb))
         elif isinstance(k, FusedAttention):
             f, b = attention_times(k, rates)
@@ -438,8 +444,8 @@ def kernel_table(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> list[di
     rows = []
     for k in block_kernels(ms, sh, block):
         if isinstance(k, Gemm):
-            f, d, w = gemm_times(k, sh.fp8, rates)
-            eff = pass_efficiency(k.m, k.n, k.k, k.count, gemm_recipe(k, sh.fp8, rates), rates, k.issue)
+            f, d, w = gemm_times(k, sh.fp8, rates, sh.fp4)
+            eff = pass_efficiency(k.m, k.n, k.k, k.count, gemm_recipe(k, sh.fp8, rates, sh.fp4), rates, k.issue)
             rows.append({"kernel": k.name, "class": "gemm", "shape": [k.m, k.n, k.k, k.count],
                          "fwd_s": f, "bwd_s": d + w, "efficiency": eff})
         elif isinstance(k, FusedAttention):

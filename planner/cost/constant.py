@@ -11,6 +11,12 @@ optimizer states over expert-DP. Byte counts per parameter follow the precision 
 * FP8 (precision=fp8): FP8 primary weights (--fp8-param-gather) keep 1 B per GEMM weight plus the
   transposed (Hopper) or column-wise (Blackwell MXFP8) copy the backward GEMMs read, so GEMM
   weights still take about 2 B; the saving is in the DP all-gather, not in resident memory.
+* NVFP4 (precision=nvfp4): NVFP4 primary weights (--fp4-param-gather, Megatron-Core
+  fp4_utils.quantize_nvfp4_param_shard casts the fp32 master shard into them) replace the bf16
+  weights of the GEMMs: a row-wise and a column-wise copy (NVFP4 GEMMs take only the TN layout,
+  Transformer Engine docs/features/low_precision_training/nvfp4 "Handling transposes"), each half
+  a byte per element plus an E4M3 scale per 16: 2 x 0.5625 = 1.125 B. The embedding and output
+  layer stay bf16 (Transformer Engine casts neither); the fp32 master weights stay in the optimizer.
 
 Gradients: the main-gradient buffer is fp32 (4 B) by default and bf16 (2 B) with
 --grad-reduce-in-bf16 (grad_reduce=bf16); then the distributed optimizer's step casts its shard
@@ -27,7 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.arrays import Num, hashable, maximum, minimum
+from planner.cost.flops import NVFP4
 from planner.specs.params import Block, embedding_block, head_block, layer_block, mtp_block
+
+
+FP4_WEIGHT_BYTES = 2 * NVFP4
+"""Bytes per GEMM weight with NVFP4 primary weights: the row-wise and the column-wise NVFP4 copy."""
 
 
 @dataclass(frozen=True)
@@ -163,10 +174,12 @@ class ConstantMemory:
 
 
 def constant_bytes(rp: RankParams, *, dp, cp, edp, sharding, moments: str, offload_optimizer: bool,
-                   grad_bytes: float = 4.0) -> ConstantMemory:
+                   grad_bytes: float = 4.0, fp4_weights: bool = False, bf16_dense: Num = 0.0) -> ConstantMemory:
     """Bytes of weights, gradients and optimizer states for a rank's parameters (scalars or
     arrays of degrees). ``grad_bytes`` is the main-gradient dtype's size: 4 (fp32, Megatron's
-    default) or 2 (--grad-reduce-in-bf16, the plan's grad_reduce=bf16)."""
+    default) or 2 (--grad-reduce-in-bf16, the plan's grad_reduce=bf16). ``fp4_weights``: NVFP4
+    primary weights (--fp4-param-gather) for every parameter but ``bf16_dense`` (the embedding and
+    output layer on this GPU), at :data:`FP4_WEIGHT_BYTES`."""
     d_dense = dp * cp  # Megatron's distributed optimizer shards over DP x CP
     d_expert = edp
     sh = sharding
@@ -183,6 +196,8 @@ def constant_bytes(rp: RankParams, *, dp, cp, edp, sharding, moments: str, offlo
         return n_dense + n_expert
 
     weights = w_b * shard("weight", rp.dense, rp.expert)
+    if fp4_weights:
+        weights = weights - (w_b - FP4_WEIGHT_BYTES) * shard("weight", rp.dense - bf16_dense, rp.expert)
     grads = g_b * shard("grad", rp.dense, rp.expert)
     opt = o_b * shard("opt", rp.dense, rp.expert)
     host = 0.0 * opt

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 BF16 = 2
 FP32 = 4
 FP8 = 1
+# NVFP4 (Transformer Engine docs/features/low_precision_training/nvfp4): a 4-bit E2M1 value plus
+# one FP8 E4M3 scale per 16 elements (the one FP32 scale per tensor is negligible).
+NVFP4 = 0.5 + 1 / 16
 
 # Backward bytes of an element-wise kernel relative to its forward: it reads the saved input and the
 # incoming gradient and writes the input gradient (plus weight-gradient partials for norms).
@@ -349,6 +352,10 @@ class Shard:
     imbalance: float = 1.0
     """Routed tokens on the most loaded EP rank over the mean."""
     fp8: bool = False
+    """The linear layers' GEMMs run quantized (Gemm.fp8): in the hardware's FP8 recipe, or in
+    NVFP4 where ``fp4`` is set too."""
+    fp4: bool = False
+    """The quantized linears run Transformer Engine's NVFP4 recipe (precision=nvfp4)."""
     sp: Flag = True
     """Sequence parallelism: [tokens, h] tensors between TP regions are split over TP (the kernel
     inventory assumes it; the activation inventory reads it, set where TP > 1 and the run uses it)."""
@@ -406,9 +413,26 @@ def _fp8_casts(g: Gemm, sh: Shard) -> Stream:
     casts the output gradient the same way. Weight casts are cached across micro-batches."""
     if sh.fp8_rowwise:
         return _torchao_rowwise_casts(g)
+    if sh.fp4:
+        return _nvfp4_casts(g)
     fwd = g.count * g.m * g.k * (BF16 + 2 * FP8)
     bwd = g.count * g.m * g.n * (BF16 + 2 * FP8)
     return Stream(g.name + ".fp8_cast", fwd, bwd, g.module, kernels=1)
+
+
+def _nvfp4_casts(g: Gemm) -> Stream:
+    """NVFP4 quantization around one GEMM (Transformer Engine's NVFP4BlockScaling,
+    docs/features/low_precision_training/nvfp4): the forward quantizes the input row-wise (1x16
+    blocks, for the forward GEMM) and column-wise after a random Hadamard transform (for the
+    weight-gradient GEMM); the backward the output gradient the same way, with stochastic
+    rounding. The transform is supported only on BF16 input and rotates the column-wise copy
+    only, so each tensor is read twice: a row-wise cast and a fused transform-and-cast (2 kernels).
+    The 16x16 transform's FLOPs (32 per element, on tensor cores) and the rounding (a Blackwell
+    instruction) cost nothing beside the bytes. Weights (2D 16x16 scaling) are quantized once per
+    step, as FP8 weights are (cached across micro-batches)."""
+    fwd = g.count * g.m * g.k * (2 * BF16 + 2 * NVFP4)
+    bwd = g.count * g.m * g.n * (2 * BF16 + 2 * NVFP4)
+    return Stream(g.name + ".fp4_cast", fwd, bwd, g.module, kernels=2)
 
 
 def _torchao_rowwise_casts(g: Gemm) -> Stream:

@@ -149,7 +149,7 @@ def _blocks(terms) -> dict[str, list]:
     return out
 
 
-def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
+def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool, fp4: bool = False,
                   fwd_trans: dict[str, Num], grad_trans: dict[str, Num], grad_out: Num,
                   ordered: bool = False, saved_terms=None) -> LayerMemory:
     """Kept bytes and transients of one layer from its inventory.
@@ -168,18 +168,18 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     rerun = full_rc or saved_terms is not None
     ordered = ordered and saved_terms is None  # the per-op inventory holds no block order
     saved = terms if saved_terms is None else saved_terms
-    kept = act.kept_bytes(saved, full=full_rc, drop=drop, fp8=fp8)
-    full = act.kept_bytes(terms, full=False, drop=frozenset(), fp8=fp8)
+    kept = act.kept_bytes(saved, full=full_rc, drop=drop, fp8=fp8, fp4=fp4)
+    full = act.kept_bytes(terms, full=False, drop=frozenset(), fp8=fp8, fp4=fp4)
     blocks = list(_blocks(terms).items())
     saved_b = _blocks(saved)
-    kept_b = {b: act.kept_bytes(tuple(saved_b.get(b, ())), full=full_rc, drop=drop, fp8=fp8) for b, _ in blocks}
+    kept_b = {b: act.kept_bytes(tuple(saved_b.get(b, ())), full=full_rc, drop=drop, fp8=fp8, fp4=fp4) for b, _ in blocks}
     # Forward: the largest block transient on top of what the layer has saved so far.
     fwd = maximum(*fwd_trans.values()) if fwd_trans else 0.0
     if ordered:
         peak: Num = 0.0
         prefix: Num = 0.0
         for b, bt in blocks:
-            full_bytes = act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8)
+            full_bytes = act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8, fp4=fp4)
             peak = maximum(peak, prefix + full_bytes + fwd_trans.get(b, 0.0))
             prefix = prefix + kept_b[b]
         fwd = maximum(0.0, peak - kept)
@@ -188,7 +188,7 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     # the blocks before it are alive, with the incoming gradient (the seed's recompute window:
     # saved inputs + re-created intermediates + new gradients together). Selective recompute
     # re-creates one module just before its own backward.
-    recreated = {b: act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8) - kept_b[b] for b, bt in blocks}
+    recreated = {b: act.kept_bytes(tuple(bt), full=False, drop=frozenset(), fp8=fp8, fp4=fp4) - kept_b[b] for b, bt in blocks}
     if saved_terms is not None:  # a saved matmul output need not be in the inventory's shape
         recreated = {b: maximum(0.0, r) for b, r in recreated.items()}
     # Megatron's full recompute (CheckpointFunction) re-runs the layer and back-propagates through
@@ -388,7 +388,7 @@ class PieceMemory:
             terms = act.layer_terms(self.model, self.sh, kind)
             fwd_t, grad_t = layer_transients(self.model, self.sh, kind, self.sh.tp)
             lm = _layer_memory(name, terms, rc_kind=rc_kind,
-                               drop=self.drop if rc_kind == "selective" else frozenset(), fp8=self.fp8,
+                               drop=self.drop if rc_kind == "selective" else frozenset(), fp8=self.fp8, fp4=bool(self.sh.fp4),
                                fwd_trans=fwd_t, grad_trans=grad_t, grad_out=self.grad_out,
                                ordered=self.sh.implementation == "megatron-local",
                                saved_terms=act.op_sac_terms(self.model, self.sh) if rc_kind == "op" else None)
@@ -408,7 +408,7 @@ class PieceMemory:
             fwd_t["head"] = BF16 * sh.tokens * model.vocab_size / self.vocab_div
             grad_t["head"] = BF16 * sh.tokens * model.vocab_size / self.vocab_div
             lm = _layer_memory("mtp", terms, rc_kind=self.rc.kind if self.rc.kind == "full" else "none",
-                               drop=frozenset(), fp8=self.fp8, fwd_trans=fwd_t, grad_trans=grad_t,
+                               drop=frozenset(), fp8=self.fp8, fp4=bool(self.sh.fp4), fwd_trans=fwd_t, grad_trans=grad_t,
                                grad_out=self.grad_out)
             self.cache["m"] = LayerMemory("mtp", lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, "m")
         return self.cache["m"]
@@ -418,7 +418,7 @@ class PieceMemory:
             model, sh = self.model, self.sh
             terms = act.head_terms(model, sh, self.vocab_div)
             fwd_t, grad_t = head_transients(sh.cross_entropy, sh.tokens * model.vocab_size / self.vocab_div)
-            lm = _layer_memory("output+loss", terms, rc_kind="none", drop=frozenset(), fp8=self.fp8,
+            lm = _layer_memory("output+loss", terms, rc_kind="none", drop=frozenset(), fp8=self.fp8, fp4=bool(self.sh.fp4),
                                fwd_trans={"head": fwd_t}, grad_trans={"head": grad_t}, grad_out=0.0)
             self.cache["L"] = LayerMemory("output+loss", lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, "L")
         return self.cache["L"]
@@ -679,7 +679,7 @@ def optimizer_transient_bytes(hw, moments: str, precision: str) -> Num:
     precision-aware paths (bf16 moments, FP8 primary weights) upcast one parameter bucket to fp32
     at a time; Megatron's distributed optimizer all-gathers updated parameters into the (already
     allocated) parameter buffer. Estimate: three fp32 copies of one DDP bucket when upcasting."""
-    if moments == "bf16" or precision == "fp8":
+    if moments == "bf16" or precision in ("fp8", "nvfp4"):  # NVFP4 weights cast from fp32 as FP8 ones do
         return 3 * memory_constants(hw).dp_bucket_bytes.value
     return 0.0
 

@@ -29,7 +29,7 @@ import numpy as np
 from planner.cost.arrays import Count, Num, maximum, minimum
 from planner.cost.comm import CommCost, dp_time, overlapped
 from planner.cost.compute import BlockTime
-from planner.cost.flops import BF16, FP32, ModelShape
+from planner.cost.flops import BF16, FP8, FP32, NVFP4, ModelShape
 from planner.cost.rates import Rates
 from planner.cost.topology import GroupSpan
 
@@ -284,6 +284,12 @@ def optimizer_shard(sharding, dense: Num, expert: Num, dp: int, cp: int, edp: in
     if sharding.kind == "hsdp":
         return dense / sharding.group + expert / maximum(1, minimum(sharding.group, edp))
     return dense / (dp * cp) + expert / edp
+
+
+GATHER_BYTES: dict[str, float] = {"bf16": BF16, "fp8": FP8, "fp4": NVFP4}
+"""Bytes per parameter of the data-parallel parameter all-gather by the plan's param_gather:
+Megatron gathers its parameter buffer, which --fp8-param-gather / --fp4-param-gather make the
+quantized row-wise weights (megatron/core/fp8_utils.py, fp4_utils.py quantize_*_param_shard)."""
 
 
 def data_parallel(dense: Num, expert: Num, spans: dict[str, GroupSpan], sharding: str, rates: Rates,

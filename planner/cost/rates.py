@@ -100,10 +100,13 @@ class Rates:
     """The optimizer step is torch.optim.AdamW with Megatron's torch fallbacks of the multi-tensor
     kernels (the local spec without Apex or Transformer Engine): see
     planner.cost.pipeline.optimizer_time."""
+    peak_fp4: float = 0.0
+    """Dense FP4 peak (hardware catalog ``peak_flops.fp4``); 0 on GPUs without FP4 tensor cores,
+    whose plans planner.rules refuses precision=nvfp4."""
 
     def __hash__(self) -> int:
         # Memoized costs hash Rates on every lookup; hash the fields that differ between setups.
-        return hash((self.generation, self.peak_bf16, self.peak_fp8, self.gemm_scale, self.hbm_bw, self.nvlink_bw,
+        return hash((self.generation, self.peak_bf16, self.peak_fp8, self.peak_fp4, self.gemm_scale, self.hbm_bw, self.nvlink_bw,
                      self.nic_bw, self.sustained, self.domain_size))
 
     def ceiling(self, recipe: str) -> float:
@@ -136,6 +139,8 @@ class Rates:
         return dict(table)["alltoall"]
 
     def peak(self, recipe: str) -> float:
+        if recipe == "nvfp4":
+            return self.peak_fp4
         return self.peak_bf16 if recipe in ("bf16", "fp16") else self.peak_fp8
 
 
@@ -178,6 +183,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         generation=hw.generation,
         peak_bf16=peak_bf16,
         peak_fp8=peak_fp8,
+        peak_fp4=hw.gpu.peak_flops["fp4"].value if "fp4" in hw.gpu.peak_flops else 0.0,
         fp8_recipe=(assumptions.fp8_recipe or hw.fp8_recipe) if hw.fp8_recipe else None,
         gemm_ceiling=tuple(sorted(r.ceilings.items())),
         gemm_scale=assumptions.gemm_efficiency_scale,
@@ -439,4 +445,4 @@ def rates_for(setup, calibration=None) -> Rates:
 
 def with_peak_scale(r: Rates, factor: float) -> Rates:
     """Rates with every compute peak scaled (what-if and monotonicity checks)."""
-    return replace(r, peak_bf16=r.peak_bf16 * factor, peak_fp8=r.peak_fp8 * factor)
+    return replace(r, peak_bf16=r.peak_bf16 * factor, peak_fp8=r.peak_fp8 * factor, peak_fp4=r.peak_fp4 * factor)

@@ -575,7 +575,9 @@ def describe_space(space: Space) -> dict:
 
 def lever_options(model, hw, job, target, limits: Limits, implementation: str, moments) -> dict[str, tuple]:
     """Each lever's typed values, simplest first (ties in step time go to earlier values)."""
-    precisions = [Precision(p) for p in job.precisions if p != "fp8" or "fp8" in hw.gpu.peak_flops]
+    # A precision the GPU has no tensor cores for is dropped here (planner.rules refuses it on a plan).
+    needs = {"fp8": "fp8", "nvfp4": "fp4"}
+    precisions = [Precision(p) for p in job.precisions if p not in needs or needs[p] in hw.gpu.peak_flops]
     opts: dict[str, list] = {
         "recompute": [parse_recompute(r) for r in recompute_options(model, implementation, target)],
         "precision": precisions,
@@ -590,7 +592,8 @@ def lever_options(model, hw, job, target, limits: Limits, implementation: str, m
         # buffer and its reduction; --fp8-param-gather gathers FP8 primary weights, only with an FP8
         # precision (the launcher rules, planner.rules param-gather-fp8 / -sharded, refuse the rest).
         "grad_reduce": ["fp32", "bf16"],
-        "param_gather": ["bf16"] + (["fp8"] if Precision("fp8") in precisions else []),
+        "param_gather": ["bf16"] + (["fp8"] if Precision("fp8") in precisions else [])
+        + (["fp4"] if Precision("nvfp4") in precisions else []),
         "cuda_graphs": [parse_cuda_graphs(g) for g in graph_options(model)],
     }
     for key, value in limits.fix.items():

@@ -106,7 +106,8 @@ class ComputeEfficiency(Spec):
 
     gemm: dict[str, GemmCeiling]
     """GEMM ceilings by recipe: 'bf16' (also fp16), and the FP8 recipe names this generation runs
-    ('blockwise', 'mxfp8', 'tensorwise', 'delayed')."""
+    ('blockwise', 'mxfp8', 'tensorwise', 'delayed'), and 'nvfp4' (a fraction of the FP4 peak) where the
+    generation trains NVFP4."""
     gemm_half_dim: Sourced[int]
     """Size at which one GEMM dimension (M, N or K) costs half the rate: each dimension d keeps
     x / (1 + x) of it with x = (d / half_dim)^exponent (tile quantization and SM fill for M and N,

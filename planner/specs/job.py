@@ -10,7 +10,7 @@ from planner.specs.common import (
     MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, ByteMargin, GpuCount, NotBool, Spec,
 )
 
-Precision = Literal["bf16", "fp8"]
+Precision = Literal["bf16", "fp8", "nvfp4"]
 
 
 class Job(Spec):

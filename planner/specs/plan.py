@@ -161,11 +161,14 @@ def parse_sharding(text: str) -> Sharding:
 
 
 class Precision(StrEnum):
-    """Compute precision: bf16, or the hardware's FP8 recipe (blockwise on Hopper, MXFP8 on
-    Blackwell). A str enum: it compares equal to its name."""
+    """Compute precision: bf16, the hardware's FP8 recipe (blockwise on Hopper, MXFP8 on
+    Blackwell), or NVFP4 (Transformer Engine's NVFP4BlockScaling recipe, Megatron --fp4-format e2m1
+    --fp4-recipe nvfp4: linear-layer GEMMs in FP4 on GPUs with FP4 tensor cores; never a default,
+    it changes numerics). A str enum: it compares equal to its name."""
 
     BF16 = "bf16"
     FP8 = "fp8"
+    NVFP4 = "nvfp4"
 
 
 @dataclass(frozen=True, eq=False)
@@ -388,16 +391,17 @@ class Plan(Spec):
     offload: OffloadValue = Offload()
     """What moves to host memory: none, optimizer, activations, optimizer+activations."""
     precision: Precision | None = None
-    """Compute precision; fp8 is the hardware's recipe (blockwise on Hopper, MXFP8 on Blackwell).
-    None means the job's default."""
+    """Compute precision; fp8 is the hardware's recipe (blockwise on Hopper, MXFP8 on Blackwell),
+    nvfp4 the NVFP4 recipe (Blackwell). None means the job's default."""
     moments: Literal["fp32", "bf16"] = "fp32"
     """Adam moment precision."""
     grad_reduce: Literal["fp32", "bf16"] = "fp32"
     """Dtype of the main-gradient buffer and of the data-parallel gradient reduction: fp32 is
     Megatron's default, bf16 is --grad-reduce-in-bf16 (half the gradient memory and traffic)."""
-    param_gather: Literal["bf16", "fp8"] = "bf16"
+    param_gather: Literal["bf16", "fp8", "fp4"] = "bf16"
     """Dtype of the data-parallel parameter all-gather: fp8 is Megatron's --fp8-param-gather (FP8
-    primary weights, gathered in FP8; needs precision=fp8 and a sharded optimizer)."""
+    primary weights, gathered in FP8; needs precision=fp8 and a sharded optimizer); fp4 is
+    --fp4-param-gather (NVFP4 primary weights; needs precision=nvfp4 and a sharded optimizer)."""
     layout: str | None = Field(None, max_length=MAX_PLAN_TEXT)
     """A Megatron pipeline layout, e.g. 'Ettt|(tttt|)*14ttmL'; None spreads layers evenly."""
     stage_recompute: StageRecompute | None = None

@@ -84,6 +84,9 @@ LEVER_FEATURES: dict[tuple[str, str], tuple[str, ...]] = {
     ("grad_reduce", "bf16"): ("grad_reduce_bf16",),
     ("param_gather", "fp8"): ("fp8_param_gather",),
     ("precision", "fp8"): ("fp8",),
+    # --fp4-param-gather came with --fp4-format (megatron/training/arguments.py, core_v0.15.0).
+    ("precision", "nvfp4"): ("nvfp4",),
+    ("param_gather", "fp4"): ("nvfp4",),
     ("offload", "optimizer"): ("optimizer_cpu_offload",),
     ("offload", "activations"): ("activation_offload_layers",),
     ("dispatcher", "alltoall"): ("dispatcher_alltoall",),

@@ -173,8 +173,6 @@ def resolve_run(run: RunSpec):
     """(model, hardware, job, plan, assumptions, reader) of an evaluable run."""
     hw = load_hardware(run.hardware)
     assumptions = validate_spec(Assumptions, dict(run.assumptions), "assumptions", f"run '{run.name}'")
-    if run.precision == "nvfp4":
-        raise PlannerError("The run trains in NVFP4; planner's precisions are bf16 and fp8.")
     missing = [k for k in ("gpus", "global_batch", "seq_len") if getattr(run, k) is None]
     if missing:
         raise PlannerError(f"The run does not give {', '.join(missing)}.")

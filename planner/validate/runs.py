@@ -87,7 +87,7 @@ class RunSpec(Spec):
     """Sequences per optimizer step."""
     seq_len: int | None = Field(None, gt=0)
     precision: Literal["bf16", "fp8", "nvfp4"] = "bf16"
-    """Compute precision of the run (planner evaluates bf16 and fp8)."""
+    """Compute precision of the run (planner evaluates all three)."""
     plan: str | None = None
     """planner plan string (the keys the source states)."""
     megatron_args: str | None = None

@@ -136,6 +136,10 @@ class _LeverView:
     def fp8(self) -> bool:
         return self.precision == "fp8"
 
+    @property
+    def fp4(self) -> bool:
+        return self.precision == "nvfp4"
+
 
 def _positions(specs) -> list[tuple[str, bool]]:
     """The (block, fully recomputed) positions of a rank over all variants' block lists, in order."""

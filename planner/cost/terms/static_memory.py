@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 
 from planner.cost.arrays import Num
-from planner.cost.constant import ConstantMemory, RankParams, block_params, constant_bytes
+from planner.cost.constant import ConstantMemory, RankParams, block_params, constant_bytes, embedding_head_params
 from planner.cost.pieces import attention_score_bytes, comm_bytes, comm_lines, optimizer_transient_of, span_crossings
 from planner.cost.terms.base import TermsBase, _column
 
@@ -39,11 +39,11 @@ class StaticMemory(TermsBase):
         """Weights, gradients and optimizer states of one GPU of rank ``r``."""
         lv = self.lv
         per_key = self._memo("constant", r, lv.sharding, lv.moments, lv.offload_optimizer, lv.grad_reduce,
-                             fn=lambda: self._constant(r))
+                             lv.param_gather, fn=lambda: self._constant(r))
         if len(self.batch.variants) == 1:
             return per_key
         return self._memo("constant_tiled", r, lv.sharding, lv.moments, lv.offload_optimizer, lv.grad_reduce,
-                          len(self.batch.variants),
+                          lv.param_gather, len(self.batch.variants),
                           fn=lambda: ConstantMemory(*(self._tile(getattr(per_key, f.name))
                                                       for f in dataclasses.fields(ConstantMemory))))
 
@@ -57,7 +57,9 @@ class StaticMemory(TermsBase):
         copies = 2 if self.batch.layout.placement == "dual" else 1
         return constant_bytes(rp, dp=copies * d.dp, cp=d.cp, edp=copies * d.edp, sharding=self.lv.sharding,
                               moments=self.lv.moments, offload_optimizer=self.lv.offload_optimizer,
-                              grad_bytes=self.lv.grad_bytes)
+                              grad_bytes=self.lv.grad_bytes, fp4_weights=self.lv.param_gather == "fp4",
+                              bf16_dense=(embedding_head_params(self.ctx.model, self.batch.layout, r, d.tp)
+                                          if self.lv.param_gather == "fp4" else 0.0))
 
     def comm_buffers(self) -> np.ndarray:
         """NCCL communicators, dispatcher staging, p2p buffers and workspaces (every rank alike),

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.constant import embedding_head_params
-from planner.cost.flops import BF16
-from planner.cost.pipeline import data_parallel, dp_exposure, optimizer_shard, optimizer_step_time, param_tensors, sync_kind
+from planner.cost.pipeline import GATHER_BYTES, data_parallel, dp_exposure, optimizer_shard, optimizer_step_time, param_tensors, sync_kind
 from planner.cost.terms.base import _column
 from planner.cost.terms.pipeline_time import PipelineTime
 
@@ -69,10 +68,10 @@ class StepTime(PipelineTime):
         """(gradient, parameter-gather) seconds of rank ``r``'s sync per key, in the plan's
         gradient and parameter-gather dtypes (FP8 gathers leave the embedding and head in bf16)."""
         lv, b = self.lv, self.batch
-        fp8 = lv.param_gather == "fp8"
-        bf16_dense = embedding_head_params(self.ctx.model, b.layout, r, self.key_deg().tp) if fp8 else 0.0
-        return data_parallel(*self.rank_params(r), self._key_spans(), kind, self.ctx.rates, 1.0 if fp8 else BF16,
-                             lv.grad_bytes, bf16_dense)
+        low = lv.param_gather != "bf16"
+        bf16_dense = embedding_head_params(self.ctx.model, b.layout, r, self.key_deg().tp) if low else 0.0
+        return data_parallel(*self.rank_params(r), self._key_spans(), kind, self.ctx.rates,
+                             GATHER_BYTES[lv.param_gather], lv.grad_bytes, bf16_dense)
 
     def _param_signature(self, r: int) -> tuple:
         """What a rank's parameters depend on: the kinds of its chunks' pieces, in order."""

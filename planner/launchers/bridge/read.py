@@ -407,6 +407,8 @@ def mixed_precision_name(args: BridgeArgs, val) -> str:
     if isinstance(mp, str) and mp not in ("null", "None"):
         return mp
     fields = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("mixed_precision.")}
+    if fields.get("fp4"):
+        return "bf16_with_nvfp4_mixed"
     if fields.get("fp8"):
         return "bf16_with_fp8_mixed" if fields.get("bf16", True) else "fp16_with_fp8_mixed"
     if fields.get("bf16") is True:
@@ -551,9 +553,12 @@ def _precision(args: BridgeArgs, val, notes: list[str]) -> tuple[str, str]:
         # The dtype the model config keeps without a mixed-precision config: bf16 / fp16 when
         # the YAML's model section says so (its params_dtype), else TransformerConfig's fp32.
         mp_name = "bf16_mixed" if _model_half(given) else "fp32"
-    if "nvfp4" in mp_name or "fp4" in mp_name:
-        raise PlannerError(f"mixed_precision={mp_name}: the launch trains in NVFP4; planner's precisions are bf16 and fp8.")
-    precision = "fp8" if "fp8" in mp_name else "fp32" if mp_name == "fp32" else "bf16"
+    # The NVFP4 presets (bf16_with_nvfp4_mixed, nemotron_3_super_bf16_with_nvfp4_mixed: fp4='e2m1',
+    # fp4_recipe='nvfp4', src/megatron/bridge/training/mixed_precision.py) train NVFP4.
+    fp4 = "fp4" in mp_name
+    precision = "nvfp4" if fp4 else "fp8" if "fp8" in mp_name else "fp32" if mp_name == "fp32" else "bf16"
+    if fp4 and mp_name != "bf16_with_nvfp4_mixed":
+        notes.append(f"mixed_precision={mp_name} modeled as bf16_with_nvfp4_mixed (the NVFP4 recipe on every linear layer)")
     if "fp8" in mp_name and fp8_preset_recipe(mp_name) is None:
         notes.append(f"mixed_precision={mp_name}: planner models the hardware's FP8 recipe (blockwise on Hopper, "
                      "MXFP8 on Blackwell)")
@@ -561,6 +566,8 @@ def _precision(args: BridgeArgs, val, notes: list[str]) -> tuple[str, str]:
         notes.append("fp16 mixed precision modeled as bf16 (same bytes)")
     if args.kind == "yaml" and isinstance(given.get("mixed_precision.fp8"), str):
         precision = "fp8"
+    if args.kind == "yaml" and isinstance(given.get("mixed_precision.fp4"), str):
+        precision = "nvfp4"
     m1 = _DTYPES.get(str(val("optimizer.exp_avg_dtype", "fp32")), "fp32")
     m2 = _DTYPES.get(str(val("optimizer.exp_avg_sq_dtype", "fp32")), "fp32")
     moments = "bf16" if (m1, m2) == ("bf16", "bf16") else "fp32"
@@ -647,7 +654,9 @@ def grad_dtypes(args: BridgeArgs, precision: str, sharding: str) -> tuple[str, s
     fp32 = given.get("mixed_precision.grad_reduce_in_fp32", given.get("ddp.grad_reduce_in_fp32", True))
     gather = given.get("mixed_precision.fp8_param_gather", given.get("ddp.fp8_param_gather", False))
     fp8_gather = gather is True and precision == "fp8" and sharding != "ddp"
-    return ("fp32" if fp32 is not False else "bf16"), ("fp8" if fp8_gather else "bf16")
+    fp4 = given.get("mixed_precision.fp4_param_gather", given.get("ddp.fp4_param_gather", False))
+    fp4_gather = fp4 is True and precision == "nvfp4" and sharding != "ddp"
+    return ("fp32" if fp32 is not False else "bf16"), ("fp8" if fp8_gather else "fp4" if fp4_gather else "bf16")
 
 
 def _classify(args: BridgeArgs) -> None:
@@ -736,7 +745,7 @@ def job_from_bridge(source, *, model: str | None = None, hw: str | None = None, 
             raise PlannerError(
                 f"'{label}' trains in fp32: it is a whole ConfigContainer without a mixed-precision config "
                 "(mixed_precision absent or null: ConfigContainer's default None) and its model section keeps fp32 "
-                "parameters. planner models bf16 and fp8 training only, so it cannot predict this run.",
+                "parameters. planner models bf16, fp8 and nvfp4 training only, so it cannot predict this run.",
                 hint="Add mixed_precision: bf16_mixed to the file if that is what you meant to run, or pass "
                 "--precision bf16 to have planner cost it as bf16 training.")
         notes.append(f"the launch trains in fp32 (no mixed-precision config); costed as --precision {precision}")

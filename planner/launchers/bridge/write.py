@@ -17,7 +17,7 @@ releases and GPU variants). Mapping (field paths of Bridge 0.6.2's ConfigContain
 - offload: ``optimizer.optimizer_cpu_offload`` with ``optimizer_offload_fraction=1.0`` (the
   dataclass default is 0.0) and the precision-aware optimizer; activations:
   ``model.fine_grained_activation_offloading`` with ``model.offload_modules``;
-- precision: ``mixed_precision=bf16_mixed``, or the hardware's FP8 recipe
+- precision: ``mixed_precision=bf16_mixed``, ``bf16_with_nvfp4_mixed`` for nvfp4, or the hardware's FP8 recipe
   (``bf16_with_fp8_subchannel_scaling_mixed`` = blockwise on Hopper, ``bf16_with_mxfp8_mixed`` on
   Blackwell); Adam moments and main gradients/parameters through ``optimizer.*_dtype``;
 - CUDA graphs: the plan's ``cuda_graphs`` as ``model.cuda_graph_impl`` (``none``,
@@ -52,6 +52,9 @@ from planner.specs.layout import build_layout
 
 FP8_RECIPES = {"blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
 """planner's FP8 recipe per hardware -> Bridge's mixed_precision recipe name."""
+NVFP4_RECIPE = "bf16_with_nvfp4_mixed"
+"""Bridge's NVFP4 preset: bf16 with fp4='e2m1', fp4_recipe='nvfp4' (src/megatron/bridge/training/
+mixed_precision.py bf16_with_nvfp4_mixed)."""
 
 @dataclass
 class BridgeLaunch:
@@ -133,7 +136,8 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
         ("optimizer.exp_avg_sq_dtype", "bf16" if bf16_moments else "fp32"),
     ]
     precision = plan.precision or job.default_precision
-    out += [("mixed_precision", FP8_RECIPES[hw.fp8_recipe] if precision == "fp8" else "bf16_mixed")]
+    out += [("mixed_precision", FP8_RECIPES[hw.fp8_recipe] if precision == "fp8"
+             else NVFP4_RECIPE if precision == "nvfp4" else "bf16_mixed")]
     g = plan.cuda_graphs  # TransformerConfig.cuda_graph_impl / cuda_graph_scope (megatron-core 0.19)
     impl = {"none": "none", "scoped": "transformer_engine", "full_iteration": "full_iteration"}[g.kind]
     out += [("model.cuda_graph_impl", impl)]

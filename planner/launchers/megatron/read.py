@@ -282,7 +282,8 @@ _USED_DESTS = {
     "recompute_modules", "recompute_activations", "moe_layer_recompute", "optimizer_cpu_offload",
     "optimizer_offload_fraction", "use_precision_aware_optimizer", "fine_grained_activation_offloading",
     "offload_modules", "cpu_offloading_num_layers", "bf16", "fp16", "fp8", "fp8_recipe", "exp_avg_dtype",
-    "exp_avg_sq_dtype", "grad_reduce_in_bf16", "fp8_param_gather", "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
+    "exp_avg_sq_dtype", "grad_reduce_in_bf16", "fp8_param_gather", "fp4", "fp4_recipe", "fp4_param_gather",
+    "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
     "num_distributed_optimizer_instances", "overlap_grad_reduce", "overlap_param_gather",
     "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope_deprecated", "enable_cuda_graph", "external_cuda_graph",
     "seq_length", "max_position_embeddings", "num_layers", "hidden_size", "ffn_hidden_size",
@@ -508,6 +509,13 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     # torch.float and changes it only for those two switches (megatron/training/arguments.py,
     # core_v0.19.0). --fp8-format runs FP8 GEMMs over whichever of them the script chose.
     precision = "fp8" if v.get("fp8") else "bf16" if v.get("bf16") or v.get("fp16") else "fp32"
+    # --fp4-format e2m1 runs the linear layers under Transformer Engine's NVFP4 recipe
+    # (megatron/core/fp4_utils.py get_fp4_recipe: --fp4-recipe nvfp4, the default, is
+    # NVFP4BlockScaling; 'custom' is a user quantizer factory planner cannot see).
+    if v.get("fp4"):
+        precision = "nvfp4"
+        if v.get("fp4_recipe") == "custom":
+            notes.append("--fp4-recipe custom: a user quantizer factory, modeled as the NVFP4 recipe")
     fp8 = {"format": v["fp8"], "recipe": v.get("fp8_recipe") or "delayed"} if v.get("fp8") else None
     if fp8 and not v.get("fp8_recipe"):
         notes.append("--fp8-recipe not given: Megatron's default is delayed scaling; planner models the hardware's FP8 "
@@ -545,6 +553,12 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     param_gather = "fp8" if v.get("fp8_param_gather") and fp8 and sharding != "ddp" else "bf16"
     if v.get("fp8_param_gather") and not fp8:
         notes.append("--fp8-param-gather without --fp8-format: no FP8 weights to gather, modeled as bf16 gathers")
+    if v.get("fp4_param_gather"):  # Megatron's fp4_param (training/arguments.py core_transformer_config_from_args)
+        if precision == "nvfp4" and sharding != "ddp":
+            param_gather = "fp4"
+        else:
+            notes.append("--fp4-param-gather without --fp4-format or a sharded optimizer: no NVFP4 weights to gather, "
+                         "modeled as bf16 gathers")
 
     # ---- MoE dispatcher ----------------------------------------------------------------------
     dispatcher = None
@@ -703,7 +717,7 @@ def job_from_script(source: str | Path, *, model: str | None = None, hw: str | N
         if precision is None:
             raise PlannerError(
                 "The script trains in fp32: it gives neither --bf16 nor --fp16, and Megatron-LM then keeps fp32 "
-                "parameters and runs fp32 GEMMs (validate_args: params_dtype torch.float). planner models bf16 and fp8 "
+                "parameters and runs fp32 GEMMs (validate_args: params_dtype torch.float). planner models bf16, fp8 and nvfp4 "
                 "training only, so it cannot predict this run.",
                 hint="Add --bf16 to the script if that is what you meant to run, or pass --precision bf16 to have "
                 "planner cost it as bf16 training (an fp32 run needs about twice the activation memory and is slower).")

@@ -23,7 +23,8 @@ from planner.specs.layout import even_layout_symbols, format_layout, parse_layou
 
 # Flags that need Transformer Engine at config time (TransformerConfig imports TE for them); the
 # CPU validation harness drops these and re-adds them, as launchers.md §2 recommends.
-TE_ONLY_FLAGS = {"--fp8-format": 1, "--fp8-recipe": 1, "--fp8-param-gather": 0, "--moe-permute-fusion": 0}
+TE_ONLY_FLAGS = {"--fp8-format": 1, "--fp8-recipe": 1, "--fp8-param-gather": 0, "--fp4-format": 1, "--fp4-recipe": 1,
+                 "--fp4-param-gather": 0, "--moe-permute-fusion": 0}
 
 
 @dataclass
@@ -371,8 +372,12 @@ def precision_args(hw, plan, job) -> list[str]:
     args = ["--bf16"]
     if plan.precision == "fp8":  # the setup's plan is canonical
         args += ["--fp8-format", "e4m3", "--fp8-recipe", hw.fp8_recipe]
+    if plan.precision == "nvfp4":  # Transformer Engine's NVFP4BlockScaling (megatron/core/fp4_utils.py)
+        args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     if plan.param_gather == "fp8":
         args += ["--fp8-param-gather"]
+    if plan.param_gather == "fp4":
+        args += ["--fp4-param-gather"]
     if plan.grad_reduce == "bf16":
         args += ["--grad-reduce-in-bf16"]
     if plan.moments == "bf16":

@@ -36,6 +36,7 @@ PLAN_RULES: dict[str, str] = {
     "torchtitan-stage-recompute": "per-stage recompute counts have no torchtitan option",
     "torchtitan-offload": "torchtitan offloads params+grads+optimizer together (FSDP CPU offload) and has no activation offload",
     "torchtitan-fp8": "Float8/MXFP8 is a model converter in a config_registry function, not a flag",
+    "torchtitan-nvfp4": "planner's NVFP4 is Transformer Engine's recipe (Megatron-Core); torchtitan's converters are Float8/MX",
     "torchtitan-precision": "the registry config applies Float8 converters itself (llama3_405b), so a bf16 plan needs another function",
     "torchtitan-dispatcher": "DeepEP/HybridEP backends are chosen in model_registry(), not on the command line",
     "torchtitan-ep-overlap": "torchtitan has no EP all-to-all / compute overlap schedule",
@@ -249,9 +250,19 @@ def _offload(c: _Case) -> list[Violation]:
 
 def _precision(c: _Case) -> list[Violation]:
     """torchtitan-fp8, torchtitan-precision: Float8/MXFP8 are model converters a config_registry
-    function applies (model_registry converters), not a command-line option."""
+    function applies (model_registry converters), not a command-line option. torchtitan-nvfp4:
+    planner costs precision=nvfp4 as Transformer Engine's NVFP4BlockScaling (random Hadamard
+    transform, stochastic rounding, 2D weight scales), which torchtitan's converters (Float8, MX:
+    planner.launchers.torchtitan.read FP8_CONVERTERS) do not run."""
     cfg, out = c.cfg, []
     precision = c.plan.precision  # the plan is canonical: its precision is explicit
+    if precision == "nvfp4":
+        return [Violation(
+            "torchtitan-nvfp4",
+            "precision=nvfp4: planner models Transformer Engine's NVFP4 recipe as Megatron-Core runs it "
+            "(--fp4-format e2m1 --fp4-recipe nvfp4); torchtitan applies no such converter.",
+            hint="Use --target megatron (or bridge) for NVFP4, or precision=fp8 / bf16 on torchtitan.",
+        )]
     if precision == "fp8" and not c.custom:
         out.append(Violation(
             "torchtitan-fp8",
