@@ -86,8 +86,11 @@ def compare_cmd(
     from planner.launchers.registry import resolve_software
 
     profile, origin = resolve_software(software, target)
+    # Ranked as `planner search` ranks (ties and families on): each system's best plan is the first plan its
+    # search shows.
     opts = dataclasses.replace(search_options(target, top, time_limit, fix, max_, moments, per_stage,
-                                              torchtitan_config=torchtitan_config), software=profile)
+                                              torchtitan_config=torchtitan_config), software=profile, ties=True,
+                               families=True)
     out = _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, prices)
     if software is not None:  # the default release offers every lever the search ranks: its reports stay as they were
         from planner.launchers.common import software_record

@@ -305,8 +305,10 @@ def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun
               for v in launcher_violations(setup, target=target, software=profile)]
     t0 = time.perf_counter()
     try:
+        # As `planner search` ranks (ties and families on): the plan judged is the first plan a user is shown.
         found = run_search(model, hw, job, Options(target=target, top=1, limits=Limits.parse(fix, None),
-                                                   software=profile), assumptions=assumptions)
+                                                   software=profile, ties=True, families=True),
+                           assumptions=assumptions)
     except PlannerError as exc:
         out.status, out.reason = "search failed", exc.paragraph()
         out.losses = [f"the recipe's plan breaks {b}" for b in breaks]
