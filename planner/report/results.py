@@ -107,7 +107,10 @@ def report_names() -> list[str]:
 # Building one report.
 # ---------------------------------------------------------------------------------------------
 def _options():
-    return Options(target="megatron", top=TOP, time_limit_s=TIME_LIMIT_S, per_stage=PER_STAGE)
+    # As `planner compare` and `planner search` rank (ties and families on): each system's best plan is the
+    # first plan its search shows.
+    return Options(target="megatron", top=TOP, time_limit_s=TIME_LIMIT_S, per_stage=PER_STAGE, ties=True,
+                   families=True)
 
 
 def report_job(model, gpus: int):
