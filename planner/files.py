@@ -167,8 +167,11 @@ def check_input(path: str | os.PathLike, what: str, *, folder_hint: str | None =
     return st
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int, *, folder_hint: str | None = None) -> bytes:
-    """The content of a regular file of at most ``limit`` bytes."""
+def read_bytes(path: str | os.PathLike, what: str, limit: int, *, folder_hint: str | None = None,
+               own: bool = False) -> bytes:
+    """The content of a regular file of at most ``limit`` bytes. ``own``: planner's own committed data
+    (the validation report the tie resolution reads), not a user's input, so a command that
+    regenerates it (``planner results``) may write it."""
     st = check_input(path, what, folder_hint=folder_hint)
     too_big = PlannerError(
         f"'{path}' is {_size_text(max(st.st_size, limit + 1))}, more than the {_size_text(limit)} planner reads "
@@ -200,7 +203,8 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int, *, folder_hint: s
         raise PlannerError(f"Cannot read {what} file '{path}': {_os_reason(exc)}.") from None
     finally:
         os.close(fd)
-    note_input(path, what)
+    if not own:
+        note_input(path, what)
     return b"".join(chunks)
 
 
@@ -218,9 +222,9 @@ def decode_text(data: bytes, path, what: str) -> str:
 
 
 def read_text(path: str | os.PathLike, what: str, limit: int = MAX_SPEC_BYTES, *,
-              folder_hint: str | None = None) -> str:
-    """A regular UTF-8 text file of at most ``limit`` bytes."""
-    return decode_text(read_bytes(path, what, limit, folder_hint=folder_hint), path, what)
+              folder_hint: str | None = None, own: bool = False) -> str:
+    """A regular UTF-8 text file of at most ``limit`` bytes (``own``: see :func:`read_bytes`)."""
+    return decode_text(read_bytes(path, what, limit, folder_hint=folder_hint, own=own), path, what)
 
 
 # ---- writing ---------------------------------------------------------------------------------

@@ -163,7 +163,8 @@ def load_report() -> dict | None:
     path = catalog_root() / REPORT_FILE
     if not path.is_file():
         return None
-    return json.loads(read_text(path, "validation report", limit=64 * 2**20))
+    # own: planner's committed report, which `planner results` regenerates after its searches read it.
+    return json.loads(read_text(path, "validation report", limit=64 * 2**20, own=True))
 
 
 def job_resolution(model, hw, precision: str) -> Resolution:
