@@ -55,7 +55,7 @@ from planner.cost.rates import Rates, rates_for, under_graphs
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.setup import allocator_fraction, allocator_workload
 from planner.cost.terms.base import at, memory_schedule
-from planner.cost.terms.blocks import _LeverView
+from planner.cost.terms.blocks import PrecisionFlags, _LeverView
 from planner.cost.terms.peak_memory import PeakMemory
 from planner.cost.terms.pipeline_time import ActOffload
 from planner.cost.terms.step_time import DataParallel, OptimizerStep, StepTime
@@ -69,7 +69,7 @@ from planner.specs.schedule import Schedule, default_schedule
 # Typed levers.
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Levers:
+class Levers(PrecisionFlags):
     """The plan's memory and time levers, parsed once (a plan's string values become these)."""
 
     recompute: Recompute
@@ -106,13 +106,6 @@ class Levers:
         """Bytes per parameter of the main gradient (and of its data-parallel reduction)."""
         return 2.0 if self.grad_reduce == "bf16" else 4.0
 
-    @property
-    def fp8(self) -> bool:
-        return self.precision == "fp8"
-
-    @property
-    def fp4(self) -> bool:
-        return self.precision == "nvfp4"
 
     @property
     def delay_wgrad(self) -> bool:

@@ -123,14 +123,11 @@ class RankTimes(TermsBase):
         return self._memo("p2p_s", len(self.batch.variants), fn=fn)
 
 
-@dataclass(frozen=True)
-class _LeverView:
-    """The levers a block's cost reads (see :meth:`CostContext.block_cost`)."""
+class PrecisionFlags:
+    """``fp8`` / ``fp4`` of a record with a ``precision`` field (the plan's Levers and a block's
+    _LeverView): the hardware's FP8 recipe or NVFP4."""
 
     precision: str
-    dispatcher: str | None
-    ep_overlap: bool
-    cuda_graphs: CudaGraphs = CudaGraphs()
 
     @property
     def fp8(self) -> bool:
@@ -139,6 +136,16 @@ class _LeverView:
     @property
     def fp4(self) -> bool:
         return self.precision == "nvfp4"
+
+
+@dataclass(frozen=True)
+class _LeverView(PrecisionFlags):
+    """The levers a block's cost reads (see :meth:`CostContext.block_cost`)."""
+
+    precision: str
+    dispatcher: str | None
+    ep_overlap: bool
+    cuda_graphs: CudaGraphs = CudaGraphs()
 
 
 def _positions(specs) -> list[tuple[str, bool]]:
