@@ -49,6 +49,9 @@ SLOW_TESTS = {
     # the other schedules' oracle cases (megatron target) stay in the default run
     "tests/test_search.py::test_cpsat_top_k_equals_the_oracle_with_every_schedule[llama3.1-8b-torchtitan]": 3.4,
     "tests/test_cost_tables.py::test_table_entries_equal_the_one_plan_composition[moe-mla-h100-imbalance]": 3.4,
+    # third round (2026-12-05, second session; 10.6 s loaded): the same search, compare and sweep with the
+    # plain local spec stay in the default run (test_search_compare_and_sweep_run_with_local_implementations[megatron-local])
+    "tests/test_search_implementations.py::test_search_compare_and_sweep_run_with_local_implementations[megatron-local-fused-softmax]": 10.6,
     # DeepSeek-V3 on five systems (an 11 s module fixture); the compare command, its JSON, economics and
     # plot run on the small counts_compare job in the default run
     "tests/test_compare.py::test_acceptance_names_best_plans_and_changes": 11.4,
