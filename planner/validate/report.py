@@ -12,22 +12,15 @@ from planner.report.plots import _plt
 from planner.validate.evaluate import RunResult
 from planner.validate.ranking import ranking_json
 from planner.validate.summary import SUBSETS, TARGETS, class_order, summarize, targets_met
+from planner.validate.summary import md_cell as _cell
+from planner.validate.summary import pct_text as _pct
 
 SIGN = ("signed error = predicted / measured - 1 on tokens/s per GPU: positive means planner predicts the run "
         "faster than it ran")
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:+.1f}%"
-
-
 def _abs_pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
-
-
-def _cell(text: str) -> str:
-    """Text for a Markdown table cell (a pipeline layout's '|' would end the cell)."""
-    return text.replace("|", "\\|")
 
 
 def _num(x: float | None, nd: int = 0) -> str:

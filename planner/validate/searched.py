@@ -36,6 +36,8 @@ from planner.search.space import Limits
 from planner.specs.catalog import load_software
 from planner.validate.evaluate import RunResult, resolve_run
 from planner.validate.summary import Stats, class_order, stats_of
+from planner.validate.summary import md_cell as _cell
+from planner.validate.summary import pct_text as _pct
 
 PINNED = ("tp", "cp", "pp", "vpp", "ep", "etp")
 """The published degrees the search keeps (the issue's user pins these with --fix; the layout too
@@ -445,16 +447,8 @@ def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
     }
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:+.1f}%"
-
-
 def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:,.0f}"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 def _gib(x: float | None) -> str:

@@ -67,3 +67,13 @@ def targets_met(summary: dict) -> dict[str, bool]:
 
 
 __all__ = ["Stats", "stats_of", "summarize", "targets_met", "SUBSETS", "TARGETS", "class_order"]
+
+
+def pct_text(x: float | None) -> str:
+    """A signed share as the reports print it ('+3.1%'; '–' for none)."""
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
+def md_cell(text: str) -> str:
+    """Text for a Markdown table cell (a pipeline layout's '|' would end the cell)."""
+    return text.replace("|", "\\|")
