@@ -332,3 +332,19 @@ def test_export_format_help_names_every_registered_format():
     text = next(p.help for p in export.params if p.name == "fmt")
     missing = [f.name for f, _ in formats() if f.name not in text]
     assert not missing, f"export --format help lacks {missing}"
+
+
+def test_launch_format_help_names_every_launcher_read_back():
+    """`--launch-format`'s help (check and explain) is written out by hand for the same start-up reason:
+    a launcher whose record reads launches back must be named there, or this fails."""
+    import typer.main
+
+    from planner.cli import _register, app
+    from planner.launchers.registry import readable
+
+    _register()
+    commands = typer.main.get_command(app).commands
+    for name in ("check", "explain"):
+        text = next(p.help for p in commands[name].params if p.name == "launch_format")
+        missing = [x.name for x in readable() if x.name not in text]
+        assert not missing, f"{name} --launch-format help lacks {missing}"
