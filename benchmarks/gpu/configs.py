@@ -58,6 +58,10 @@ class RunConfig:
     """Virtual stages per pipeline rank (interleaved 1F1B when above 1)."""
     ep: int = 1
     """Expert parallel; expert-TP is 1 (Megatron's expert grid: ETP x EP x EDP x PP = gpus)."""
+    cuda_graphs: str = "none"
+    """planner's cuda_graphs key: none, scoped:layer (the whole decoder layer) or scoped:<modules>.
+    Captured with Megatron-Core's own implementation (--cuda-graph-impl local, which needs no
+    Transformer Engine: torch.cuda.CUDAGraph with one shared graph memory pool)."""
 
     @property
     def dp(self) -> int:
@@ -147,6 +151,47 @@ SNAPSHOTS: tuple[RunConfig, ...] = (
     RunConfig("snapshot-full", SNAP_MODEL, seq=1024, mbs=1, micro_batches=1, recompute="full", steps=2),
 )
 
+# CUDA graphs (issue 39): the same runs eager and with Megatron-Core's local graphs, dense and MoE,
+# two micro-batch sizes for the dense layer. Graphs are captured after cuda_graph_warmup_steps (3)
+# eager steps, so these run 8 steps and leave the first 5 out (run_graphs.sh). Chosen before the run.
+GRAPHS: tuple[RunConfig, ...] = (
+    RunConfig("graph-gqa-s2k-b1-none", GQA, seq=2048, mbs=1, micro_batches=2, steps=8),
+    RunConfig("graph-gqa-s2k-b1-layer", GQA, seq=2048, mbs=1, micro_batches=2, steps=8, cuda_graphs="scoped:layer"),
+    RunConfig("graph-gqa-s2k-b1-attn", GQA, seq=2048, mbs=1, micro_batches=2, steps=8, cuda_graphs="scoped:attn"),
+    RunConfig("graph-gqa-s2k-b2-none", GQA, seq=2048, mbs=2, micro_batches=2, steps=8),
+    RunConfig("graph-gqa-s2k-b2-layer", GQA, seq=2048, mbs=2, micro_batches=2, steps=8, cuda_graphs="scoped:layer"),
+    RunConfig("graph-mha-s2k-b2-none", MHA, seq=2048, mbs=2, micro_batches=2, steps=8),
+    RunConfig("graph-mha-s2k-b2-layer", MHA, seq=2048, mbs=2, micro_batches=2, steps=8, cuda_graphs="scoped:layer"),
+    RunConfig("graph-moe-s2k-b2-none", MOE, seq=2048, mbs=2, micro_batches=2, steps=8),
+    RunConfig("graph-moe-s2k-b2-attn", MOE, seq=2048, mbs=2, micro_batches=2, steps=8, cuda_graphs="scoped:attn"),
+    RunConfig("graph-moe-s2k-b2-attnrouter", MOE, seq=2048, mbs=2, micro_batches=2, steps=8,
+              cuda_graphs="scoped:attn+moe_router+moe_preprocess"),
+)
+
+# Small allocated peaks (issue 41): 2-12 GiB, where the allocator's fixed holding (cached small
+# blocks, the first segments) is a large share of reserved memory. One- and two-layer versions of
+# the validation models. SMALL is the fit set and SMALL_HOLDOUT is held out, chosen before the run.
+GQA1 = replace(GQA, name="gqa1-h4096", layers=1)
+MHA1 = replace(MHA, name="mha1-h3072", layers=1)
+MOE1 = replace(MOE, name="moe1-h2048", layers=1)
+MOE8_1 = replace(MOE8, name="moe8x1-h2048", layers=1)
+D2048 = ModelDims("gqa-h2048", hidden=2048, layers=2, heads=16, kv_heads=4, head_dim=128, ffn=5632, vocab=32768)
+SMALL: tuple[RunConfig, ...] = (
+    RunConfig("small-gqa1-s512-b1-none", GQA1, seq=512, mbs=1, micro_batches=2),
+    RunConfig("small-mha1-s1k-b2-none", MHA1, seq=1024, mbs=2, micro_batches=2),
+    RunConfig("small-moe1-s2k-b1-none", MOE1, seq=2048, mbs=1, micro_batches=2),
+    RunConfig("small-d2048-s2k-b2-none", D2048, seq=2048, mbs=2, micro_batches=2),
+    RunConfig("small-snap-s4k-b2-none", SNAP_MODEL, seq=4096, mbs=2, micro_batches=2),
+    RunConfig("small-snap-s2k-b2-none", SNAP_MODEL, seq=2048, mbs=2, micro_batches=2),
+    RunConfig("small-moe8x1-s1k-b2-none", MOE8_1, seq=1024, mbs=2, micro_batches=2),
+)
+SMALL_HOLDOUT: tuple[RunConfig, ...] = (
+    RunConfig("small-holdout-gqa1-s2k-b2-full", GQA1, seq=2048, mbs=2, micro_batches=2, recompute="full"),
+    RunConfig("small-holdout-d2048-s4k-b1-coreattn", D2048, seq=4096, mbs=1, micro_batches=2, recompute="core_attn"),
+    RunConfig("small-holdout-moe1-s1k-b4-moe", MOE1, seq=1024, mbs=4, micro_batches=1, recompute="moe"),
+    RunConfig("small-holdout-snap-s4k-b1-none", SNAP_MODEL, seq=4096, mbs=1, micro_batches=2),
+)
+
 # A tiny configuration for CPU tests of the harness.
 TINY = ModelDims("tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=256)
 TINY_MOE = replace(TINY, name="tiny-moe", experts=4, top_k=2, expert_ffn=32, shared_ffn=64)
@@ -168,13 +213,26 @@ TINY_CONFIGS: tuple[RunConfig, ...] = (
 
 
 def by_name(name: str) -> RunConfig:
-    for c in CONFIGS + HOLDOUT + EXPERTS + PARALLEL + SNAPSHOTS + TINY_CONFIGS + TINY_PARALLEL:
+    for c in (CONFIGS + HOLDOUT + EXPERTS + PARALLEL + SNAPSHOTS + GRAPHS + SMALL + SMALL_HOLDOUT + TINY_CONFIGS
+              + TINY_PARALLEL):
         if c.name == name:
             return c
     raise KeyError(name)
 
 
 # ---- Megatron-Core ------------------------------------------------------------------------------
+
+def cuda_graph_kwargs(cfg: RunConfig) -> dict:
+    """TransformerConfig CUDA-graph arguments for planner's cuda_graphs key (Megatron-Core's local
+    implementation: megatron/core/transformer/cuda_graphs.py CudaGraphManager; an empty module
+    list captures the whole layer; the local implementation captures moe_router and moe_preprocess
+    together, TransformerConfig.__post_init__)."""
+    if cfg.cuda_graphs == "none":
+        return {}
+    body = cfg.cuda_graphs.removeprefix("scoped:")
+    modules = [] if body == "layer" else body.split("+")
+    return {"cuda_graph_impl": "local", "cuda_graph_modules": modules}
+
 
 def recompute_kwargs(cfg: RunConfig) -> dict:
     """TransformerConfig recompute arguments for planner's recompute key."""
@@ -231,6 +289,7 @@ def megatron_config_kwargs(cfg: RunConfig) -> dict:
             moe_layer_freq=[0] * m.first_k_dense + [1] * (m.layers - m.first_k_dense),
         )
     kw.update(recompute_kwargs(cfg))
+    kw.update(cuda_graph_kwargs(cfg))
     kw.update(tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
               sequence_parallel=cfg.tp > 1)
     if cfg.vpp > 1:
@@ -265,6 +324,8 @@ def planner_plan_string(cfg: RunConfig) -> str:
         parts.append(f"vpp={cfg.vpp}")
     if cfg.model.experts:
         parts += [f"ep={cfg.ep}", "etp=1", "dispatcher=alltoall"]
+    if cfg.cuda_graphs != "none":
+        parts.append(f"cuda_graphs={cfg.cuda_graphs}")
     return ",".join(parts)
 
 

@@ -256,7 +256,9 @@ class Run:
         if self.cuda:
             from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
-            model_parallel_cuda_manual_seed(1234)
+            # CUDA graphs (Megatron's local implementation) need the graph-safe RNG tracker
+            # (CudaGraphManager asserts it: torch's graphsafe generator states).
+            model_parallel_cuda_manual_seed(1234, use_cudagraphable_rng=cfg.cuda_graphs != "none")
         torch.manual_seed(1234)
         self.torch = torch
 
