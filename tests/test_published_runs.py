@@ -11,6 +11,7 @@ is a strict expected failure with its measured number.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,51 @@ def test_issue_20_targets_as_the_report_states_them(report):
     met = report["targets"]["met_on_validation"]
     assert met == {"every class median within +-10%": False, "median_abs_error <= 10%": True,
                    "worst |error| <= 25%": False}
+
+
+def _micro_batch(plan: str) -> int:
+    """A plan string's micro-batch size (canonical plans leave out mbs=1)."""
+    keys = dict(kv.split("=", 1) for kv in plan.split(",") if "=" in kv)
+    return int(keys.get("mbs", "1"))
+
+
+def mbs_pairs(report: dict) -> list[tuple[str, str, float, float]]:
+    """(smaller-mbs run, larger-mbs run, measured ratio, predicted ratio) of tokens/s per GPU, larger
+    over smaller, for every two counted runs of one job (model, hardware, GPUs, batch, sequence)
+    that ran different micro-batch sizes (other levers may differ too)."""
+    runs = [r for r in report["runs"] if r["status"] == "evaluated" and r["counted"]]
+    jobs: dict[tuple, list[dict]] = {}
+    for r in runs:
+        jobs.setdefault((r["model"], r["hardware"], r["gpus"], r["global_batch"], r["seq_len"]), []).append(r)
+    out = []
+    for rs in jobs.values():
+        for i, a in enumerate(rs):
+            for b in rs[i + 1:]:
+                if _micro_batch(a["plan"]) == _micro_batch(b["plan"]):
+                    continue
+                small, large = sorted((a, b), key=lambda r: _micro_batch(r["plan"]))
+                meas, pred = (large[k]["tokens_per_s_per_gpu"] / small[k]["tokens_per_s_per_gpu"]
+                              for k in ("measured", "predicted"))
+                out.append((small["name"], large["name"], meas, pred))
+    return out
+
+
+def test_a_larger_micro_batch_is_credited_no_more_than_published_pairs_measured(report):
+    """Issue 39's suspect: the search's plans gain most from a larger micro-batch (the host's issue
+    time per micro-batch hidden behind more GPU work). Where one job ran two micro-batch sizes the
+    model credits the larger one with no more than was measured: over the 18 pairs the median of
+    predicted over measured ratio is 0.99 (0.55: Qwen3-235B on 256 B300, mbs 1 -> 2 measured
+    +121 %; 1.11 at most: Llama 3 70B on GB200, pipeline mbs 1 -> FSDP mbs 2), and the largest
+    change, Qwen3-30B-A3B on 8 B200 mbs 1 -> 4 (with HybridEP and attention graphs), is predicted
+    +176 % against +192 % measured. A model change that charges more per micro-batch (the host
+    constants, per-micro-batch communication) raises these ratios and fails here."""
+    pairs = mbs_pairs(report)
+    assert len(pairs) >= 15
+    over = [pred / meas for _, _, meas, pred in pairs]
+    assert statistics.median(over) <= 1.03 and max(over) <= 1.15, pairs  # 3 % and 15 %: room for noise, not for a trend
+    by = {(s, big): (meas, pred) for s, big, meas, pred in pairs}
+    meas, pred = by["mb2511-qwen3-30b-a3b-b200-fp8mx-8gpu", "mb260401-qwen3-30b-a3b-b200-fp8mx-8gpu"]
+    assert meas == pytest.approx(27136 / 9299) and 0.9 <= pred / meas <= 1.05
 
 
 def test_calibration_subset_follows_the_declared_rule():

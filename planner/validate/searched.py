@@ -124,7 +124,8 @@ class SearchedRun:
         g = self.gain
         return g is not None and g < -LOSS_TOLERANCE
 
-    def to_json(self) -> dict:
+    def to_json(self, elsewhere: dict | None = None) -> dict:
+        """The run's JSON; ``elsewhere``: its :func:`measured_elsewhere` entry, if any."""
         r = _r6
         out: dict[str, Any] = {"name": self.name, "status": self.status, "class": self.recipe.klass,
                                "subset": self.recipe.subset, "counted": self.recipe.counted and self.searched}
@@ -150,7 +151,7 @@ class SearchedRun:
             out["loss_reasons"] = list(self.losses)
         e = self.error
         if e is not None and abs(e) > BEYOND:
-            out["suspected"] = suspected(self)
+            out["suspected"] = suspected(self, elsewhere)
         return out
 
 
@@ -214,9 +215,12 @@ def loss_reasons(recipe: RunResult, recipe_plan: dict, space: dict, rule_breaks:
     return out
 
 
-def suspected(s: SearchedRun) -> str:
+def suspected(s: SearchedRun, elsewhere: dict | None = None) -> str:
     """The mechanism suspected for a run beyond +-25 %: the larger of the error's two factors,
-    1 + error = (recipe predicted / measured) x (best / recipe)."""
+    1 + error = (recipe predicted / measured) x (best / recipe). ``elsewhere``: the run's
+    :func:`measured_elsewhere` entry, where a bundled run of the same job took some of the search's
+    changes: what it measured is said instead of "a gain nobody measured" (a gain a later recipe
+    measured is no over-credit; the error then says this run's recipe left it on the table)."""
     re, g = s.recipe.error, s.gain
     if re is None or g is None:
         return "unknown"
@@ -229,7 +233,13 @@ def suspected(s: SearchedRun) -> str:
         return what + f"; the search adds {100 * g:+.0f}%"
     changed = changed_keys(s.recipe_plan_json, s.best_plan_json)
     diff = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()) or "no key"
-    return (f"the search's own plan, predicted {100 * g:+.0f}% over the recipe ({diff}): a gain nobody measured "
+    if elsewhere is None:
+        measured = "a gain nobody measured"
+    else:
+        measured = (f"{elsewhere['other']}, a recipe of the same job with {', '.join(elsewhere['taken'])} as the "
+                    f"search's, measured {_pct(elsewhere['measured_gain'])} over this run (planner's recipes: "
+                    f"{_pct(elsewhere['predicted_gain'])})")
+    return (f"the search's own plan, predicted {100 * g:+.0f}% over the recipe ({diff}): {measured} "
             f"(the recipe is predicted {100 * re:+.0f}%)")
 
 
@@ -348,7 +358,9 @@ def search_runs(results: list[RunResult], calibration: str | None = None,
 
 # ---------------------------------------------------------------------------------------------
 def summarize_search(rows: list[SearchedRun]) -> dict:
-    """Statistics over the counted, searched runs: all, per class; runs beyond +-25 %; losses."""
+    """Statistics over the counted, searched runs: all, per class; runs beyond +-25 % (each with
+    its suspected mechanism, :func:`suspected`, told what a run of the same job measured); losses."""
+    elsewhere = {e["name"]: e for e in measured_elsewhere(rows)}
     counted = [s for s in rows if s.searched and s.recipe.counted and s.error is not None]
     classes: dict[str, list] = {}
     for s in counted:
@@ -361,7 +373,7 @@ def summarize_search(rows: list[SearchedRun]) -> dict:
         "classes": {k: stats_of(v) for k, v in sorted(classes.items(), key=lambda kv: class_order(kv[0]))},
         "recipe_all": stats_of([(s.name, s.recipe.error) for s in counted if s.recipe.error is not None]),
         "median_gain": statistics.median(gains) if gains else None,
-        "beyond": [(s.name, s.error, suspected(s)) for s in beyond],
+        "beyond": [(s.name, s.error, suspected(s, elsewhere.get(s.name))) for s in beyond],
         "lost": [(s.name, s.gain, s.losses or ["none named: the recipe's plan is in the search's space (a search "
                                                "defect)"]) for s in lost],
     }
@@ -424,7 +436,9 @@ def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
     """The search-mode report's JSON (no timings: same inputs, same bytes)."""
     s = summarize_search(rows)
     searched = [r for r in rows if r.searched]
-    runs = [r.to_json() for r in rows]
+    elsewhere = measured_elsewhere(rows)
+    by_name = {e["name"]: e for e in elsewhere}
+    runs = [r.to_json(by_name.get(r.name)) for r in rows]
     return {
         "runs_file": runs_label,
         "planner_version": __version__,
@@ -442,7 +456,7 @@ def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
         "lost_to_recipe": [{"name": n, "gain": _r6(g), "why": why} for n, g, why in s["lost"]],
         "targets": {"definition": dict(TARGETS), "met": targets_met(s)},
         "levers": lever_table([j for j in runs if j["counted"]]),
-        "measured_elsewhere": measured_elsewhere(rows),
+        "measured_elsewhere": elsewhere,
         "runs": runs,
     }
 
