@@ -1113,6 +1113,12 @@ _RELEASE_OF_SOFTWARE = (
     (r"MCore (?:main )?0\.(1[2-9])\.", "megatron-core-0.{}"),
     (r"NeMo 26\.04\.01 ", "megatron-core-0.17"),
     (r"NeMo 26\.06\.01 ", "megatron-core-0.18"),
+    # torchtitan benchmark rows name commits: e7c0cae and 820504e (June 2025) precede the tag v0.1.0,
+    # 6fc499f6 (August 2025) follows it and precedes v0.2.0; all three register the Float8 converter as
+    # 'float8' (torchtitan/components/quantization/float8.py), as 0.1.0 does. 9dec370 (2024-12) is
+    # before any release: Float8 is a job-file option there too (--float8.enable_float8_linear,
+    # torchtitan/config_manager.py), so the 0.1.0 rules (no config_registry) are the nearest release's.
+    (r"torchtitan (?:9dec370|820504e|e7c0cae|6fc499f6)", "torchtitan-0.1.0"),
 )
 
 

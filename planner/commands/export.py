@@ -139,7 +139,7 @@ def export_cmd(
         # torchtitan.toml.toml_violations) has the release's levers checked after them, so that
         # those keep their own words.
         found = registry.launcher_violations(canon, m, j, target, hw=h, torchtitan_config=torchtitan_config,
-                                             software=profile if form.release_in_rules else None)
+                                             software=profile if form.release_in_rules else None, release=profile)
         if form.extra_rules is not None:
             found += form.extra_rules(m, canon, request)
         if found:

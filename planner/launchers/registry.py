@@ -35,7 +35,9 @@ from planner.launchers.torchtitan.read import job_from_torchtitan
 from planner.launchers.software import (
     SoftwareChoice, header_software, read_launch_text, script_flag_violations, script_flags,
 )
-from planner.launchers.torchtitan.toml import TOML_RELEASE, check_toml_release, export_torchtitan_toml
+from planner.launchers.torchtitan.toml import (
+    TOML_RELEASE, check_toml_release, export_torchtitan_toml, reads_toml, toml_own_violations,
+)
 from planner.launchers.torchtitan.write import export_torchtitan
 from planner.specs.catalog import load_software, newest_release
 from planner.specs.software import software_violations
@@ -143,6 +145,17 @@ class Launcher:
     """The software framework whose newest release it defaults to (planner/specs/software.py)."""
     schedules: tuple[str, ...] = ()
     """Pipeline schedules it names (planner's name -> its own), for the exporters and readers."""
+    release_rules: Callable[[SoftwareProfile], OwnRules | None] | None = None
+    """The own rules of a release whose start-up checks differ from :attr:`rules` (None: the same),
+    e.g. torchtitan's TOML-era releases, where FP8 is a converter the job file names."""
+
+    def rules_for(self, release: SoftwareProfile | None) -> OwnRules | None:
+        """Its own rules as ``release`` (one of its framework's) runs them."""
+        if release is not None and self.release_rules is not None:
+            found = self.release_rules(release)
+            if found is not None:
+                return found
+        return self.rules
 
     @property
     def searchable(self) -> bool:
@@ -187,7 +200,8 @@ LAUNCHERS: tuple[Launcher, ...] = (
                       "torchtitan TOML job files and 0.3.0 --module/--config launches or argument lists",
                       check=torchtitan_readback.check, release=torchtitan_readback.release,
                       torchtitan_config=torchtitan_readback.torchtitan_config),
-             "torchtitan", tuple(torchtitan_rules.TORCHTITAN_SCHEDULES)),
+             "torchtitan", tuple(torchtitan_rules.TORCHTITAN_SCHEDULES),
+             release_rules=lambda p: toml_own_violations if reads_toml(p) else None),
 )
 
 JSON_FORMAT = Format("json", lambda s, r: export_json(s, predictions=r.predictions,
@@ -303,7 +317,7 @@ def launch_choice(src, target: str, given: str | None) -> SoftwareChoice:
 
 
 def launcher_violations(setup_or_plan, model=None, job=None, target: str = "megatron", *, hw=None,
-                        torchtitan_config: str | None = None, software=None) -> list[Violation]:
+                        torchtitan_config: str | None = None, software=None, release=None) -> list[Violation]:
     """Every rule ``target`` breaks: the shared model/plan rules, then the launcher's own.
 
     ``setup_or_plan`` is a resolved :class:`planner.cost.setup.Setup` (model, hw and job are taken
@@ -311,10 +325,17 @@ def launcher_violations(setup_or_plan, model=None, job=None, target: str = "mega
     a Plan that resolve_setup would refuse still gets its full list of violations). ``target='any'``
     keeps only the shared rules (plans some launcher, or none yet, could run). ``software`` (a
     :class:`planner.specs.software.SoftwareProfile`) adds one ``software-lever`` violation per plan
-    lever that release lacks, where it is ``target``'s launcher's release."""
+    lever that release lacks, where it is ``target``'s launcher's release. The launcher's own rules
+    are those of ``release`` (else ``software``), where they differ by release
+    (:attr:`Launcher.release_rules`); ``release`` alone adds no lever check (the search, whose
+    levers are the release's already)."""
     target = str(getattr(target, "value", target))
     own_release = software if software is not None and software.launcher == target else None
-    return violations_with(_own(target), setup_or_plan, model, job, hw=hw, torchtitan_config=torchtitan_config,
+    rules_release = release if release is not None and release.launcher == target else own_release
+    own = _own(target)
+    if target != ANY and rules_release is not None:
+        own = _BY_NAME[target].rules_for(rules_release)
+    return violations_with(own, setup_or_plan, model, job, hw=hw, torchtitan_config=torchtitan_config,
                            software=own_release)
 
 

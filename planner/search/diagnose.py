@@ -79,7 +79,7 @@ def gpus_that_fit(space: Space, options, assumptions, max_factor: int = 64) -> i
                          torchtitan_config=space.torchtitan_config, software=options.software)
         if len(sp):
             valid = lambda i, sp=sp: not struct_violations(sp.model, sp.hw, sp.job, sp.struct(i), sp.target,  # noqa: E731
-                                                           sp.torchtitan_config)
+                                                           sp.torchtitan_config, sp.software)
             bb = BranchAndBound(sp, assumptions, 1, valid, first_fit=True)
             bb.run()
             if bb.U < INF:
@@ -199,7 +199,7 @@ def rules_bind(space, options) -> NothingFitsError:
     counts: Counter = Counter()
     for i in range(min(len(space), 2000)):
         bad = struct_violations(space.model, space.hw, space.job, space.struct(i), options.target,
-                                space.torchtitan_config)
+                                space.torchtitan_config, space.software)
         counts.update(bad[:1])
     top = ", ".join(f"{rule} ({n} layouts)" for rule, n in counts.most_common(3)) or "the lever rules"
     if counts and counts.most_common(1)[0][0] in ("torchtitan-model", "torchtitan-mtp"):

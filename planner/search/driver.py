@@ -228,7 +228,8 @@ class _Run:
     def valid(self, i: int) -> bool:
         if i not in self.checked:
             self.checked[i] = not struct_violations(self.model, self.hw, self.job, self.space.struct(i),
-                                                    self.options.target, self.options.torchtitan_config)
+                                                    self.options.target, self.options.torchtitan_config,
+                                                    self.options.software)
         return self.checked[i]
 
     def search(self) -> SearchResult:
@@ -368,7 +369,8 @@ class _Run:
                 ev = plan_evaluation(res.setup)
                 key = res.setup.plan.to_string()
                 if key not in pool and not rule_violations(self.model, self.hw, self.job, res.setup.plan,
-                                                           self.options.target, self.options.torchtitan_config):
+                                                           self.options.target, self.options.torchtitan_config,
+                                                           self.options.software):
                     self.info["improved"] += 1
                     t = int(round(ev["time"]["step_time_s"] * 1e6))
                     pool[key] = (t, len(pool), Ranked(0, res.setup.plan, res.setup, t, ev))
@@ -394,7 +396,8 @@ class _Run:
     # ---- the result -------------------------------------------------------------------------
     def _finish(self, plans: list[Ranked], status: str, bound, costed: Costed) -> SearchResult:
         o = self.options
-        bad = [p for p in plans if rule_violations(self.model, self.hw, self.job, p.plan, o.target, o.torchtitan_config)]
+        bad = [p for p in plans if rule_violations(self.model, self.hw, self.job, p.plan, o.target, o.torchtitan_config,
+                                                   o.software)]
         # a rule the per-signature tables missed: drop, and say so (tests keep this empty)
         plans = [p for p in plans if p not in bad]
         # The exact memory model has the last word (the tables leave out a few implementation-specific

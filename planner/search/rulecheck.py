@@ -15,10 +15,13 @@ from planner.rules import Target
 from planner.specs.plan import Recompute, Sharding
 
 
-def rule_violations(model, hw, job, plan, target: Target, torchtitan_config: str | None = None) -> list:
+def rule_violations(model, hw, job, plan, target: Target, torchtitan_config: str | None = None,
+                    release=None) -> list:
     """All violations of ``plan`` for ``target``: the model's shape rules and the launcher's
-    (``torchtitan_config``: the user's config_registry function, --torchtitan-config)."""
-    return launcher_violations(plan, model=model, job=job, hw=hw, target=target, torchtitan_config=torchtitan_config)
+    (``torchtitan_config``: the user's config_registry function, --torchtitan-config; ``release``:
+    the --software release, whose own rules apply where they differ by release)."""
+    return launcher_violations(plan, model=model, job=job, hw=hw, target=target, torchtitan_config=torchtitan_config,
+                               release=release)
 
 
 # Lever values tried, in order, to check a structural key on its own: the first combination a
@@ -30,15 +33,15 @@ _NEUTRAL: list[dict] = [
 ]
 
 
-def neutral_levers(model, hw, job, s, target: Target,
-                   torchtitan_config: str | None = None) -> tuple[dict | None, list[str]]:
+def neutral_levers(model, hw, job, s, target: Target, torchtitan_config: str | None = None,
+                   release=None) -> tuple[dict | None, list[str]]:
     """The first neutral lever choice under which the launcher accepts structural key ``s``
     (None and the rule names of the first rejection when none does)."""
     from planner.search.space import make_plan  # noqa: PLC0415  # cycle: space imports struct_violations from here
 
     first: list[str] = []
     for levers in _NEUTRAL:
-        found = rule_violations(model, hw, job, make_plan(s, levers), target, torchtitan_config)
+        found = rule_violations(model, hw, job, make_plan(s, levers), target, torchtitan_config, release)
         if not found:
             return levers, []
         if not first:
@@ -46,9 +49,10 @@ def neutral_levers(model, hw, job, s, target: Target,
     return None, first
 
 
-def struct_violations(model, hw, job, s, target: Target, torchtitan_config: str | None = None) -> list[str]:
+def struct_violations(model, hw, job, s, target: Target, torchtitan_config: str | None = None,
+                      release=None) -> list[str]:
     """Rule names that reject structural key ``s`` under every neutral lever choice."""
-    return neutral_levers(model, hw, job, s, target, torchtitan_config)[1]
+    return neutral_levers(model, hw, job, s, target, torchtitan_config, release)[1]
 
 
 LEVER_GROUPS = (
@@ -62,7 +66,8 @@ def lever_allowed(space, rep_struct, group: tuple[str, ...]) -> dict[tuple, bool
     group the launcher accepts (other levers at their first option)."""
     from planner.search.space import make_plan  # noqa: PLC0415  # cycle: space imports struct_violations from here
 
-    neutral, _ = neutral_levers(space.model, space.hw, space.job, rep_struct, space.target, space.torchtitan_config)
+    neutral, _ = neutral_levers(space.model, space.hw, space.job, rep_struct, space.target, space.torchtitan_config,
+                                space.software)
     base = {**space.pinned, **{k: v[0] for k, v in space.levers.items()}}
     for k, v in (neutral or {}).items():
         if v in space.levers.get(k, ()):
@@ -71,5 +76,6 @@ def lever_allowed(space, rep_struct, group: tuple[str, ...]) -> dict[tuple, bool
     for values in itertools.product(*(space.levers[k] for k in group)):
         levers = dict(base, **dict(zip(group, values)))
         plan = make_plan(rep_struct, levers)
-        out[values] = not rule_violations(space.model, space.hw, space.job, plan, space.target, space.torchtitan_config)
+        out[values] = not rule_violations(space.model, space.hw, space.job, plan, space.target, space.torchtitan_config,
+                                          space.software)
     return out

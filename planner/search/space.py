@@ -30,6 +30,7 @@ search bounds them without costing most, see planner.search.bounds):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 from functools import cached_property
 
 import numpy as np
@@ -182,6 +183,9 @@ class Space:
     torchtitan_config: str | None = None
     """--torchtitan-config: the user's torchtitan config_registry function (MODULE:FUNCTION), which
     the torchtitan rules read instead of planner's table (a custom model has no entry there)."""
+    software: Any = None
+    """The --software release (a SoftwareProfile or None): its lever options only, and its own
+    launcher rules where they differ by release (torchtitan's TOML-era releases)."""
     """For a rule in :attr:`pruned`, the first message it gave (a fixed layout's, say)."""
     pinned: dict = field(default_factory=dict)
     """Plan keys the search does not vary but the user fixed (PINNED_KEYS): every plan carries them."""
@@ -501,6 +505,7 @@ def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits |
     space = Space(model, hw, job, target, limits, keys, layout_of, layouts, levers, pruned)
     space.messages = messages
     space.torchtitan_config = torchtitan_config
+    space.software = software
     space.pinned = {k: limits.fix[k] for k in PINNED_KEYS if k in limits.fix}
     space.fm_keys = fm_keys
     space.fm_of = fm_of
@@ -514,7 +519,8 @@ def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits |
 def _rule_checked(space: Space) -> Space:
     keep = []
     for i in range(len(space)):
-        bad = struct_violations(space.model, space.hw, space.job, space.struct(i), space.target, space.torchtitan_config)
+        bad = struct_violations(space.model, space.hw, space.job, space.struct(i), space.target, space.torchtitan_config,
+                                space.software)
         if bad:
             space.pruned[bad[0]] = space.pruned.get(bad[0], 0) + 1
         else:
@@ -524,7 +530,7 @@ def _rule_checked(space: Space) -> Space:
                  space.layout_of[keep], space.layouts, space.levers, space.pruned, fm_keys=space.fm_keys,
                  fm_of=space.fm_of[keep], pinned=space.pinned,
                  schedule_of=None if space.schedule_of is None else space.schedule_of[keep], schedules=space.schedules,
-                 torchtitan_config=space.torchtitan_config)
+                 torchtitan_config=space.torchtitan_config, software=space.software)
 
 
 def group_rows(code: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:

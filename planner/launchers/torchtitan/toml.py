@@ -43,6 +43,14 @@ def check_toml_release(profile) -> None:
         raise PlannerError(f"--format torchtitan-toml writes a TOML job file, which {profile.title} no longer reads "
                            "(torchtitan 0.3.0 launches with --module/--config).",
                            hint="Use --format torchtitan, or --software torchtitan-0.2.2.")
+    if profile.version_tuple < (0, 2, 0):
+        # torchtitan/config_manager.py at v0.1.0: Float8 is [float8] with the converter 'float8', MXFP8
+        # [mx] with 'mx', compile is training.compile, pipeline stages are pipeline_parallel_split_points,
+        # and there is no expert parallelism: the 0.2.x job file this writer writes is not its.
+        raise PlannerError(f"--format torchtitan-toml writes a torchtitan 0.2.x job file, whose sections {profile.title} "
+                           "names differently ([float8] and the converter 'float8', training.compile, "
+                           "pipeline_parallel_split_points).",
+                           hint="Use --software torchtitan-0.2.2, or write the 0.1.0 job file by hand from the plan.")
 
 FLAVORS: dict[str, tuple[str, str]] = {
     "llama3.1-8b": ("llama3", "8B"),
@@ -72,10 +80,13 @@ def flavor_for(model) -> tuple[str, str] | None:
     return None
 
 
-def toml_violations(setup) -> list[Violation]:
-    """What torchtitan 0.2.2 cannot run of a plan: the 0.3.0 rules it shares, and its own."""
-    out = [v for v in violations_with(own_violations, setup) if v.rule not in _REPLACED]
-    model, plan = setup.model, setup.plan
+def toml_own_violations(checked, torchtitan_config: str | None = None) -> list[Violation]:
+    """torchtitan's own rules for a release that reads TOML job files (<= 0.2.2): the 0.3.0 rules
+    it shares (not the config_registry ones: there FP8 is a [model] converter, the model a
+    name and flavor, DeepEP a [parallelism] option), and its own. The registry's rules for
+    --software of such a release (planner.launchers.registry.launcher_violations)."""
+    out = [v for v in own_violations(checked, torchtitan_config) if v.rule not in _REPLACED]
+    model, plan = checked.model, checked.plan
     if flavor_for(model) is None:
         out.append(Violation("torchtitan-model", f"torchtitan {TORCHTITAN_TOML_VERSION} has no model flavor for "
                              f"{model.name}.", hint="Use --format megatron or bridge."))
@@ -87,10 +98,20 @@ def toml_violations(setup) -> list[Violation]:
     if plan.moments == "bf16":
         out.append(Violation("torchtitan-moments", "moments=bf16: torchtitan 0.2.2's optimizer keeps fp32 Adam states "
                              "(implementation for-loop, foreach or fused).", hint="Set moments=fp32."))
-    if model.is_moe and plan.dispatcher == "hybridep" and setup.deg.ep > 1:
+    if model.is_moe and plan.dispatcher == "hybridep" and checked.deg.ep > 1:
         out.append(Violation("torchtitan-dispatcher", "dispatcher=hybridep: torchtitan 0.2.2's expert_parallel_comm_backend "
                              "is standard or deepep.", hint="Use dispatcher=alltoall or deepep."))
     return out
+
+
+def reads_toml(profile) -> bool:
+    """Whether a torchtitan release launches from a TOML job file (every release up to 0.2.2)."""
+    return profile is not None and profile.launcher == "torchtitan" and profile.version_tuple <= (0, 2, 2)
+
+
+def toml_violations(setup) -> list[Violation]:
+    """What torchtitan 0.2.2 cannot run of a plan: the 0.3.0 rules it shares, and its own."""
+    return violations_with(toml_own_violations, setup)
 
 
 def _toml(value) -> str:
