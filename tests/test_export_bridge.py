@@ -33,6 +33,9 @@ MORE = [
     ("llama3.1-405b", "gb200-nvl72", 576, 1152, "tp=8,pp=9,mbs=1,recompute=full,layout=Et*13|(t*14|)*7t*15L,sharding=hsdp:4"),
     ("llama3.1-70b", "h100", 256, 512, "tp=4,pp=4,vpp=5,cp=2,mbs=1,recompute=core_attn,sharding=ddp"),
     ("qwen3-30b-a3b", "h100", 16, 1024, "ep=16,mbs=2,dispatcher=alltoall"),
+    # delayed weight gradients, and the full iteration with static expert shapes (issue 39)
+    ("deepseek-v3", "gb200-nvl72", 256, 8192,
+     "ep=64,etp=1,recompute=moe_act,dispatcher=hybridep,ep_overlap=wgrad,cuda_graphs=full_iteration"),
 ]
 CASES = ACCEPTANCE + MORE
 

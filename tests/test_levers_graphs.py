@@ -41,29 +41,37 @@ def _search(name: str, job: Job, fix: str, **kw):
 def test_graphs_are_searched_and_win_where_the_host_bounds_the_step():
     """Small kernels (TP8, 1K tokens) leave a dense step host-bound: whole-layer graphs win; on an
     MoE model the TE layer's eager Python after the dispatcher's host sync goes with the router and
-    preprocessing captured. Pinned eager, both are slower."""
+    preprocessing captured, or with the full iteration (static expert shapes, with hybridep: rule
+    cuda-graphs-full-iteration-moe). Pinned eager, both are slower."""
     dense = Job(gpus=8, global_batch=8, seq_len=1024)
     best = _search("llama3.1-8b", dense, "tp=8,mbs=1").plans[0]
     eager = _search("llama3.1-8b", dense, "tp=8,mbs=1,cuda_graphs=none").plans[0]
     assert best.plan.cuda_graphs == "scoped:layer" and best.objective_us < eager.objective_us
     moe = Job(gpus=8, global_batch=64, seq_len=2048)
     res = _search("qwen3-30b-a3b", moe, "ep=8,recompute=none")
-    assert res.space.scope["levers"]["cuda_graphs"] == ["none", "scoped:attn+moe_router+moe_preprocess"]
+    assert res.space.scope["levers"]["cuda_graphs"] == ["none", "scoped:attn+moe_router+moe_preprocess", "full_iteration"]
     eager = _search("qwen3-30b-a3b", moe, "ep=8,recompute=none,cuda_graphs=none").plans[0]
-    assert res.plans[0].plan.cuda_graphs == "scoped:attn+moe_router+moe_preprocess"
-    assert res.plans[0].objective_us < eager.objective_us
+    scoped = _search("qwen3-30b-a3b", moe, "ep=8,recompute=none,cuda_graphs=scoped:attn+moe_router+moe_preprocess")
+    assert scoped.plans[0].objective_us < eager.objective_us
+    best = res.plans[0]
+    assert best.plan.cuda_graphs != "none" and best.objective_us <= scoped.plans[0].objective_us
+    assert best.plan.cuda_graphs != "full_iteration" or best.plan.dispatcher == "hybridep"
 
 
 def test_graphs_are_not_searched_where_the_release_or_the_rules_forbid():
     """torchtitan 0.3.0's profile has none of Megatron's graph implementations; Megatron refuses
     scoped graphs with full recompute (cuda-graphs-full-recompute), so a full-recompute search
-    keeps those plans eager."""
+    keeps those plans eager or captures the full iteration; a release without the static MoE
+    shapes (megatron-core 0.17: no rank capacity, no paged stash) has no MoE full-iteration graph."""
     titan = load_software("torchtitan-0.3.0")
     res = _search("llama3.1-8b", Job(gpus=8, global_batch=8, seq_len=1024), "tp=8,mbs=1",
                   target="torchtitan", software=titan)
     assert res.space.scope["levers"]["cuda_graphs"] == ["none"]
     full = _search("qwen3-30b-a3b", Job(gpus=8, global_batch=64, seq_len=2048), "ep=8,recompute=full")
-    assert all(p.plan.cuda_graphs == "none" for p in full.plans)
+    assert all(p.plan.cuda_graphs in ("none", "full_iteration") for p in full.plans)
+    older = _search("qwen3-30b-a3b", Job(gpus=8, global_batch=64, seq_len=2048), "ep=8",
+                    software=load_software("megatron-core-0.17"))
+    assert "full_iteration" not in older.space.scope["levers"]["cuda_graphs"]
 
 
 def _pool(plan_text: str, gpus: int = 64) -> list[float]:

@@ -82,6 +82,8 @@ PLAN_CASES = {
                                  "ep=64,precision=fp8,param_gather=fp8,offload=optimizer", "megatron"),
     "cuda-graphs-full-recompute": ("llama3.1-70b", "h100", (64, 512), "tp=8,recompute=full,cuda_graphs=scoped:layer", "megatron"),
     "cuda-graphs-dropless-moe": ("qwen3-30b-a3b", "h100", (64, 512), "ep=8,cuda_graphs=scoped:attn+moe", "megatron"),
+    "cuda-graphs-full-iteration-moe": ("qwen3-30b-a3b", "h100", (64, 512), "ep=8,dispatcher=alltoall,cuda_graphs=full_iteration",
+                                       "megatron"),
     "cuda-graphs-preprocess-router": ("qwen3-30b-a3b", "h100", (64, 512), "ep=8,cuda_graphs=scoped:attn+moe_preprocess", "megatron"),
     "cuda-graphs-module-absent": ("llama3.1-70b", "h100", (64, 512), "tp=8,cuda_graphs=scoped:attn+moe_router", "megatron"),
     "cuda-graphs-ep-overlap": (V3, "gb200-nvl72", (256, 8192), "ep=64,ep_overlap=on,cuda_graphs=scoped:attn+mlp", "megatron"),

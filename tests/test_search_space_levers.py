@@ -62,3 +62,33 @@ def test_the_model_never_credits_wgrad_less_than_on(name):
     assert out[WGRAD][0] <= out[ON][0] * (1 + 1e-9)
     if name.startswith("mb2608-qwen3"):  # where the walk overlaps the dispatch, wgrad pays
         assert out[WGRAD][0] < out[ON][0] * 0.99
+
+
+def test_an_moe_full_iteration_export_writes_static_expert_shapes_and_reads_back():
+    """Megatron captures a dropless MoE iteration only with static expert shapes: the export writes the
+    rank capacity and paged stash the Bridge recipes set, and the read-back takes them as part of the
+    plan's full_iteration (no flag left unmodeled)."""
+    from planner.launchers.megatron.read import plan_from_megatron_args
+    from planner.launchers.megatron.write import STATIC_MOE_ARGS, export_megatron
+    from tests._export_specs import resolve
+
+    *_, setup = resolve("qwen3-30b-a3b", "gb200-nvl72", 8, 256,
+                        "ep=8,dispatcher=hybridep,ep_overlap=wgrad,cuda_graphs=full_iteration", seq_len=4096)
+    text = export_megatron(setup)
+    assert " ".join(STATIC_MOE_ARGS) in " ".join(text.split())
+    back = plan_from_megatron_args(text)
+    job, plan, hints, unknown = back
+    assert unknown == [] and plan.to_string() == setup.plan.to_string()
+    *_, dense = resolve("llama3.1-8b", "gb200-nvl72", 8, 64, "cuda_graphs=full_iteration", seq_len=4096)
+    assert "--moe-paged-stash" not in export_megatron(dense)
+
+
+def test_bridge_refuses_delayed_wgrad_with_graphed_biased_attention():
+    from planner.launchers.bridge.rules import bridge_violations
+    from planner.specs.plan import Plan
+
+    gpt_oss, qwen = load_model("gpt-oss-120b"), load_model("qwen3-30b-a3b")
+    graphed = Plan.parse("ep=8,dispatcher=hybridep,ep_overlap=wgrad,cuda_graphs=scoped:attn+moe_router+moe_preprocess")
+    assert [v.rule for v in bridge_violations(gpt_oss, plan=graphed)] == ["bridge-wgrad-graph-bias"]
+    assert bridge_violations(gpt_oss, plan=graphed.replace(ep_overlap=ON)) == []
+    assert bridge_violations(qwen, plan=graphed) == []

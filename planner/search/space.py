@@ -502,6 +502,7 @@ def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits |
         fm_keys = np.stack([fm[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
     levers = software_levers(lever_options(model, hw, job, target, limits, implementation, moments), software, limits)
     levers["ep_overlap"] = ep_overlap_options(levers["ep_overlap"], target)
+    levers["cuda_graphs"] = static_moe_graphs(levers["cuda_graphs"], model, software)
     space = Space(model, hw, job, target, limits, keys, layout_of, layouts, levers, pruned)
     space.messages = messages
     space.torchtitan_config = torchtitan_config
@@ -630,12 +631,30 @@ def graph_options(model) -> tuple[str, ...]:
     """The CUDA graphs the search tries, least captured first (ties go to eager): on MoE models
     the scope Megatron's MoE recipes capture (attention, router and dispatcher preprocessing:
     Megatron-Bridge DeepSeek-V3 perf recipes, software/megatron-bridge-0.6.yaml); the experts
-    stay eager, as dropless routing has dynamic shapes (launcher rule cuda-graphs-dropless-moe).
-    On dense models the whole layer and the full iteration (this one also with full recompute).
-    The launcher rules and the --software release decide which of these a plan may use."""
+    stay eager, as dropless routing has dynamic shapes (launcher rule cuda-graphs-dropless-moe);
+    and the full iteration, which the 26.06+ Megatron-Bridge MoE recipes capture with static expert
+    shapes (a per-rank token capacity and the paged stash: :func:`static_moe_graphs` keeps it where
+    the release has them, launcher rule cuda-graphs-full-iteration-moe). On dense models the whole
+    layer and the full iteration (this one also with full recompute). The launcher rules and the
+    --software release decide which of these a plan may use."""
     if model.is_moe:
-        return ("none", "scoped:attn+moe_router+moe_preprocess")
+        return ("none", "scoped:attn+moe_router+moe_preprocess", "full_iteration")
     return ("none", "scoped:layer", "full_iteration")
+
+
+STATIC_MOE_FEATURES = ("expert_rank_capacity", "paged_stash")
+"""What a full-iteration graph of a dropless MoE model needs besides the graph itself: static expert
+shapes, the per-rank token capacity (--moe-expert-rank-capacity-factor) with the paged stash
+(--moe-paged-stash), as the Megatron-Bridge 26.06+ MoE recipes set them (docs/research/levers-2026.md
+section 2; megatron-core 0.18 and later)."""
+
+
+def static_moe_graphs(values: tuple, model, software) -> tuple:
+    """``values`` without full_iteration on an MoE model where the release lacks
+    :data:`STATIC_MOE_FEATURES` (no release: kept, as every other lever is)."""
+    if not model.is_moe or software is None or all(software.has(f) for f in STATIC_MOE_FEATURES):
+        return values
+    return tuple(v for v in values if v is None or str(v) != "full_iteration")
 
 
 def software_levers(levers: dict[str, tuple], software, limits: Limits) -> dict[str, tuple]:

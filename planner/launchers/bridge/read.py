@@ -78,7 +78,8 @@ USED = {
     "ddp.num_distributed_optimizer_instances", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
     "checkpoint.ckpt_format", "train.micro_batch_size", "train.global_batch_size", "dataset.seq_length",
     "mixed_precision", "model.fp8_dot_product_attention", "model.use_transformer_engine_op_fuser",
-    "model.moe_grouped_gemm",
+    "model.moe_grouped_gemm", "comm_overlap.delay_wgrad_compute", "model.delay_wgrad_compute",
+    "model.moe_expert_rank_capacity_factor", "model.moe_paged_stash", "model.moe_paged_stash_buffer_size_factor_cuda",
 }
 _IGNORED_PREFIXES = ("logger.", "checkpoint.", "scheduler.", "tokenizer.", "profiling.", "rng.", "dist.",
                      "rerun_state_machine.", "straggler.", "ft.", "nvrx_straggler.", "validation.", "env_vars.",
@@ -458,7 +459,7 @@ def plan_values(args: BridgeArgs, model) -> tuple[dict, dict, list[str], list[st
     plan = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sharding=sharding, recompute=recompute,
                 offload=offload, precision=None if precision == "fp32" else precision, moments=moments, grad_reduce=grad_reduce,
                 param_gather=param_gather, layout=layout_text, dispatcher=dispatcher,
-                ep_overlap="on" if _ep_overlap(args) else "off", cuda_graphs=cuda_graphs_of(launch_assumptions(args)))
+                ep_overlap=_ep_overlap(args), cuda_graphs=cuda_graphs_of(launch_assumptions(args)))
     seq = _seq_len(given, val)
     job = {"global_batch": _int_at(val, "train.global_batch_size"), "seq_len": seq,
            "precisions": [precision], "_instances": sharding_instances}
@@ -622,13 +623,16 @@ def _dispatcher(val, model, notes: list[str]) -> str | None:
     return "alltoall"
 
 
-def _ep_overlap(args: BridgeArgs) -> bool:
+def _ep_overlap(args: BridgeArgs) -> str:
     """Expert-parallel communication overlap as the launch gives it (no recipe default): a recipe with a
-    CommOverlapConfig (megatron/bridge/training/comm_overlap.py) takes it there, else on the model."""
+    CommOverlapConfig (megatron/bridge/training/comm_overlap.py) takes it there, else on the model;
+    'wgrad' with delay_wgrad_compute (CommOverlapConfig / TransformerConfig) as well."""
     given = args.values
     on_comm = has_comm_overlap(args.recipe or "") is not False
-    ep_key = "comm_overlap.overlap_moe_expert_parallel_comm" if on_comm else "model.overlap_moe_expert_parallel_comm"
-    return bool(given.get(ep_key, given.get("model.overlap_moe_expert_parallel_comm", False)))
+    where = "comm_overlap" if on_comm else "model"
+    on = bool(given.get(f"{where}.overlap_moe_expert_parallel_comm", given.get("model.overlap_moe_expert_parallel_comm", False)))
+    delay = bool(given.get(f"{where}.delay_wgrad_compute", given.get("model.delay_wgrad_compute", False)))
+    return ("wgrad" if delay else "on") if on else "off"
 
 
 def _seq_len(given: dict, val) -> int | None:

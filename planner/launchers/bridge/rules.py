@@ -10,10 +10,21 @@ from planner.launchers.common import catalog_edits
 
 PLAN_RULES: dict[str, str] = {
     "bridge-recipe": "Megatron-Bridge has a recipe for the model (or --bridge-recipe names one)",
+    "bridge-wgrad-graph-bias": "delayed weight gradients with graphed attention need attention without bias (CommOverlapConfig)",
 }
 
 
 def bridge_violations(model, recipe_override: str | None = None, plan=None) -> list[Violation]:
+    g = plan.cuda_graphs if plan is not None else None
+    if (plan is not None and g is not None and plan.ep_overlap == "wgrad" and g.kind == "scoped"
+            and ("attn" in g.modules or g.layers_captured)
+            and (model.attention.qkv_bias or model.attention.output_bias)):
+        return [Violation(
+            "bridge-wgrad-graph-bias",
+            f"ep_overlap=wgrad with cuda_graphs={g} on {model.name}: Megatron-Bridge 0.6 refuses delayed weight "
+            "gradients with graphed attention that has a bias (CommOverlapConfig, megatron/bridge/training/"
+            "comm_overlap.py: 'CUDA graph with delay_wgrad_compute does not support attention bias for now').",
+            hint="Use ep_overlap=on, or export --format megatron.")]
     if plan is not None and (plan.grad_reduce != "fp32" or plan.param_gather != "bf16"):
         return [Violation(
             "bridge-grad-dtypes",

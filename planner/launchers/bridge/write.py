@@ -143,12 +143,19 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
     out += [("model.cuda_graph_impl", impl)]
     if g.kind == "scoped":
         out += [("model.cuda_graph_scope", list(g.modules))]
+    if g.kind == "full_iteration" and model.is_moe:
+        # Static expert shapes, as Bridge 0.6.0's HybridEP full-iteration recipes set them
+        # (src/megatron/bridge/perf_recipes/deepseek/common.py; planner.launchers.megatron.write.STATIC_MOE_ARGS).
+        out += [("model.moe_expert_rank_capacity_factor", 1.5), ("model.moe_paged_stash", True),
+                ("model.moe_paged_stash_buffer_size_factor_cuda", 1.2), ("model.use_transformer_engine_op_fuser", True)]
     if model.is_moe:
         d = plan.dispatcher or "alltoall"
         out += [("model.moe_token_dispatcher_type", "alltoall" if d == "alltoall" else "flex"),
                 ("model.moe_flex_dispatcher_backend", None if d == "alltoall" else d)]
         where = "comm_overlap" if has_comm_overlap(recipe) is not False else "model"
         out += [(f"{where}.overlap_moe_expert_parallel_comm", bool(plan.ep_overlap))]
+        if plan.ep_overlap == "wgrad":  # CommOverlapConfig.delay_wgrad_compute (training/comm_overlap.py, v0.6.0)
+            out += [(f"{where}.delay_wgrad_compute", True)]
         if plan.ep_overlap:
             out += [("model.moe_shared_expert_overlap", False)]  # Bridge's EP-overlap check
     sh = plan.sharding

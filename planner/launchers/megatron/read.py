@@ -303,7 +303,13 @@ _USED_DESTS = {
     "use_rope_scaling", "rope_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast",
     "yarn_beta_slow", "yarn_correction_range_round_to_int", "rotary_seq_len_interpolation_factor",
     "use_rotary_position_embeddings", "quick_geglu", "glu_linear_offset", "activation_func_clamp_value",
+    # ep_overlap=wgrad (read below); the experts through TE's op fuser (Assumptions.expert_op_fuser)
+    "delay_wgrad_compute", "use_transformer_engine_op_fuser",
 }
+
+_STATIC_MOE_DESTS = {"moe_expert_rank_capacity_factor", "moe_paged_stash", "moe_paged_stash_buffer_size_factor_cuda"}
+"""With --cuda-graph-impl full_iteration, part of the plan's cuda_graphs=full_iteration on a dropless MoE
+model (the static expert shapes the writer writes with it: write.STATIC_MOE_ARGS); elsewhere not modeled."""
 
 
 @dataclass
@@ -454,7 +460,7 @@ def plan_from_megatron_args(text_or_argv: str | list[str], *, gpus: int | None =
     unknown = [f"{f} (not a megatron-core 0.19.2 flag)" for f in parsed.not_megatron] + parsed.problems
     ignored, used = [], []
     for dest, opt in parsed.given.items():
-        if dest in _USED_DESTS:
+        if dest in _USED_DESTS or (dest in _STATIC_MOE_DESTS and v.get("cuda_graph_impl") == "full_iteration"):
             used.append(opt)
         elif dest in _IGNORED_DESTS or dest.startswith(("log_", "wandb_", "tensorboard_", "ckpt_", "data_", "eval_")):
             ignored.append(opt)

@@ -57,6 +57,7 @@ PLAN_RULES: dict[str, str] = {
     "megatron-schedule": "Megatron-Core 0.19.2 runs 1F1B and interleaved 1F1B only (pipeline_parallel/schedules.py)",
     "megatron-interleaved-groups": "interleaved: micro-batches a multiple of PP (forward_backward_pipelining_with_interleaving)",
     "cuda-graphs-full-recompute": "full recompute only with full-iteration CUDA graphs (TransformerConfig)",
+    "cuda-graphs-full-iteration-moe": "full-iteration graphs of dropless MoE need the rank capacity and paged stash: hybridep, no layer offload (TransformerConfig)",
     "cuda-graphs-dropless-moe": "the moe graph scope (and whole-layer capture of MoE layers) needs static shapes: drop-and-pad MoE (TransformerConfig)",
     "cuda-graphs-preprocess-router": "the moe_preprocess graph scope needs moe_router (TransformerConfig)",
     "cuda-graphs-module-absent": "a graph scope names a module the model has (mlp: dense layers, mamba: Mamba layers; TransformerConfig)",
@@ -182,9 +183,19 @@ def graph_violations(model: ModelSpec, plan: Plan) -> list[Violation]:
             f"cuda_graphs={g} with recompute={plan.recompute}: Megatron captures fully recomputed layers only in "
             "full-iteration graphs (TransformerConfig).",
             hint="Use selective recompute, cuda_graphs=full_iteration, or cuda_graphs=none."))
-    # Full-iteration graphs of dropless MoE run with the expert-rank capacity and paged stash of
-    # the Megatron-Bridge 26.06 recipes (levers-2026.md section 2), which no plan key states: not
-    # refused here (a launch that sets them is checked as it is), not searched (space.graph_options).
+    # Full-iteration graphs of dropless MoE need static expert shapes: the per-rank capacity
+    # (--moe-expert-rank-capacity-factor) with the paged stash, as the Megatron-Bridge 26.06+ recipes
+    # set them (levers-2026.md section 2) and planner's export writes them
+    # (planner.launchers.megatron.write.cuda_graph_args). TransformerConfig.__post_init__ refuses the
+    # rank capacity without the flex dispatcher's hybridep (or ncclep, no planner value) backend, and
+    # the paged stash with cpu_offloading (layer-wise activation offload).
+    if model.is_moe and g.kind == "full_iteration" and (plan.dispatcher != "hybridep" or plan.offload.activations):
+        out.append(Violation(
+            "cuda-graphs-full-iteration-moe",
+            f"cuda_graphs=full_iteration on {model.name} with dispatcher={plan.dispatcher}, offload={plan.offload}: "
+            "a dropless MoE layer is captured with static shapes only under the per-rank expert capacity and the "
+            "paged stash, which need the hybridep dispatcher and no layer-wise activation offload (TransformerConfig).",
+            hint="Use dispatcher=hybridep without offload=activations, or cuda_graphs=scoped:attn+moe_router+moe_preprocess."))
     if model.is_moe and g.kind == "scoped" and (g.layers_captured or "moe" in g.modules):
         out.append(Violation(
             "cuda-graphs-dropless-moe",

@@ -387,15 +387,25 @@ def precision_args(hw, plan, job) -> list[str]:
     return args
 
 
-def cuda_graph_args(plan) -> list[str]:
+STATIC_MOE_ARGS = ("--moe-expert-rank-capacity-factor", "1.5", "--moe-paged-stash",
+                   "--moe-paged-stash-buffer-size-factor-cuda", "1.2", "--use-transformer-engine-op-fuser")
+"""Static expert shapes for a full-iteration graph of dropless MoE, as Megatron-Bridge 0.6.0's
+HybridEP full-iteration recipes set them (src/megatron/bridge/perf_recipes/deepseek/common.py:
+moe_expert_rank_capacity_factor 1.5, moe_paged_stash with a CUDA buffer 1.2 x the balanced load,
+use_transformer_engine_op_fuser, which TransformerConfig requires with the rank capacity under
+hybridep). Tokens over a rank's capacity are dropped by hybridep (TransformerConfig docstring)."""
+
+
+def cuda_graph_args(model, plan) -> list[str]:
     """The plan's cuda_graphs as Megatron flags (megatron/training/arguments.py, megatron-core
     0.19): scoped graphs through Transformer Engine (--cuda-graph-impl transformer_engine, the
     modules with --cuda-graph-modules; none named captures the whole layer), the full iteration
     with --cuda-graph-impl full_iteration and --no-check-for-nan-in-loss-and-grad, which
-    validate_args requires with it."""
+    validate_args requires with it (on MoE models with :data:`STATIC_MOE_ARGS`)."""
     g = plan.cuda_graphs
     if g.kind == "full_iteration":
-        return ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad"]
+        static = list(STATIC_MOE_ARGS) if model.is_moe else []
+        return ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad", *static]
     if g.kind == "scoped":
         return ["--cuda-graph-impl", "transformer_engine"] + (["--cuda-graph-modules", *g.modules] if g.modules else [])
     return []
@@ -453,7 +463,7 @@ def megatron_launch(setup, *, nproc_per_node: int | None = None) -> MegatronLaun
         ("PARALLEL_ARGS", parallel_args(model, plan, deg)),
         ("MEMORY_ARGS", memory_args(model, plan)),
         ("PRECISION_ARGS", precision_args(hw, plan, job)),
-        ("CUDA_GRAPH_ARGS", cuda_graph_args(plan)),
+        ("CUDA_GRAPH_ARGS", cuda_graph_args(model, plan)),
         ("OPTIMIZER_ARGS", sharding_args(plan, deg) + ["--optimizer", "adam"]),
         ("TRAINING_ARGS", [
             "--micro-batch-size", str(plan.mbs),
