@@ -92,3 +92,25 @@ def test_bridge_refuses_delayed_wgrad_with_graphed_biased_attention():
     assert [v.rule for v in bridge_violations(gpt_oss, plan=graphed)] == ["bridge-wgrad-graph-bias"]
     assert bridge_violations(gpt_oss, plan=graphed.replace(ep_overlap=ON)) == []
     assert bridge_violations(qwen, plan=graphed) == []
+
+
+def test_mla_up_proj_alone_is_searched_where_it_is_on_the_memory_step_front():
+    """The 26.06 DeepSeek-V3 GB200 recipe recomputes the MLA up-projections alone: a candidate the
+    search tries because no other candidate is both as fast and as small on that recipe's plan."""
+    from planner.search.space import recompute_options
+    from planner.specs.plan import parse_recompute
+
+    v3 = load_model("deepseek-v3")
+    opts = recompute_options(v3)
+    assert "mla_up_proj" in opts and "mla_up_proj+mlp" not in opts
+    assert "mla_up_proj" not in recompute_options(load_model("qwen3-30b-a3b"))  # no MLA
+    run = next(r for r in load_runs(PUBLISHED_RUNS) if r.name == "mb2606-deepseek-v3-gb200-fp8mx-256gpu")
+    model, hw, job, plan, assumptions, _ = resolve_run(run)
+    points = {}
+    for text in opts:
+        if text == "full":  # refused with the EP overlap (ep-overlap-recompute)
+            continue
+        ev = plan_evaluation(resolve_setup(model, hw, job, plan.replace(recompute=parse_recompute(text)), assumptions))
+        points[text] = ev["time"]["step_time_s"], ev["memory"]["peak_bytes"]
+    t, m = points["mla_up_proj"]
+    assert not any(t2 <= t and m2 <= m for k, (t2, m2) in points.items() if k != "mla_up_proj")

@@ -258,7 +258,12 @@ def recompute_options(model, implementation: str = "te", target: str = "megatron
     if model.is_moe:
         opts += ["moe_act", "layernorm+moe_act"]
         if model.attention.kind == "mla":
-            opts.append("mla_up_proj+layernorm+moe_act")  # Megatron's DeepSeek-V3 recipe
+            # The MLA up-projections alone (the Megatron-Bridge 26.06+ DeepSeek-V3 GB200 recipes), and
+            # with the norms and the MoE activation (Megatron's DeepSeek-V3 recipe). mla_up_proj alone
+            # is on the memory/step Pareto front on every bundled DeepSeek-V3 recipe's plan (most of
+            # the MLA saving for a third of the recompute); mla_up_proj+mlp (26.04.01 B200) adds only
+            # the few dense layers' MLP and is dominated by mla_up_proj, or nearly so, on those plans.
+            opts += ["mla_up_proj", "mla_up_proj+layernorm+moe_act"]
         opts.append("moe")
     else:
         opts.append("mlp")
