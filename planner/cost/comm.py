@@ -27,7 +27,10 @@ still slows the compute it hides behind):
   wgrad) are asynchronous (Megatron's LinearWithGradAccumulationAndAsyncCommunication);
 - CP: each ring step's transfer hides behind the previous step's attention block;
 - EP: with ep_overlap=on (Megatron --overlap-moe-expert-parallel-comm, combined 1F1B) dispatch and
-  combine of one micro-batch hide behind the other micro-batch's layer compute; otherwise exposed;
+  combine of one micro-batch hide behind the other micro-batch's layer compute; otherwise exposed.
+  The overlap is not free: besides the interference, the combined 1F1B's stage scheduling adds
+  host seconds to every MoE layer and pass unless CUDA graphs replay whole layers
+  (planner.cost.rates.combined_stage_host_s, added to the block's compute in planner.cost.compose);
 - DP: gradient reduce-scatter bucketed behind the last micro-batch's backward, parameter
   all-gather behind the first micro-batch's forward (--overlap-grad-reduce/--overlap-param-gather);
 - PP: send/receive is exposed for plain 1F1B; the interleaved schedule overlaps it with compute.

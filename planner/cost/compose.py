@@ -44,14 +44,14 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost.arrays import Num
-from planner.cost.comm import CommCost, CommFlags, block_comm, ep_dispatch_combine
-from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times
+from planner.cost.comm import CommCost, CommFlags, block_comm, comm_causes, ep_dispatch_combine
+from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times, with_stage_host
 from planner.cost.constant import RankParams, constant_bytes, rank_params_of
 from planner.cost.flops import Shard, model_shape
 from planner.cost.pieces import PieceMemory
 from planner.cost.pipeline import BlockCost
 from planner.cost.phases import block_layer, wgrad_bytes
-from planner.cost.rates import Rates, rates_for, under_graphs
+from planner.cost.rates import Rates, combined_stage_host_s, rates_for, under_graphs
 from planner.cost.schedules.timing import LayerTimes
 from planner.cost.setup import allocator_fraction, allocator_workload
 from planner.cost.terms.base import at, memory_schedule
@@ -413,6 +413,8 @@ class CostContext:
             # Collectives depend on the degrees and the FP8 dispatch only: shared by every block.
             transfers = self.cached(("transfers", ep, sh.dispatcher, flags.fp8_dispatch), dict)
             spans = self.cached(("block_spans", ep), lambda subset=subset: keys.block_spans(subset))
+            if ep and flags.ep_overlap and "ep" in comm_causes(self.ms, name, spans):
+                bt = with_stage_host(bt, combined_stage_host_s(self.rates, graphs))
             comm = block_comm(self.ms, sh, name, bt, spans, self.rates, flags, transfers)
             ep_parts = (self.cached(("ep_parts", sh.dispatcher, flags.fp8_dispatch), lambda sh=sh, spans=spans, flags=flags:
                                     ep_dispatch_combine(self.ms, sh, spans["ep"], self.rates, flags.fp8_dispatch))

@@ -434,6 +434,14 @@ def block_time_of(kts: tuple[KernelTime, ...], rates: Rates, recompute: str | tu
                      s.flops_fwd, s.flops_bwd, fl_rc, s.gemms)
 
 
+def with_stage_host(bt: BlockTime, seconds: Num) -> BlockTime:
+    """``bt`` waiting ``seconds`` more for the host in each pass (the stage scheduling of
+    Megatron's combined 1F1B: planner.cost.rates.combined_stage_host_s)."""
+    if not any_true(seconds):
+        return bt
+    return replace(bt, host_fwd=bt.host_fwd + seconds, host_bwd=bt.host_bwd + seconds)
+
+
 @lru_cache(maxsize=65536)
 def _block_time_cached(ms: ModelShape, sh: Shard, block: str, rates: Rates, recompute) -> BlockTime:
     return block_time_of(kernel_times(ms, sh, block, rates), rates, recompute)

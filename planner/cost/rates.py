@@ -100,6 +100,10 @@ class Rates:
     """The optimizer step is torch.optim.AdamW with Megatron's torch fallbacks of the multi-tensor
     kernels (the local spec without Apex or Transformer Engine): see
     planner.cost.pipeline.optimizer_time."""
+    ep_overlap_host_s: float = 0.0
+    """Host seconds per MoE layer and pass of Megatron's combined 1F1B with eager layers
+    (ComputeEfficiency.ep_overlap_host_s); planner.cost.compose drops it where CUDA graphs
+    replay whole layers."""
     peak_fp4: float = 0.0
     """Dense FP4 peak (hardware catalog ``peak_flops.fp4``); 0 on GPUs without FP4 tensor cores,
     whose plans planner.rules refuses precision=nvfp4."""
@@ -255,6 +259,7 @@ def _host_rates(hw, c, assumptions) -> dict:
     return dict(
         te_moe_host_eager_s=c.te_moe_layer_host_s.value if c.te_moe_layer_host_s else 0.0,
         te_moe_host_scoped_s=scoped.value if scoped else 0.0,
+        ep_overlap_host_s=c.ep_overlap_host_s.value if c.ep_overlap_host_s else 0.0,
         host_kind=host.kind,
         host_bw=host.bandwidth_per_direction.value,
         cpu_adam_params_per_s=cpu_rate,
@@ -395,6 +400,13 @@ def under_graphs(rates: Rates, graphs) -> Rates:
     if launch == rates.host_launch_s and moe == rates.moe_layer_host_s:
         return rates
     return replace(rates, host_launch_s=launch, moe_layer_host_s=moe)
+
+
+def combined_stage_host_s(rates: Rates, graphs) -> float:
+    """Host seconds per MoE layer and pass that Megatron's combined 1F1B (ep_overlap) adds under a
+    plan's ``cuda_graphs``: the eager constant (Rates.ep_overlap_host_s), none where graphs replay
+    whole layers (full iteration, scoped:layer), whose stages then issue no Python per layer."""
+    return 0.0 if graphs.layers_captured else rates.ep_overlap_host_s
 
 
 def _fp8_attention(profile, hw, assumptions) -> tuple[float, float] | None:

@@ -183,6 +183,12 @@ class ComputeEfficiency(Spec):
     te_moe_layer_host_scoped_s: Sourced[float] | None = None
     """The same with the router and the dispatcher preprocessing captured (CUDA graph scopes
     moe_router and moe_preprocess): the dispatch, experts and unpermutation stay eager."""
+    ep_overlap_host_s: Sourced[float] | None = None
+    """Host seconds per MoE layer and pass that Megatron's combined 1F1B (the ep_overlap lever,
+    --overlap-moe-expert-parallel-comm) adds on the compute stream when the layers are not
+    replayed as CUDA graphs: it issues each layer as separate stages (attention, dispatch, experts,
+    combine) of two micro-batches with stream synchronization between them, so the host cannot run
+    ahead of the GPU across a layer. None: 0."""
     optimizer_bytes_per_param: Sourced[float] | None = None
     """Override of the optimizer-step HBM traffic per locally updated parameter (otherwise derived
     from the precision of master weights, gradients and moments)."""
