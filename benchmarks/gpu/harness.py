@@ -343,6 +343,15 @@ class Run:
             c.zero_grad_buffer()
         self.optimizer.zero_grad()
         fb = get_forward_backward_func()
+        if self.cfg.cuda_graphs == "full_iteration":
+            # Megatron-LM's training loop wraps the schedule so (megatron/training/training.py,
+            # megatron/core/full_cuda_graph.py): eager for cuda_graph_warmup_steps calls, then one
+            # graph of the whole forward-backward of every micro-batch, replayed.
+            if getattr(self, "_full_graph", None) is None:
+                from megatron.core.full_cuda_graph import FullCudaGraphWrapper
+
+                self._full_graph = FullCudaGraphWrapper(fb, cuda_graph_warmup_steps=self.tconfig.cuda_graph_warmup_steps)
+            fb = self._full_graph
         # Interleaved 1F1B takes one iterator per chunk; each chunk draws every micro-batch.
         it = [iter(data) for _ in self.chunks] if len(self.chunks) > 1 else iter(data)
         return fb(forward_step_func=self.forward_step, data_iterator=it, model=self.chunks,
