@@ -564,7 +564,9 @@ GRAPH_POOL_SOURCE = (
     "on H100 (this estimate: about 1.5 GiB there, 4x under) and +15 GB for a moe scope; on DeepSeek-V3 "
     "PP4/VPP4 EP64 on GB200 (attn+moe_router+moe_preprocess, 16 layers a rank, 2-4 micro-batches in flight "
     "per chunk) it gives 18-24 GiB a rank, above the several GiB to 15 GiB public MoE reports state "
-    "(capture OOMs: TransformerEngine issue 2543, Megatron-Bridge issue 3500)")
+    "(capture OOMs: TransformerEngine issue 2543, Megatron-Bridge issue 3500). A full-iteration graph "
+    "(megatron/core/full_cuda_graph.py) has no per-layer buffers: only the step's inputs are static, and its "
+    "private pool keeps the activations' segments through the optimizer step (the reserved peak)")
 """Where the CUDA-graph pool line's number comes from (explain's memory breakdown)."""
 
 

@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from planner.cost.compose import Levers
 
 
+FULL_ITERATION_INPUT_BYTES_PER_TOKEN = 3 * 8 + 4
+"""Full-iteration graphs' static inputs per token: int64 tokens, labels and position ids and an fp32
+loss mask (Megatron's GPT batch, megatron/training/utils.py get_batch_on_this_tp_rank), copied into
+static buffers for every micro-batch of the step (megatron/core/full_cuda_graph.py StaticBufferLoader)."""
+
+
 class InflightMemory(RankTimes):
     """Activation memory over the schedule (reads the rank times' weight-gradient bytes where the
     schedule splits the backward)."""
@@ -99,6 +105,13 @@ class InflightMemory(RankTimes):
 
     def _graph_pool(self, r: int, graphs: CudaGraphs) -> np.ndarray:
         ctx, b = self.ctx, self.batch
+        if graphs.kind == "full_iteration":
+            # One graph of the whole forward-backward (megatron/core/full_cuda_graph.py
+            # FullCudaGraphWrapper): no per-layer static buffers; its intermediates are the
+            # activations eager holds, in the graph's pool; static are only the step's inputs
+            # (StaticBufferLoader: every micro-batch's tokens, labels, positions, loss mask).
+            mbs = np.tile(ctx.keys.col["mbs"][b.key_rows], len(b.variants))  # columns: variant-major
+            return _column(b.micro_batches * mbs * ctx.job.seq_len * FULL_ITERATION_INPUT_BYTES_PER_TOKEN, self.n)
         sh = ctx.shard(self.lv, b.rows, True)
         per_slot = {kind: graph_scope_bytes(ctx.model, sh, kind, graphs) for kind in set(ctx.model.layer_kinds)}
         held = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))

@@ -42,8 +42,18 @@ class PeakMemory(StaticMemory, InflightMemory):
         if wl is None:
             return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
         base, act_peak, stranded, recomputes = self._workload_inputs(r)
-        return workload_reserved(wl, base + act_peak, base + self.optimizer_transient(r), act_peak, stranded,
+        return workload_reserved(wl, base + act_peak, self._optimizer_top(r, base, act_peak), act_peak, stranded,
                                  recomputes=recomputes, pipelined=self.batch.pp > 1)
+
+    def _optimizer_top(self, r: int, base, act_peak):
+        """What the allocator holds at the optimizer step. A full-iteration graph keeps the
+        forward-backward's activations in its private pool (torch.cuda.graph(pool=...): the pool's
+        segments stay reserved for the replays and the caching allocator gives them to nothing
+        else; megatron/core/full_cuda_graph.py captures only the forward-backward), so the step's
+        temporaries come on top of it; otherwise they reuse the activations' freed segments."""
+        if self.lv.cuda_graphs.kind == "full_iteration":
+            return base + act_peak + self.optimizer_transient(r)
+        return base + self.optimizer_transient(r)
 
     def _workload_inputs(self, r: int):
         """What the allocator workload model reads of rank ``r`` (one place for reserved_bytes and
@@ -68,7 +78,7 @@ class PeakMemory(StaticMemory, InflightMemory):
         if wl is None:
             return {"allocator_fraction": peak * ctx.allocator_fraction}
         base, act_peak, stranded, recomputes = self._workload_inputs(r)
-        top = np.maximum(base + act_peak + stranded, base + self.optimizer_transient(r))
+        top = np.maximum(base + act_peak + stranded, self._optimizer_top(r, base, act_peak))
         n = self.n
         return {"stranded": _column(top - peak, n),
                 "partial_segments": _column(top * wl.peak_fraction.value, n),
