@@ -90,7 +90,24 @@ def hydra_value(value) -> str:
 
 def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
     """(ConfigContainer field path, value) for every plan-relevant setting, in script order."""
-    model, hw, job, plan, deg = setup.model, setup.hw, setup.job, setup.plan, setup.deg
+    model, job, plan = setup.model, setup.job, setup.plan
+    out = _parallel_settings(setup) + _recompute_offload_settings(model, plan) + _optimizer_settings(plan)
+    precision = plan.precision or job.default_precision
+    out += [("mixed_precision", FP8_RECIPES[setup.hw.fp8_recipe] if precision == "fp8"
+             else NVFP4_RECIPE if precision == "nvfp4" else "bf16_mixed")]
+    out += _graph_settings(model, plan) + _moe_settings(model, plan, recipe) + _sharding_settings(plan, setup.deg)
+    out += [
+        ("train.micro_batch_size", plan.mbs),
+        ("train.global_batch_size", job.global_batch),
+        ("dataset.seq_length", job.seq_len),
+        ("model.seq_length", job.seq_len),
+    ]
+    return out
+
+
+def _parallel_settings(setup) -> list[tuple[str, object]]:
+    """The degrees, sequence parallelism and the pipeline layout."""
+    model, plan, deg = setup.model, setup.plan, setup.deg
     out: list[tuple[str, object]] = [
         ("model.tensor_model_parallel_size", plan.tp),
         ("model.pipeline_model_parallel_size", plan.pp),
@@ -103,7 +120,7 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
     layout = None
     if plan.pp > 1:
         layout = build_layout(model, plan.pp, plan.vpp, plan.layout).to_string()
-    out += [
+    return out + [
         ("model.pipeline_model_parallel_layout", layout),
         ("model.num_layers_in_first_pipeline_stage", None),
         ("model.num_layers_in_last_pipeline_stage", None),
@@ -111,23 +128,31 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
         ("model.account_for_loss_in_pipeline_split", False),
         ("model.mtp_num_layers", model.mtp_layers or None),
     ]
+
+
+def _recompute_offload_settings(model, plan) -> list[tuple[str, object]]:
     rc = plan.recompute
     if rc.kind == "selective":
-        out += [("model.recompute_granularity", "selective"), ("model.recompute_method", None),
-                ("model.recompute_num_layers", None), ("model.recompute_modules", list(rc.modules))]
+        out: list[tuple[str, object]] = [
+            ("model.recompute_granularity", "selective"), ("model.recompute_method", None),
+            ("model.recompute_num_layers", None), ("model.recompute_modules", list(rc.modules))]
     elif rc.kind == "full":
         method, n = ("uniform", 1) if rc.layers is None else ("block", rc.layers)
-        out += [("model.recompute_granularity", "full"), ("model.recompute_method", method),
-                ("model.recompute_num_layers", n)]
+        out = [("model.recompute_granularity", "full"), ("model.recompute_method", method),
+               ("model.recompute_num_layers", n)]
     else:
-        out += [("model.recompute_granularity", None), ("model.recompute_method", None),
-                ("model.recompute_num_layers", None)]
+        out = [("model.recompute_granularity", None), ("model.recompute_method", None),
+               ("model.recompute_num_layers", None)]
     off = plan.offload
     out += [("model.cpu_offloading", False), ("model.fine_grained_activation_offloading", off.activations)]
     if off.activations:
         out += [("model.offload_modules", megatron_offload_modules(model, plan))]
-    bf16_moments = plan.moments == "bf16"
-    out += [
+    return out
+
+
+def _optimizer_settings(plan) -> list[tuple[str, object]]:
+    off, bf16_moments = plan.offload, plan.moments == "bf16"
+    return [
         ("optimizer.optimizer_cpu_offload", off.optimizer),
         ("optimizer.optimizer_offload_fraction", 1.0 if off.optimizer else 0.0),
         ("optimizer.use_precision_aware_optimizer", off.optimizer or bf16_moments),
@@ -135,12 +160,12 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
         ("optimizer.exp_avg_dtype", "bf16" if bf16_moments else "fp32"),
         ("optimizer.exp_avg_sq_dtype", "bf16" if bf16_moments else "fp32"),
     ]
-    precision = plan.precision or job.default_precision
-    out += [("mixed_precision", FP8_RECIPES[hw.fp8_recipe] if precision == "fp8"
-             else NVFP4_RECIPE if precision == "nvfp4" else "bf16_mixed")]
+
+
+def _graph_settings(model, plan) -> list[tuple[str, object]]:
     g = plan.cuda_graphs  # TransformerConfig.cuda_graph_impl / cuda_graph_scope (megatron-core 0.19)
     impl = {"none": "none", "scoped": "transformer_engine", "full_iteration": "full_iteration"}[g.kind]
-    out += [("model.cuda_graph_impl", impl)]
+    out: list[tuple[str, object]] = [("model.cuda_graph_impl", impl)]
     if g.kind == "scoped":
         out += [("model.cuda_graph_scope", list(g.modules))]
     if g.kind == "full_iteration" and model.is_moe:
@@ -148,32 +173,35 @@ def bridge_settings(setup, recipe: str) -> list[tuple[str, object]]:
         # (src/megatron/bridge/perf_recipes/deepseek/common.py; planner.launchers.megatron.write.STATIC_MOE_ARGS).
         out += [("model.moe_expert_rank_capacity_factor", 1.5), ("model.moe_paged_stash", True),
                 ("model.moe_paged_stash_buffer_size_factor_cuda", 1.2), ("model.use_transformer_engine_op_fuser", True)]
-    if model.is_moe:
-        d = plan.dispatcher or "alltoall"
-        out += [("model.moe_token_dispatcher_type", "alltoall" if d == "alltoall" else "flex"),
-                ("model.moe_flex_dispatcher_backend", None if d == "alltoall" else d)]
-        where = "comm_overlap" if has_comm_overlap(recipe) is not False else "model"
-        out += [(f"{where}.overlap_moe_expert_parallel_comm", bool(plan.ep_overlap))]
-        if plan.ep_overlap == "wgrad":  # CommOverlapConfig.delay_wgrad_compute (training/comm_overlap.py, v0.6.0)
-            out += [(f"{where}.delay_wgrad_compute", True)]
-        if plan.ep_overlap:
-            out += [("model.moe_shared_expert_overlap", False)]  # Bridge's EP-overlap check
+    return out
+
+
+def _moe_settings(model, plan, recipe: str) -> list[tuple[str, object]]:
+    if not model.is_moe:
+        return []
+    d = plan.dispatcher or "alltoall"
+    out: list[tuple[str, object]] = [
+        ("model.moe_token_dispatcher_type", "alltoall" if d == "alltoall" else "flex"),
+        ("model.moe_flex_dispatcher_backend", None if d == "alltoall" else d)]
+    where = "comm_overlap" if has_comm_overlap(recipe) is not False else "model"
+    out += [(f"{where}.overlap_moe_expert_parallel_comm", bool(plan.ep_overlap))]
+    if plan.ep_overlap == "wgrad":  # CommOverlapConfig.delay_wgrad_compute (training/comm_overlap.py, v0.6.0)
+        out += [(f"{where}.delay_wgrad_compute", True)]
+    if plan.ep_overlap:
+        out += [("model.moe_shared_expert_overlap", False)]  # Bridge's EP-overlap check
+    return out
+
+
+def _sharding_settings(plan, deg) -> list[tuple[str, object]]:
     sh = plan.sharding
     fsdp = sh.kind in ("fsdp", "zero2", "hsdp")
-    out += [("ddp.use_distributed_optimizer", sh.kind != "ddp"), ("ddp.use_megatron_fsdp", fsdp)]
+    out: list[tuple[str, object]] = [("ddp.use_distributed_optimizer", sh.kind != "ddp"), ("ddp.use_megatron_fsdp", fsdp)]
     if fsdp:
         out += [("ddp.data_parallel_sharding_strategy", "optim_grads" if sh.kind == "zero2" else "optim_grads_params"),
                 ("checkpoint.ckpt_format", "fsdp_dtensor")]
     instances = deg.dp * deg.cp // sh.group if sh.kind == "hsdp" else 1
     out += [("ddp.num_distributed_optimizer_instances", instances)]
-    out += [("ddp.overlap_grad_reduce", True), ("ddp.overlap_param_gather", sh.kind != "ddp")]
-    out += [
-        ("train.micro_batch_size", plan.mbs),
-        ("train.global_batch_size", job.global_batch),
-        ("dataset.seq_length", job.seq_len),
-        ("model.seq_length", job.seq_len),
-    ]
-    return out
+    return out + [("ddp.overlap_grad_reduce", True), ("ddp.overlap_param_gather", sh.kind != "ddp")]
 
 
 def bridge_launch(setup, *, recipe: str | None = None, nproc_per_node: int | None = None) -> BridgeLaunch:
