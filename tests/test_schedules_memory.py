@@ -63,6 +63,9 @@ def test_held_matrix_is_the_walk_of_the_ops(name):
             assert [inflight.KINDS[k] for k in kinds] == [op.kind for op, _ in walked]
             assert chunks.tolist() == [op.chunk for op, _ in walked]
             assert [tuple(row) for row in held.tolist()] == [vec for _, vec in walked]
+            # the ops with their micro-batches (Megatron's in closed form), from any op on
+            assert inflight.held_before(named(name), p, v, m, r) == tuple(walked)
+            assert list(inflight.held_from(named(name), p, v, m, r, len(walked) // 3)) == walked[len(walked) // 3:]
             n = named(name).chunks(v)
             sets = ([set() for _ in range(n)], [set() for _ in range(n)])
             for op, vec in walked:

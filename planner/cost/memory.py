@@ -17,7 +17,7 @@ from planner.cost.compose import Costs, batch_of_setup, evaluate_batch, margin_b
 from planner.cost.constant import ConstantMemory
 from planner.cost.pieces import ChunkMemory, GROUP_PURPOSE, NCCL_PROTOCOL_BYTES, held_of
 from planner.cost.schedule import inflight_end_of_warmup, offload_share, rank_ops
-from planner.cost.schedules.inflight import held_before, held_matrix, held_vectors
+from planner.cost.schedules.inflight import held_from, held_matrix, held_vectors
 from planner.cost.setup import Setup, allocator_workload
 from planner.memtrace.diagnose import GAP_B, NEAR_LIMIT, peak_gap
 from planner.specs.schedule import Schedule
@@ -117,7 +117,7 @@ def _locate_schedule_moment(sched: Schedule, b, rank: int, chunks, kept: list, h
     tol = 1e-9 * max(peak, 1.0)
     m = int(b.micro_batches[0])
     start = _first_candidate(sched, b, m, rank, chunks, kept, peak - tol, offload=offload)
-    for op, vec in held_before(sched, b.pp, b.vpp, m, rank)[start:]:
+    for op, vec in held_from(sched, b.pp, b.vpp, m, rank, start):
         ch, h = chunks[op.chunk], held(vec)
         if op.kind == "F" and h + ch.fwd_rise >= peak - tol:
             return _moment("forward", op, list(vec), ch.layers[ch.fwd_rise_at].name, h, ch.fwd_rise, "forward")

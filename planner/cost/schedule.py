@@ -120,17 +120,32 @@ def megatron_ops(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
     forwards more before the first backward: 1 for Megatron's combined 1F1B
     (planner.cost.schedules.orders.megatron_overlap), whose overlapped pairs count their forward
     first."""
+    order, pos_f, pos_b = _megatron_positions(p, v, m, rank, extra_warmup)
+    kinds = np.empty(2 * len(order), dtype=np.int8)
+    chunks = np.empty(2 * len(order), dtype=np.int64)
+    kinds[pos_f], kinds[pos_b] = 0, 1
+    chunks[pos_f], chunks[pos_b] = order[:, 1], v - 1 - order[:, 1]
+    return kinds, chunks
+
+
+def megatron_microbatches(p: int, v: int, m: int, rank: int, extra_warmup: int = 0):
+    """The micro-batch of each op of :func:`megatron_ops`, in closed form: backward i is that of
+    forward i (Megatron's backward table is its forward table with the chunks reversed)."""
+    order, pos_f, pos_b = _megatron_positions(p, v, m, rank, extra_warmup)
+    mbs = np.empty(2 * len(order), dtype=np.int64)
+    mbs[pos_f] = mbs[pos_b] = order[:, 0]
+    return mbs
+
+
+def _megatron_positions(p: int, v: int, m: int, rank: int, extra_warmup: int):
+    """(chunk_order_array, each forward's position, each backward's position) of :func:`megatron_ops`."""
     order = chunk_order_array(m, v, p)
     n = len(order)
     w = min(warmup_count(p, v, m, rank) + extra_warmup, n)
     i = np.arange(n)
     pos_f = np.where(i < w, i, w + 2 * (i - w))
     pos_b = np.where(i < n - w, w + 2 * i + 1, n + i)
-    kinds = np.empty(2 * n, dtype=np.int8)
-    chunks = np.empty(2 * n, dtype=np.int64)
-    kinds[pos_f], kinds[pos_b] = 0, 1
-    chunks[pos_f], chunks[pos_b] = order[:, 1], v - 1 - order[:, 1]
-    return kinds, chunks
+    return order, pos_f, pos_b
 
 
 def running_held(kinds, chunks, n: int, width: int):

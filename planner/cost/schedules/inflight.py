@@ -18,13 +18,14 @@ one of its moments); W ops add no profile.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 
 import numpy as np
 
 from planner.cost.schedule import (
-    KINDS, Op, distinct_before, distinct_first, distinct_table, inflight_table, megatron_ops, profile_microbatches,
-    running_held,
+    KINDS, Op, distinct_before, distinct_first, distinct_table, inflight_table, megatron_microbatches, megatron_ops,
+    profile_microbatches, running_held,
 )
 from planner.cost.schedules import rank_items
 from planner.cost.schedules.ops import ops_of
@@ -45,8 +46,36 @@ def width(sched: Schedule, v: int) -> int:
 def held_before(sched: Schedule, p: int, v: int, m: int, rank: int) -> tuple[tuple[Op, tuple[int, ...]], ...]:
     """(op, held vector just before it) for every op of the rank, in order: :func:`held_matrix`'s
     rows beside the ops they precede (cached: reports walk them op by op)."""
-    ops = [op for item in rank_items(sched, p, v, m, rank) for op in ops_of(item)]
-    return tuple(zip(ops, map(tuple, held_matrix(sched, p, v, m, rank)[2].tolist())))
+    return tuple(held_from(sched, p, v, m, rank, 0))
+
+
+@lru_cache(maxsize=1024)
+def rank_ops(sched: Schedule, p: int, v: int, m: int, rank: int) -> tuple[Op, ...]:
+    """The rank's ops in order, the rows of :func:`held_matrix`."""
+    return tuple(op for item in rank_items(sched, p, v, m, rank) for op in ops_of(item))
+
+
+@lru_cache(maxsize=1024)
+def _megatron_microbatches(sched: Schedule, p: int, v: int, m: int, rank: int):
+    return megatron_microbatches(p, sched.chunks(v), m, rank, MEGATRON_ORDERS[sched.order])
+
+
+def held_from(sched: Schedule, p: int, v: int, m: int, rank: int, start: int):
+    """:func:`held_before`'s pairs from op ``start`` on, made as they are read: a caller that stops
+    early (the memory report's peak moment, a few ops past its first candidate) does not build a
+    tuple per op of the step (some 135,000 for the default search's ranked plans), nor, under
+    Megatron's orders, the rank's items (its ops come from the closed form of
+    planner.cost.schedule.megatron_ops)."""
+    kinds, chunks, held = held_matrix(sched, p, v, m, rank)
+    closed = sched.order in MEGATRON_ORDERS
+    mbs = _megatron_microbatches(sched, p, v, m, rank) if closed else None
+    every = () if closed else rank_ops(sched, p, v, m, rank)
+    step = 64  # rows converted a block at a time (one tolist per row costs more)
+    for lo in range(start, len(kinds), step):
+        hi = lo + step
+        ops: Iterable[Op] = every[lo:hi] if mbs is None else \
+            map(Op, [KINDS[k] for k in kinds[lo:hi].tolist()], chunks[lo:hi].tolist(), mbs[lo:hi].tolist())
+        yield from zip(ops, map(tuple, held[lo:hi].tolist()))
 
 
 def profiles(sched: Schedule, p: int, v: int, m: int, rank: int):
