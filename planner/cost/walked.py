@@ -91,6 +91,10 @@ def chunk_layers(costs, r: int, variant, cols: np.ndarray, blocks_of=None) -> tu
 def walk_plans(costs) -> list[Walked]:
     """Walk (or, for the tables, estimate) every plan of the batch whose schedule needs it."""
     b = costs.batch
+    if not b.walk and (b.schedule is None or b.schedule.order in ("megatron", "combined")):
+        # Megatron's orders walk only as its combined 1F1B (walk_schedule), which the tables read
+        # from the closed forms (below): nothing to estimate, whatever the variants.
+        return []
     nk = b.n_keys
     m = b.micro_batches
     p2p = costs.p2p_seconds()

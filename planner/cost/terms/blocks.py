@@ -67,12 +67,24 @@ class RankTimes(TermsBase):
         return self.ctx.cached(("stacked", name, tuple(per)), lambda: self._stack(name, per))
 
     def _stack(self, name: str, per: list[tuple]) -> BlockCost:
+        if len(per) == 1:
+            return dataclasses.replace(self._costs_of(name, per)[0], count=per[0][0])
         nbk = len(self.ctx.keys.bk)
-        costs = [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap, graphs))
-                 for _, rc, comm_rc, precision, dispatcher, overlap, graphs in per]
-        if len(costs) == 1:
-            return dataclasses.replace(costs[0], count=per[0][0])
         count = np.repeat(np.array([p[0] for p in per], dtype=float), nbk)
+        # The variants' block costs side by side do not depend on the counts: layouts whose ranks
+        # hold different numbers of a block (the default search's 66 stacks) share 30 of them.
+        stacked = self.ctx.cached(("stacked_costs", name, tuple(p[1:] for p in per)),
+                                  lambda: self._side_by_side(name, per))
+        return dataclasses.replace(stacked, count=count)
+
+    def _costs_of(self, name: str, per: list[tuple]) -> list[BlockCost]:
+        return [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap, graphs))
+                for _, rc, comm_rc, precision, dispatcher, overlap, graphs in per]
+
+    def _side_by_side(self, name: str, per: list[tuple]) -> BlockCost:
+        """The variants' block costs over the block keys, one stretch each (count 1)."""
+        nbk = len(self.ctx.keys.bk)
+        costs = self._costs_of(name, per)
         time = BlockTime(**{f.name: np.concatenate([_column(getattr(c.time, f.name), nbk) for c in costs])
                             for f in dataclasses.fields(BlockTime) if f.name != "gemms"}, gemms=())
         causes = list(dict.fromkeys(cc.cause for c in costs for cc in c.comm))
@@ -84,7 +96,7 @@ class RankTimes(TermsBase):
         layer = LayerTimes(**{f.name: np.concatenate([_column(getattr(c.layer, f.name), nbk) for c in costs])
                               for f in dataclasses.fields(LayerTimes)})
         kept = np.concatenate([_column(c.wgrad_kept, nbk) for c in costs])
-        return BlockCost(name, count, time, tuple(comm), layer, kept)
+        return BlockCost(name, 1, time, tuple(comm), layer, kept)
 
     def block(self, name: str, compute_rc, comm_rc) -> BlockCost:
         """One block of ``name`` per micro-batch for the batch's keys under its levers: its compute
