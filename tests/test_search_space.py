@@ -204,3 +204,26 @@ def test_a_space_like_another_reuses_its_keys_only_when_the_structural_limits_ag
     # A structural limit that differs (a bound on TP) enumerates anew.
     other = build_space(model, hw, job, limits=Limits.parse(None, "tp=4"), like=first)
     assert other.keys is not first.keys and max(other.col("tp")) == 4
+
+
+def test_contexts_read_the_shared_stack_as_their_own_block_costs(monkeypatch):
+    """A context whose block costs are composed in the shared one (the keys costed before the bound
+    is known) reads the shared context's stack of the variants at its rows
+    (planner.cost.terms.blocks._rows_of): every table equals stacking its own block costs."""
+    from planner.cost.compose import CostContext
+
+    space = _space("qwen3-30b-a3b", "h100", 16, 128, 4096, maxes="pp=4,tp=2,cp=1,ep=8")
+
+    def costed(blocks_parent):
+        monkeypatch.setattr(CostContext, "blocks_parent", blocks_parent)
+        bb = BranchAndBound(space, Assumptions(), 40, lambda i: True)
+        bb.FIRST_TIMED, bb.FIRST_COSTED = 2, 2  # six small contexts before the bound is known
+        bb.run()
+        return bb, bb.all_costed()
+
+    shared, mine = costed(CostContext.blocks_parent)
+    assert shared.children >= 3 and shared.shared is not None
+    _, own = costed(lambda self: None)
+    assert any(k[0] == "stacked_costs" for k in shared.shared.memo)  # the stacks were read there
+    for name in ("TP", "TD", "TO", "W", "C", "A", "OT", "HW", "HA"):
+        assert np.array_equal(getattr(mine, name), getattr(own, name)), name

@@ -298,6 +298,12 @@ class CostContext:
                 continue
         return False
 
+    def blocks_parent(self) -> tuple[CostContext, np.ndarray] | None:
+        """(the wider context, this one's block keys' rows in it) when every block cost of this
+        context is read from there (:meth:`share_blocks` with ``compose_there``), else None."""
+        src = self._blocks_from
+        return (src[0], src[1]) if src is not None and src[2] else None
+
     @classmethod
     def for_structs(cls, model, hw, job, assumptions, structs, calibration=None) -> CostContext:
         """A context over structural keys: objects with the :data:`KEY_FIELDS` attributes, or an

@@ -68,7 +68,7 @@ class RankTimes(TermsBase):
 
     def _stack(self, name: str, per: list[tuple]) -> BlockCost:
         if len(per) == 1:
-            return dataclasses.replace(self._costs_of(name, per)[0], count=per[0][0])
+            return dataclasses.replace(_costs_of(self.ctx, name, per)[0], count=per[0][0])
         nbk = len(self.ctx.keys.bk)
         count = np.repeat(np.array([p[0] for p in per], dtype=float), nbk)
         # The variants' block costs side by side do not depend on the counts: layouts whose ranks
@@ -77,26 +77,20 @@ class RankTimes(TermsBase):
                                   lambda: self._side_by_side(name, per))
         return dataclasses.replace(stacked, count=count)
 
-    def _costs_of(self, name: str, per: list[tuple]) -> list[BlockCost]:
-        return [self.ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap, graphs))
-                for _, rc, comm_rc, precision, dispatcher, overlap, graphs in per]
-
     def _side_by_side(self, name: str, per: list[tuple]) -> BlockCost:
-        """The variants' block costs over the block keys, one stretch each (count 1)."""
-        nbk = len(self.ctx.keys.bk)
-        costs = self._costs_of(name, per)
-        time = BlockTime(**{f.name: np.concatenate([_column(getattr(c.time, f.name), nbk) for c in costs])
-                            for f in dataclasses.fields(BlockTime) if f.name != "gemms"}, gemms=())
-        causes = list(dict.fromkeys(cc.cause for c in costs for cc in c.comm))
-        comm = []
-        for cause in causes:
-            parts = [[cc for cc in c.comm if cc.cause == cause] for c in costs]
-            comm.append(CommCost(cause, np.concatenate([_column(p[0].total if p else 0.0, nbk) for p in parts]),
-                                 np.concatenate([_column(p[0].exposed if p else 0.0, nbk) for p in parts])))
-        layer = LayerTimes(**{f.name: np.concatenate([_column(getattr(c.layer, f.name), nbk) for c in costs])
-                              for f in dataclasses.fields(LayerTimes)})
-        kept = np.concatenate([_column(c.wgrad_kept, nbk) for c in costs])
-        return BlockCost(name, 1, time, tuple(comm), layer, kept)
+        """The variants' block costs over the block keys, one stretch each (count 1). A context
+        whose block costs are composed in a wider one (CostContext.share_blocks with compose
+        there: the search's contexts for keys costed before its bound is known, some 30 at 65,536
+        GPUs) reads the wider context's stack at its rows, as it reads each block cost there."""
+        shared = self.ctx.blocks_parent()
+        if shared is None:
+            return _side_by_side(self.ctx, name, per)
+        parent, idx = shared
+        content = tuple(p[1:] for p in per)
+        whole = parent.cached(("stacked_costs", name, content), lambda: _side_by_side(parent, name, per))
+        orders = parent.cached(("stacked_causes", name, content),
+                               lambda: tuple(tuple(cc.cause for cc in c.comm) for c in _costs_of(parent, name, per)))
+        return _rows_of(whole, orders, idx, len(parent.keys.bk))
 
     def block(self, name: str, compute_rc, comm_rc) -> BlockCost:
         """One block of ``name`` per micro-batch for the batch's keys under its levers: its compute
@@ -169,3 +163,49 @@ def p2p_overlaps(vpp: int, assumptions) -> bool:
     """Megatron-Core overlaps pipeline send/receive with compute in the interleaved schedule
     (overlap_p2p_comm); 2021-22 Megatron (megatron-local) blocked on it."""
     return vpp > 1 and assumptions.implementation == "te"
+
+
+def _costs_of(ctx, name: str, per: list[tuple]) -> list[BlockCost]:
+    """The block costs of each variant's entry of a stack (see RankTimes._stacked_block)."""
+    return [ctx.block_cost(name, rc, comm_rc, _LeverView(precision, dispatcher, overlap, graphs))
+            for _, rc, comm_rc, precision, dispatcher, overlap, graphs in per]
+
+
+def _side_by_side(ctx, name: str, per: list[tuple]) -> BlockCost:
+    """The variants' block costs over ``ctx``'s block keys, one stretch each (count 1); a cause of
+    communication some variant lacks is zero in its stretch."""
+    nbk = len(ctx.keys.bk)
+    costs = _costs_of(ctx, name, per)
+    time = BlockTime(**{f.name: np.concatenate([_column(getattr(c.time, f.name), nbk) for c in costs])
+                        for f in dataclasses.fields(BlockTime) if f.name != "gemms"}, gemms=())
+    causes = list(dict.fromkeys(cc.cause for c in costs for cc in c.comm))
+    comm = []
+    for cause in causes:
+        parts = [[cc for cc in c.comm if cc.cause == cause] for c in costs]
+        comm.append(CommCost(cause, np.concatenate([_column(p[0].total if p else 0.0, nbk) for p in parts]),
+                             np.concatenate([_column(p[0].exposed if p else 0.0, nbk) for p in parts])))
+    layer = LayerTimes(**{f.name: np.concatenate([_column(getattr(c.layer, f.name), nbk) for c in costs])
+                          for f in dataclasses.fields(LayerTimes)})
+    kept = np.concatenate([_column(c.wgrad_kept, nbk) for c in costs])
+    return BlockCost(name, 1, time, tuple(comm), layer, kept)
+
+
+def _rows_of(whole: BlockCost, orders: tuple, idx: np.ndarray, nbp: int) -> BlockCost:
+    """A wider context's stack (:func:`_side_by_side` over its ``nbp`` block keys; ``orders``: each
+    variant's causes of communication there, in order) at its block keys ``idx``: what stacking
+    this context's own block costs gives, which read the wider context's at ``idx`` and keep the
+    causes that move something on these keys (compose._own_causes), in the same order."""
+    nc = len(idx)
+    rows = (np.arange(len(orders))[:, None] * nbp + idx[None, :]).reshape(-1)
+    got = at(dataclasses.replace(whole, comm=()), rows)
+    by_cause = {c.cause: (np.asarray(c.total)[rows], np.asarray(c.exposed)[rows]) for c in whole.comm}
+    kept = [[c for c in order if np.any(by_cause[c][0][j * nc:(j + 1) * nc])] for j, order in enumerate(orders)]
+    comm = []
+    for cause in dict.fromkeys(c for k in kept for c in k):
+        total, exposed = by_cause[cause]  # fresh arrays (fancy indexing copies)
+        for j, k in enumerate(kept):
+            if cause not in k:  # this variant's cost has no such cause here: zeros, as stacked
+                total[j * nc:(j + 1) * nc] = 0.0
+                exposed[j * nc:(j + 1) * nc] = 0.0
+        comm.append(CommCost(cause, total, exposed))
+    return dataclasses.replace(got, comm=tuple(comm))
