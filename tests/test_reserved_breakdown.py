@@ -155,6 +155,10 @@ def test_rederived_margin_is_the_held_out_reserved_shortfall():
     rows = samples()
     held_out(rows)
     s = summary(rows)
-    assert s["runs"] == 46 and s["held_out_below_measured"] == 4
+    # 46 runs in the fit (each predicted by the fit without its configuration) and 15 held out of
+    # every fit (issue 41's 2.4-13 GiB runs and the CUDA-graph lease's eager runs): none of those
+    # below its measured reserved peak
+    assert s["runs"] == 61 and s["held_out_below_measured"] == 4
+    assert all(r["loo_error"] >= 0 for r in rows if r["kind"] == "held-out")
     assert REDERIVED_MARGIN == math.ceil(s["held_out_worst_shortfall"] * 1e4) / 1e4
     assert s["in_fit_error_min"] >= 0  # the fit's own rule: none below its measurement

@@ -25,11 +25,19 @@ def eager_twin(name: str) -> str:
 
 
 def predicted(name: str) -> tuple[float, float]:
-    """(allocated peak, reserved peak) planner predicts for a configuration."""
+    """(allocated peak, reserved peak) planner predicts for a configuration. Megatron's local
+    implementation graphs the whole layer for cuda_graph_modules=[attn] too (TransformerLayer's
+    create_mcore_cudagraph_manager wraps the layer; the attn run's peaks equal the whole-layer run's
+    to the byte), so those runs are predicted as scoped:layer."""
+    from dataclasses import replace
+
     from benchmarks.gpu.configs import by_name, planner_setup
     from planner.cost.memory import memory_report
 
-    rep = memory_report(planner_setup(by_name(name)))
+    cfg = by_name(name)
+    if cfg.cuda_graphs.startswith("scoped:") and cfg.cuda_graphs != "scoped:layer":
+        cfg = replace(cfg, cuda_graphs="scoped:layer")
+    rep = memory_report(planner_setup(cfg))
     return rep.worst.peak_bytes, rep.reserved(rep.worst)
 
 
