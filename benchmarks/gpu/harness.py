@@ -322,12 +322,15 @@ class Run:
             tokens = torch.randint(0, cfg.model.vocab, (cfg.mbs, cfg.seq), generator=g).to(dev)
             labels = torch.randint(0, cfg.model.vocab, (cfg.mbs, cfg.seq), generator=g).to(dev)
             pos = torch.arange(cfg.seq, device=dev).unsqueeze(0).expand(cfg.mbs, -1)
-            out.append((tokens, pos, labels))
+            # a dict, as Megatron's GPT batches are (the full-iteration graph's StaticBufferLoader
+            # copies dicts of tensors into its static buffers)
+            out.append({"tokens": tokens, "position_ids": pos, "labels": labels})
         return out
 
     @staticmethod
     def forward_step(data_iterator, model):
-        tokens, pos, labels = next(data_iterator)
+        batch = next(data_iterator)
+        tokens, pos, labels = batch["tokens"], batch["position_ids"], batch["labels"]
         out = model(tokens, pos, None, labels=labels)
 
         def loss_func(output_tensor):
@@ -453,7 +456,7 @@ class Run:
             handles.append(mod.register_forward_pre_hook(pre(name)))
             handles.append(mod.register_forward_hook(post(name)))
         self.model.zero_grad_buffer()
-        tokens, pos, labels = data[0]
+        tokens, pos, labels = data[0]["tokens"], data[0]["position_ids"], data[0]["labels"]
         if self.cuda:
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
