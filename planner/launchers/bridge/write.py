@@ -168,6 +168,11 @@ def _graph_settings(model, plan) -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = [("model.cuda_graph_impl", impl)]
     if g.kind == "scoped":
         out += [("model.cuda_graph_scope", list(g.modules))]
+    if g.kind == "full_iteration":
+        # ConfigContainer.validate refuses the loss's NaN check under a full-iteration graph
+        # (megatron/bridge/training/config.py, Megatron-Bridge 0.6.2: "check_for_nan_in_loss must be
+        # disabled when using full_iteration CUDA graph")
+        out += [("rerun_state_machine.check_for_nan_in_loss", False)]
     if g.kind == "full_iteration" and model.is_moe:
         # Static expert shapes, as Bridge 0.6.0's HybridEP full-iteration recipes set them
         # (src/megatron/bridge/perf_recipes/deepseek/common.py; planner.launchers.megatron.write.STATIC_MOE_ARGS).
