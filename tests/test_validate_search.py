@@ -159,10 +159,12 @@ def test_issue_39_acceptance_in_search_mode_as_it_stands():
     assert all(why and why != "unknown" for _, _, why in s["beyond"])  # every run beyond +-25 % has a mechanism
     # Measured with main at 3475733 (grad_reduce, param_gather and moments searched): median |e| 10.8 %,
     # class medians from -1.6 % (dense / Hopper / fp8) to +53.5 % (MoE / Hopper / fp8), 38 runs beyond +-25 %.
+    # At 61284e1 (MoE full-iteration graphs and ep_overlap=wgrad searched, the 18 torchtitan FP8 runs counted
+    # under their release): 133 runs, median |e| 16.1 %, signed +13.2 %, 53 beyond +-25 %.
     assert met == {"median |signed error| <= 10%": False, "every class median within +-10%": False,
                    "at most 3 runs beyond +-25%": False}
-    assert 0.05 <= s["all"].median_abs <= 0.15
-    assert 10 <= len(s["beyond"]) <= 50
+    assert 0.05 <= s["all"].median_abs <= 0.18
+    assert 10 <= len(s["beyond"]) <= 60
     report = build_search(rows, "published_runs.yaml")
     assert report["counts"]["searched"] + report["counts"]["search_failed"] + report["counts"]["not_searched"] == \
         report["counts"]["runs"]
