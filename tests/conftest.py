@@ -54,6 +54,12 @@ SLOW_TESTS = {
     "tests/test_search_implementations.py::test_search_compare_and_sweep_run_with_local_implementations[megatron-local-fused-softmax]": 10.6,
     # DeepSeek-V3 on five systems (an 11 s module fixture); the compare command, its JSON, economics and
     # plot run on the small counts_compare job in the default run
+    # fourth round (2026-12-05, third session: the default run measured 242 s alone, limit 240): four
+    # oracle cases of 5-6 s each; ten stay in the default run (dense and MoE, Hopper and Blackwell)
+    "tests/test_search.py::test_cpsat_top_k_equals_the_oracle[deepseek-v3-h100-1024]": 6.1,
+    "tests/test_search.py::test_cpsat_top_k_equals_the_oracle[llama3.1-70b-h100-64]": 5.6,
+    "tests/test_search.py::test_cpsat_top_k_equals_the_oracle[qwen3-235b-a22b-h100-256]": 5.1,
+    "tests/test_search.py::test_cpsat_top_k_equals_the_oracle[deepseek-v2-h800-256]": 5.0,
     "tests/test_compare.py::test_acceptance_names_best_plans_and_changes": 11.4,
     "tests/test_compare.py::test_speedup_is_peak_times_mfu": 0.1,
     "tests/test_compare.py::test_swap_test_is_reported_both_ways": 0.1,
