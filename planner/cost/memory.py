@@ -342,6 +342,9 @@ HOLDING_TERMS = {
                   "blocks stay cached"),
     "pipeline": ("staircase", "pipeline in-flight stair: one micro-batch's backward frees blocks between later "
                  "micro-batches' activations"),
+    "graph_pool_hold": ("graph pool", "whole-layer CUDA graphs keep the activations' segments in their private pool "
+                        "through the optimizer step, whose temporaries come on top (measured on H200: "
+                        "results/validation/gpu-memory.md, CUDA graphs)"),
     "allocator_fraction": ("staircase", "a measured share of the allocated peak (the caching allocator's stair "
                            "and fragmentation together)"),
 }
