@@ -25,24 +25,24 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "validation"
 # predicted / measured - 1, at the model of this commit.
 CURRENT = {
     "validation": {
-        "all": (100, +0.0037, 0.0832, +0.4916),
-        "MoE / Blackwell / bf16": (9, +0.1142, 0.1615, +0.3827),
-        "MoE / Blackwell / fp8": (30, +0.0577, 0.0941, +0.4916),
+        "all": (100, +0.0037, 0.0831, +0.4911),
+        "MoE / Blackwell / bf16": (9, +0.0993, 0.1616, +0.3398),
+        "MoE / Blackwell / fp8": (30, +0.0564, 0.0941, +0.4911),
         "MoE / Hopper / bf16": (10, -0.0814, 0.0814, -0.3013),
         "MoE / Hopper / fp8": (6, -0.0318, 0.0586, -0.1779),
-        "dense / Blackwell / fp8": (15, -0.0170, 0.0312, -0.0975),
+        "dense / Blackwell / fp8": (15, -0.0170, 0.0307, -0.0975),
         # the three NVFP4 runs (issue 39): nothing fitted on them
-        "dense / Blackwell / nvfp4": (3, -0.0696, 0.0696, -0.1160),
+        "dense / Blackwell / nvfp4": (3, -0.0698, 0.0698, -0.1165),
         "dense / Hopper / bf16": (10, +0.0341, 0.1189, -0.2585),
         "dense / Hopper / fp8": (17, +0.0298, 0.0939, +0.2433),
     },
     "calibration": {
-        "all": (33, +0.0068, 0.0889, +0.6282),
-        "MoE / Blackwell / bf16": (3, +0.2541, 0.2541, +0.6282),
-        "MoE / Blackwell / fp8": (11, +0.0594, 0.0637, +0.3443),
+        "all": (33, +0.0067, 0.0889, +0.5949),
+        "MoE / Blackwell / bf16": (3, +0.2215, 0.2215, +0.5949),
+        "MoE / Blackwell / fp8": (11, +0.0593, 0.0633, +0.3442),
         "MoE / Hopper / bf16": (5, -0.1069, 0.1069, -0.1678),
         "MoE / Hopper / fp8": (1, +0.4249, 0.4249, +0.4249),
-        "dense / Blackwell / fp8": (7, -0.0125, 0.0660, +0.1423),
+        "dense / Blackwell / fp8": (7, -0.0125, 0.0660, +0.1420),
         "dense / Hopper / bf16": (1, +0.0035, 0.0035, +0.0035),
         "dense / Hopper / fp8": (5, +0.0726, 0.0726, +0.1862),
     },
@@ -169,24 +169,18 @@ def test_ranking_holds_at_its_current_values(report):
 
 
 # Issue 20's targets on the validation subset, one test each. Classes whose median signed error
-# is within +-10 % are asserted; the others, and the two subset-wide targets, are strict expected
-# failures with the measured numbers (reaching one fails the suite until it becomes an assertion).
-CLASSES_MEETING_THE_MEDIAN_TARGET = ("MoE / Blackwell / fp8", "MoE / Hopper / bf16", "MoE / Hopper / fp8",
-                                     "dense / Blackwell / fp8", "dense / Hopper / bf16", "dense / Hopper / fp8",
-                                     "dense / Blackwell / nvfp4")
+# is within +-10 % are asserted; the subset-wide targets not met are strict expected failures with
+# the measured numbers (reaching one fails the suite until it becomes an assertion).
+# MoE / Blackwell / bf16 is at +9.9 % since Blackwell's 256-wide GEMM tiles (gemm_tile): five of its
+# nine runs are gpt-oss-120b, still over-predicted on every Blackwell GPU by +10 to +34 %
+# (docs/research/gpt-oss-blackwell.md); the other four are at -16 to +8 %.
+CLASSES_MEETING_THE_MEDIAN_TARGET = ("MoE / Blackwell / bf16", "MoE / Blackwell / fp8", "MoE / Hopper / bf16",
+                                     "MoE / Hopper / fp8", "dense / Blackwell / fp8", "dense / Hopper / bf16",
+                                     "dense / Hopper / fp8", "dense / Blackwell / nvfp4")
 
 
 @pytest.mark.parametrize("klass", CLASSES_MEETING_THE_MEDIAN_TARGET)
 def test_issue_20_class_median_within_10_percent(report, klass):
-    assert abs(report["summary"]["validation"]["classes"][klass]["median_signed_error"]) <= 0.10
-
-
-@pytest.mark.parametrize("klass", [
-    pytest.param("MoE / Blackwell / bf16", marks=pytest.mark.xfail(strict=True, reason=(
-        "median +11.4 % over 9 runs: five are gpt-oss-120b, over-predicted on every Blackwell GPU by +11 to "
-        "+38 % (docs/research/gpt-oss-blackwell.md); the other four are at -16 to +8 %"))),
-])
-def test_issue_20_class_median_not_met(report, klass):
     assert abs(report["summary"]["validation"]["classes"][klass]["median_signed_error"]) <= 0.10
 
 
@@ -201,7 +195,7 @@ def test_issue_20_worst_error(report):
 
 def test_issue_20_targets_as_the_report_states_them(report):
     met = report["targets"]["met_on_validation"]
-    assert met == {"every class median within +-10%": False, "median_abs_error <= 10%": True,
+    assert met == {"every class median within +-10%": True, "median_abs_error <= 10%": True,
                    "worst |error| <= 25%": False}
 
 

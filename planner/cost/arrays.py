@@ -80,3 +80,10 @@ def ceil_log2(n):
     if _scalar(n):
         return math.ceil(math.log2(n))
     return np.ceil(np.log2(n))
+
+
+def ceil(x):
+    """``math.ceil(x)`` for scalars (an int), elementwise for arrays."""
+    if _scalar(x):
+        return math.ceil(x)
+    return np.ceil(x)

@@ -5,8 +5,9 @@ Three rate models, one per kernel class:
 - GEMMs: a roofline, ``max(FLOPs / (peak * eta), bytes / HBM)``, with ``eta`` the large-shape
   rate of the precision recipe (MAMF, stas00/ml-engineering) times a shape factor: each dimension
   d keeps x / (1 + x), x = (d / d0)^p, of it (tile quantization and SM fill for thin TP shards and few tokens per
-  expert, pipeline fill and epilogue for small K), fit to GEMMs measured on an H200. FP8 speeds up
-  exactly the GEMMs that run in FP8.
+  expert, pipeline fill and epilogue for small K), fit to GEMMs measured on an H200; where the
+  generation names its output tile (Blackwell's 256-wide two-SM tiles), M and N also pay the empty
+  part of their last tile. FP8 speeds up exactly the GEMMs that run in FP8.
   The backward's data-gradient and weight-gradient GEMMs are costed with their own shapes
   (dgrad: M x K over N; wgrad: K x N over M, accumulated in fp32 as Megatron's
   gradient-accumulation fusion does).
@@ -33,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from planner.cost.arrays import Num, any_true, hashable, maximum, minimum, where
+from planner.cost.arrays import Num, any_true, ceil, hashable, maximum, minimum, where
 from planner.cost.flops import (BF16, FP8, FP32, NVFP4, FusedAttention, Gemm, Kernel, ModelShape, Shard, Stream,
                                 block_kernels)
 from planner.cost.rates import Rates
@@ -54,16 +55,29 @@ def dim_factor(d: Num, half_dim: Num, exponent: Num) -> Num:
     return x / (1.0 + x)
 
 
-def shape_factor(m: Num, n: Num, k: Num, half_dim: Num, exponent: Num) -> Num:
+def tile_fill(d: Num, tile: int) -> Num:
+    """Share of the computed output tiles along one output dimension of size d that holds data:
+    d / (tiles x tile). A kernel computes whole tiles, so a dimension that is not a multiple of the
+    tile pays for the empty part of its last one (2880 = 11.25 x 256 computes 12 tiles: 0.9375).
+    Dimensions under one tile keep 1: libraries pick smaller tiles there, and the smooth curve of
+    :func:`dim_factor` already prices them. ``tile`` 0: no tile term."""
+    if not tile:
+        return 1.0
+    return where(d >= tile, d / (ceil(d / tile) * tile), 1.0)
+
+
+def shape_factor(m: Num, n: Num, k: Num, half_dim: Num, exponent: Num, tile: int = 0) -> Num:
     """Fraction of the large-shape GEMM rate kept at shape (m, n, k), relative to a large GEMM
     (capped at 1). Fit to 18 bf16 shapes measured on an H200 (tests/fixtures/
     h200_kernel_rates.json: thin TP shards, 64-1024 tokens per expert, K of 128-1536 for weight
-    gradients): every shape within 10%."""
+    gradients): every shape within 10%. Where the generation names its output tile
+    (ComputeEfficiency.gemm_tile), the output dimensions M and N also pay :func:`tile_fill`; the
+    reference shape (8192^3) fills its tiles."""
     f = dim_factor(m, half_dim, exponent) * dim_factor(n, half_dim, exponent) * dim_factor(k, half_dim, exponent)
     big: Num = 1.0
     for d in LARGE_GEMM:
         big *= dim_factor(d, half_dim, exponent)
-    return minimum(1.0, f / big)
+    return minimum(1.0, f / big) * tile_fill(m, tile) * tile_fill(n, tile)
 
 
 def gemm_efficiency(m: Num, n: Num, k: Num, recipe: str, rates: Rates, count: int = 1) -> Num:
@@ -72,7 +86,7 @@ def gemm_efficiency(m: Num, n: Num, k: Num, recipe: str, rates: Rates, count: in
     sustained fraction and the sensitivity scale (capped at 1). ``count`` GEMMs of a grouped GEMM
     run one after another, each at its own shape."""
     ceiling = rates.ceiling(recipe)
-    shape = shape_factor(m, n, k, rates.gemm_half_dim, rates.gemm_shape_exponent)
+    shape = shape_factor(m, n, k, rates.gemm_half_dim, rates.gemm_shape_exponent, rates.gemm_tile)
     return minimum(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
 
 

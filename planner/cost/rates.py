@@ -29,6 +29,8 @@ class Rates:
     """Assumptions.gemm_efficiency_scale (sensitivity)."""
     gemm_half_dim: int
     gemm_shape_exponent: float
+    gemm_tile: int
+    """Output tile of the generation's GEMM kernels (ComputeEfficiency.gemm_tile); 0: none."""
     flash_fwd: float
     flash_bwd: float
     flash_half_keys: float
@@ -174,6 +176,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         )
     c, m = profile.compute, profile.comm
     gemm_half, gemm_exp = c.gemm_half_dim.value, c.gemm_shape_exponent.value
+    gemm_tile = c.gemm_tile.value if c.gemm_tile else 0
     peak_bf16 = hw.peak("bf16")
     peak_fp8 = hw.gpu.peak_flops["fp8"].value if "fp8" in hw.gpu.peak_flops else peak_bf16
     half = c.flash_half_keys.value
@@ -181,7 +184,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     nic = hw.scale_out.bandwidth_per_direction.value
     r = _measurable(hw, profile, assumptions)
     if calibration is not None:
-        _calibrate(r, calibration, hw, m, (gemm_half, gemm_exp), (peak_bf16, peak_fp8), half)
+        _calibrate(r, calibration, hw, m, (gemm_half, gemm_exp, gemm_tile), (peak_bf16, peak_fp8), half)
     s_net = assumptions.network_bandwidth_scale
     return Rates(
         generation=hw.generation,
@@ -193,6 +196,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         gemm_scale=assumptions.gemm_efficiency_scale,
         gemm_half_dim=gemm_half,
         gemm_shape_exponent=gemm_exp,
+        gemm_tile=gemm_tile,
         flash_fwd=r.flash_fwd, flash_bwd=r.flash_bwd, flash_half_keys=half,
         fp8_attention=_fp8_attention(profile, hw, assumptions),
         fp8_attention_window_full=bool(c.fp8_attention_window_bwd_full and c.fp8_attention_window_bwd_full.value),
@@ -292,7 +296,7 @@ class _Measurable:
     call_s: dict[str, float] = field(default_factory=dict)
 
 
-def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, float], peaks: tuple[float, float],
+def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, float, int], peaks: tuple[float, float],
                half_keys: float) -> None:
     """Replace the profile's rates in ``r`` by what a calibration file measured on this hardware."""
     from planner.cost.compute import shape_factor  # noqa: PLC0415  # cycle: compute imports Rates from here

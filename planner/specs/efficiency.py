@@ -115,6 +115,11 @@ class ComputeEfficiency(Spec):
     (8192^3 reaches it)."""
     gemm_shape_exponent: Sourced[float]
     """Exponent of that curve (how sharply small dimensions fall off)."""
+    gemm_tile: Sourced[int] | None = None
+    """Rows and columns of the output tile the generation's large GEMM kernels compute (Blackwell's
+    two-SM MMA: 256 x 256): an output dimension of at least one tile that is not a multiple of it
+    leaves its last tile partly empty, paid at full cost (planner.cost.compute.tile_fill). None:
+    the smooth shape curve above holds alone (Hopper, where it was fit to measured shapes)."""
     flash_fwd_fraction: Sourced[float]
     """Fused (flash) attention forward: asymptotic fraction of the BF16 peak at long sequences."""
     flash_bwd_fraction: Sourced[float]
