@@ -161,27 +161,50 @@ def exp_share_factor(qk_dim: int, v_dim: int, rates: Rates, backward: bool = Fal
     return max(1.0, f)
 
 
+def window_tile_keys(a: FusedAttention, rates: Rates) -> float | None:
+    """Keys per query a sliding-window kernel computes: the whole key tiles each query tile's rows
+    touch, ceil((w + tile - 1) / tile) x tile (a 128-key window on 128-key tiles computes 256);
+    None where the layer has no window or the generation has no window constants."""
+    if a.causal_keys is None or not rates.flash_key_tile or rates.flash_window_half_keys is None:
+        return None
+    t = rates.flash_key_tile
+    return float(ceil((a.keys_per_query + t - 1) / t) * t)
+
+
 def attention_times(a: FusedAttention, rates: Rates) -> tuple[Num, Num]:
-    """(forward, backward) seconds of a fused attention kernel. In FP8 (Assumptions.fp8_attention)
-    each pass is the BF16 kernel's time over the generation's measured speed-up; where that FP8
-    backward does not skip masked tiles, a sliding-window layer's backward computes its whole
-    causal row (cudnn-frontend's gpt-oss benchmark on GB200: BF16 backward time linear in the
-    sequence, FP8 and MXFP8 quadratic)."""
-    fwd = a.flops * exp_share_factor(a.qk_dim, a.v_dim, rates) / (_flash_rate(a.kernel_keys, rates) * rates.flash_fwd)
+    """(forward, backward) seconds of a fused attention kernel. A sliding-window layer computes
+    whole key tiles (:func:`window_tile_keys`) at the window kernel's own half-rate point, where
+    the generation has them (ComputeEfficiency.flash_window_half_keys: cuDNN's window kernels ran
+    at 0.07-0.08 of GB200's peak, well under what the keys alone give). In FP8
+    (Assumptions.fp8_attention) each pass is the BF16 kernel's time over the generation's measured
+    speed-up; where that FP8 backward does not skip masked tiles, a sliding-window layer's backward
+    computes its whole causal row (cudnn-frontend's gpt-oss benchmark on GB200: BF16 backward time
+    linear in the sequence, FP8 and MXFP8 quadratic)."""
+    tiled = window_tile_keys(a, rates)
+    share = tiled / a.keys_per_query if tiled is not None else 1.0  # computed over attended keys
+    window = rates.flash_window_half_keys
+    half_fwd, half_bwd = window if tiled is not None and window is not None else (rates.flash_half_keys,) * 2
+    fwd = (a.flops * share * exp_share_factor(a.qk_dim, a.v_dim, rates)
+           / (_flash_rate(a.kernel_keys * share, rates, half_fwd) * rates.flash_fwd))
     # The backward's share of the causal row it computes: the whole row where FP8 does not skip.
     row = (a.causal_keys / a.keys_per_query if a.fp8 and rates.fp8_attention is not None
            and rates.fp8_attention_window_full and a.causal_keys else None)
-    bwd_keys = a.kernel_keys * row if row is not None else a.kernel_keys
-    bwd_flops = 2.5 * a.flops * (row if row is not None else 1.0)
-    bwd = bwd_flops * exp_share_factor(a.qk_dim, a.v_dim, rates, backward=True) / (_flash_rate(bwd_keys, rates) * rates.flash_bwd)
+    if row is not None:
+        share, half_bwd = row, rates.flash_half_keys
+    bwd_keys = a.kernel_keys * share
+    bwd_flops = 2.5 * a.flops * share
+    bwd = (bwd_flops * exp_share_factor(a.qk_dim, a.v_dim, rates, backward=True)
+           / (_flash_rate(bwd_keys, rates, half_bwd) * rates.flash_bwd))
     if a.fp8 and rates.fp8_attention is not None:
         fwd, bwd = fwd / rates.fp8_attention[0], bwd / rates.fp8_attention[1]
     return fwd + rates.kernel_overhead_s, bwd + 2 * rates.kernel_overhead_s
 
 
-def _flash_rate(kernel_keys: Num, rates: Rates) -> Num:
-    """FLOP/s of the fused attention kernel at its asymptotic fraction 1, for rows of this many keys."""
-    return rates.peak_bf16 * rates.sustained * kernel_keys / (kernel_keys + rates.flash_half_keys)
+def _flash_rate(kernel_keys: Num, rates: Rates, half_keys: float | None = None) -> Num:
+    """FLOP/s of the fused attention kernel at its asymptotic fraction 1, for rows of this many keys
+    (half rate at ``half_keys``, by default the profile's ``flash_half_keys``)."""
+    half = rates.flash_half_keys if half_keys is None else half_keys
+    return rates.peak_bf16 * rates.sustained * kernel_keys / (kernel_keys + half)
 
 
 def stream_times(s: Stream, rates: Rates) -> tuple[Num, Num]:

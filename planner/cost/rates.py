@@ -38,6 +38,11 @@ class Rates:
     """(forward, backward) speed-up of FP8 fused attention over BF16 under the run's FP8 recipe
     (ComputeEfficiency.fp8_attention), None unless the run sets Assumptions.fp8_attention."""
     fp8_attention_window_full: bool
+    flash_key_tile: int
+    """Keys per tile of the fused attention kernel (ComputeEfficiency.flash_key_tile); 0: none."""
+    flash_window_half_keys: tuple[float, float] | None
+    """(forward, backward) half-rate keys of the sliding-window kernel over the key tiles it
+    computes (ComputeEfficiency.flash_window_half_keys); None: windows costed as any short row."""
     """FP8 attention's backward computes the whole causal row under a sliding window."""
     softmax_exp_flops: float
     """Tensor-core FLOPs per softmax exponential (ComputeEfficiency.softmax_exp_flops); 0 where the
@@ -200,6 +205,12 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         flash_fwd=r.flash_fwd, flash_bwd=r.flash_bwd, flash_half_keys=half,
         fp8_attention=_fp8_attention(profile, hw, assumptions),
         fp8_attention_window_full=bool(c.fp8_attention_window_bwd_full and c.fp8_attention_window_bwd_full.value),
+        # The window constants are cuDNN's (Transformer Engine's fused attention); FlashAttention-2 keeps the plain rows.
+        flash_key_tile=(c.flash_key_tile.value if c.flash_key_tile and c.flash_window_half_keys
+                        and assumptions.attention_kernel != "flash2" else 0),
+        flash_window_half_keys=((c.flash_window_half_keys.fwd, c.flash_window_half_keys.bwd)
+                                if c.flash_key_tile and c.flash_window_half_keys and assumptions.attention_kernel != "flash2"
+                                else None),
         # FlashAttention-2 does not follow the exponentials' share: on one H200 its forward and backward
         # at head dims 64-256 run at 0.85-1.0 of head dim 128's (tests/fixtures/h200_attention_head_dims.json).
         softmax_exp_flops=(c.softmax_exp_flops.value if c.softmax_exp_flops and assumptions.attention_kernel != "flash2"

@@ -88,6 +88,18 @@ class GemmCeiling(Spec):
     """Caveats (unrecorded shape, recipe differences)."""
 
 
+class WindowHalfKeys(Spec):
+    """Keys per query at which a sliding-window fused attention kernel reaches half its asymptotic
+    rate, forward and backward, counting the whole key tiles it computes
+    (planner.cost.compute.attention_times): short windowed rows pay each query tile's setup,
+    softmax rescaling and output write over only a few key tiles."""
+
+    fwd: float = Field(gt=0.0, le=1.0e5)
+    bwd: float = Field(gt=0.0, le=1.0e5)
+    source: str
+    note: str | None = None
+
+
 class Fp8AttentionSpeedup(Spec):
     """Transformer Engine's FP8 fused attention against its BF16 kernel at one shape: time ratios
     BF16 / FP8 of the forward and of the backward (planner.cost.compute.attention_times)."""
@@ -134,6 +146,13 @@ class ComputeEfficiency(Spec):
     attention kernel. The flash fractions are measured at head dim 128; smaller head dims slow the
     forward and backward by the exponential's larger share (planner.cost.compute.exp_share_factor).
     None: no head-dim effect on this generation."""
+    flash_key_tile: Sourced[int] | None = None
+    """Keys per tile of the fused attention kernel: a sliding window of w keys makes each query
+    tile compute every key tile its rows touch, ceil((w + tile - 1) / tile) tiles. None: the
+    window's keys alone are costed."""
+    flash_window_half_keys: WindowHalfKeys | None = None
+    """The half-rate point of the sliding-window kernel (with ``flash_key_tile``); None: windowed
+    rows use ``flash_half_keys`` on the window's keys alone."""
     fp8_attention: dict[str, Fp8AttentionSpeedup] | None = None
     """FP8 fused attention (Assumptions.fp8_attention: QK^T, softmax and PV in FP8) by the run's
     FP8 recipe ('mxfp8', 'tensorwise', 'delayed'): how much faster than BF16. None: not measured
