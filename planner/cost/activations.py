@@ -281,7 +281,37 @@ def layer_terms(model: ModelSpec, sh: Shard, kind: str) -> tuple[ActTerm, ...]:
 
 def _layer_terms(model, sh, kind):
     ffn = moe_terms(model, sh) if kind == "moe" else dense_mlp_terms(model, sh)
-    return tuple(attention_terms(model, sh) + ffn + post_mlp_terms(model, sh))
+    terms = tuple(attention_terms(model, sh) + ffn + post_mlp_terms(model, sh))
+    return torchtitan_terms(model, sh, terms) if torchtitan_blocks(sh) else terms
+
+
+def torchtitan_blocks(sh: Shard) -> bool:
+    """The decoder blocks are torchtitan's (DTensor TP, torchao FP8), not Megatron-Core's with TE:
+    the loss kind tells (planner.cost.setup.Assumptions.torchtitan)."""
+    return sh.cross_entropy in ("torch", "torch_compiled")
+
+
+# The inputs of the column-parallel linears torchtitan's block keeps whole on every TP rank: its
+# attention and feed-forward modules are prepared with desired_input_layouts=(Replicate(),) from
+# the sequence-sharded norm output (torchtitan models/llama3/parallelize_llama.py apply_tp), so wq,
+# wk, wv (and w1, w3) run F.linear on the all-gathered [tokens, h] tensor and autograd saves that
+# tensor for their weight gradients. Megatron/TE saves the local shard and all-gathers it again in
+# the backward. torch.compile does not change it: the min-cut partitioner recomputes only ops in
+# its allowlist (torch/_functorch/partitioners.py should_ban_recomputation,
+# ban_recompute_not_in_allowlist), which holds no collective, so the gathered tensor is saved.
+GATHERED_LINEAR_INPUTS = {"attn.norm_output", "mlp.norm_output"}
+
+
+def torchtitan_terms(model: ModelSpec, sh: Shard, terms: tuple[ActTerm, ...]) -> tuple[ActTerm, ...]:
+    """Megatron's inventory of one layer turned into what torchtitan's block keeps without
+    activation checkpointing: the column-parallel linears' input whole per TP rank
+    (:data:`GATHERED_LINEAR_INPUTS`), and every linear input in bf16 under FP8: torchao's
+    Float8Linear saves its high-precision input and casts again in the backward (torchao
+    float8/float8_linear.py matmul_with_hp_or_float8_args.forward, save_for_backward(input_hp,
+    weight_hp_t)), where TE keeps the FP8 copy."""
+    whole = BF16 * sh.tokens * model.hidden_size
+    return tuple(ActTerm(t.name, whole if t.name in GATHERED_LINEAR_INPUTS else t.bytes, t.module)
+                 for t in terms)
 
 
 _layer_terms_cached = lru_cache(maxsize=4096)(_layer_terms)

@@ -268,11 +268,24 @@ def optimizer_step_time(shard_params: Num, local_params_: Num, moments: str, off
     return optimizer_time(shard_params, local_params_, moments, rates, override, tensors)
 
 
-def sync_kind(sharding) -> tuple[str, bool]:
+def sync_kind(sharding, fsdp2: bool = False) -> tuple[str, bool]:
     """How a sharding setting syncs data-parallel replicas: the :func:`data_parallel` mode ('ddp':
-    all-reduce, 'sharded': reduce-scatter and all-gather) and whether parameters are gathered per
-    micro-batch (FSDP, HSDP)."""
-    return ("ddp" if sharding.kind == "ddp" else "sharded"), sharding.kind in ("fsdp", "hsdp")
+    all-reduce, 'sharded': reduce-scatter and all-gather) and whether it syncs per micro-batch
+    (FSDP, HSDP; and ZeRO-2 where ``fsdp2``, see :func:`fsdp_gathers`)."""
+    per_micro_batch = sharding.kind in ("fsdp", "hsdp") or (fsdp2 and sharding.kind == "zero2")
+    return ("ddp" if sharding.kind == "ddp" else "sharded"), per_micro_batch
+
+
+def fsdp_gathers(sharding) -> int:
+    """Parameter all-gathers per micro-batch of a sharding that syncs per micro-batch: FSDP/HSDP
+    gather before the forward and again before the backward (resharded after forward); torchtitan's
+    ZeRO-2 (FSDP2 with fsdp_reshard_after_forward 'never') keeps the parameters from the forward to
+    the backward but still reshards after each backward (fully_shard's reshard_after_backward
+    default), so it gathers once per micro-batch. Its gradients are reduce-scattered after every
+    micro-batch's backward like FSDP's: torchtitan's train_step runs the micro-batches of gradient
+    accumulation as plain forward-backward steps and never turns off FSDP2's gradient sync
+    (torchtitan/train.py Trainer.train_step, v0.1.0 to v0.2.2: no set_requires_gradient_sync)."""
+    return 1 if sharding.kind == "zero2" else 2
 
 
 def optimizer_shard(sharding, dense: Num, expert: Num, dp: int, cp: int, edp: int) -> Num:
@@ -308,7 +321,7 @@ def data_parallel(dense: Num, expert: Num, spans: dict[str, GroupSpan], sharding
 
 
 def dp_exposure(grad: Num, param: Num, fsdp: bool, micro_batches: Count, fwd: Num, bwd: Num, rates: Rates,
-                dp_overlap: bool) -> tuple[Num, Num, Num, Num, Num, Num]:
+                dp_overlap: bool, gathers: int = 2) -> tuple[Num, Num, Num, Num, Num, Num]:
     """(gradient, its exposed part, parameter gather, its exposed part, FSDP traffic, its exposed
     part) seconds of one rank's data-parallel sync per step, from its :func:`data_parallel` times
     and its forward/backward seconds per micro-batch (scalars or arrays).
@@ -316,12 +329,13 @@ def dp_exposure(grad: Num, param: Num, fsdp: bool, micro_batches: Count, fwd: Nu
     Distributed optimizer / ZeRO: the gradient reduce-scatter hides behind the last backward and
     the parameter all-gather behind the first forward (with ``dp_overlap``). FSDP/HSDP gathers the
     parameters before each micro-batch's forward and backward and reduce-scatters the gradients
-    after each backward, prefetched behind the rank's compute."""
+    after each backward, prefetched behind the rank's compute (``gathers`` parameter all-gathers
+    per micro-batch: :func:`fsdp_gathers`)."""
     interf = rates.overlap_interference
     fsdp_tot: Num = 0.0
     fsdp_exp: Num = 0.0
     if fsdp:
-        fsdp_tot = micro_batches * (2 * param + grad)
+        fsdp_tot = micro_batches * (gathers * param + grad)
         fsdp_exp = overlapped(fsdp_tot, micro_batches * (fwd + bwd), interf)
         grad = param = 0.0
     cap_g = bwd if dp_overlap else 0.0

@@ -108,6 +108,13 @@ class Assumptions(Spec):
     """Order in which ranks are laid out over GPUs, fastest-varying first (Megatron --order);
     GPUs of one NVLink domain get consecutive ranks."""
 
+    @property
+    def torchtitan(self) -> bool:
+        """The run is torchtitan's (FSDP2, DTensor TP, torchao FP8), not Megatron-Core's: the loss
+        kind tells, as only torchtitan runs, read from a launch or searched for --target
+        torchtitan, hold the logits as torch's cross_entropy does (``cross_entropy``)."""
+        return self.cross_entropy in ("torch", "torch_compiled")
+
 
 @dataclass(frozen=True)
 class Setup:

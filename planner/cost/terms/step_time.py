@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.constant import embedding_head_params
-from planner.cost.pipeline import GATHER_BYTES, data_parallel, dp_exposure, optimizer_shard, optimizer_step_time, param_tensors, sync_kind
+from planner.cost.pipeline import GATHER_BYTES, data_parallel, dp_exposure, fsdp_gathers, optimizer_shard, optimizer_step_time, param_tensors, sync_kind
 from planner.cost.terms.base import _column
 from planner.cost.terms.pipeline_time import PipelineTime
 
@@ -44,9 +44,9 @@ class StepTime(PipelineTime):
     def data_parallel(self) -> DataParallel:
         """The exposed data-parallel gradient sync and parameter gather (or FSDP traffic) of the
         rank whose sync exposes the most; each rank hides its sync behind its own compute."""
-        kind, fsdp = sync_kind(self.lv.sharding)
-        return self._memo("dp", self._compute_levers(), kind, fsdp, self.lv.grad_reduce, self.lv.param_gather,
-                          fn=lambda: self._data_parallel(kind, fsdp))
+        kind, fsdp = sync_kind(self.lv.sharding, fsdp2=self.ctx.assumptions.torchtitan)
+        return self._memo("dp", self._compute_levers(), kind, fsdp, fsdp_gathers(self.lv.sharding), self.lv.grad_reduce,
+                          self.lv.param_gather, fn=lambda: self._data_parallel(kind, fsdp))
 
     def _data_parallel(self, kind: str, fsdp: bool) -> DataParallel:
         ctx, b, n = self.ctx, self.batch, self.n
@@ -59,7 +59,8 @@ class StepTime(PipelineTime):
             grad, param = self._memo("dp_volume", self._param_signature(r), kind, len(b.variants), self.lv.grad_reduce,
                                      self.lv.param_gather, fn=lambda r=r: tuple(self._tile(x) for x in self._dp_volume(r, kind)))
             cur = DataParallel(*(_column(x, n) for x in dp_exposure(
-                grad, param, fsdp, b.micro_batches, rc.fwd, rc.bwd, ctx.rates, ctx.assumptions.dp_overlap)))
+                grad, param, fsdp, b.micro_batches, rc.fwd, rc.bwd, ctx.rates, ctx.assumptions.dp_overlap,
+                fsdp_gathers(self.lv.sharding))))
             best = cur if best is None else _gating(best, cur)
         assert best is not None  # pp >= 1 ranks
         return best
