@@ -54,11 +54,14 @@ class LayerMemory:
     """Bytes it would keep without recompute (what the recompute window re-creates)."""
     piece: object = None
     """Identity of the numbers: consecutive layers with the same piece form a run."""
+    host: Num = 0.0
+    """Bytes it keeps in host memory from forward to backward instead (layer-level CPU offload:
+    :func:`offloaded_to_host`)."""
 
     def at(self, i: int) -> LayerMemory:
         """The numbers of plan ``i`` of a batch (fields may be arrays over plans)."""
         return LayerMemory(self.name, _at(self.kept, i), _at(self.fwd_transient, i), _at(self.bwd_transient, i),
-                           _at(self.full, i), self.piece)
+                           _at(self.full, i), self.piece, _at(self.host, i))
 
 
 def _at(x, i: int) -> Num:
@@ -91,6 +94,14 @@ class ChunkMemory:
         total: Num = 0.0
         for layer, n in self.runs():
             total = total + n * layer.kept
+        return total
+
+    @cached_property
+    def host_kept(self):
+        """Bytes its layers keep in host memory for one micro-batch (layer-level CPU offload)."""
+        total: Num = 0.0
+        for layer, n in self.runs():
+            total = total + n * layer.host
         return total
 
     @cached_property
@@ -287,10 +298,12 @@ def layer_transients(model, sh: Shard, kind: str, setup_tp: int) -> tuple[dict, 
     return fwd, grad
 
 
-def chunks_from_pieces(pieces, model, layout, rank: int, full_layers) -> tuple[ChunkMemory, ...]:
+def chunks_from_pieces(pieces, model, layout, rank: int, full_layers, host_layers: int = 0) -> tuple[ChunkMemory, ...]:
     """Assemble a rank's chunks from per-piece memories, in layout order. ``full_layers``: with
     full recompute, how many layers per chunk recompute (Megatron's block method recomputes the
-    first N layers of each virtual stage); None means all."""
+    first N layers of each virtual stage); None means all. ``host_layers``: the model's first
+    decoder layers whose saved activations layer-level CPU offload keeps on the host
+    (:func:`offloaded_to_host`)."""
     chunks = []
     for st in layout.rank_stages(rank):
         layers: list[LayerMemory] = []
@@ -298,13 +311,29 @@ def chunks_from_pieces(pieces, model, layout, rank: int, full_layers) -> tuple[C
             layers.append(pieces.embedding())
         for pos, li in enumerate(st.layers):
             kind = model.layer_kinds[li]
-            layers.append(pieces.layer_at(kind, pos, full_layers, f"layer {li} ({kind})"))
+            layer = pieces.layer_at(kind, pos, full_layers, f"layer {li} ({kind})")
+            layers.append(offloaded_to_host(layer) if li < host_layers else layer)
         for _ in range(st.mtp):
             layers.append(pieces.mtp())
         if st.loss:
             layers.append(pieces.head())
         chunks.append(ChunkMemory(st.vpp_rank, tuple(layers)))
     return tuple(chunks)
+
+
+def offloaded_to_host(layer: LayerMemory) -> LayerMemory:
+    """A decoder layer under Megatron's layer-level CPU offload (--cpu-offloading-num-layers N,
+    PP = 1 only: megatron/core/transformer/transformer_block.py wraps each layer's forward in
+    Transformer Engine's get_cpu_offload_context). TE's AsyncDoubleBufferGroupOffloadHandler
+    (transformer_engine/pytorch/cpu_offload.py) offloads the saved tensors of the first N layer
+    groups on a copy stream and frees each on the GPU before a later layer (layer_window_map);
+    the backward reloads a group while the group above it runs (double buffering). So the layer
+    keeps nothing on the GPU between its forward and backward: its saved bytes are on the host;
+    they stay on the GPU while its own forward's copy runs, and while its backward runs they are
+    there with the group below being reloaded (two groups; the first group has none below, the
+    bound stays)."""
+    return LayerMemory(layer.name, layer.kept * 0.0, layer.fwd_transient + layer.kept,
+                       layer.bwd_transient + 2 * layer.kept, layer.full, ("host", layer.piece), layer.kept)
 
 
 def layer_rc_kind(recompute, full_layers, pos: int) -> str:

@@ -96,6 +96,11 @@ class Assumptions(Spec):
     Megatron-Bridge's ``fp8_dot_product_attention``; no Megatron-LM flag in megatron-core 0.19):
     with an FP8 plan, QK^T, softmax and PV run in FP8 at the generation's measured speed-up
     (ComputeEfficiency.fp8_attention)."""
+    offload_layers: int = Field(0, ge=0, le=100_000)
+    """Layer-level CPU offload (Megatron --cpu-offloading-num-layers; read from a run's launch
+    arguments): with an activation-offload plan, the saved activations of the model's first N
+    decoder layers wait in host memory, the rest stay on the GPU (planner.cost.pieces
+    .offloaded_to_host). 0: offload=activations is the fine-grained offload of whole chunks."""
     cuda_graphs: Literal["none", "scoped", "full_iteration"] = "none"
     """CUDA graphs of the run (Megatron --cuda-graph-impl; read from a run's launch arguments):
     none (eager, Megatron's default), scoped (per-layer graphs of the modules in

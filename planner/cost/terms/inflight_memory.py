@@ -46,17 +46,19 @@ class InflightMemory(RankTimes):
     def chunks(self, r: int) -> tuple[ChunkMemory, ...]:
         """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``, every plan's."""
         key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
-        return self._memo("chunks", r, key, fn=lambda: self._chunks(r))
+        return self._memo("chunks", r, key, self.lv.offload_activations, fn=lambda: self._chunks(r))
 
     def _chunks(self, r: int) -> tuple[ChunkMemory, ...]:
         variants = self.batch.variants
         fulls = tuple(v.memory_full_layers(r) for v in variants)
+        # Layer-level offload is one way of offloading activations: a plan without offload keeps them.
+        host = self.ctx.assumptions.offload_layers if self.lv.offload_activations else 0
         if len(variants) == 1:
-            return chunks_from_pieces(self.pieces(), self.ctx.model, self.batch.layout, r, fulls[0])
+            return chunks_from_pieces(self.pieces(), self.ctx.model, self.batch.layout, r, fulls[0], host)
         key = tuple((v.recompute, v.precision, v.ep_overlap) for v in variants)
         stacked = self._memo("stacked_pieces", key, fn=lambda: StackedPieces(
             [self._pieces(v) for v in variants], self.batch.n_keys))
-        return chunks_from_pieces(stacked, self.ctx.model, self.batch.layout, r, fulls)
+        return chunks_from_pieces(stacked, self.ctx.model, self.batch.layout, r, fulls, host)
 
     def activation_peak(self, r: int) -> np.ndarray:
         """Highest activation + transient bytes of rank ``r`` over its schedule (exact maximum over
@@ -123,9 +125,14 @@ class InflightMemory(RankTimes):
 
     def host_activation_bytes(self, r: int) -> np.ndarray:
         """With activation offload, the activations of the chunks in flight at the end of the
-        warm-up wait in host memory."""
+        warm-up wait in host memory (under layer-level offload, those of its offloaded layers)."""
         counts = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))
-        return sum(counts[:, c] * _column(ch.kept, self.n) for c, ch in enumerate(self.chunks(r)))
+        return sum(counts[:, c] * _column(self.offloaded_kept(ch), self.n) for c, ch in enumerate(self.chunks(r)))
+
+    def offloaded_kept(self, chunk: ChunkMemory) -> Num:
+        """What activation offload moves to the host of one micro-batch of ``chunk``: its layers'
+        host bytes under layer-level offload (Assumptions.offload_layers), else all it keeps."""
+        return chunk.host_kept if self.ctx.assumptions.offload_layers and self.lv.offload_activations else chunk.kept
 
     def _end_of_warmup(self, r: int) -> np.ndarray:
         b = self.batch

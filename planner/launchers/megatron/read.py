@@ -788,6 +788,9 @@ def assumptions_from_flags(values: dict) -> dict:
                                                                        "moe_preprocess", "mamba", "layer"))
     else:
         out["cuda_graphs"] = "none"
+    layers = _int(values, "cpu_offloading_num_layers", 0) or 0
+    if layers > 0:
+        out["offload_layers"] = layers  # layer-level CPU offload: the first N layers' activations
     if values.get("use_transformer_engine_op_fuser") and values.get("moe_grouped_gemm"):
         out["expert_op_fuser"] = True  # Megatron turns the grouped-tensor expert path on with both
     return out
