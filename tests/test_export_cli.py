@@ -164,10 +164,10 @@ def test_formats_write_files(capsys, tmp_path, fmt):
 
 def test_check_and_explain_cost_a_megatron_launch_with_its_own_flags(capsys, tmp_path):
     """One route from a script to a job: check's prediction reads the launch's CUDA graphs (and FP8
-    recipe) as explain's does, so an eager and a graphed launch of the same plan differ in both. (HybridEP:
-    a full-iteration graph of a dropless MoE layer needs its static expert shapes, rule
-    cuda-graphs-full-iteration-moe.)"""
-    code, out, err = _run(capsys, "export", "--model", "qwen3-30b-a3b", "--hw", "h100", "--gpus", "16",
+    recipe) as explain's does, so an eager and a graphed launch of the same plan differ in both. (HybridEP
+    on a Blackwell GPU: a full-iteration graph of a dropless MoE layer needs its static expert shapes,
+    rule cuda-graphs-full-iteration-moe, and the fused grouped experts, rule cuda-graphs-static-experts.)"""
+    code, out, err = _run(capsys, "export", "--model", "qwen3-30b-a3b", "--hw", "b200", "--gpus", "16",
                           "--global-batch", "256", "--plan", "ep=16,mbs=1,sharding=zero2,recompute=moe_act,dispatcher=hybridep")
     assert code == 0, err
     eager = tmp_path / "eager.sh"

@@ -84,6 +84,8 @@ PLAN_CASES = {
     "cuda-graphs-dropless-moe": ("qwen3-30b-a3b", "h100", (64, 512), "ep=8,cuda_graphs=scoped:attn+moe", "megatron"),
     "cuda-graphs-full-iteration-moe": ("qwen3-30b-a3b", "h100", (64, 512), "ep=8,dispatcher=alltoall,cuda_graphs=full_iteration",
                                        "megatron"),
+    "cuda-graphs-static-experts": ("qwen3-30b-a3b", "h100", (64, 512), "ep=8,dispatcher=hybridep,cuda_graphs=full_iteration",
+                                   "megatron"),
     "cuda-graphs-preprocess-router": ("qwen3-30b-a3b", "h100", (64, 512), "ep=8,cuda_graphs=scoped:attn+moe_preprocess", "megatron"),
     "cuda-graphs-module-absent": ("llama3.1-70b", "h100", (64, 512), "tp=8,cuda_graphs=scoped:attn+moe_router", "megatron"),
     "cuda-graphs-ep-overlap": (V3, "gb200-nvl72", (256, 8192), "ep=64,ep_overlap=on,cuda_graphs=scoped:attn+mlp", "megatron"),

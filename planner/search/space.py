@@ -639,7 +639,8 @@ def graph_options(model) -> tuple[str, ...]:
     stay eager, as dropless routing has dynamic shapes (launcher rule cuda-graphs-dropless-moe);
     and the full iteration, which the 26.06+ Megatron-Bridge MoE recipes capture with static expert
     shapes (a per-rank token capacity and the paged stash: :func:`static_moe_graphs` keeps it where
-    the release has them, launcher rule cuda-graphs-full-iteration-moe). On dense models the whole
+    the release has them, launcher rule cuda-graphs-full-iteration-moe; in Transformer Engine's fused
+    grouped experts, Blackwell or later with etp 1, rule cuda-graphs-static-experts). On dense models the whole
     layer and the full iteration (this one also with full recompute). The launcher rules and the
     --software release decide which of these a plan may use."""
     if model.is_moe:

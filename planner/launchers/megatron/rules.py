@@ -58,6 +58,7 @@ PLAN_RULES: dict[str, str] = {
     "megatron-interleaved-groups": "interleaved: micro-batches a multiple of PP (forward_backward_pipelining_with_interleaving)",
     "cuda-graphs-full-recompute": "full recompute only with full-iteration CUDA graphs (TransformerConfig)",
     "cuda-graphs-full-iteration-moe": "full-iteration graphs of dropless MoE need the rank capacity and paged stash: hybridep, no layer offload (TransformerConfig)",
+    "cuda-graphs-static-experts": "full-iteration graphs of dropless MoE need Transformer Engine's fused grouped experts: expert TP 1, the CuTe DSL grouped MLP of Blackwell or later (TEGroupedMLP._is_fused_impl_supported)",
     "cuda-graphs-dropless-moe": "the moe graph scope (and whole-layer capture of MoE layers) needs static shapes: drop-and-pad MoE (TransformerConfig)",
     "cuda-graphs-preprocess-router": "the moe_preprocess graph scope needs moe_router (TransformerConfig)",
     "cuda-graphs-module-absent": "a graph scope names a module the model has (mlp: dense layers, mamba: Mamba layers; TransformerConfig)",
@@ -270,6 +271,35 @@ def _graphs(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg
     return graph_violations(model, plan)
 
 
+def _static_experts(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
+    """cuda-graphs-static-experts: the experts of a full-iteration graph of dropless MoE layers run
+    sync-free only in Transformer Engine's fused grouped MLP. Megatron-Core 0.19 sizes them with the
+    rank capacity, which with hybridep needs --use-transformer-engine-op-fuser
+    (TransformerConfig.__post_init__); TEGroupedMLP then asserts _is_fused_impl_supported
+    (megatron/core/transformer/moe/experts.py), false with expert TP > 1 and, for gated experts,
+    without NVTE_CUTEDSL_FUSED_GROUPED_MLP: the CuTe DSL grouped MLP, which Transformer Engine runs
+    on SM100 and later only (transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py,
+    ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8.is_supported); TransformerConfig's doc of the sibling
+    static-shape path (moe_ncclep_static_shape) says the same: "sm100+ (Blackwell or later); on
+    older GPUs leave it False". The unfused TEGroupedMLP.forward reads tokens_per_expert.tolist(),
+    a host sync no graph can capture. Every Megatron-Bridge recipe that captures a full MoE
+    iteration (26.06, 26.08) runs on GB200, GB300 or B300 with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1,
+    while the same releases' H100 MoE recipes stay eager."""
+    if not (model.is_moe and plan.cuda_graphs and plan.cuda_graphs.kind == "full_iteration"):
+        return []
+    if deg.etp > 1:
+        why = f"etp={deg.etp}: the fused grouped MLP runs without expert tensor parallelism"
+    elif hw is not None and model.ffn.gated and hw.generation in ("ampere", "hopper"):
+        why = f"{hw.gpu.name} is {hw.generation}: the CuTe DSL grouped MLP of gated experts runs on Blackwell or later"
+    else:
+        return []
+    return [Violation(
+        "cuda-graphs-static-experts",
+        f"cuda_graphs=full_iteration on {model.name}: a dropless MoE layer is captured only with Transformer Engine's "
+        f"fused grouped experts (TEGroupedMLP._is_fused_impl_supported), and {why}.",
+        hint="Use cuda_graphs=scoped:attn+moe_router+moe_preprocess" + (", or etp=1." if deg.etp > 1 else "."))]
+
+
 def _recompute_op(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: Plan, deg: Degrees) -> list[Violation]:
     """megatron-recompute-op: Megatron-Core's selective recompute takes a module list
     (--recompute-modules, megatron/training/arguments.py), not torchtitan's per-op policy."""
@@ -456,7 +486,7 @@ PlanCheck = Callable[["ModelSpec", "HardwareSpec | None", "Job", "Plan", "Degree
 """One of Megatron's plan rules (or a coherent group of them)."""
 
 PLAN_CHECKS: tuple[PlanCheck, ...] = (
-    _layout_syntax, _layout_mtp_together, _schedules, _graphs, _recompute_op, _stage_recompute, _ep_overlap,
+    _layout_syntax, _layout_mtp_together, _schedules, _graphs, _static_experts, _recompute_op, _stage_recompute, _ep_overlap,
     _precision_aware_dist_opt, _offload_fp8_param_gather, _activation_offload_empty, _fp8_delayed_recompute,
     _moe_router_and_bias, _learned_positions, _hsdp_expert_dp, _sp_seq_divisible,
 )
