@@ -55,3 +55,12 @@ def test_without_activation_offload_the_layers_stay():
 def test_the_reader_takes_the_layer_count_from_the_flags():
     assert assumptions_from_flags({"cpu_offloading_num_layers": "40"})["offload_layers"] == 40
     assert "offload_layers" not in assumptions_from_flags({})
+
+
+def test_a_bridge_launch_gives_the_layer_count_only_with_cpu_offloading_on():
+    from planner.launchers.bridge.read import BridgeArgs, launch_assumptions
+
+    on = {"model.cpu_offloading": True, "model.cpu_offloading_num_layers": 20}
+    assert launch_assumptions(BridgeArgs("overrides", None, on))["offload_layers"] == 20
+    off = {"model.cpu_offloading": False, "model.cpu_offloading_num_layers": 20}
+    assert "offload_layers" not in launch_assumptions(BridgeArgs("overrides", None, off))

@@ -435,7 +435,9 @@ def launch_assumptions(args: BridgeArgs) -> dict:
     flags = {"fp8": "fp8" in name, "fp8_recipe": fp8_preset_recipe(name),
              "cuda_graph_impl": val("model.cuda_graph_impl", "none"), "cuda_graph_modules": val("model.cuda_graph_scope"),
              "use_transformer_engine_op_fuser": bool(val("model.use_transformer_engine_op_fuser", False)),
-             "moe_grouped_gemm": bool(val("model.moe_grouped_gemm", False))}
+             "moe_grouped_gemm": bool(val("model.moe_grouped_gemm", False)),
+             # TransformerConfig.cpu_offloading turns the layer-level offload on, of this many layers
+             "cpu_offloading_num_layers": val("model.cpu_offloading_num_layers", 0) if val("model.cpu_offloading", False) else None}
     out = assumptions_from_flags({k: v for k, v in flags.items() if v is not None})
     if val("model.fp8_dot_product_attention", False) is True and flags["fp8"]:
         out["fp8_attention"] = True
