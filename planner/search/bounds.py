@@ -46,6 +46,7 @@ plan's own slowest rank, and the plan fits, the solver cannot win and is not run
 from __future__ import annotations
 
 import heapq
+import math
 import itertools
 from collections import Counter
 
@@ -283,3 +284,48 @@ def refinement_can_win(co, model, pp: int, stage_recompute: bool, fits: bool, pa
     if pat is not None:
         floor = max([floor] + rank_floors(pat, unit, fixed, pp, vpp, model.num_layers))
     return floor < co.slowest * (1 - 1e-9)
+
+
+WALK_SLACK = {"combined-1f1b": 0.01, "zb-h1": 0.05, "zbv": 0.12, "dualpipe": 0.15, "dualpipev": 0.15}
+"""How far the tables' step estimate can lie above the walked step, per walked schedule
+(planner.cost.walked.walk_schedule): the best-first search (planner.search.driver._best_first)
+takes ``estimate x (1 - slack)`` as a plan's lower bound of its walked time. The estimate reads the
+closed forms over the ranks' mean op times (planner.cost.schedules.batch.pipeline_estimate; for
+Megatron's combined 1F1B, planner.cost.pipeline's closed forms), which a walk over uneven chunks can
+beat: measured by brute force over plans drawn at random from bundled spaces (2026-12-05,
+tests/test_search_walked_bound.py): combined 1F1B up to 0.53 % (DeepSeek-V3 on 256 GB200s), ZB-H1
+2.4 %, ZB-V 5.9 %, DualPipe 2.8 % and DualPipeV 8.6 % (Llama 3.1 8B and 70B, Qwen3-30B-A3B on
+H100s); each slack is about twice that (DualPipe's as DualPipeV's). An empirical bound, not a proof:
+synthetic chunks far more uneven than a layout makes (tests/test_schedules_batch.py's generators,
+each chunk scaled 0.3-2x) put ZB-H1's estimate up to 8 % above its walk. Megatron's 1F1B and
+interleaved without EP overlap are not walked (their closed form is the step): slack 0."""
+
+
+def walk_slack(schedule) -> float:
+    """The slack of the walked schedule record ``schedule`` (None: not walked)."""
+    return 0.0 if schedule is None else WALK_SLACK.get(schedule.name, max(WALK_SLACK.values()))
+
+
+def walked_floor_us(estimate_us: int, slack: float) -> int:
+    """A lower bound (us) of the walked step of a plan whose tables' estimate is ``estimate_us``."""
+    return int(math.floor(estimate_us * (1.0 - slack)))
+
+
+def plan_walk_slack(plan) -> float:
+    """The slack of the schedule a typed ``Plan``'s step is walked under: its own zero-bubble or
+    DualPipe record, or Megatron's combined 1F1B when EP overlap is on with pp > 1 (every vpp: a
+    superset of planner.cost.walked.walk_schedule's). Without a pipeline the combined walk has no
+    fill or drain to beat the estimate's: none of the sampled pp = 1 plans walked below it."""
+    rec = plan.schedule_record
+    if rec is not None and rec.order != "megatron":
+        return walk_slack(rec)
+    return WALK_SLACK["combined-1f1b"] if plan.ep_overlap and plan.pp > 1 else 0.0
+
+
+def space_walk_slack(space) -> float:
+    """The largest slack of any plan of ``space`` (the bound of the plans the search did not
+    enumerate: their estimates are at least the last enumerated one's)."""
+    slack = [walk_slack(s) for s in space.schedules if s is not None and s.order != "megatron"]
+    if (any(space.levers.get("ep_overlap", ())) or space.pinned.get("ep_overlap")) and max(space.col("pp")) > 1:
+        slack.append(WALK_SLACK["combined-1f1b"])
+    return max(slack, default=0.0)

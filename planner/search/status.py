@@ -4,14 +4,15 @@ from __future__ import annotations
 
 STATUS_SCOPE = (
     "OPTIMAL: proven best over every plan of the space under 'space' (each degree's values, the layouts, the levers, "
-    "and the declared limits); keys left out were proven dominated ('dominated': 'memory', their largest chunk "
-    "alone exceeds the allocation limit, which also ends the micro-batch sizes; 'step_time', their step-time floor "
-    "exceeds the K-th plan's time), and CP-SAT enumerated every feasible plan of the rest up to that time. "
+    "and the declared limits) by the walked step time the reports print; keys left out were proven dominated "
+    "('dominated': 'memory', their largest chunk alone exceeds the allocation limit, which also ends the micro-batch "
+    "sizes; 'step_time', their step-time floor exceeds the K-th plan's time), CP-SAT enumerated the rest's plans in "
+    "the order of the tables' estimate (a lower bound of the walked time), and the plans were walked in that order "
+    "until the K-th walked time was at or below the estimate of every plan not walked ('plans_walked'; "
+    "'estimate_gap': the largest excess of a shown plan's walked time over its estimate). "
     "FEASIBLE: per-stage refinements (uneven layouts, per-rank recompute: a heuristic, optimal for each layout and "
-    "levers but not searched over every layout) entered the ranking, or a time limit was hit, or the plans' "
-    "schedules are estimated in the tables ('estimate_gap' above 0: Megatron's combined 1F1B under EP overlap, zero "
-    "bubble, DualPipe): the proof holds for the tables' closed-form estimate, the plans are shown with their "
-    "walked step times and ordered by them, and a plan the estimate ranked lower may walk faster."
+    "levers but not searched over every layout) entered the ranking, or a time limit was hit, or the enumeration's "
+    "cap was reached before the walked order was proven."
 )
 
 
@@ -34,6 +35,7 @@ def solver_json(run, plans, status: str, bound, dropped: dict, estimate_gap: flo
         **dropped,
         "per_stage": dict(run.info),
         "estimate_gap": round(estimate_gap, 4),
+        "plans_walked": run.walked,
         "space": sp.scope,
         "status_scope": STATUS_SCOPE,
     }
@@ -65,9 +67,9 @@ def status_line(sv: dict) -> str:
             f"lever combinations ({degrees}); proven out: {dom.get('memory', 0):,} by memory, "
             f"{dom.get('step_time', 0):,} by step time; {sv['keys_costed']:,} costed, {sv['keys_in_model']} in the "
             f"model; {refine}"
-            + (f"; ranked by the tables' estimate of the pipeline schedule: the walked step times shown are up to "
-               f"{100 * sv['estimate_gap']:.1f}% above it, so the order is the walk's among these plans only"
-               if sv.get("estimate_gap", 0) > 0.001 else ""))
+            + (f"; best-first over the walked step times: {sv['plans_walked']} plans walked in the order of the "
+               f"tables' estimate (a lower bound; the walked times shown are up to {100 * sv['estimate_gap']:.1f}% "
+               "above it)" if sv.get("plans_walked") else ""))
 
 
 def status_brief(sv: dict) -> str:
@@ -76,6 +78,6 @@ def status_brief(sv: dict) -> str:
     dom = sv.get("dominated", {})
     text = (f"{sv['name']} {sv['status']} over {sv['structural_keys']:,} layouts x {sv['lever_combinations']} "
             f"levers; proven out {dom.get('memory', 0):,} by memory, {dom.get('step_time', 0):,} by step time")
-    if sv.get("estimate_gap", 0) > 0.001:
-        text += f"; walked steps up to {100 * sv['estimate_gap']:.1f}% above the ranking's estimate"
+    if sv.get("plans_walked"):
+        text += f"; {sv['plans_walked']} plans walked"
     return text + " (--verbose: the full status)"

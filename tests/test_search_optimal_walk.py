@@ -1,0 +1,45 @@
+"""Issue 40's first acceptance point: the search is exact over the walked step times the reports
+print (best-first, planner.search.driver._best_first), so its status is OPTIMAL and the first plan
+is the same for --top 1, 3, 10 and 20, on the default command and five other bundled jobs (dense
+and MoE, Hopper and Blackwell, one with DualPipe allowed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.cli import main
+from planner.search.status import status_line
+
+TOPS = ("1", "3", "10", "20")
+
+JOBS = [
+    pytest.param(("--model", "v3", "--hw", "nvl72"), id="default", marks=pytest.mark.slow),
+    pytest.param(("--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096",
+                  "--target", "torchtitan", "--max", "pp=4"), id="llama3.1-8b-h100-torchtitan"),
+    pytest.param(("--model", "qwen3-30b-a3b", "--hw", "h100", "--gpus", "16", "--global-batch", "128", "--seq-len",
+                  "4096", "--target", "any", "--max", "pp=4,cp=1,mbs=2"), id="qwen3-30b-h100-dualpipe",
+                 marks=pytest.mark.slow),
+    pytest.param(("--model", "llama3.1-70b", "--hw", "b200", "--gpus", "128", "--global-batch", "256", "--seq-len",
+                  "4096", "--max", "pp=4,cp=1,mbs=4"), id="llama3.1-70b-b200", marks=pytest.mark.slow),
+    pytest.param(("--model", "mixtral-8x22b", "--hw", "h200", "--gpus", "64", "--global-batch", "256", "--seq-len",
+                  "4096", "--max", "pp=4,cp=1"), id="mixtral-8x22b-h200", marks=pytest.mark.slow),
+    pytest.param(("--model", "deepseek-v2", "--hw", "h800", "--gpus", "256", "--global-batch", "1024", "--seq-len",
+                  "4096", "--max", "pp=8,cp=1,tp=2"), id="deepseek-v2-h800", marks=pytest.mark.slow),
+]
+
+
+def _search(capsys, args, top):
+    assert main(["search", *args, "--top", top, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("args", JOBS)
+def test_optimal_over_the_walk_and_one_first_plan_for_every_top(capsys, args):
+    out = {top: _search(capsys, args, top) for top in TOPS}
+    for top, res in out.items():
+        assert res["solver"]["status"] == "OPTIMAL", (top, status_line(res["solver"]))
+        assert res["solver"]["plans_walked"] >= 1
+    firsts = {top: res["plans"][0]["plan"] for top, res in out.items()}
+    assert len(set(firsts.values())) == 1, firsts
