@@ -15,9 +15,9 @@ import numpy as np
 
 from planner.cost.compose import Costs, batch_of_setup, evaluate_batch, margin_bytes, memory_schedule
 from planner.cost.constant import ConstantMemory
-from planner.cost.pieces import ChunkMemory, GROUP_PURPOSE, NCCL_PROTOCOL_BYTES, held_of
+from planner.cost.pieces import ChunkMemory, GROUP_PURPOSE, NCCL_PROTOCOL_BYTES, held_of, pair_rise, pair_steps
 from planner.cost.schedule import inflight_end_of_warmup, offload_share, rank_ops
-from planner.cost.schedules.inflight import held_from, held_matrix, held_vectors
+from planner.cost.schedules.inflight import held_from, held_matrix, held_vectors, paired_forwards
 from planner.cost.setup import Setup, allocator_workload
 from planner.memtrace.diagnose import GAP_B, NEAR_LIMIT, peak_gap
 from planner.specs.schedule import Schedule
@@ -116,9 +116,19 @@ def _locate_schedule_moment(sched: Schedule, b, rank: int, chunks, kept: list, h
     between input and weight gradient), the weight-gradient passes adding nothing."""
     tol = 1e-9 * max(peak, 1.0)
     m = int(b.micro_batches[0])
-    start = _first_candidate(sched, b, m, rank, chunks, kept, peak - tol, offload=offload)
-    for op, vec in held_from(sched, b.pp, b.vpp, m, rank, start):
+    pairs = _pairs(sched, b, m, rank)
+    start = _first_candidate(sched, b, m, rank, chunks, kept, peak - tol, offload=offload, pairs=pairs)
+    for i, (op, vec) in enumerate(held_from(sched, b.pp, b.vpp, m, rank, start), start):
         ch, h = chunks[op.chunk], held(vec)
+        if i in pairs:  # the combined 1F1B's overlapped step: forward i with the backward after it
+            other = pairs[i]
+            if other is None:
+                continue  # the pair's backward: the pair's rise covers it
+            rise = pair_rise(ch, chunks[other])
+            if h + rise >= peak - tol:
+                layer, stored = _pair_peak_layer(ch, chunks[other], float(rise))
+                return {**_moment("forward", op, list(vec), layer, h, rise, "overlapped_step"), "stored": stored}
+            continue
         if op.kind == "F" and h + ch.fwd_rise >= peak - tol:
             return _moment("forward", op, list(vec), ch.layers[ch.fwd_rise_at].name, h, ch.fwd_rise, "forward")
         if op.kind in ("I", "B") and h + ch.bwd_rise >= peak - tol:
@@ -128,7 +138,36 @@ def _locate_schedule_moment(sched: Schedule, b, rank: int, chunks, kept: list, h
     return _optimizer_moment(len(kept), 0.0)
 
 
-def _first_candidate(sched: Schedule, b, m: int, rank: int, chunks, kept: list, level: float, *, offload: bool) -> int:
+def _pairs(sched: Schedule, b, m: int, rank: int) -> dict[int, int | None]:
+    """The combined 1F1B's overlapped steps by op index: a paired forward's index -> the chunk of
+    its backward, that backward's index -> None (planner.cost.schedules.inflight.paired_forwards);
+    empty for every other schedule."""
+    kinds, chunks, _ = held_matrix(sched, b.pp, b.vpp, m, rank)
+    out: dict[int, int | None] = {}
+    for k in paired_forwards(sched, b.pp, b.vpp, m, rank).tolist():
+        out[k], out[k + 1] = int(chunks[k + 1]), None
+    return out
+
+
+def _pair_peak_layer(f, b, rise: float) -> tuple[str, float]:
+    """(the forward piece, else the backward one, of the overlapped step where the pair reaches
+    ``rise``; the bytes the pair has stored by then, net of what the backward released): the points
+    planner.cost.pieces.pair_rise bounds, step by step (pair_steps)."""
+    added = freed = 0.0
+    name, stored = "", 0.0
+    for fl, bl in pair_steps(f, b):
+        stored = added - freed + (fl.kept if fl else 0.0)
+        point = stored + (fl.fwd_transient if fl else 0.0) + (bl.bwd_transient if bl else 0.0)
+        name = fl.name if fl is not None else bl.name
+        if point >= rise - 1e-9 * max(abs(rise), 1.0):
+            return name, stored
+        added += fl.kept if fl else 0.0
+        freed += bl.kept if bl else 0.0
+    return name, stored
+
+
+def _first_candidate(sched: Schedule, b, m: int, rank: int, chunks, kept: list, level: float, *, offload: bool,
+                     pairs: dict | None = None) -> int:
     """The first op whose held bytes plus rise may reach ``level``, found with one matrix product
     over every op (a rank runs thousands): the op-by-op check in exact arithmetic starts there. The
     slack is far above the product's rounding (about 1e-15 of the bytes), so no op before the
@@ -142,6 +181,8 @@ def _first_candidate(sched: Schedule, b, m: int, rank: int, chunks, kept: list, 
     # Kinds as planner.cost.schedule.KINDS numbers them: F rises by the forward's rise, I and B by
     # the backward's, W by nothing (it is never a moment).
     rise = np.select([kinds == 0, (kinds == 1) | (kinds == 2)], [fwd[chunk], bwd[chunk]], -np.inf)
+    for k, other in (pairs or {}).items():  # the combined 1F1B's pairs rise as one step
+        rise[k] = -np.inf if other is None else pair_rise(chunks[int(chunk[k])], chunks[other])
     hit = np.flatnonzero(total + rise >= level - 1e-6 * max(abs(level), 1.0))
     return int(hit[0]) if len(hit) else len(kinds)
 
@@ -187,7 +228,10 @@ def stage_from_costs(costs: Costs, rank: int) -> StageMemory:
     # Activations vs transient at the peak moment: what is stored (including the current chunk's
     # stored part) vs the current op's temporaries.
     acts_at_peak, transient_at_peak = moment["held"], moment["rise"]
-    if moment["phase"] == "forward":
+    if moment["window"] == "overlapped_step":
+        acts_at_peak += moment["stored"]
+        transient_at_peak -= moment["stored"]
+    elif moment["phase"] == "forward":
         ch = chunks[moment["chunk"]]
         stored_prefix = sum(layer.kept for layer in ch.layers[: ch.fwd_rise_at + 1])
         acts_at_peak += stored_prefix

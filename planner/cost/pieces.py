@@ -298,6 +298,52 @@ def layer_transients(model, sh: Shard, kind: str, setup_tp: int) -> tuple[dict, 
     return fwd, grad
 
 
+def pair_steps(f: ChunkMemory, b: ChunkMemory):
+    """The steps of one overlapped forward+backward of Megatron's combined 1F1B, in order: (f's
+    layer or None, b's layer or None). Megatron runs f's pre-process with b's post-process, then
+    forward layer i beside backward layer L-1-i, then what is left of either side, then f's
+    post-process (megatron/core/models/common/model_chunk_schedule_plan.py
+    TransformerModelChunkSchedulePlan.run): f's pieces in order beside b's in reverse, index by
+    index (the embedding with the head's backward, the head's forward last)."""
+    fl, bl = f.layers, b.layers[::-1]
+    for i in range(max(len(fl), len(bl))):
+        yield (fl[i] if i < len(fl) else None), (bl[i] if i < len(bl) else None)
+
+
+def pair_rise(f: ChunkMemory, b: ChunkMemory) -> Num:
+    """The highest point of one overlapped step of the combined 1F1B above the bytes held before
+    it (b's micro-batch whole among them). At step i, f has stored its first i pieces and runs
+    piece i (its kept bytes and forward transient), b has released its last i pieces (each backward
+    layer's state is released once it is done: TransformerModelChunkSchedulePlan.run's
+    release_state) and runs the next one (its backward transient); the two transients are summed,
+    an upper bound on two streams' temporaries. Closed form over runs of identical steps: within
+    one the point moves linearly, so its ends bound it. Equals the maximum over
+    :func:`pair_steps` (a test checks it)."""
+    f_runs, b_runs = f.runs(), b.runs()[::-1]
+    f_left = [n for _, n in f_runs]
+    b_left = [n for _, n in b_runs]
+    best: Num = 0.0
+    added: Num = 0.0
+    freed: Num = 0.0
+    i = j = 0
+    while i < len(f_runs) or j < len(b_runs):
+        fl = f_runs[i][0] if i < len(f_runs) else None
+        bl = b_runs[j][0] if j < len(b_runs) else None
+        count = min(f_left[i] if fl is not None else float("inf"), b_left[j] if bl is not None else float("inf"))
+        kf, tf = (fl.kept, fl.fwd_transient) if fl is not None else (0.0, 0.0)
+        kb, tb = (bl.kept, bl.bwd_transient) if bl is not None else (0.0, 0.0)
+        first = added - freed + kf + tf + tb
+        best = maximum(best, first + maximum(0.0, (count - 1) * (kf - kb)))
+        added, freed = added + count * kf, freed + count * kb
+        if fl is not None:
+            f_left[i] -= int(count)
+            i += f_left[i] == 0
+        if bl is not None:
+            b_left[j] -= int(count)
+            j += b_left[j] == 0
+    return best
+
+
 def chunks_from_pieces(pieces, model, layout, rank: int, full_layers, host_layers: int = 0) -> tuple[ChunkMemory, ...]:
     """Assemble a rank's chunks from per-piece memories, in layout order. ``full_layers``: with
     full recompute, how many layers per chunk recompute (Megatron's block method recomputes the
@@ -716,18 +762,35 @@ def optimizer_transient_bytes(hw, moments: str, precision: str) -> Num:
 
 
 def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank: int, offload: bool,
-                       schedule: Schedule | None = None):
+                       schedule: Schedule | None = None, pair_rises=None):
     """max over the rank's in-flight vectors n before each op of (n . kept + rise of the op's
     chunk), as matrix products; ``kept``, ``fwd_rise``, ``bwd_rise`` are (chunks, X) arrays and
     the result has shape (X,). ``schedule`` is the record of the schedule (None: Megatron's
     1F1B or interleaved by ``vpp``, as always); for a schedule that splits the backward ``kept``
-    has a second row per chunk, the bytes held between its input- and weight-gradient passes."""
+    has a second row per chunk, the bytes held between its input- and weight-gradient passes.
+    ``pair_rises(f, b)``: under the combined 1F1B, the (X,) rise of an overlapped step of chunk
+    f's forward with chunk b's backward (:func:`pair_rise`); without it the pair counts as its
+    forward, then its backward (an upper bound)."""
     best = None
     if schedule is None or schedule.order in ("megatron", "combined"):
         # Megatron's orders repeat: a capped count shows the same vectors (planner.cost.schedule
         # .profile_microbatches), so keys with many micro-batch counts share one matrix.
         m = int(profile_microbatches(pp, vpp if schedule is None else schedule.chunks(vpp), m))
-    fwd_profile, bwd_profile = profile_matrices(pp, vpp, m, rank, offload, schedule)
+    if schedule is not None and schedule.order == "combined" and pair_rises is not None:
+        # The combined 1F1B's overlapped steps: the vector before the pair plus the pair's rise
+        # (:func:`pair_rise`), the pair's backward no moment of its own.
+        fwd_profile, bwd_profile, (P, idx) = pair_profile_matrices(pp, vpp, m, rank, offload, schedule)
+        if P is not None:
+            kept = np.ascontiguousarray(kept)
+            held = P.astype(kept.dtype, copy=False) @ kept
+            if offload:
+                held *= offload_share(P.sum(axis=1, keepdims=True))
+            n = schedule.chunks(vpp)
+            rises = {int(k): pair_rises(int(k) // n, int(k) % n) for k in np.unique(idx)}
+            held += np.stack([np.broadcast_to(rises[int(k)], held.shape[1:]) for k in idx])
+            best = held.max(axis=0)
+    else:
+        fwd_profile, bwd_profile = profile_matrices(pp, vpp, m, rank, offload, schedule)
     # Callers pass column selections (kept[:, cols]), laid out column-major, on which numpy's
     # matmul is slower than on a row-major copy: 40 -> 30 us a product with single-threaded BLAS
     # (the CLI's), 15 ms -> 50 us with multithreaded BLAS on 2 busy cores (in-process callers; the
@@ -745,6 +808,23 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
         top = held.max(axis=0)
         best = top if best is None else np.maximum(best, top)
     return best if best is not None else np.zeros(kept.shape[1:])
+
+
+@lru_cache(maxsize=4096)
+def pair_profile_matrices(pp: int, vpp: int, m: int, rank: int, offload: bool, schedule: Schedule):
+    """(forward, backward, pair) profiles of the combined 1F1B with its overlapped steps apart
+    (planner.cost.schedules.inflight.pair_profile_table): each (vectors, chunk), the pairs' chunk
+    ``f * n + b``; (None, None) where a kind has no row."""
+    table = schedule_inflight.pair_profile_table(schedule, pp, vpp, m, rank)
+    kinds, chunk, vecs = table[:, 0], table[:, 1].astype(np.int64), table[:, 2:].astype(float)
+    if not offload and len(vecs) > 1:
+        keep = _maximal(vecs, kinds.astype(np.int64) * (int(chunk.max()) + 1) + chunk)
+        kinds, chunk, vecs = kinds[keep], chunk[keep], vecs[keep]
+    out = []
+    for kind in (0, 1, 2):
+        sel = kinds == kind
+        out.append((vecs[sel].astype(np.float32), chunk[sel]) if sel.any() else (None, None))
+    return tuple(out)
 
 
 def profile_matrix(pp: int, vpp: int, m: int, rank: int, kind: int, offload: bool, schedule: Schedule | None = None):

@@ -166,11 +166,12 @@ def running_held(kinds, chunks, n: int, width: int):
     return held
 
 
-def distinct_table(kinds, chunks, held):
+def distinct_table(kinds, chunks, held, max_kind: int = 1):
     """The distinct (kind, chunk, held vector) rows of the ops of kind 0 (before a forward) and 1
     (before a backward), in numeric order (int32; other kinds are left out): found by
-    :func:`distinct_first`, then the few distinct rows sorted."""
-    sel = kinds <= 1
+    :func:`distinct_first`, then the few distinct rows sorted. ``max_kind``: the highest kind
+    kept (2 keeps the combined 1F1B's pairs, planner.cost.schedules.inflight.pair_profile_table)."""
+    sel = kinds <= max_kind
     rows = np.empty((int(sel.sum()), held.shape[1] + 2), dtype=np.int32)
     rows[:, 0], rows[:, 1], rows[:, 2:] = kinds[sel], chunks[sel], held[sel]
     rows = rows[distinct_first(rows)]

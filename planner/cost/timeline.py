@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from planner.cost.arrays import Num
 from planner.cost.compose import costs_of
 from planner.cost.memory import stage_memory
-from planner.cost.pieces import held_of
+from planner.cost.pieces import held_of, pair_steps
 from planner.cost.schedule import Op, rank_ops
-from planner.cost.schedules.inflight import held_before
+from planner.cost.schedules.inflight import held_before, paired_forwards
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,28 @@ def stage_timeline(setup, rank: int) -> list[Event]:
     def add(phase, chunk, mb, layer, acts, trans):
         events.append(Event(len(events), phase, chunk, mb, layer, const, comm, acts, trans))
 
-    for op, vec in ops:
-        if op.kind == "W":
-            continue  # a weight-gradient pass adds nothing (inflight.py); its release is in the next vector
+    # The combined 1F1B's overlapped steps: a paired forward's index -> its backward's chunk
+    pairs = {} if sched is None or sched.order != "combined" else {
+        int(k): int(ops[k + 1][0].chunk) for k in paired_forwards(sched, setup.deg.pp, setup.deg.vpp,
+                                                                  setup.micro_batches, rank)}
+    for i, (op, vec) in enumerate(ops):
+        if op.kind == "W" or i - 1 in pairs:
+            continue  # W adds nothing (inflight.py), its release is in the next vector; a pair's B ran with its F
         ch = chunks[op.chunk]
         base = held(counts if vec is None else list(vec))
+        if i in pairs:
+            # forward piece j beside backward piece L-1-j (planner.cost.pieces.pair_steps)
+            added: Num = 0.0
+            released: Num = 0.0
+            for fl, bl in pair_steps(ch, chunks[pairs[i]]):
+                stored = added - released + (fl.kept if fl else 0.0)
+                add("forward", op.chunk, op.microbatch, (fl or bl).name, base + stored,
+                    (fl.fwd_transient if fl else 0.0) + (bl.bwd_transient if bl else 0.0))
+                added += fl.kept if fl else 0.0
+                released += bl.kept if bl else 0.0
+            counts[op.chunk] += 1
+            counts[pairs[i]] -= 1
+            continue
         if op.kind == "F":
             run: Num = 0.0
             for layer in ch.layers:

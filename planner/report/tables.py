@@ -95,6 +95,8 @@ def moment_text(moment: dict) -> str:
         "recompute_window": f"early backward, recompute window ({where}): re-created intermediates and their gradients",
         "forward": f"forward ({where})",
         "backward": f"backward ({where})",
+        "overlapped_step": f"overlapped forward and backward ({where}): the combined 1F1B's forward beside the "
+                           "previous micro-batch's backward, layer by layer",
         "optimizer": "optimizer step",
     }.get(w, str(moment))
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from planner.cost.schedule import (
     KINDS, Op, distinct_before, distinct_first, distinct_table, inflight_table, megatron_microbatches, megatron_ops,
-    profile_microbatches, running_held,
+    profile_microbatches, running_held, warmup_count,
 )
 from planner.cost.schedules import rank_items
 from planner.cost.schedules.ops import ops_of
@@ -102,6 +102,47 @@ def _profile_table(sched: Schedule, p: int, v: int, m: int, rank: int):
     kinds, chunks, held = held_matrix(sched, p, v, m, rank)
     # Forwards as kind 0; input-gradient and full backwards alike as kind 1; W left out.
     return distinct_table(np.choose(kinds, [0, 1, 1, 2]).astype(np.int8), chunks, held)
+
+
+def paired_forwards(sched: Schedule, p: int, v: int, m: int, rank: int) -> np.ndarray:
+    """Indices (into :func:`held_matrix`'s ops) of the forwards Megatron's combined 1F1B runs as one
+    overlapped step with the backward that follows them (empty for every other order): every
+    forward after the w = warm-up + 1 first (planner.cost.schedules.orders.megatron_overlap),
+    whose op list counts a pair's forward first."""
+    if sched.order != "combined":
+        return np.zeros(0, dtype=np.int64)
+    kinds = held_matrix(sched, p, v, m, rank)[0]
+    n = sched.chunks(v)
+    w = min(warmup_count(p, n, m, rank) + 1, m * n)
+    forwards = np.flatnonzero(kinds == 0)
+    return forwards[w:]
+
+
+def pair_profile_table(sched: Schedule, p: int, v: int, m: int, rank: int):
+    """The combined 1F1B's profiles with its overlapped steps apart: distinct rows (kind, chunk,
+    held vector) of the unpaired forwards (kind 0) and backwards (kind 1), and of the pairs (kind
+    2, chunk ``f * n + b`` for the forward's chunk f and the backward's b, the vector held before
+    the pair: b's micro-batch still whole). A pair's backward has no row of its own: Megatron runs
+    the pair layer by layer (forward layer i beside backward layer L-1-i, each backward layer's
+    state released after it: megatron/core/models/common/model_chunk_schedule_plan.py
+    TransformerModelChunkSchedulePlan.run), so its memory is the pair's
+    (planner.cost.pieces.pair_rise). Capped micro-batch counts show the same rows, as for
+    :func:`profile_table`."""
+    return _pair_profile_table(sched, p, v, int(profile_microbatches(p, v, m)), rank)
+
+
+@lru_cache(maxsize=4096)
+def _pair_profile_table(sched: Schedule, p: int, v: int, m: int, rank: int):
+    kinds, chunks, held = held_matrix(sched, p, v, m, rank)
+    n = sched.chunks(v)
+    k = kinds.astype(np.int8)  # the combined order has only F (0) and B (1)
+    c = chunks.copy()
+    pf = paired_forwards(sched, p, v, m, rank)
+    if len(pf) and not (kinds[pf + 1] == 1).all():
+        raise AssertionError("a paired forward is not followed by its backward")
+    k[pf], c[pf] = 2, chunks[pf] * n + chunks[pf + 1]
+    k[pf + 1] = 3  # left out: the pair covers it
+    return distinct_table(k, c, held, max_kind=2)
 
 
 @lru_cache(maxsize=1024)

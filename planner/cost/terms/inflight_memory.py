@@ -10,7 +10,7 @@ import numpy as np
 
 from planner.cost.arrays import Num
 from planner.cost.pieces import (
-    ChunkMemory, PieceMemory, StackedPieces, chunks_from_pieces, graph_scope_bytes, peak_over_profiles,
+    ChunkMemory, PieceMemory, StackedPieces, chunks_from_pieces, graph_scope_bytes, pair_rise, peak_over_profiles,
 )
 from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
 from planner.cost.schedules.inflight import MEGATRON_ORDERS, held_matrix
@@ -81,10 +81,12 @@ class InflightMemory(RankTimes):
             held = np.concatenate([kept, self.wgrad_kept(r)]) if sched.splits_backward else kept
             rest[sel] = False
             per = m[sel] if sched.order in MEGATRON_ORDERS else b.micro_batches[sel]
+            pairs = self._pair_rises(r) if sched.order == "combined" else None
             for mi in np.unique(per):
                 cols = sel[per == mi]
                 out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
-                                               self.lv.offload_activations, schedule=sched)
+                                               self.lv.offload_activations, schedule=sched,
+                                               pair_rises=_select(pairs, cols))
         if not rest.all():
             for mi in np.unique(m[rest]):
                 cols = np.flatnonzero(rest & (m == mi))
@@ -95,6 +97,17 @@ class InflightMemory(RankTimes):
             out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
                                            self.lv.offload_activations)
         return out
+
+    def _pair_rises(self, r: int):
+        """(f, b) -> every plan's rise of the combined 1F1B's overlapped step of chunk f's forward
+        with chunk b's backward on rank ``r`` (planner.cost.pieces.pair_rise), each pair once."""
+        chunks, n, memo = self.chunks(r), self.n, {}
+
+        def rise(f: int, b: int) -> np.ndarray:
+            if (f, b) not in memo:
+                memo[f, b] = _column(pair_rise(chunks[f], chunks[b]), n)
+            return memo[f, b]
+        return rise
 
     def graph_pool(self, r: int) -> Num:
         """CUDA-graph static buffers of one GPU of rank ``r`` (an estimate:
@@ -144,6 +157,13 @@ class InflightMemory(RankTimes):
                 # No warm-up to speak of in the walked schedules: the most chunks the rank holds.
                 out[np.intersect1d(cols, sel)] = most_held(sched, b.pp, b.vpp, m, r)
         return out
+
+
+def _select(pairs, cols: np.ndarray):
+    """``pairs`` (f, b) -> every plan's pair rise, narrowed to the columns ``cols`` (None stays None)."""
+    if pairs is None:
+        return None
+    return lambda f, b: pairs(f, b)[cols]
 
 
 def most_held(sched: Schedule, pp: int, vpp: int, m: int, rank: int) -> tuple[int, ...]:
