@@ -128,3 +128,65 @@ def test_the_timeline_walks_the_pairs_to_the_peak(plan):
     assert any(s.order == "combined" for s, _ in costs.schedule_columns())
     for st in memory_report(setup).stages:
         assert max(e.total for e in stage_timeline(setup, st.rank)) == pytest.approx(st.peak_bytes, rel=1e-9)
+
+
+# ---- the MoE paged stash (full-iteration graphs of a dropless MoE model) ----------------------------
+GRAPHED = "ep=8,etp=1,mbs=4,precision=fp8,dispatcher=hybridep,ep_overlap=wgrad,cuda_graphs=full_iteration"
+
+
+def _qwen(plan: str):
+    return setup_for("qwen3-30b-a3b", "gb200-nvl72", plan, gpus=8, global_batch=512, seq_len=4096)
+
+
+def test_the_stash_factors_are_the_ones_the_launch_writes():
+    from planner.cost.terms.inflight_memory import EXPERT_RANK_CAPACITY_FACTOR, PAGED_STASH_CUDA_FACTOR
+    from planner.launchers.megatron.write import STATIC_MOE_ARGS
+
+    args = list(STATIC_MOE_ARGS)
+    assert float(args[args.index("--moe-paged-stash-buffer-size-factor-cuda") + 1]) == PAGED_STASH_CUDA_FACTOR
+    assert float(args[args.index("--moe-expert-rank-capacity-factor") + 1]) == EXPERT_RANK_CAPACITY_FACTOR
+
+
+def test_the_stash_takes_the_grouped_mlps_saved_tensors_at_the_balanced_load():
+    """One MoE layer stashes fc1's FP8 input, its bf16 output and fc2's FP8 input for the balanced
+    tokens (16,384 x top-8 on each of 8 EP ranks), whatever the assumed routing imbalance."""
+    for imbalance in (1.0, 1.3):
+        setup = setup_for("qwen3-30b-a3b", "gb200-nvl72", GRAPHED, gpus=8, global_batch=512, seq_len=4096,
+                          routing_imbalance=imbalance)
+        stash = float(costs_of(setup).stash_layer()[0])
+        tk, h, fe = 4 * 4096 * 8, 2048, 768
+        assert stash == pytest.approx(tk * h * (1 + 1 / 32) + 2 * tk * 2 * fe + tk * fe * (1 + 1 / 32))
+
+
+def test_stashed_tensors_leave_the_layer_for_the_buffer():
+    """With the graph the MoE layer keeps its stashed bytes less (they sit in the pages), its
+    transients gain the capacity-sized copies (1.5x), and the graph pool holds 1.2x the peak
+    in-flight stash: one micro-batch's 48 layers plus the one the overlapped step adds first."""
+    from planner.cost.terms.inflight_memory import FULL_ITERATION_INPUT_BYTES_PER_TOKEN
+
+    eager, graphed = costs_of(_qwen(GRAPHED.replace(",cuda_graphs=full_iteration", ""))), costs_of(_qwen(GRAPHED))
+    s = float(graphed.stash_layer()[0])
+    layer = lambda c: next(x for x in c.chunks(0)[0].at(0).layers if x.name.startswith("layer 0 "))  # noqa: E731
+    e, g = layer(eager), layer(graphed)
+    assert float(g.kept) == pytest.approx(float(e.kept) - s)
+    assert float(g.fwd_transient) == pytest.approx(float(e.fwd_transient) + 1.5 * s)
+    assert float(g.bwd_transient) == pytest.approx(float(e.bwd_transient) + 1.5 * s)
+    assert float(graphed.stash_peak(0)[0]) == pytest.approx(49 * s)
+    inputs = 16 * 4 * 4096 * FULL_ITERATION_INPUT_BYTES_PER_TOKEN
+    assert float(graphed.graph_pool(0)[0]) == pytest.approx(inputs + 1.2 * 49 * s)
+    assert float(eager.stash_peak(0)[0]) == 0.0
+
+
+def test_the_six_published_moe_runs_fit():
+    """Issue 41: the MoE runs that ran (gpt-oss-120b on GB200, bf16 and MXFP8; Qwen3-30B-A3B on
+    B300, GB200 and GB300, MXFP8 with full-iteration graphs and the paged stash) are predicted to fit."""
+    from planner.validate.evaluate import evaluate_run
+    from planner.validate.runs import load_runs
+
+    names = {"mb260401-gpt-oss-120b-gb200-bf16-64gpu", "mb2606-gpt-oss-120b-gb200-fp8mx-64gpu",
+             "mb2608-gpt-oss-120b-gb200-fp8mx-64gpu", "mb2606-qwen3-30b-a3b-b300-fp8mx-8gpu",
+             "mb2608-qwen3-30b-a3b-gb200-fp8mx-8gpu", "mb2608-qwen3-30b-a3b-gb300-fp8mx-8gpu"}
+    runs = [r for r in load_runs("tests/data/published_runs.yaml") if r.name in names]
+    assert len(runs) == 6
+    for run in runs:
+        assert evaluate_run(run).predicted["fits"], run.name

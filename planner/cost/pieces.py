@@ -640,7 +640,9 @@ GRAPH_POOL_SOURCE = (
     "PP4/VPP4 EP64 on GB200 (attn+moe_router+moe_preprocess, 16 layers a rank, 2-4 micro-batches in flight "
     "per chunk) it gives 18-24 GiB a rank, above the several GiB to 15 GiB public MoE reports state "
     "(capture OOMs: TransformerEngine issue 2543, Megatron-Bridge issue 3500). A full-iteration graph "
-    "(megatron/core/full_cuda_graph.py) has no per-layer buffers: only the step's inputs are static, and its "
+    "(megatron/core/full_cuda_graph.py) has no per-layer buffers: only the step's inputs are static (on an MoE "
+    "model with the paged stash's CUDA buffer, 1.2 x the peak in-flight expert activations at the balanced load: "
+    "megatron/core/transformer/moe/paged_stash.py allocate_stash_buffers), and its "
     "private pool keeps the activations' segments through the optimizer step (the reserved peak)")
 """Where the CUDA-graph pool line's number comes from (explain's memory breakdown)."""
 

@@ -4,13 +4,15 @@ that wait in host memory under activation offload."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.cost import activations as act
 from planner.cost.arrays import Num
 from planner.cost.pieces import (
-    ChunkMemory, PieceMemory, StackedPieces, chunks_from_pieces, graph_scope_bytes, pair_rise, peak_over_profiles,
+    ChunkMemory, LayerMemory, PieceMemory, StackedPieces, chunks_from_pieces, graph_scope_bytes, pair_rise, peak_over_profiles,
 )
 from planner.cost.schedule import inflight_end_of_warmup, profile_microbatches
 from planner.cost.schedules.inflight import MEGATRON_ORDERS, held_matrix
@@ -27,6 +29,50 @@ FULL_ITERATION_INPUT_BYTES_PER_TOKEN = 3 * 8 + 4
 """Full-iteration graphs' static inputs per token: int64 tokens, labels and position ids and an fp32
 loss mask (Megatron's GPT batch, megatron/training/utils.py get_batch_on_this_tp_rank), copied into
 static buffers for every micro-batch of the step (megatron/core/full_cuda_graph.py StaticBufferLoader)."""
+
+
+PAGED_STASH_CUDA_FACTOR = 1.2
+"""The paged stash's CUDA buffer over the balanced load's stash (--moe-paged-stash-buffer-size-factor-cuda
+1.2): what planner writes with cuda_graphs=full_iteration on a dropless MoE model
+(planner/launchers/megatron/write.py STATIC_MOE_ARGS, the Megatron-Bridge 26.06+ MoE recipes';
+Megatron-Core 0.19's default is 1.10, TransformerConfig.moe_paged_stash_buffer_size_factor_cuda)."""
+
+EXPERT_RANK_CAPACITY_FACTOR = 1.5
+"""The per-rank expert token capacity over the balanced load (--moe-expert-rank-capacity-factor 1.5,
+written with the paged stash: write.STATIC_MOE_ARGS): the static row count of the experts' inputs
+(megatron/core/transformer/moe/experts.py TEGroupedMLP: max_num_tokens, avg = max // factor)."""
+
+STASHED_TERMS = frozenset({"moe.fc1_input", "moe.fc1_output", "moe.act_output"})
+"""The saved tensors the paged stash takes (planner.cost.activations.moe_terms' names): those Transformer
+Engine's fused grouped MLP saves and stamps ``grouped_tensor_scale_inv`` (fc1's input, its output
+before the activation, fc2's input), the only ones PagedStashManager.on_save_for_backward pages
+(megatron/core/transformer/moe/paged_stash.py); the router, norms and attention stay as they are."""
+
+
+def without_stash(chunk: ChunkMemory, stash: Num, capacity: float) -> ChunkMemory:
+    """``chunk`` with each MoE layer's stashed tensors (``stash`` bytes at the balanced load) moved out
+    of its kept bytes into the stash buffer, and their static-shape copies as transients: a layer's
+    forward saves them at the capacity's row count until its group commits them to the pages
+    (paged_stash_group_commit -> stash_paged_tensors), and its backward reloads them into
+    capacity-sized tensors (reload_from_stash), so both transients grow by ``capacity`` x ``stash``."""
+    out = []
+    for layer in chunk.layers:
+        piece = layer.piece
+        if isinstance(piece, tuple) and piece and piece[0] == "moe":
+            layer = LayerMemory(layer.name, layer.kept - stash, layer.fwd_transient + capacity * stash,
+                                layer.bwd_transient + capacity * stash, layer.full - stash, piece)
+        out.append(layer)
+    return ChunkMemory(chunk.index, tuple(out))
+
+
+def stash_only(chunk: ChunkMemory, stash: Num) -> ChunkMemory:
+    """The chunk's stashed bytes alone (each MoE layer ``stash``, nothing else, no transients): the
+    in-flight stash PagedStashManager counts on save and releases on reload (its
+    max_avg_tokens_across_vp_stages, the peak the CUDA buffer is sized from)."""
+    layers = tuple(LayerMemory(layer.name, stash if isinstance(layer.piece, tuple) and layer.piece
+                               and layer.piece[0] == "moe" else 0.0, 0.0, 0.0, 0.0, layer.piece)
+                   for layer in chunk.layers)
+    return ChunkMemory(chunk.index, layers)
 
 
 class InflightMemory(RankTimes):
@@ -46,9 +92,45 @@ class InflightMemory(RankTimes):
     def chunks(self, r: int) -> tuple[ChunkMemory, ...]:
         """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``, every plan's."""
         key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
-        return self._memo("chunks", r, key, self.lv.offload_activations, fn=lambda: self._chunks(r))
+        return self._memo("chunks", r, key, self.lv.offload_activations, self.paged_stash(), fn=lambda: self._chunks(r))
+
+    def paged_stash(self) -> bool:
+        """Whether the plan runs the MoE paged stash: a full-iteration graph of a dropless MoE model
+        needs it (planner.search.space.STATIC_MOE_FEATURES; the launch writes it with the graph)."""
+        return self.lv.cuda_graphs.kind == "full_iteration" and self.ctx.model.is_moe
+
+    def stash_layer(self) -> np.ndarray:
+        """Bytes one MoE layer stashes per micro-batch at the balanced load (the stash counts
+        avg_num_tokens, the capacity's rows over its factor: TEGroupedMLP), every plan's: the
+        :data:`STASHED_TERMS` recompute keeps, in their stored precision."""
+        def one(v):
+            pm = self.ctx.piece_memory(v)
+            sh = dataclasses.replace(pm.sh, imbalance=1.0)
+            terms = tuple(t for t in act.layer_terms(pm.model, sh, "moe") if t.name in STASHED_TERMS)
+            kept = act.kept_bytes(terms, full=v.recompute.kind == "full", drop=pm.drop, fp8=pm.fp8, fp4=bool(pm.sh.fp4))
+            return _column(kept, len(self.ctx.keys.pk_first))[self.ctx.keys.pk_of[self.batch.key_rows]]
+        key = tuple((v.recompute, v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("stash_layer", key, fn=lambda: self._per_variant(one))
 
     def _chunks(self, r: int) -> tuple[ChunkMemory, ...]:
+        chunks = self._eager_chunks(r)
+        if not self.paged_stash():
+            return chunks
+        stash = self.stash_layer()
+        return tuple(without_stash(c, stash, EXPERT_RANK_CAPACITY_FACTOR) for c in chunks)
+
+    def stash_peak(self, r: int) -> np.ndarray:
+        """The most stashed bytes rank ``r`` holds at once over its schedule (0 without the paged
+        stash): its chunks' stash alone (:func:`stash_only`) over the same in-flight vectors and
+        overlapped steps as the activations."""
+        if not self.paged_stash():
+            return _column(0.0, self.n)
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        stash = self.stash_layer()
+        return self._memo("stash_peak", r, key, fn=lambda: self._schedule_peak(
+            r, tuple(stash_only(c, stash) for c in self._eager_chunks(r)), offload=False, wgrad=False))
+
+    def _eager_chunks(self, r: int) -> tuple[ChunkMemory, ...]:
         variants = self.batch.variants
         fulls = tuple(v.memory_full_layers(r) for v in variants)
         # Layer-level offload is one way of offloading activations: a plan without offload keeps them.
@@ -64,11 +146,17 @@ class InflightMemory(RankTimes):
         """Highest activation + transient bytes of rank ``r`` over its schedule (exact maximum over
         the distinct in-flight vectors before each forward and backward)."""
         key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
-        return self._memo("act_peak", r, key, self.lv.offload_activations, fn=lambda: self._activation_peak(r))
+        return self._memo("act_peak", r, key, self.lv.offload_activations, self.paged_stash(),
+                          fn=lambda: self._activation_peak(r))
 
     def _activation_peak(self, r: int) -> np.ndarray:
+        return self._schedule_peak(r, self.chunks(r), self.lv.offload_activations, wgrad=True)
+
+    def _schedule_peak(self, r: int, chunks: tuple[ChunkMemory, ...], offload: bool, wgrad: bool) -> np.ndarray:
+        """Highest held + rise bytes of ``chunks`` on rank ``r`` over its schedule; ``wgrad``: with
+        the bytes held between input and weight gradient where the schedule splits the backward
+        (else none: the stash keeps nothing for W)."""
         b, n = self.batch, self.n
-        chunks = self.chunks(r)
         kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
         out = np.empty(n)
         rest = np.ones(n, dtype=bool)
@@ -78,36 +166,26 @@ class InflightMemory(RankTimes):
         for sched, sel in self.schedule_columns():
             # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
             # bytes held between input and weight gradient where it splits the backward.
-            held = np.concatenate([kept, self.wgrad_kept(r)]) if sched.splits_backward else kept
+            held = np.concatenate([kept, self.wgrad_kept(r) if wgrad else np.zeros_like(kept)]) \
+                if sched.splits_backward else kept
             rest[sel] = False
             per = m[sel] if sched.order in MEGATRON_ORDERS else b.micro_batches[sel]
-            pairs = self._pair_rises(r) if sched.order == "combined" else None
+            pairs = _pair_rises(chunks, n) if sched.order == "combined" else None
             for mi in np.unique(per):
                 cols = sel[per == mi]
                 out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
-                                               self.lv.offload_activations, schedule=sched,
+                                               offload, schedule=sched,
                                                pair_rises=_select(pairs, cols))
         if not rest.all():
             for mi in np.unique(m[rest]):
                 cols = np.flatnonzero(rest & (m == mi))
                 out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
-                                               self.lv.offload_activations)
+                                               offload)
             return out
         for mi, cols in self._buckets(m, "profile_m"):
             out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
-                                           self.lv.offload_activations)
+                                           offload)
         return out
-
-    def _pair_rises(self, r: int):
-        """(f, b) -> every plan's rise of the combined 1F1B's overlapped step of chunk f's forward
-        with chunk b's backward on rank ``r`` (planner.cost.pieces.pair_rise), each pair once."""
-        chunks, n, memo = self.chunks(r), self.n, {}
-
-        def rise(f: int, b: int) -> np.ndarray:
-            if (f, b) not in memo:
-                memo[f, b] = _column(pair_rise(chunks[f], chunks[b]), n)
-            return memo[f, b]
-        return rise
 
     def graph_pool(self, r: int) -> Num:
         """CUDA-graph static buffers of one GPU of rank ``r`` (an estimate:
@@ -116,7 +194,8 @@ class InflightMemory(RankTimes):
         graphs = self.lv.cuda_graphs
         if not graphs:
             return 0.0
-        return self._memo("graph_pool", r, graphs, self._row("ep_overlap"), fn=lambda: self._graph_pool(r, graphs))
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("graph_pool", r, graphs, key, fn=lambda: self._graph_pool(r, graphs))
 
     def _graph_pool(self, r: int, graphs: CudaGraphs) -> np.ndarray:
         ctx, b = self.ctx, self.batch
@@ -125,8 +204,13 @@ class InflightMemory(RankTimes):
             # FullCudaGraphWrapper): no per-layer static buffers; its intermediates are the
             # activations eager holds, in the graph's pool; static are only the step's inputs
             # (StaticBufferLoader: every micro-batch's tokens, labels, positions, loss mask).
+            # On an MoE model the paged stash's CUDA buffer too, allocated once at the second step
+            # and referenced by the graph (megatron/core/transformer/moe/paged_stash.py
+            # paged_stash_reset -> allocate_stash_buffers: pages for factor x the peak in-flight
+            # stash at the balanced load), held through the whole step, optimizer included.
             mbs = np.tile(ctx.keys.col["mbs"][b.key_rows], len(b.variants))  # columns: variant-major
-            return _column(b.micro_batches * mbs * ctx.job.seq_len * FULL_ITERATION_INPUT_BYTES_PER_TOKEN, self.n)
+            inputs = _column(b.micro_batches * mbs * ctx.job.seq_len * FULL_ITERATION_INPUT_BYTES_PER_TOKEN, self.n)
+            return inputs + PAGED_STASH_CUDA_FACTOR * self.stash_peak(r)
         sh = ctx.shard(self.lv, b.rows, True)
         per_slot = {kind: graph_scope_bytes(ctx.model, sh, kind, graphs) for kind in set(ctx.model.layer_kinds)}
         held = self._memo("end_of_warmup", r, self._row("ep_overlap"), fn=lambda: self._end_of_warmup(r))
@@ -157,6 +241,18 @@ class InflightMemory(RankTimes):
                 # No warm-up to speak of in the walked schedules: the most chunks the rank holds.
                 out[np.intersect1d(cols, sel)] = most_held(sched, b.pp, b.vpp, m, r)
         return out
+
+
+def _pair_rises(chunks: tuple[ChunkMemory, ...], n: int):
+    """(f, b) -> every plan's rise of the combined 1F1B's overlapped step of chunk f's forward with
+    chunk b's backward (planner.cost.pieces.pair_rise), each pair once."""
+    memo: dict[tuple[int, int], np.ndarray] = {}
+
+    def rise(f: int, b: int) -> np.ndarray:
+        if (f, b) not in memo:
+            memo[f, b] = _column(pair_rise(chunks[f], chunks[b]), n)
+        return memo[f, b]
+    return rise
 
 
 def _select(pairs, cols: np.ndarray):
