@@ -190,3 +190,20 @@ def test_the_six_published_moe_runs_fit():
     assert len(runs) == 6
     for run in runs:
         assert evaluate_run(run).predicted["fits"], run.name
+
+
+def test_the_stash_host_buffer_is_host_memory_from_the_launch():
+    """--moe-paged-stash-buffer-size-factor-cpu 1.0 with a full-iteration graph: a pinned host
+    buffer of 1.0 x the peak stash per GPU (the sign only picks the sizing rule); none without it
+    or without the graph."""
+    from planner.launchers.megatron.read import assumptions_from_flags
+
+    flags = {"cuda_graph_impl": "full_iteration", "moe_paged_stash": True, "moe_paged_stash_buffer_size_factor_cpu": -1.0}
+    assert assumptions_from_flags(flags)["paged_stash_host_factor"] == 1.0
+    assert "paged_stash_host_factor" not in assumptions_from_flags({**flags, "cuda_graph_impl": "none"})
+    assert "paged_stash_host_factor" not in assumptions_from_flags({**flags, "moe_paged_stash_buffer_size_factor_cpu": 0.0})
+    setup = setup_for("qwen3-30b-a3b", "gb200-nvl72", GRAPHED, gpus=8, global_batch=512, seq_len=4096,
+                      paged_stash_host_factor=1.0)
+    costs = costs_of(setup)
+    assert float(costs.host_bytes(0)[0]) == pytest.approx(float(costs.stash_peak(0)[0]))
+    assert float(costs_of(_qwen(GRAPHED)).host_bytes(0)[0]) == 0.0

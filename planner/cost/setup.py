@@ -101,6 +101,12 @@ class Assumptions(Spec):
     arguments): with an activation-offload plan, the saved activations of the model's first N
     decoder layers wait in host memory, the rest stay on the GPU (planner.cost.pieces
     .offloaded_to_host). 0: offload=activations is the fine-grained offload of whole chunks."""
+    paged_stash_host_factor: float = Field(0.0, ge=0.0, le=100.0)
+    """The MoE paged stash's pinned host buffer over the balanced load's peak stash (Megatron
+    --moe-paged-stash-buffer-size-factor-cpu, magnitude; read from a run's launch arguments with a
+    full-iteration graph): host memory each GPU holds for the stash's spill
+    (megatron/core/transformer/moe/paged_stash.py allocate_stash_buffers). 0: no host buffer, what
+    planner's launch writes and Megatron-Core 0.19's default."""
     cuda_graphs: Literal["none", "scoped", "full_iteration"] = "none"
     """CUDA graphs of the run (Megatron --cuda-graph-impl; read from a run's launch arguments):
     none (eager, Megatron's default), scoped (per-layer graphs of the modules in

@@ -120,9 +120,13 @@ class PeakMemory(StaticMemory, InflightMemory):
         return stranded_expert_bytes(ctx.model, layers, d.ep, d.etp, sp, workload.stranding_ratio.value, temps)
 
     def host_bytes(self, r: int) -> np.ndarray:
-        """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, and with activation
-        offload the activations of the chunks in flight at the end of the warm-up."""
+        """Host memory one GPU of rank ``r`` needs: offloaded optimizer state, with activation
+        offload the activations of the chunks in flight at the end of the warm-up, and with the
+        MoE paged stash its pinned host buffer (Assumptions.paged_stash_host_factor x the peak
+        stash, allocated beside the CUDA one: paged_stash.py allocate_stash_buffers)."""
         total = _column(self.constant(r).host_optimizer, self.n)
+        if self.paged_stash():
+            total = total + self.ctx.assumptions.paged_stash_host_factor * self.stash_peak(r)
         if self.lv.offload_activations:
             total = total + self.host_activation_bytes(r)
         return total

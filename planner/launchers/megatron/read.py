@@ -307,9 +307,11 @@ _USED_DESTS = {
     "delay_wgrad_compute", "use_transformer_engine_op_fuser",
 }
 
-_STATIC_MOE_DESTS = {"moe_expert_rank_capacity_factor", "moe_paged_stash", "moe_paged_stash_buffer_size_factor_cuda"}
+_STATIC_MOE_DESTS = {"moe_expert_rank_capacity_factor", "moe_paged_stash", "moe_paged_stash_buffer_size_factor_cuda",
+                     "moe_paged_stash_buffer_size_factor_cpu"}
 """With --cuda-graph-impl full_iteration, part of the plan's cuda_graphs=full_iteration on a dropless MoE
-model (the static expert shapes the writer writes with it: write.STATIC_MOE_ARGS); elsewhere not modeled."""
+model (the static expert shapes the writer writes with it: write.STATIC_MOE_ARGS; the host buffer's factor
+as Assumptions.paged_stash_host_factor, assumptions_from_flags); elsewhere not modeled."""
 
 
 @dataclass
@@ -776,6 +778,10 @@ def assumptions_from_flags(values: dict) -> dict:
         impl = "transformer_engine"
     if impl == "full_iteration":
         out["cuda_graphs"] = "full_iteration"
+        cpu = values.get("moe_paged_stash_buffer_size_factor_cpu")
+        if values.get("moe_paged_stash") and cpu:
+            # the sign only picks the sizing rule (avg- or max-based); planner sizes from the average
+            out["paged_stash_host_factor"] = abs(float(cpu))
     elif impl in ("local", "transformer_engine"):
         mods = values.get("cuda_graph_modules") or values.get("cuda_graph_scope_deprecated") or []
         mods = [mods] if isinstance(mods, str) else list(mods)
