@@ -217,7 +217,8 @@ def reserved_lines(mj: dict) -> list[str]:
     w = rb["gemm_workspaces"]
     out.append(f"  cuBLAS/TE workspaces: {w['streams']} streams x {g(w['bytes_each'])}")
     out.append(f"  CUDA-graph pools: {g(rb['graph_pools']['bytes'])}"
-               + (" (estimate: static buffers per captured scope and micro-batch in flight)"
+               + (" (estimate: static buffers per captured scope and micro-batch in flight; a full-iteration "
+                     "graph's step inputs and, on MoE, the paged stash's CUDA buffer)"
                   if rb["graph_pools"]["bytes"] else " (no CUDA graphs)"))
     if rb["attention_score_buffer_bytes"]:
         out.append(f"  attention-score buffer (local spec): {g(rb['attention_score_buffer_bytes'])}")
