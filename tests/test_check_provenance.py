@@ -13,8 +13,8 @@ from planner.launchers.common import header_facts, launch_world, recipe_system, 
 
 QWEN = ["--model", "qwen3-235b-a22b", "--hw", "h100", "--gpus", "512", "--global-batch", "1024",
         "--plan", "tp=2,pp=8,vpp=4,ep=16,layout=Ett|(ttt|)*30ttL"]
-# The issue's example ran EP 32, which fits on the H100s by 0.9 GiB (76.1 of 77.0) since the default memory margin became
-# 0.27 % (2e3e259); EP 16 holds twice the experts per GPU: 79.1 GiB, over the H100s' capacity.
+# The issue's example ran EP 32, at the H100s' edge (it fitted by 0.9 GiB under the 0.27 % default margin of 2e3e259);
+# EP 16 holds twice the experts per GPU: 79.1 GiB, over the H100s' capacity under any default margin.
 LAUNCH_OPTION = {"megatron": "--megatron-args", "bridge": "--bridge"}
 
 

@@ -155,10 +155,12 @@ def test_rederived_margin_is_the_held_out_reserved_shortfall():
     rows = samples()
     held_out(rows)
     s = summary(rows)
-    # 46 runs in the fit (each predicted by the fit without its configuration) and 15 held out of
-    # every fit (issue 41's 2.4-13 GiB runs and the CUDA-graph lease's eager runs): none of those
-    # below its measured reserved peak
-    assert s["runs"] == 61 and s["held_out_below_measured"] == 4
-    assert all(r["loo_error"] >= 0 for r in rows if r["kind"] == "held-out")
+    # 46 runs in the fit (each predicted by the fit without its configuration) and 26 held out of
+    # every fit (issue 41's 2.4-13 GiB runs, the first CUDA-graph lease's eager runs; the second
+    # lease's 12-30 GiB knee runs and eager drop-and-pad MoE runs): two of the second lease's below
+    # their measured reserved peak (-1.9 %, -2.1 %), which sets the margin
+    assert s["runs"] == 72 and s["held_out_below_measured"] == 6
+    below = sorted(r["run"] for r in rows if r["kind"] == "held-out" and r["loo_error"] < 0)
+    assert below == ["graph2-moe128x2-s2k-b2-pad-none", "knee-gqa2-s4k-b1-coreattn"]
     assert REDERIVED_MARGIN == math.ceil(s["held_out_worst_shortfall"] * 1e4) / 1e4
     assert s["in_fit_error_min"] >= 0  # the fit's own rule: none below its measurement

@@ -1,6 +1,7 @@
 """CUDA-graph memory (issue 39): planner's predicted peaks with and without graphs against the
-H200 runs of benchmarks/gpu/configs.py GRAPHS (results/validation/gpu-raw/cuda-graphs, measured by
-run_graphs_small.sh with Megatron-Core's local graphs).
+H200 runs of benchmarks/gpu/configs.py GRAPHS and GRAPHS2 (results/validation/gpu-raw/cuda-graphs and
+cuda-graphs-2, measured by run_graphs_small.sh and run_graphs2_knee.sh with Megatron-Core's local
+graphs and its full-iteration wrapper).
 
     PYTHONPATH=$PWD python -m benchmarks.gpu.graph_memory [--markdown]
 
@@ -16,7 +17,10 @@ import argparse
 import json
 
 GiB = 2**30
-FOLDER = "cuda-graphs"
+FOLDERS = ("cuda-graphs", "cuda-graphs-2")
+"""The two leases: GRAPHS (2026-12-05, first) and GRAPHS2 (full iteration, drop-and-pad MoE; second).
+A run measured in both counts from the later lease; a failed run (its JSON holds the error) from
+neither."""
 
 
 def eager_twin(name: str) -> str:
@@ -44,7 +48,7 @@ def predicted(name: str) -> tuple[float, float]:
 def rows() -> list[dict]:
     from benchmarks.gpu.compare import measured
 
-    runs = measured(FOLDER)
+    runs = {name: r for folder in FOLDERS for name, r in measured(folder).items()}
     out = []
     for name, r in sorted(runs.items()):
         twin = runs.get(eager_twin(name))

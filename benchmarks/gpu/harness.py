@@ -357,9 +357,25 @@ class Run:
             fb = self._full_graph
         # Interleaved 1F1B takes one iterator per chunk; each chunk draws every micro-batch.
         it = [iter(data) for _ in self.chunks] if len(self.chunks) > 1 else iter(data)
-        return fb(forward_step_func=self.forward_step, data_iterator=it, model=self.chunks,
+        kw = dict(forward_step_func=self.forward_step, data_iterator=it, model=self.chunks,
                   num_microbatches=self.cfg.micro_batches, seq_length=self.cfg.seq,
                   micro_batch_size=self.cfg.mbs, forward_only=False)
+        if self.cfg.cuda_graphs != "full_iteration" or not self.cuda:
+            return fb(**kw)
+        # The eager warm-up steps run on the capture stream too: torch builds without
+        # autograd.graph.set_override_stale_capture_stream (pytorch/pytorch#180090; torch 2.11 on the
+        # device) keep the gradient-accumulation nodes' stream of the first backward, and a capture
+        # on another stream then fails ("operation would make the legacy stream depend on a
+        # capturing blocking stream"; megatron/core/full_cuda_graph.py warns of it).
+        from megatron.core.full_cuda_graph import get_shared_capture_stream
+
+        torch = self.torch
+        stream = get_shared_capture_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            out = fb(**kw)
+        torch.cuda.current_stream().wait_stream(stream)
+        return out
 
     def step(self, data) -> dict:
         """One training step with the memory peaks of its two phases."""

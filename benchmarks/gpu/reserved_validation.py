@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-REDERIVED_MARGIN = 0.0027
+REDERIVED_MARGIN = 0.0217
 """The memory margin the held-out shortfall gives (summary()['held_out_worst_shortfall'] rounded
 up at the fourth decimal): see planner/inputs.py DEFAULT_MEMORY_MARGIN."""
 MULTI = ROOT / "results" / "validation" / "multi-gpu-raw" / "megatron"
@@ -49,6 +49,10 @@ def samples() -> list[dict]:
     # the small ones', results/validation/gpu-memory.md "Small peaks", so the fit stays as it was.)
     runs += [(name, r, 0, "held-out") for name, r in measured("small-peaks").items()]
     runs += [(name, r, 0, "held-out") for name, r in measured("cuda-graphs").items() if name.endswith("-none")]
+    # The second lease (2026-12-05, an H100 80GB: the same caching allocator, torch and Megatron-Core):
+    # issue 41's knee runs (KNEE_HOLDOUT, 12-30 GiB) and the eager runs of GRAPHS2, held out likewise.
+    runs += [(name, r, 0, "held-out") for name, r in measured("knee").items()]
+    runs += [(name, r, 0, "held-out") for name, r in measured("cuda-graphs-2").items() if name.endswith("-none")]
     out = []
     for name, r, pp_rank, kind in runs:
         setup = planner_setup(by_name(name))
@@ -126,7 +130,7 @@ def held_out(rows: list[dict]) -> None:
 
 
 def summary(rows: list[dict]) -> dict:
-    errs = [r["error"] for r in rows]
+    errs = [r["error"] for r in rows if r["kind"] != "held-out"]  # the runs the workload model was fit on
     loo = [r["loo_error"] for r in rows]
     under = [e for e in loo if e < 0]
     return {"runs": len(rows), "in_fit_error_min": min(errs), "in_fit_error_max": max(errs),

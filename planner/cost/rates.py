@@ -402,19 +402,25 @@ def under_graphs(rates: Rates, graphs) -> Rates:
     captured (full iteration, scoped:layer) no kernel of a layer is launched one by one, and the
     Transformer Engine MoE layer's eager Python (after its host sync on the token counts) runs
     only where its router and preprocessing are not captured (the scoped constant where they
-    are, none with the moe module captured). The local spec's per-call costs stay (its graphs are
-    not modeled apart). Absolute: the result depends on ``graphs``, not on the assumptions
-    ``rates`` were built with."""
+    are, none with the moe module captured). On the local spec a replayed layer runs none of its
+    Python either (the linear calls' and the MoE layer's per-call costs): measured on one H100
+    with Megatron-Core's local graphs of whole drop-and-pad MoE layers, 16-128 experts, the step
+    fell from 209-557 ms eager to 115-174 ms (results/validation/gpu-memory.md, CUDA graphs, second
+    lease). Absolute: the result depends on ``graphs``, not on the assumptions ``rates`` were built
+    with."""
     captured = graphs.layers_captured
     launch = 0.0 if captured else rates.host_launch_eager_s
     moe = rates.moe_layer_host_s
+    linear = rates.linear_host_s
     if not rates.torch_optimizer:  # Transformer Engine (the local spec sets torch_optimizer)
         te = (0.0 if captured or graphs.captures("moe") else
               rates.te_moe_host_scoped_s if graphs.captures("moe_router") else rates.te_moe_host_eager_s)
         moe = (te, te)
-    if launch == rates.host_launch_s and moe == rates.moe_layer_host_s:
+    elif captured:
+        moe, linear = (0.0, 0.0), (0.0, 0.0)
+    if launch == rates.host_launch_s and moe == rates.moe_layer_host_s and linear == rates.linear_host_s:
         return rates
-    return replace(rates, host_launch_s=launch, moe_layer_host_s=moe)
+    return replace(rates, host_launch_s=launch, moe_layer_host_s=moe, linear_host_s=linear)
 
 
 def combined_stage_host_s(rates: Rates, graphs) -> float:

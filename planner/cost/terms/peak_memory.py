@@ -42,20 +42,20 @@ class PeakMemory(StaticMemory, InflightMemory):
         if wl is None:
             return (self.peak_bytes(r) + self._graph_hold(r)) * (1 + ctx.allocator_fraction)
         base, act_peak, stranded, recomputes = self._workload_inputs(r)
-        return workload_reserved(wl, base + act_peak, self._optimizer_top(r, base, act_peak), act_peak, stranded,
+        return workload_reserved(wl, base + act_peak, self._optimizer_top(r, base, act_peak, stranded), act_peak, stranded,
                                  recomputes=recomputes, pipelined=self.batch.pp > 1)
 
-    def _optimizer_top(self, r: int, base, act_peak):
-        """What the allocator holds at the optimizer step. Graphs of whole layers keep the
-        forward-backward's activations in their private pool (torch.cuda.graph(pool=...): the
-        pool's segments stay reserved for the replays and the caching allocator gives them to
-        nothing else; Megatron captures the layers or the forward-backward, not the optimizer), so
-        the step's temporaries come on top of them; eager, they reuse the activations' freed
-        segments. Measured on H200 (results/validation/gpu-memory.md, CUDA graphs): whole-layer
-        graphs raise the reserved peak by 4.8-6.0 GiB, the optimizer temporaries and the static
-        buffers; partial scopes are not measured and keep the eager rule."""
+    def _optimizer_top(self, r: int, base, act_peak, stranded=0.0):
+        """What the allocator holds at the optimizer step. Graphs of whole layers allocate the
+        forward-backward from their private pool (torch.cuda.graph(pool=...): its segments stay
+        reserved for the replays and the caching allocator gives them to nothing else; Megatron
+        captures the layers or the forward-backward, not the optimizer), so the step's temporaries
+        and the per-expert blocks that eager activations partly reuse (``stranded``) take segments of
+        their own on top; eager, they reuse the activations' freed segments. Measured
+        (results/validation/gpu-memory.md, CUDA graphs): whole-layer graphs raise the reserved peak
+        by 4.0-6.0 GiB on dense and 16-128-expert layers; partial scopes keep the eager rule."""
         if self.lv.cuda_graphs.layers_captured:
-            return base + act_peak + self.optimizer_transient(r)
+            return base + act_peak + stranded + self.optimizer_transient(r)
         return base + self.optimizer_transient(r)
 
     def _graph_hold(self, r: int):
@@ -96,7 +96,7 @@ class PeakMemory(StaticMemory, InflightMemory):
                     "graph_pool_hold": _column(hold, n)}
         base, act_peak, stranded, recomputes = self._workload_inputs(r)
         eager_top = np.maximum(base + act_peak + stranded, base + self.optimizer_transient(r))
-        top = np.maximum(eager_top, self._optimizer_top(r, base, act_peak))
+        top = np.maximum(eager_top, self._optimizer_top(r, base, act_peak, stranded))
         return {"stranded": _column(eager_top - peak, n),
                 "graph_pool_hold": _column(top - eager_top, n),
                 "partial_segments": _column(top * wl.peak_fraction.value, n),
