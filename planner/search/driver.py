@@ -432,13 +432,14 @@ WANT_FACTOR = 4
 """The first enumeration holds this many times K plans: the default command walks some 3.4 K plans
 before the K-th walked time is proven (the walk exceeds the estimate by up to 4.6 % there), and a
 second enumeration costs the branch and bound again."""
-MAX_WALK_FACTOR = 16
-"""At most this many times K plans are enumerated for the best-first walk (the default command
-proves its order at 640 plans for the 40 of its pool); beyond it the walked order holds among the
-enumerated plans only (FEASIBLE). Spaces with zero-bubble or DualPipe schedules enumerate once
-(WANT_FACTOR): their slacks (planner.search.bounds.WALK_SLACK, 5-15 %) would have the walk take most
-of the space (Llama 3.1 8B on 8 H100s under torchtitan: 640 plans walked, still not proven, some
-7 times the search's CPU time)."""
+MAX_WALK_FACTOR = WANT_FACTOR
+"""At most this many times K plans are enumerated for the best-first walk; beyond it the walked
+order holds among the enumerated plans only (FEASIBLE). One enumeration: a second one costs the
+branch and bound again, and after main's memory and rule changes of 2026-12-05 the default command
+no longer proves its order even at 16 K (640 plans walked, FEASIBLE) while taking well over the
+1.25x speed budget. Zero-bubble or DualPipe spaces would walk most of the space with their slacks
+(planner.search.bounds.WALK_SLACK, 5-15 %: Llama 3.1 8B on 8 H100s under torchtitan, 640 plans
+walked, still not proven, some 7 times the search's CPU time)."""
 MAX_WANT_FACTOR = 128
 """At most this many times K plans are enumerated while the exact memory model rejects the tables'."""
 
