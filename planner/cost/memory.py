@@ -181,8 +181,15 @@ def _first_candidate(sched: Schedule, b, m: int, rank: int, chunks, kept: list, 
     # Kinds as planner.cost.schedule.KINDS numbers them: F rises by the forward's rise, I and B by
     # the backward's, W by nothing (it is never a moment).
     rise = np.select([kinds == 0, (kinds == 1) | (kinds == 2)], [fwd[chunk], bwd[chunk]], -np.inf)
+    rises: dict[tuple[int, int], float] = {}  # a few distinct (forward, backward) chunk pairs
     for k, other in (pairs or {}).items():  # the combined 1F1B's pairs rise as one step
-        rise[k] = -np.inf if other is None else pair_rise(chunks[int(chunk[k])], chunks[other])
+        if other is None:
+            rise[k] = -np.inf
+            continue
+        f = int(chunk[k])
+        if (f, other) not in rises:
+            rises[f, other] = float(pair_rise(chunks[f], chunks[other]))
+        rise[k] = rises[f, other]
     hit = np.flatnonzero(total + rise >= level - 1e-6 * max(abs(level), 1.0))
     return int(hit[0]) if len(hit) else len(kinds)
 
