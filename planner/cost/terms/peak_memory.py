@@ -40,7 +40,7 @@ class PeakMemory(StaticMemory, InflightMemory):
         ctx = self.ctx
         wl = ctx.allocator_workload
         if wl is None:
-            return (self.peak_bytes(r) + self._graph_hold(r)) * (1 + ctx.allocator_fraction)
+            return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
         base, act_peak, stranded, recomputes = self._workload_inputs(r)
         return workload_reserved(wl, base + act_peak, self._optimizer_top(r, base, act_peak, stranded), act_peak, stranded,
                                  recomputes=recomputes, pipelined=self.batch.pp > 1)
@@ -58,16 +58,6 @@ class PeakMemory(StaticMemory, InflightMemory):
             return base + act_peak + stranded + self.optimizer_transient(r)
         return base + self.optimizer_transient(r)
 
-    def _graph_hold(self, r: int):
-        """What the graphs' private pool holds above the allocated peak of rank ``r`` at the optimizer
-        step (_optimizer_top's rule, for profiles without the workload model, e.g. Blackwell, where
-        reserved is the allocated peak times a measured fraction): the smaller of the activation peak
-        and the step's temporaries, with whole-layer graphs; 0 eager."""
-        if not self.lv.cuda_graphs.layers_captured:
-            return _column(0.0, self.n)
-        base = self.constant(r).total + self.buffers(r)
-        return np.maximum(self._optimizer_top(r, base, self.activation_peak(r)) - self.peak_bytes(r), 0.0)
-
     def _workload_inputs(self, r: int):
         """What the allocator workload model reads of rank ``r`` (one place for reserved_bytes and
         reserved_terms): constant memory plus buffers, the activation peak, the stranded expert
@@ -84,16 +74,19 @@ class PeakMemory(StaticMemory, InflightMemory):
         (they sum to reserved minus allocated): with the workload model, 'stranded' (expert blocks
         the forward-backward peak cannot reuse, beyond the allocated peak), 'partial_segments'
         (the peak fraction), 'small_pool' (the fixed bytes), 'recompute' and 'pipeline' (shares of
-        the activation peak); otherwise 'allocator_fraction' (a measured share of the peak); with
-        both, 'graph_pool_hold' (the graphs' pool kept through the optimizer step, _optimizer_top)."""
+        the activation peak) and 'graph_pool_hold' (the graphs' pool kept through the optimizer
+        step, _optimizer_top); otherwise 'allocator_fraction' (a measured share of the peak)."""
         ctx = self.ctx
         wl = ctx.allocator_workload
         peak = self.peak_bytes(r)
         n = self.n
         if wl is None:
-            hold = self._graph_hold(r)
-            return {"allocator_fraction": _column((peak + hold) * ctx.allocator_fraction, n),
-                    "graph_pool_hold": _column(hold, n)}
+            # The graphs' pool hold (_optimizer_top) is not applied here: the search's memory tables
+            # bound a plan by W + C + max(A, OT) and do not carry it, so on profiles without the
+            # workload model (Blackwell) the exact check rejected the tables' edge plans and the
+            # default search re-enumerated (6.8 -> 21 s CPU, 2026-12-05); measured only on Hopper.
+            return {"allocator_fraction": _column(peak * ctx.allocator_fraction, n),
+                    "graph_pool_hold": _column(0.0, n)}
         base, act_peak, stranded, recomputes = self._workload_inputs(r)
         eager_top = np.maximum(base + act_peak + stranded, base + self.optimizer_transient(r))
         top = np.maximum(eager_top, self._optimizer_top(r, base, act_peak, stranded))
