@@ -1105,11 +1105,18 @@ def flag_calibration(runs: list[dict]) -> None:
 _RELEASE_OF_SOFTWARE = (
     # (pattern in the run's 'software' text, planner software profile): the release the source
     # states. NeMo containers name their Megatron-Core release (docs/releases/software-versions.md of
-    # Megatron-Bridge); 26.08 ships Megatron-Bridge 0.6.0; the 26.04.01 and 26.06.01 patches keep their
-    # base container's MCore. Development builds ('MCore dev 0.15.0' of NeMo 25.11, the dev-branch commit
-    # the Megatron-LM DeepSeek-V3 GB200 guide pins) are no release: they ran HybridEP, which the
-    # core_v0.15.0 tag lacks, so they keep the default and the report says so.
+    # Megatron-Bridge); 26.08 ships Megatron-Bridge 0.6.0; the 26.02.01, 26.04.01 and 26.06.01 patches
+    # keep their base container's MCore (NeMo 25.09: MCore 0.14). Development builds ('MCore dev 0.15.0'
+    # of NeMo 25.11, the dev-branch commit the Megatron-LM DeepSeek-V3 GB200 guide pins) are no release:
+    # they ran HybridEP, which the core_v0.15.0 tag lacks...
     (r"Megatron-Bridge 0\.6\.", "megatron-bridge-0.6"),
+    # ...but a development build offers at most what the first release after it does: the dev builds
+    # after core_v0.15.0 ran HybridEP, first released in core_v0.16.0 (software/megatron-core-0.16.yaml),
+    # so 0.16's features bound theirs. The default (the newest release) offered them levers of 2026
+    # releases (static-shape MoE graphs, paged stash) no Nov. 2025 build had.
+    (r"MCore dev 0\.15\.|Megatron-Core dev branch .*~v0\.15", "megatron-core-0.16"),
+    (r"NeMo 26\.02\.01 ", "megatron-core-0.16"),
+    (r"NGC 25\.09 NeMo container", "megatron-core-0.14"),
     (r"MCore (?:main )?0\.(1[2-9])\.", "megatron-core-0.{}"),
     (r"NeMo 26\.04\.01 ", "megatron-core-0.17"),
     (r"NeMo 26\.06\.01 ", "megatron-core-0.18"),

@@ -245,17 +245,21 @@ def test_validate_uses_each_run_s_release(capsys):
     runs = {r.name: r for r in load_runs(catalog_root() / "tests" / "data" / "published_runs.yaml")}
     stated = runs["mb2606-deepseek-v3-b300-fp8mx-256gpu"]
     assert run_software(stated)[0].name == stated.software_profile == "megatron-core-0.18"
-    guide = runs["mcg-dsv3-gb200-mxfp8-step01"]  # a dev-branch build: no release, the default (said so)
-    profile, origin = run_software(guide)
+    # a development build after core_v0.15.0 that ran HybridEP: bounded by the first release with it
+    guide = runs["mcg-dsv3-gb200-mxfp8-step01"]
+    assert run_software(guide)[0].name == guide.software_profile == "megatron-core-0.16"
+    other = runs["llama3-405b-8k-h100-8192gpu"]  # Meta's own stack: no release, the default (said so)
+    profile, origin = run_software(other)
     assert profile.name == "megatron-core-0.19" and origin.startswith("default")
-    assert run_software(guide, "megatron-core-0.16")[0].name == "megatron-core-0.16"
+    assert run_software(other, "megatron-core-0.16")[0].name == "megatron-core-0.16"
     code, out, err = _run(capsys, "validate", str(catalog_root() / "tests" / "data" / "published_runs.yaml"),
-                          "--only", stated.name, "--only", guide.name, "--json")
+                          "--only", stated.name, "--only", guide.name, "--only", other.name, "--json")
     report = json.loads(out)
     by_name = {r["name"]: r for r in report["runs"]}
     assert by_name[stated.name]["software"] == {"profile": "megatron-core-0.18", "origin": "the runs file"}
-    assert by_name[guide.name]["software"]["origin"].startswith("default")
-    assert report["software"]["stated"] == {"megatron-core-0.18": 1}
+    assert by_name[guide.name]["software"] == {"profile": "megatron-core-0.16", "origin": "the runs file"}
+    assert by_name[other.name]["software"]["origin"].startswith("default")
+    assert report["software"]["stated"] == {"megatron-core-0.18": 1, "megatron-core-0.16": 1}
 
 
 def test_flags_an_older_release_does_not_parse_are_refused(capsys, tmp_path):
