@@ -259,6 +259,14 @@ class Run:
             # CUDA graphs (Megatron's local implementation) need the graph-safe RNG tracker
             # (CudaGraphManager asserts it: torch's graphsafe generator states).
             model_parallel_cuda_manual_seed(1234, use_cudagraphable_rng=cfg.cuda_graphs != "none")
+            if cfg.cuda_graphs == "full_iteration":
+                # Everything on Megatron's capture stream from the start (model, optimizer, every
+                # step): torch builds without autograd.graph.set_override_stale_capture_stream
+                # (pytorch/pytorch#180090) fail the capture when anything ran on the legacy default
+                # stream before it (the first lease's runs and the warm-up alone on it both failed).
+                from megatron.core.full_cuda_graph import get_shared_capture_stream
+
+                torch.cuda.set_stream(get_shared_capture_stream())
         torch.manual_seed(1234)
         self.torch = torch
 
