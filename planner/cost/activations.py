@@ -340,12 +340,22 @@ def head_terms(model: ModelSpec, sh: Shard, vocab_div: int) -> tuple[ActTerm, ..
     T = sh.tokens
     # torch.compile'd cross_entropy(pred.float()) keeps the bf16 logits, not an fp32 softmax
     # (measured: tests/fixtures/h200_op_sac_memory.json, 'loss').
+    # Under torchtitan's loss parallel (TP > 1: the logits sharded over the vocabulary) the compiled
+    # loss keeps an fp32 tensor like the eager one (measured: tests/fixtures/
+    # h100_loss_parallel_memory.json; planner.cost.pieces.head_transients).
     compiled = sh.cross_entropy == "torch_compiled"
+    kept_per_logit = where(vocab_div == 1, BF16, FP32) if compiled else FP32
+    # torchtitan's output linear is ColwiseParallel(input_layouts=Shard(1)) (parallelize_llama.py
+    # apply_tp): like wq or w1 it all-gathers the sequence-sharded norm output and F.linear saves
+    # the whole [tokens, h] tensor on every TP rank, in bf16 (its float8 conversion skips
+    # "output": torchtitan float8.py module_filter_fn).
+    norm_output = (ActTerm("head.norm_output", BF16 * T * h, "layer") if torchtitan_blocks(sh) else
+                   ActTerm("head.norm_output", BF16 * T * h / seq_div, "layer", linear_input=True))
     terms: tuple[ActTerm, ...] = (
         ActTerm("head.norm_input", BF16 * T * h / seq_div, "input"),
-        ActTerm("head.norm_output", BF16 * T * h / seq_div, "layer", linear_input=True),
-        ActTerm("head.logits" if compiled else "head.softmax_fp32",
-                (BF16 if compiled else FP32) * T * model.vocab_size / vocab_div, "layer"),
+        norm_output,
+        ActTerm("head.logits" if compiled else "head.softmax_fp32", kept_per_logit * T * model.vocab_size / vocab_div,
+                "layer"),
     )
     if model.logit_softcap is not None:
         # cap * tanh(logits / cap): tanh keeps its output for the backward.

@@ -220,7 +220,7 @@ def _layer_memory(name: str, terms, *, rc_kind: str, drop: frozenset, fp8: bool,
     return LayerMemory(name, kept, fwd, bwd, full)
 
 
-def head_transients(cross_entropy: str, logits: Num) -> tuple[Num, Num]:
+def head_transients(cross_entropy: str, logits: Num, loss_parallel: Num = False) -> tuple[Num, Num]:
     """(forward, backward) bytes the loss holds beyond what it keeps, for ``logits`` logits on
     this GPU. Megatron's fused loss: the bf16 logits exist until the fp32 softmax replaces them,
     and its backward forms the fp32 gradient in place and casts it to bf16. torchtitan's
@@ -229,11 +229,26 @@ def head_transients(cross_entropy: str, logits: Num) -> tuple[Num, Num]:
     the copy's fp32 gradients (12 with the kept one); compiled, nothing beyond the bf16 logits it
     keeps, and their bf16 gradient. Measured on one H200 at 8,192 tokens and 128,256 logits each
     (tests/fixtures/h200_op_sac_memory.json, 'loss': peaks of 10.51 / 12.61 GB eager and 2.10 /
-    4.20 GB compiled, 2.10 GB of bf16 logits)."""
+    4.20 GB compiled, 2.10 GB of bf16 logits).
+
+    ``loss_parallel`` (torchtitan with TP > 1: ParallelDims.loss_parallel_enabled, the logits
+    sharded over the vocabulary and the loss run inside torch's loss_parallel() context,
+    torchtitan utils.get_train_context) replaces the fused aten kernels by DTensor's decomposition
+    (torch/distributed/tensor/parallel/loss.py). Eager, ``_log_softmax`` holds the fp32 copy,
+    ``shifted`` and ``exp(shifted)`` at once: 2 fp32 beside the bf16 logits beyond the kept
+    log-softmax; the fused backward ``_nll_loss_and_log_softmax_backward`` holds ``zeros_like(x)``,
+    ``exp(x)`` and their sum, then the sum and the product: 3 fp32 beyond the kept one (the aten
+    kernels: 2). Compiled, the graph keeps an fp32 tensor (not the bf16 logits) and holds the bf16
+    logits and one fp32 more in the forward, the bf16 gradient in the backward. Measured on one
+    H100 at 32,768 tokens x 16,032 logits, a TP-8 rank of Llama 3.1 (benchmarks/gpu/
+    loss_parallel_memory.py, tests/fixtures/h100_loss_parallel_memory.json): 14 / 16 bytes per
+    logit at the forward / backward peak eager (10 / 12 without loss parallel), 10 / 6 compiled
+    (2 / 4 without), 4 kept in both."""
     if cross_entropy == "torch":
-        return (BF16 + FP32) * logits, 2 * FP32 * logits
+        return (where(loss_parallel, BF16 + 2 * FP32, BF16 + FP32) * logits,
+                where(loss_parallel, 3 * FP32, 2 * FP32) * logits)
     if cross_entropy == "torch_compiled":
-        return 0.0, BF16 * logits
+        return where(loss_parallel, BF16 + FP32, 0.0) * logits, BF16 * logits
     return BF16 * logits, BF16 * logits
 
 
@@ -492,7 +507,10 @@ class PieceMemory:
         if "L" not in self.cache:
             model, sh = self.model, self.sh
             terms = act.head_terms(model, sh, self.vocab_div)
-            fwd_t, grad_t = head_transients(sh.cross_entropy, sh.tokens * model.vocab_size / self.vocab_div)
+            # torchtitan shards the logits over the vocabulary exactly when it runs loss parallel
+            # (apply_tp: the output's output_layouts Shard(-1) iff loss_parallel)
+            fwd_t, grad_t = head_transients(sh.cross_entropy, sh.tokens * model.vocab_size / self.vocab_div,
+                                            loss_parallel=self.vocab_div > 1)
             lm = _layer_memory("output+loss", terms, rc_kind="none", drop=frozenset(), fp8=self.fp8, fp4=bool(self.sh.fp4),
                                fwd_trans={"head": fwd_t}, grad_trans={"head": grad_t}, grad_out=0.0)
             self.cache["L"] = LayerMemory("output+loss", lm.kept, lm.fwd_transient, lm.bwd_transient, lm.full, "L")

@@ -89,7 +89,9 @@ class Assumptions(Spec):
     ``cross_entropy(pred.float())`` run eager: the bf16 logits, their fp32 copy and the fp32
     log-softmax coexist, and the backward holds two fp32 gradients; 'torch_compiled', the same
     loss under torch.compile, which keeps only the bf16 logits (measured on one H200:
-    tests/fixtures/h200_op_sac_memory.json). None: 'fused', or 'torch' when the search targets
+    tests/fixtures/h200_op_sac_memory.json). Both under torchtitan's loss parallel (TP > 1) run
+    DTensor's decomposition, which keeps fp32 and holds more (planner.cost.pieces.head_transients,
+    tests/fixtures/h100_loss_parallel_memory.json). None: 'fused', or 'torch' when the search targets
     torchtitan (planner's torchtitan job files leave compile off)."""
     fp8_attention: bool = False
     """Transformer Engine's FP8 fused attention (TransformerConfig.fp8_dot_product_attention,
