@@ -1126,14 +1126,65 @@ _RELEASE_OF_SOFTWARE = (
     # before any release: Float8 is a job-file option there too (--float8.enable_float8_linear,
     # torchtitan/config_manager.py), so the 0.1.0 rules (no config_registry) are the nearest release's.
     (r"torchtitan (?:9dec370|820504e|e7c0cae|6fc499f6)", "torchtitan-0.1.0"),
+    # Megatron-MoE-ModelZoo Qwen3-235B H100 rows without a per-row commit: the long-context table,
+    # added on 2025-11-04 (ModelZoo b0b92ff, 'update Qwen3-Next best practice'), run from a
+    # Megatron-LM checkout mounted into dockers/H100.Dockerfile (which deletes /opt/megatron-lm and
+    # pins no Megatron-LM). A build no newer than its publication offers at most what the first
+    # release after it does, core_v0.15.0 (2025-12-05); everything its command runs (DeepEP, selective
+    # recompute of layernorm and moe, CP up to 8) is in it. 0.15 against the default 0.19: no paged
+    # stash, CUDA-graph modules, HybridEP or fine-grained offloading, all released in 2026.
+    (r"or not stated; H100 docker per ModelZoo dockers/H100\.Dockerfile", "megatron-core-0.15"),
+    # ModelZoo GB200/GB300 rows: published together on 2026-05-13 (ModelZoo 020b813, 'Update GB200/300
+    # benchmark scripts and results') on one image (dockers/GB200.Dockerfile: pytorch 25.12, TE
+    # 99df881, Megatron-LM mounted, the README's 'Megatron-Core DEV branch'). The MXFP8 row's
+    # --delay-offload-until-cuda-graph is Megatron-LM PR #3219 (dev branch 0c306dc, 2026-03-30;
+    # main #3697, 2026-07-02), first released in core_v0.19.0 (transformer_config.py
+    # delay_offload_until_cuda_graph; absent at core_v0.18.0): the first release with every feature
+    # the build ran is 0.19, the newest (stated here so validate says 'the runs file', not 'default').
+    (r"Megatron-LM \(commit per row where given, else not stated\), ModelZoo dockers/\*\.Dockerfile",
+     "megatron-core-0.19"),
+    # torchtitan's MXFP8 doc (torchtitan/components/quantization/mxfp8.md) gives the Llama4 Scout GB200
+    # rows since torchtitan commit b3da1a2 (2025-12-03, #2096), first in the tag v0.2.1 (2025-12-26).
+    # planner has no 0.2.1 profile; v0.2.1..v0.2.2 adds no lever planner models to
+    # torchtitan/config/job_config.py (total_steps, context_parallel_load_balancer only), so 0.2.2's
+    # features are 0.2.1's, except that the doc's commit predates expert_parallel_comm_backend
+    # ('deepep', added before v0.2.1): these rows are not evaluable, so no search offers it to them.
+    (r"torchtitan/torchao versions not stated for this run \(torchao >= 0\.14 for MXFP8 MoE", "torchtitan-0.2.2"),
+)
+
+# Megatron-MoE-ModelZoo rows name the Megatron-LM code they ran per row, as the readme's 'Code' column
+# 'branch(commit)' (best_practice/qwen3/readme.md, kept in the run's notes and source row). A stated
+# commit decides over the row group's shared 'software' text. Its release: the first tag containing it,
+# or, for a commit not on any public branch, the first release with every feature its rows ran.
+_ZOO_CODE = r"\b(?:moe_dev|main|dev)\(([0-9a-f]{6,40})\)"
+_RELEASE_OF_COMMIT = (
+    # main 1e057005 (2025-05-24, 'Merge branch ko3n1g/tests/moe-memory'): first in core_v0.13.0rc0
+    # (2025-06-27), core_v0.13.0; core_v0.12.x lack it (git tag --contains).
+    ("1e057005", "megatron-core-0.13"),
+    # moe_dev f3e6c5: not in NVIDIA/Megatron-LM's public history; the rows were published 2025-05-27
+    # (ModelZoo 8017e11). Its '+1f1b overlap' row runs EP A2A overlap with PP 8 / VPP 4, merged to main
+    # 2025-08-01 (!3470, PP=1) and 2025-08-26 (!3074, interleaved PP): first released in core_v0.14.0
+    # (--overlap-moe-expert-parallel-comm, arguments.py), so 0.14 bounds that build, both its rows.
+    ("f3e6c5", "megatron-core-0.14"),
 )
 
 
-def software_profile(text: str | None) -> str | None:
-    """The software profile (software/<name>.yaml) of the release a run's 'software' text states,
-    None where it states none planner has a profile for (commits, 'not stated', other stacks)."""
-    import re
+def stated_commit(run: dict) -> str | None:
+    """The Megatron-LM commit a ModelZoo row states ('main(1e057005)'), None where none is stated."""
+    for text in ((run.get("source") or {}).get("row"), run.get("notes")):
+        m = re.search(_ZOO_CODE, text or "")
+        if m:
+            return m.group(1)
+    return None
 
+
+def software_profile(text: str | None, commit: str | None = None) -> str | None:
+    """The software profile (software/<name>.yaml) of the release a run's 'software' text states (or
+    the commit its row states, where planner knows that commit's release), None where it states none
+    planner has a profile for ('not stated', other stacks)."""
+    for prefix, name in _RELEASE_OF_COMMIT:
+        if commit and (commit.startswith(prefix) or prefix.startswith(commit)):
+            return name
     for pattern, name in _RELEASE_OF_SOFTWARE:
         m = re.search(pattern, text or "")
         if m:
@@ -1142,7 +1193,7 @@ def software_profile(text: str | None) -> str | None:
 
 
 def order_keys(run: dict) -> dict:
-    run = {**run, "software_profile": software_profile(run.get("software"))}
+    run = {**run, "software_profile": software_profile(run.get("software"), stated_commit(run))}
     order = ("name", "source", "recipe", "software", "software_profile", "confidence", "hardware", "model", "model_overrides", "gpus",
              "global_batch", "seq_len", "precision", "plan", "megatron_args", "args_origin", "assumptions",
              "not_modeled", "measured", "flops_convention", "series", "calibration", "not_evaluable", "notes")
