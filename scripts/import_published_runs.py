@@ -1150,6 +1150,12 @@ _RELEASE_OF_SOFTWARE = (
     # features are 0.2.1's, except that the doc's commit predates expert_parallel_comm_backend
     # ('deepep', added before v0.2.1): these rows are not evaluable, so no search offers it to them.
     (r"torchtitan/torchao versions not stated for this run \(torchao >= 0\.14 for MXFP8 MoE", "torchtitan-0.2.2"),
+    # Left to the default (validate says 'default'), their sources stating no release planner has:
+    # Meta's and DeepSeek's own stacks (Llama 3 report, DeepSeek-V3 report); the Megatron-Core MoE
+    # report's headlines (arXiv 2603.07685, 'Megatron-Core', no version; the Qwen3 GB200 919 TFLOPS
+    # equals the ModelZoo row above that needs a core_v0.19.0 feature, so the default is its bound
+    # too); the torchtitan DeepSeek-V3 B200 blog (pytorch.org, 2026-03-26, no commit: after v0.2.2 of
+    # 2026-02-20, so the first release after it is planner's newest torchtitan profile, the default).
 )
 
 # Megatron-MoE-ModelZoo rows name the Megatron-LM code they ran per row, as the readme's 'Code' column
