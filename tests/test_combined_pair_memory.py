@@ -207,3 +207,34 @@ def test_the_stash_host_buffer_is_host_memory_from_the_launch():
     costs = costs_of(setup)
     assert float(costs.host_bytes(0)[0]) == pytest.approx(float(costs.stash_peak(0)[0]))
     assert float(costs_of(_qwen(GRAPHED)).host_bytes(0)[0]) == 0.0
+
+
+V3_STASHED = ("pp=2,vpp=5,ep=64,etp=1,recompute=mla_up_proj,precision=bf16,moments=bf16,grad_reduce=bf16,"
+              "layout=Etttttt|ttttttt|(tttttt|)*7ttttttmL,dispatcher=hybridep,ep_overlap=wgrad,cuda_graphs=full_iteration")
+
+
+@pytest.mark.parametrize("plan", [GRAPHED, V3_STASHED])
+def test_the_stash_scan_of_one_byte_layers_scales_to_the_stash_exactly(plan):
+    """The paged stash's peak is read from a scan of one-byte MoE layers times the layer's stash
+    (shared by the plans of one layout); it is the same float as the scan of the stash's own bytes,
+    and a stash of fractional bytes is scanned as it is."""
+    from planner.cost.terms.inflight_memory import stash_only
+
+    setup = _qwen(plan) if plan == GRAPHED else setup_for("deepseek-v3", "gb200-nvl72", plan, gpus=256,
+                                                          global_batch=8192, seq_len=4096)
+    costs = costs_of(setup)
+    stash = costs.stash_layer()
+    for r in range(setup.deg.pp):
+        for s in (stash, stash + 0.5):
+            direct = costs._schedule_peak(r, tuple(stash_only(c, s) for c in costs._eager_chunks(r)), offload=False,
+                                          wgrad=False)
+            assert costs._stash_peak(r, s).tobytes() == direct.tobytes()
+        assert float(costs.stash_peak(r)[0]) > 40 * float(stash[0])
+
+
+def test_pair_rise_on_one_plans_floats_is_its_rise_on_arrays():
+    """The combined 1F1B's pair rise of a batch of one plan runs on Python floats: the same bits."""
+    chunks = costs_of(_qwen(GRAPHED)).chunks(0)
+    f, b = chunks[0], chunks[-1]
+    assert isinstance(pair_rise(f, b), np.ndarray) and not f.scalar
+    assert np.asarray(pair_rise(f, b)).tobytes() == np.array([pair_rise(f.at(0), b.at(0))]).tobytes()

@@ -27,7 +27,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from planner.cost import activations as act
-from planner.cost.arrays import Num, maximum, where
+from planner.cost.arrays import Num, _scalar, maximum, where
 from planner.cost.efficiency_access import memory_constants
 from planner.cost.flops import Shard
 from planner.cost.schedule import inflight_table, offload_share, profile_microbatches
@@ -79,15 +79,25 @@ class ChunkMemory:
         """The chunk of plan ``i`` of a batch."""
         return ChunkMemory(self.index, tuple(layer.at(i) for layer in self.layers))
 
-    def runs(self) -> list[tuple[LayerMemory, int]]:
+    def runs(self) -> tuple[tuple[LayerMemory, int], ...]:
         """Consecutive layers with identical numbers, as (layer, count)."""
+        return self._runs
+
+    @cached_property
+    def _runs(self) -> tuple[tuple[LayerMemory, int], ...]:
+        # Once per chunk: a memory report's pair rises read each chunk's runs some 30 times.
         out: list[list] = []
         for layer in self.layers:
             if out and layer.piece is not None and out[-1][0].piece == layer.piece:
                 out[-1][1] += 1
             else:
                 out.append([layer, 1])
-        return [(layer, n) for layer, n in out]
+        return tuple((layer, n) for layer, n in out)
+
+    @cached_property
+    def scalar(self) -> bool:
+        """Whether every layer's kept and transient bytes are plain scalars (one plan's chunk)."""
+        return all(_scalar(x) for layer in self.layers for x in (layer.kept, layer.fwd_transient, layer.bwd_transient))
 
     @cached_property
     def kept(self):
@@ -335,6 +345,8 @@ def pair_rise(f: ChunkMemory, b: ChunkMemory) -> Num:
     one the point moves linearly, so its ends bound it. Equals the maximum over
     :func:`pair_steps` (a test checks it)."""
     f_runs, b_runs = f.runs(), b.runs()[::-1]
+    # maximum() tests its arguments for scalars at every step; on one plan's chunks it is max().
+    most = max if f.scalar and b.scalar else maximum
     f_left = [n for _, n in f_runs]
     b_left = [n for _, n in b_runs]
     best: Num = 0.0
@@ -348,7 +360,7 @@ def pair_rise(f: ChunkMemory, b: ChunkMemory) -> Num:
         kf, tf = (fl.kept, fl.fwd_transient) if fl is not None else (0.0, 0.0)
         kb, tb = (bl.kept, bl.bwd_transient) if bl is not None else (0.0, 0.0)
         first = added - freed + kf + tf + tb
-        best = maximum(best, first + maximum(0.0, (count - 1) * (kf - kb)))
+        best = most(best, first + most(0.0, (count - 1) * (kf - kb)))
         added, freed = added + count * kf, freed + count * kb
         if fl is not None:
             f_left[i] -= int(count)
@@ -806,8 +818,11 @@ def peak_over_profiles(kept, fwd_rise, bwd_rise, pp: int, vpp: int, m: int, rank
             if offload:
                 held *= offload_share(P.sum(axis=1, keepdims=True))
             n = schedule.chunks(vpp)
-            rises = {int(k): pair_rises(int(k) // n, int(k) % n) for k in np.unique(idx)}
-            held += np.stack([np.broadcast_to(rises[int(k)], held.shape[1:]) for k in idx])
+            # Each distinct pair's rise once, spread to its steps by index (a stack per step was
+            # a third of this function's time in the default search).
+            pairs, step_pair = np.unique(idx, return_inverse=True)
+            rises = np.stack([np.broadcast_to(pair_rises(int(k) // n, int(k) % n), held.shape[1:]) for k in pairs])
+            held += rises[step_pair.reshape(-1)]
             best = held.max(axis=0)
     else:
         fwd_profile, bwd_profile = profile_matrices(pp, vpp, m, rank, offload, schedule)

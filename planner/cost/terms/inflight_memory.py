@@ -75,6 +75,13 @@ def stash_only(chunk: ChunkMemory, stash: Num) -> ChunkMemory:
     return ChunkMemory(chunk.index, layers)
 
 
+_UNIT_STASH_PEAKS: dict[tuple, np.ndarray] = {}
+"""The paged stash's scan with one byte per MoE layer, by (pp, vpp, rank, the rank's chunks' layer
+pieces, walked schedules' columns, micro-batch counts): InflightMemory._stash_peak."""
+_UNIT_STASH_PEAKS_MAX = 4096
+"""Entries kept before the cache starts over (a process that costs many models stays bounded)."""
+
+
 class InflightMemory(RankTimes):
     """Activation memory over the schedule (reads the rank times' weight-gradient bytes where the
     schedule splits the backward)."""
@@ -126,11 +133,37 @@ class InflightMemory(RankTimes):
         if not self.paged_stash():
             return _column(0.0, self.n)
         key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
-        stash = self.stash_layer()
-        return self._memo("stash_peak", r, key, fn=lambda: self._schedule_peak(
-            r, tuple(stash_only(c, stash) for c in self._eager_chunks(r)), offload=False, wgrad=False))
+        return self._memo("stash_peak", r, key, fn=lambda: self._stash_peak(r, self.stash_layer()))
+
+    def _stash_peak(self, r: int, stash: np.ndarray) -> np.ndarray:
+        # Every number of the stash's scan (held vectors times kept bytes, the combined 1F1B's pair
+        # rises, maxima) is a whole multiple of one layer's stash, so the scan of one-byte stashes
+        # times the stash is the same float where the stash is whole bytes (sums exact below 2^52).
+        # The one-byte scan depends on the rank's layer pieces and schedules only, not on the
+        # plan's bytes: the plans a search walks (160 memory reports in the default search, a few
+        # layouts among them) share it (_UNIT_STASH_PEAKS).
+        chunks = self._eager_chunks(r)
+        b = self.batch
+        key = (b.pp, b.vpp, r, tuple((c.index, tuple(layer.piece for layer in c.layers)) for c in chunks),
+               tuple((sched, sel.tobytes()) for sched, sel in self.schedule_columns()),
+               b.micro_batches.dtype.str, b.micro_batches.tobytes())
+        unit = _UNIT_STASH_PEAKS.get(key)
+        if unit is None:
+            if len(_UNIT_STASH_PEAKS) >= _UNIT_STASH_PEAKS_MAX:
+                _UNIT_STASH_PEAKS.clear()
+            unit = _UNIT_STASH_PEAKS[key] = self._schedule_peak(r, tuple(stash_only(c, 1.0) for c in chunks),
+                                                                offload=False, wgrad=False)
+        out = stash * unit
+        if np.array_equal(stash, np.round(stash)) and bool((out < 2.0 ** 52).all()):
+            return out
+        return self._schedule_peak(r, tuple(stash_only(c, stash) for c in chunks), offload=False, wgrad=False)
 
     def _eager_chunks(self, r: int) -> tuple[ChunkMemory, ...]:
+        # Read twice per rank with the paged stash (its scan and the activations' chunks).
+        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        return self._memo("eager_chunks", r, key, self.lv.offload_activations, fn=lambda: self._build_eager_chunks(r))
+
+    def _build_eager_chunks(self, r: int) -> tuple[ChunkMemory, ...]:
         variants = self.batch.variants
         fulls = tuple(v.memory_full_layers(r) for v in variants)
         # Layer-level offload is one way of offloading activations: a plan without offload keeps them.
@@ -247,10 +280,13 @@ def _pair_rises(chunks: tuple[ChunkMemory, ...], n: int):
     """(f, b) -> every plan's rise of the combined 1F1B's overlapped step of chunk f's forward with
     chunk b's backward (planner.cost.pieces.pair_rise), each pair once."""
     memo: dict[tuple[int, int], np.ndarray] = {}
+    # A batch of one plan (a memory report) runs pair_rise's loop on Python floats rather than on
+    # 1-element arrays: the same IEEE operations, some ten times faster.
+    scalar = [c.at(0) for c in chunks] if n == 1 else chunks
 
     def rise(f: int, b: int) -> np.ndarray:
         if (f, b) not in memo:
-            memo[f, b] = _column(pair_rise(chunks[f], chunks[b]), n)
+            memo[f, b] = _column(pair_rise(scalar[f], scalar[b]), n)
         return memo[f, b]
     return rise
 
