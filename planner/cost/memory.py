@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -142,11 +143,22 @@ def _pairs(sched: Schedule, b, m: int, rank: int) -> dict[int, int | None]:
     """The combined 1F1B's overlapped steps by op index: a paired forward's index -> the chunk of
     its backward, that backward's index -> None (planner.cost.schedules.inflight.paired_forwards);
     empty for every other schedule."""
-    kinds, chunks, _ = held_matrix(sched, b.pp, b.vpp, m, rank)
+    return _schedule_pairs(sched, b.pp, b.vpp, m, rank)[0]
+
+
+@lru_cache(maxsize=1024)
+def _schedule_pairs(sched: Schedule, pp: int, vpp: int, m: int, rank: int):
+    """(:func:`_pairs`' map; its paired forwards' op indices, their backwards' chunks, and the pairs'
+    backward op indices as arrays): one schedule's, shared by the plans a search reports (a Python
+    loop over thousands of ops per rank)."""
+    kinds, chunks, _ = held_matrix(sched, pp, vpp, m, rank)
     out: dict[int, int | None] = {}
-    for k in paired_forwards(sched, b.pp, b.vpp, m, rank).tolist():
+    for k in paired_forwards(sched, pp, vpp, m, rank).tolist():
         out[k], out[k + 1] = int(chunks[k + 1]), None
-    return out
+    fwd = np.array([k for k, other in out.items() if other is not None], dtype=np.int64)
+    other = np.array([other for other in out.values() if other is not None], dtype=np.int64)
+    bwd = np.array([k for k, other in out.items() if other is None], dtype=np.int64)
+    return out, fwd, other, bwd
 
 
 def _pair_peak_layer(f, b, rise: float) -> tuple[str, float]:
@@ -181,15 +193,14 @@ def _first_candidate(sched: Schedule, b, m: int, rank: int, chunks, kept: list, 
     # Kinds as planner.cost.schedule.KINDS numbers them: F rises by the forward's rise, I and B by
     # the backward's, W by nothing (it is never a moment).
     rise = np.select([kinds == 0, (kinds == 1) | (kinds == 2)], [fwd[chunk], bwd[chunk]], -np.inf)
-    rises: dict[tuple[int, int], float] = {}  # a few distinct (forward, backward) chunk pairs
-    for k, other in (pairs or {}).items():  # the combined 1F1B's pairs rise as one step
-        if other is None:
-            rise[k] = -np.inf
-            continue
-        f = int(chunk[k])
-        if (f, other) not in rises:
-            rises[f, other] = float(pair_rise(chunks[f], chunks[other]))
-        rise[k] = rises[f, other]
+    if pairs:  # the combined 1F1B's pairs rise as one step, their backwards no moment of their own
+        _, fwd_ops, others, bwd_ops = _schedule_pairs(sched, b.pp, b.vpp, m, rank)
+        rise[bwd_ops] = -np.inf
+        # a few distinct (forward, backward) chunk pairs, each rise once
+        codes, step = np.unique(chunk[fwd_ops].astype(np.int64) * len(chunks) + others, return_inverse=True)
+        n = len(chunks)
+        rise[fwd_ops] = np.array([float(pair_rise(chunks[c // n], chunks[c % n])) for c in codes.tolist()],
+                                 dtype=float)[step.reshape(-1)]
     hit = np.flatnonzero(total + rise >= level - 1e-6 * max(abs(level), 1.0))
     return int(hit[0]) if len(hit) else len(kinds)
 

@@ -65,6 +65,8 @@ class LayerMemory:
 
 
 def _at(x, i: int) -> Num:
+    if type(x) is float:  # most of a chunk's fields in a memory report (zero transients, scalars)
+        return x
     return float(x[i]) if np.ndim(x) else float(x)
 
 
@@ -77,7 +79,14 @@ class ChunkMemory:
 
     def at(self, i: int) -> ChunkMemory:
         """The chunk of plan ``i`` of a batch."""
+        if i == 0:
+            return self._first
         return ChunkMemory(self.index, tuple(layer.at(i) for layer in self.layers))
+
+    @cached_property
+    def _first(self) -> ChunkMemory:
+        # A memory report reads its one plan's chunks twice (the pair rises and the stage).
+        return ChunkMemory(self.index, tuple(layer.at(0) for layer in self.layers))
 
     def runs(self) -> tuple[tuple[LayerMemory, int], ...]:
         """Consecutive layers with identical numbers, as (layer, count)."""
@@ -96,8 +105,9 @@ class ChunkMemory:
 
     @cached_property
     def scalar(self) -> bool:
-        """Whether every layer's kept and transient bytes are plain scalars (one plan's chunk)."""
-        return all(_scalar(x) for layer in self.layers for x in (layer.kept, layer.fwd_transient, layer.bwd_transient))
+        """Whether its runs' kept and transient bytes are plain scalars (one plan's chunk)."""
+        return all(_scalar(layer.kept) and _scalar(layer.fwd_transient) and _scalar(layer.bwd_transient)
+                   for layer, _ in self._runs)
 
     @cached_property
     def kept(self):
