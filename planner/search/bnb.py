@@ -105,6 +105,14 @@ class BranchAndBound:
         self.main_local: np.ndarray | None = None
         self.mem_floor = np.zeros(len(space), dtype=np.int64)
         self.visits = {"time": 0, "memory": 0}
+        self.heap: list[tuple] = []
+        """The visit's pending items (bound, order, kind, layout, chunk): what :meth:`run` left above U
+        stays here for :meth:`extend`."""
+        self.seq = itertools.count()
+        self.fixed = False
+        """U is a given cap that the pool no longer lowers (after :meth:`extend`)."""
+        self.old_mains: list = []
+        """Main contexts replaced by :meth:`extend` (their block costs stay readable)."""
 
     # ---- set-up ---------------------------------------------------------------------------------
     def _context(self, keys: np.ndarray, shared=None):
@@ -192,21 +200,38 @@ class BranchAndBound:
     # ---- the visit ------------------------------------------------------------------------------
     def run(self) -> None:
         self.setup()
-        seq = itertools.count()
-        heap = [(int(st.floor[0]), next(seq), 0, g, 0) for g, st in enumerate(self.layouts)]
-        heapq.heapify(heap)
+        self.heap = [(int(st.floor[0]), next(self.seq), 0, g, 0) for g, st in enumerate(self.layouts)]
+        heapq.heapify(self.heap)
+        self._visit()
+
+    def extend(self, cap_us: int) -> None:
+        """Continue the visit up to step time ``cap_us`` (above U): every key whose floor is within
+        it gets its tables, so that CP-SAT can enumerate every plan up to it; what :meth:`run`
+        costed is kept (the driver's second enumeration when the first did not prove the walked
+        order). U stays at ``cap_us`` from then on."""
+        if cap_us <= self.U:
+            return
+        self.U, self.fixed = int(cap_us), True
+        if self.main is not None:
+            self.old_mains.append(self.main)
+            self._main_context()
+        self._visit()
+
+    def _visit(self) -> None:
+        heap = self.heap
         while heap:
-            bound, _, kind, g, c = heapq.heappop(heap)
+            bound, _, kind, g, c = heap[0]
             if bound > self.U or (self.first_fit and self.U < INF):
-                break
+                break  # left in the heap for extend
+            heapq.heappop(heap)
             st = self.layouts[g]
             if kind == 0:
                 for item in self._time(st, g):
-                    heapq.heappush(heap, (item[0], next(seq), *item[1:]))
+                    heapq.heappush(heap, (item[0], next(self.seq), *item[1:]))
             else:
                 nxt = self._memory(st, st.chunks[c])
                 if nxt is not None:
-                    heapq.heappush(heap, (nxt, next(seq), 1, g, c))
+                    heapq.heappush(heap, (nxt, next(self.seq), 1, g, c))
         costed = sum(len(p["ids"]) for p in self.parts())
         self.dominated["step_time"] = sum(len(st.rows) for st in self.layouts) - costed
 
@@ -256,7 +281,8 @@ class BranchAndBound:
         self._lower_bound(part["ids"], part["best"], smallest)
         if had == INF and self.U < INF:
             self._main_context()
-        left = ~ch.done & (ch.exact_floor <= self.U)
+        # Rows above U stay queued under their floor (the visit stops there; extend goes on).
+        left = ~ch.done
         return int(ch.exact_floor[left].min()) if left.any() else None
 
     def _main_context(self) -> None:
@@ -286,6 +312,8 @@ class BranchAndBound:
                 break
             if not self.valid(int(gids[i])):
                 continue
+            if self.fixed:
+                break  # a given cap (extend): the pool no longer sets U
             for t in smallest[i]:
                 if t > self.U or t >= INF:
                     break
@@ -300,7 +328,7 @@ class BranchAndBound:
     def contexts(self) -> list:
         """The contexts whose block costs the tables composed, the widest first (a ranked plan's
         reports read theirs: planner.cost.compose.CostContext.share_blocks_with_any)."""
-        return [c for c in (self.main, self.shared, self.first) if c is not None]
+        return [c for c in (self.main, *reversed(self.old_mains), self.shared, self.first) if c is not None]
 
     def parts(self) -> list[dict]:
         return [p for st in self.layouts for p in st.parts]

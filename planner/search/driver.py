@@ -29,7 +29,7 @@ from planner.search.bnb import BranchAndBound, INF
 from planner.search.bounds import WALK_SLACK, plan_walk_slack, space_walk_slack, walked_floor_us
 from planner.search.cpsat import enumerate_cpsat
 from planner.search.diagnose import diagnose_nothing_fits, no_structure
-from planner.search.exhaustive import best_per_key, group_index_vectors, oracle
+from planner.search.exhaustive import best_per_key, group_index_vectors, oracle, plans_up_to
 from planner.search.families import STABLE_POOL, arrange, needs_robust_search, pool_size, robust_limits
 from planner.search.rulecheck import rule_violations, struct_violations
 from planner.search.space import Limits, Space, build_space, make_plan
@@ -140,7 +140,7 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
             second = _Run(model, hw, job, replace(inner, limits=limits, top=ROBUST_TOP,
                                                   max_step_us=_robust_bound(plans, model, hw, job)),
                           assumptions, progress)
-            second.probe, second.like = first.probe, first.space
+            second.probe, second.like, second.known = first.probe, first.space, first.known
             extra = second.search()
         except PlannerError as exc:  # nothing robust fits: the ranking stands, and says why
             robust["none_because"] = str(exc).split("\n")[0][:200]
@@ -214,6 +214,10 @@ class _Run:
                                       "improved": 0}
         self.dominated: dict = {}
         self.walked = 0
+        self.bb: BranchAndBound | None = None
+        self.known: dict[str, Ranked] = {}
+        """Ranked plans by the string of the plan the enumeration built (see :meth:`_ranked`)."""
+        """The CP-SAT search's branch and bound (its second enumeration continues it)."""
         """Plans whose schedule the best-first loop walked (its last round)."""
         self.probe: tuple | None = None
         """(structural keys, block-cost context) of the search's bounds: given, an earlier search's to
@@ -258,13 +262,27 @@ class _Run:
         while True:
             found, status, bound, costed = (self._exhaustive if o.solver == "exhaustive" else self._cpsat)(want)
             self.say("evaluating the ranked plans")
-            plans = [self._ranked(k + 1, t, gid, flat) for k, (t, gid, flat) in enumerate(found)]
-            plans, exact = _best_first(plans, o.top, complete=len(found) < want, unseen_slack=slack)
+            ranked = [self._ranked(k + 1, t, gid, flat) for k, (t, gid, flat) in enumerate(found)]
+            plans, exact = _best_first(ranked, o.top, complete=len(found) < want, unseen_slack=slack)
+            self._remember(found, ranked, plans)
             self.walked = len(plans)
             self.lap("rank_s")
             fitting = sum(bool(p.evaluation["memory"]["fits"]) for p in plans)
             if exact or want >= MAX_WANT_FACTOR * o.top:
                 break
+            if fitting >= o.top and slack <= WALK_SLACK["combined-1f1b"]:
+                # The K-th walked time is known but above the bound of the plans not enumerated:
+                # enumerate up to where it would be proven, from the same branch and bound. Not
+                # under zero bubble or DualPipe: their slacks (5-15 %) would cost most of the space.
+                ext = self._extend(plans, slack)
+                if ext is not None:
+                    found, status, bound, costed, ranked, unseen_est, within = ext
+                    plans, exact = _best_first(ranked, o.top, complete=within, unseen_slack=slack,
+                                               unseen_est=unseen_est)
+                    self._remember(found, ranked, plans)
+                    self.walked = len(plans)
+                    self.lap("rank_s")
+                break  # else the walked order holds among the enumerated plans only (FEASIBLE)
             if fitting >= o.top and (want >= MAX_WALK_FACTOR * o.top or slack > WALK_SLACK["combined-1f1b"]):
                 break  # the walked order holds among the enumerated plans only (FEASIBLE): MAX_WALK_FACTOR
             want *= 4
@@ -302,30 +320,70 @@ class _Run:
         bb = BranchAndBound(self.space, self.assumptions, want, self.valid, self.say,
                             max_step_us=self.options.max_step_us, probe=self.probe)
         bb.run()
+        self.bb = bb
         self.probe = (self.space.fm_keys, bb.probe)
+        self.lap("tables_s")
+        # With fewer than K feasible plans in the whole space, every one of them is in the pool.
+        cap = bb.U if bb.U < INF else (-min(bb.pool) if bb.pool else None)
+        return self._enumerate(bb, cap, want)
+
+    def _enumerate(self, bb: BranchAndBound, cap: int | None, want: int, tables_only: bool = False):
+        """CP-SAT's enumeration of the costed keys' plans up to ``cap`` (us), the first ``want``
+        (``tables_only``: the same plans read from the tables, exhaustive.plans_up_to)."""
         self.dominated = dict(bb.dominated)
         self.dominated["costed"] = sum(len(p["ids"]) for p in bb.parts())
-        self.lap("tables_s")
         tables = bb.candidates()
         self.block_sources = bb.contexts()
         self.keys_in_model = len(tables.structs)
         found, status, bound = [], "OPTIMAL", None
-        # With fewer than K feasible plans in the whole space, every one of them is in the pool.
-        cap = bb.U if bb.U < INF else (-min(bb.pool) if bb.pool else None)
         if len(tables.structs) and cap is not None:
             self.say("solving")
             remaining = self.options.time_limit_s - (time.perf_counter() - self.t0)
-            res = enumerate_cpsat(tables, int(cap), want, time_limit_s=max(remaining, 0.5))
-            found, status, bound = res.plans, res.status, int(cap)
+            if tables_only:
+                found, status, bound = plans_up_to(tables, int(cap), want), "OPTIMAL", int(cap)
+            else:
+                res = enumerate_cpsat(tables, int(cap), want, time_limit_s=max(remaining, 0.5))
+                found, status, bound = res.plans, res.status, int(cap)
             if status == "INFEASIBLE":  # cannot happen with a valid bound; say so rather than hide it
                 status = "UNKNOWN"
         self.lap("solve_s")
         tables = bb.all_costed()
         return found, status, bound, Costed(tables, bb.best_of(), bb.timed_floors(), bb.row_tables, bb.exact_peak)
 
-    def _exhaustive(self, want: int):
+    def _extend(self, walked: list[Ranked], slack: float):
+        """The second enumeration when the first did not prove the walked order: the K-th walked
+        time ``kth`` is above the bound of the plans not enumerated (their estimate less ``slack``),
+        so every plan whose estimate is within kth / (1 - slack) is enumerated from the same branch
+        and bound, continued up to that cap (BranchAndBound.extend: no key is costed twice), and
+        the plans already walked keep their walks. Returns (found, status, bound, costed, ranked,
+        unseen estimate) or None when it cannot prove (fewer than K walked plans fit, or more than
+        MAX_EXTEND_FACTOR x K plans within the cap)."""
+        o, bb = self.options, self.bb
+        kth = _kth_walked(walked, o.top)
+        if kth is None or slack >= 1:
+            return None
+        cap = int(math.ceil(kth / (1.0 - slack)))
+        within = o.max_step_us is not None and cap >= o.max_step_us
+        if o.max_step_us is not None and within:  # plans beyond the search's own bound are not asked for
+            cap = int(o.max_step_us)  # (the robust search's)
+        self.say("enumerating up to the walked order's bound")
+        limit = MAX_EXTEND_FACTOR * o.top
+        if bb is None:  # the oracle: every key costed again, every plan up to the cap
+            found2, status, bound, costed = self._exhaustive(limit + 1, cap)
+        else:
+            bb.extend(cap)
+            self.lap("tables_s")
+            found2, status, bound, costed = self._enumerate(bb, cap, limit + 1, tables_only=True)
+        if status != "OPTIMAL" or len(found2) > limit:
+            return None
+        # The plans the first enumeration ranked keep their walks (_ranked reads self.known).
+        ranked = [self._ranked(k + 1, t, gid, flat) for k, (t, gid, flat) in enumerate(found2)]
+        # Every plan whose estimate is at most the cap is enumerated: the rest's are above it.
+        return found2, status, bound, costed, ranked, cap + 1, within
+
+    def _exhaustive(self, want: int, cap: int | None = None):
         self.say(f"oracle: every plan of {len(self.space):,} structural keys x {self.space.lever_product_size} levers")
-        tables, found, smallest = oracle(self.space, self.assumptions, want, self.valid, self.say)
+        tables, found, smallest = oracle(self.space, self.assumptions, want, self.valid, self.say, time_cap_us=cap)
         self.lap("tables_s")
         self.keys_in_model = len(tables.structs)
         self.dominated = {"memory": 0, "step_time": 0, "costed": len(self.space)}
@@ -341,12 +399,23 @@ class _Run:
     def _ranked(self, rank: int, t: int, gid: int, flat: int) -> Ranked:
         """One ranked plan with its memory report; its time report waits until it is kept (the
         walk of a pipeline schedule is most of a plan's evaluation, and of the 2K plans ranked
-        only K are shown)."""
+        only K are shown). A plan an earlier enumeration of this search, or the search this one
+        follows (the robust search), already ranked is reused with its walk: its reports depend on
+        the plan and the assumptions only."""
         sp = self.space
         plan = make_plan(sp.struct(gid), lever_values(sp, lever_indices(sp, flat)))
+        known = self.known.get(plan.to_string())
+        if known is not None:
+            return replace(known, rank=rank, objective_us=t)
         setup = resolve_setup(sp.model, sp.hw, sp.job, plan, self.assumptions)
         costs = self._costs(setup)
         return Ranked(rank, setup.plan, setup, t, plan_evaluation(setup, costs=costs, time=False), costs)
+
+    def _remember(self, found: list, ranked: list[Ranked], walked: list[Ranked]) -> None:
+        """Keep the enumeration's ranked plans (walked ones with their walks) for :meth:`_ranked`."""
+        sp = self.space
+        for (_, gid, flat), r in zip(found, walked + ranked[len(walked):]):
+            self.known[make_plan(sp.struct(gid), lever_values(sp, lever_indices(sp, flat))).to_string()] = r
 
     def _costs(self, setup: Setup) -> Costs:
         """The composition of one plan of the space, reading the block costs the search's tables
@@ -440,13 +509,18 @@ PER_STAGE_SEED_FACTOR = 2
 """The per-stage refinement starts from this many times K of the walked plans, fastest first."""
 
 MAX_WALK_FACTOR = WANT_FACTOR
-"""At most this many times K plans are enumerated for the best-first walk; beyond it the walked
-order holds among the enumerated plans only (FEASIBLE). One enumeration: a second one costs the
-branch and bound again, and after main's memory and rule changes of 2026-12-05 the default command
-no longer proves its order even at 16 K (640 plans walked, FEASIBLE) while taking well over the
-1.25x speed budget. Zero-bubble or DualPipe spaces would walk most of the space with their slacks
+"""At most this many times K plans are enumerated by CP-SAT for the best-first walk; when their walk
+does not prove the order, the second enumeration (_Run._extend) continues the branch and bound up to
+the cap that would prove it (the default command: 40th walked time 0.7 % above the bound of the plans
+not enumerated, 97 more plans, 88 more walked, OPTIMAL), else the walked order holds among the
+enumerated plans only (FEASIBLE). A new CP-SAT search at 4x the plans costs the branch and bound again
+(after main's memory and rule changes of 2026-12-05 the default command did not prove its order even at
+16 K that way, 640 plans walked). Zero-bubble or DualPipe spaces would walk most of the space with their slacks
 (planner.search.bounds.WALK_SLACK, 5-15 %: Llama 3.1 8B on 8 H100s under torchtitan, 640 plans
 walked, still not proven, some 7 times the search's CPU time)."""
+MAX_EXTEND_FACTOR = 32
+"""The second enumeration (_Run._extend) walks at most this many times K plans in all; beyond it the
+walked order holds among the enumerated plans only (FEASIBLE)."""
 MAX_WANT_FACTOR = 128
 """At most this many times K plans are enumerated while the exact memory model rejects the tables'."""
 
@@ -519,16 +593,19 @@ def _kth_walked(walked: list[Ranked], k: int) -> int | None:
     return None
 
 
-def _best_first(plans: list[Ranked], k: int, complete: bool, unseen_slack: float) -> tuple[list[Ranked], bool]:
+def _best_first(plans: list[Ranked], k: int, complete: bool, unseen_slack: float,
+                unseen_est: int | None = None) -> tuple[list[Ranked], bool]:
     """Walk ``plans`` (ranked by the tables' estimate) in order until the K-th walked time is at or
     below the lower bound of the walked time of every plan not walked: each enumerated one's estimate
     less its schedule's slack (planner.search.bounds.WALK_SLACK), and for the plans not enumerated,
     whose estimates are at least the last one's, that estimate less the space's largest slack.
     Returns the walked plans and whether that was proven (also when ``complete``: the enumeration
     holds every plan of the space). Plans the exact memory model rejects are not walked and do not
-    count towards K (_finish drops them and lists them)."""
+    count towards K (_finish drops them and lists them). ``unseen_est``: the least estimate of a plan
+    not enumerated, when known (an enumeration of every plan up to a cap); else the last one's."""
     floors = [walked_floor_us(p.objective_us, plan_walk_slack(p.plan)) for p in plans]
-    unseen = (walked_floor_us(plans[-1].objective_us, unseen_slack) if plans else 0) if not complete else None
+    least = unseen_est if unseen_est is not None else (plans[-1].objective_us if plans else 0)
+    unseen = walked_floor_us(least, unseen_slack) if not complete else None
     # rest[i]: the least bound of plan i and everything after it
     rest = list(itertools.accumulate(reversed(floors + ([unseen] if unseen is not None else [])), min))[::-1]
     walked: list[Ranked] = []

@@ -111,6 +111,26 @@ def rank_plans(tables: Tables, rows, flats, times, top: int) -> list[tuple[int, 
     return [(int(times[o]), int(gid[o]), int(flats[o])) for o in order]
 
 
+def plans_up_to(tables: Tables, cap: int, top: int) -> list[tuple[int, int, int]]:
+    """Every feasible plan of ``tables`` with step time <= ``cap`` (us), ranked, the first ``top``:
+    what CP-SAT's enumeration returns for that cap, read from the tables directly (the search's
+    second enumeration, planner.search.driver._Run._extend: its keys are few, and a second CP-SAT
+    model of them cost more than the plans)."""
+    gi, _ = group_index_vectors(tables)
+    n = len(tables.structs)
+    keep_r, keep_f, keep_t = [], [], []
+    for a in range(0, n, CHUNK):
+        rows = np.arange(a, min(a + CHUNK, n))
+        ok, t = plan_costs(tables, rows, gi)
+        si, li = np.nonzero(ok & (t <= cap) & (t < MAX_TABLE_US))
+        keep_r.append(rows[si])
+        keep_f.append(li)
+        keep_t.append(t[si, li])
+    if not keep_r:
+        return []
+    return rank_plans(tables, np.concatenate(keep_r), np.concatenate(keep_f), np.concatenate(keep_t), top)
+
+
 def solve_exhaustive(tables: Tables, top: int) -> list[tuple[int, int, int]]:
     """The ``top`` best plans in the ranking's order, as (step time us, global key index, lever
     index): every feasible plan of every key, the ``top``-th fastest time found first, then every
@@ -138,12 +158,14 @@ def solve_exhaustive(tables: Tables, top: int) -> list[tuple[int, int, int]]:
     return rank_plans(tables, np.concatenate(keep_r), np.concatenate(keep_f), np.concatenate(keep_t), top)
 
 
-def oracle(space, assumptions, want: int, valid, say=None):
+def oracle(space, assumptions, want: int, valid, say=None, time_cap_us: int | None = None):
     """The oracle's search: every key of the space costed (no bound), layout by layout, and every
     feasible plan of every valid key enumerated. Returns (tables of the keys that can hold a
     top-``want`` plan, the ranked plans, tables of the key with the smallest peak when nothing
     fits). Keys are kept while their fastest plan is within the ``want``-th fastest plan seen so
-    far (a running top-``want``: memory stays bounded however large the space)."""
+    far (a running top-``want``: memory stays bounded however large the space). With
+    ``time_cap_us``: the keys that hold a plan within it, and every plan up to it, the first ``want``
+    (the search's second enumeration, planner.search.driver._Run._extend)."""
     cap = tb.capacities(space, assumptions)
     rules, plans = tb.RuleTables(space), tb.batch_plans(space)
     probe = CostContext.for_structs(space.model, space.hw, space.job, assumptions, space.fm_keys)
@@ -178,6 +200,8 @@ def oracle(space, assumptions, want: int, valid, say=None):
                         break
                     heapq.heappush(top, -int(x)) if len(top) < want else heapq.heappushpop(top, -int(x))
         bound = -top[0] if len(top) == want else np.iinfo(np.int64).max
+        if time_cap_us is not None:
+            bound = time_cap_us
         sel = [i for i in np.flatnonzero((best <= bound) & (best < np.iinfo(np.int64).max)) if valid(int(rows[i]))]
         kept = [p for p in (_subset(p, p["best"] <= bound) for p in kept) if p is not None]
         if sel:
@@ -190,7 +214,8 @@ def oracle(space, assumptions, want: int, valid, say=None):
     tables = tb.assemble(space, kept, cap)
     assert tables.ids is not None  # set in Tables.__post_init__
     tables = tables.subset(np.argsort(tables.ids, kind="stable"))
-    return tables, solve_exhaustive(tables, want), smallest
+    found = solve_exhaustive(tables, want) if time_cap_us is None else plans_up_to(tables, time_cap_us, want)
+    return tables, found, smallest
 
 
 def _subset(part: dict, mask: np.ndarray) -> dict | None:
