@@ -34,7 +34,7 @@ JOBS = [
     pytest.param(("--model", "deepseek-v2", "--hw", "h800", "--gpus", "256", "--global-batch", "1024", "--seq-len",
                   "4096", "--max", "pp=8,cp=1,tp=2"), id="deepseek-v2-h800",
                  # FEASIBLE on main at 8fecf8d too: the combined 1F1B walks 3-17 % above the estimate and the
-                 # 40th walked time is 4.2 % beyond the last enumerated plan (driver.MAX_EXTEND_REACH: 1 %)
+                 # 40th walked time is 4.2 % beyond the last enumerated plan (driver.MAX_EXTEND_REACH: 2 %)
                  marks=[pytest.mark.slow, pytest.mark.xfail(strict=False, reason="not proven within the reach")]),
 ]
 
