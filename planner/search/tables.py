@@ -51,10 +51,13 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # gradients (C), the fp32 gradient copy of the optimizer step (OT) and the reduction's bytes
     # (TD); param_gather the all-gather's bytes (TD) only; cuda_graphs the host work of the
     # pipeline phase (TP), the compute the data-parallel sync hides behind (TD) and the graph
-    # pools (C).
+    # pools (C), which hold per captured layer buffers of the precision and, with a full-iteration
+    # graph of MoE layers, the paged stash's CUDA buffer, sized from the in-flight stash (recompute,
+    # precision); and the activation peak (A), whose MoE layers stash their expert activations
+    # in that buffer (inflight_memory.without_stash).
     "W": ("sharding", "moments", "offload", "grad_reduce"),
-    "C": ("sharding", "dispatcher", "ep_overlap", "grad_reduce", "cuda_graphs"),
-    "A": ("recompute", "precision", "offload", "ep_overlap"),
+    "C": ("sharding", "dispatcher", "ep_overlap", "grad_reduce", "cuda_graphs", "recompute", "precision"),
+    "A": ("recompute", "precision", "offload", "ep_overlap", "cuda_graphs"),
     "OT": ("sharding", "moments", "offload", "precision", "grad_reduce"),
     "TP": ("recompute", "precision", "dispatcher", "ep_overlap", "offload", "cuda_graphs"),
     "TD": ("sharding", "precision", "recompute", "dispatcher", "ep_overlap", "grad_reduce", "param_gather",

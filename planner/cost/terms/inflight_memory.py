@@ -49,6 +49,17 @@ before the activation, fc2's input), the only ones PagedStashManager.on_save_for
 (megatron/core/transformer/moe/paged_stash.py); the router, norms and attention stay as they are."""
 
 
+def is_moe_piece(piece) -> bool:
+    """Whether a layer's piece is an MoE layer's: one setting's piece is ("moe", ...); a
+    StackedPieces layer's (several settings side by side, the search's tables) is the tuple of its
+    settings' pieces, all of one kind. (Reading only the first form left the tables without the
+    paged stash: tests/test_cost_tables.py.)"""
+    if not isinstance(piece, tuple) or not piece:
+        return False
+    head = piece[0]
+    return head == "moe" if isinstance(head, str) else is_moe_piece(head)
+
+
 def without_stash(chunk: ChunkMemory, stash: Num, capacity: float) -> ChunkMemory:
     """``chunk`` with each MoE layer's stashed tensors (``stash`` bytes at the balanced load) moved out
     of its kept bytes into the stash buffer, and their static-shape copies as transients: a layer's
@@ -58,7 +69,7 @@ def without_stash(chunk: ChunkMemory, stash: Num, capacity: float) -> ChunkMemor
     out = []
     for layer in chunk.layers:
         piece = layer.piece
-        if isinstance(piece, tuple) and piece and piece[0] == "moe":
+        if is_moe_piece(piece):
             layer = LayerMemory(layer.name, layer.kept - stash, layer.fwd_transient + capacity * stash,
                                 layer.bwd_transient + capacity * stash, layer.full - stash, piece)
         out.append(layer)
@@ -69,8 +80,7 @@ def stash_only(chunk: ChunkMemory, stash: Num) -> ChunkMemory:
     """The chunk's stashed bytes alone (each MoE layer ``stash``, nothing else, no transients): the
     in-flight stash PagedStashManager counts on save and releases on reload (its
     max_avg_tokens_across_vp_stages, the peak the CUDA buffer is sized from)."""
-    layers = tuple(LayerMemory(layer.name, stash if isinstance(layer.piece, tuple) and layer.piece
-                               and layer.piece[0] == "moe" else 0.0, 0.0, 0.0, 0.0, layer.piece)
+    layers = tuple(LayerMemory(layer.name, stash if is_moe_piece(layer.piece) else 0.0, 0.0, 0.0, 0.0, layer.piece)
                    for layer in chunk.layers)
     return ChunkMemory(chunk.index, layers)
 
