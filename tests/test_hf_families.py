@@ -231,7 +231,12 @@ def test_search_returns_plans(capsys, name, hw, gpus, batch):
     from planner.cli import main
 
     code = main(["search", "--model", str(PUBLIC / name / "config.json"), "--hw", hw, "--gpus", str(gpus),
-                 "--global-batch", str(batch), "--seq-len", "4096", "--top", "2", "--json"])
+                 "--global-batch", str(batch), "--seq-len", "4096", "--top", "2", "--json",
+                 # The two MoE families here take 60-80 s wall on the 2-core machine since 2026-12-05's
+                 # search changes (17 s before: the best-first walk, the paged stash): the default
+                 # 60 s limit cut them off before a plan (exit 2). A speed regression, not the rule
+                 # this test checks (docs/speed.md).
+                 "--time-limit", "300"])
     out = capsys.readouterr().out
     assert code == 0, out
     plans = json.loads(out)["plans"]
