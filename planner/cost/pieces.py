@@ -109,20 +109,20 @@ class ChunkMemory:
         return all(_scalar(layer.kept) and _scalar(layer.fwd_transient) and _scalar(layer.bwd_transient)
                    for layer, _ in self._runs)
 
-    @cached_property
-    def kept(self):
+    def _run_sum(self, field: str) -> Num:
         total: Num = 0.0
         for layer, n in self.runs():
-            total = total + n * layer.kept
+            total = total + n * getattr(layer, field)
         return total
+
+    @cached_property
+    def kept(self):
+        return self._run_sum("kept")
 
     @cached_property
     def host_kept(self):
         """Bytes its layers keep in host memory for one micro-batch (layer-level CPU offload)."""
-        total: Num = 0.0
-        for layer, n in self.runs():
-            total = total + n * layer.host
-        return total
+        return self._run_sum("host")
 
     @cached_property
     def fwd_rise(self):
