@@ -138,6 +138,16 @@ def _r6(x: float) -> float:
     return float(f"{x:.6g}")
 
 
+PROVENANCE = ("name", "aliases", "display_name", "source", "notes")
+"""A model spec's keys that name it and say where it comes from: no prediction reads them."""
+
+
+def architecture(model) -> dict:
+    """What a prediction depends on of a model spec: the architecture, not its names and provenance
+    (two runs of one architecture under two names predict the same)."""
+    return {k: v for k, v in model.model_dump(mode="json").items() if k not in PROVENANCE}
+
+
 def _round(d: dict) -> dict:
     return {k: (_r6(v) if isinstance(v, float) else v) for k, v in d.items()}
 
@@ -279,10 +289,7 @@ def _evaluate(run: RunSpec, calibration) -> RunResult:
     res = RunResult(run.name, "evaluated", None, run, moe=model.is_moe,
                     generation="Hopper" if hw.generation in HOPPER else "Blackwell",
                     plan=setup.plan.to_string(), reader=reader)
-    # What the prediction depends on: the architecture, not the names and provenance of the spec.
-    shape = {k: v for k, v in model.model_dump(mode="json").items()
-             if k not in ("name", "aliases", "display_name", "source", "notes")}
-    res.signature = (repr(sorted(shape.items())), hw.name, job.gpus, job.global_batch, job.seq_len,
+    res.signature = (repr(sorted(architecture(model).items())), hw.name, job.gpus, job.global_batch, job.seq_len,
                      setup.plan.to_string(), assumptions.model_dump_json())
     pred_tps = t.tokens_per_s_per_gpu
     res.predicted = {
@@ -322,4 +329,4 @@ def evaluate_runs(runs: list[RunSpec], calibration=None, software: str | None = 
     return results
 
 
-__all__ = ["RunResult", "Reader", "evaluate_run", "evaluate_runs", "resolve_run", "measured_throughput"]
+__all__ = ["RunResult", "Reader", "architecture", "PROVENANCE", "evaluate_run", "evaluate_runs", "resolve_run", "measured_throughput"]

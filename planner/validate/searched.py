@@ -19,12 +19,16 @@ its two factors (the cost model on the published plan; the search's own changes)
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel
 
 from planner import __version__
 from planner.cost.evaluate import plan_evaluation
@@ -34,7 +38,7 @@ from planner.launchers.registry import launcher, launcher_violations
 from planner.search.driver import Options, run_search
 from planner.search.space import Limits
 from planner.specs.catalog import load_software
-from planner.validate.evaluate import RunResult, resolve_run
+from planner.validate.evaluate import RunResult, architecture, resolve_run
 from planner.validate.summary import Stats, class_order, stats_of
 from planner.validate.summary import md_cell as _cell
 from planner.validate.summary import pct_text as _pct
@@ -84,6 +88,9 @@ class SearchedRun:
     """Where the search gains more than :data:`DECOMPOSE_ABOVE`: :func:`lever_decomposition`."""
     seconds: float = 0.0
     """Wall time of the search (kept out of the JSON: the report is byte-stable)."""
+    question: str | None = None
+    """The search question it asked (:func:`question_of`; kept out of the JSON): runs with equal
+    questions get the same answer from the search and vote once (:func:`question_votes`)."""
 
     @property
     def name(self) -> str:
@@ -124,11 +131,15 @@ class SearchedRun:
         g = self.gain
         return g is not None and g < -LOSS_TOLERANCE
 
-    def to_json(self, elsewhere: dict | None = None) -> dict:
-        """The run's JSON; ``elsewhere``: its :func:`measured_elsewhere` entry, if any."""
+    def to_json(self, elsewhere: dict | None = None, voter: str | None = None) -> dict:
+        """The run's JSON; ``elsewhere``: its :func:`measured_elsewhere` entry, if any; ``voter``: the
+        run that votes for its search question (:func:`question_votes`), if it is counted."""
         r = _r6
         out: dict[str, Any] = {"name": self.name, "status": self.status, "class": self.recipe.klass,
                                "subset": self.recipe.subset, "counted": self.recipe.counted and self.searched}
+        if voter is not None:
+            out["votes"] = voter == self.name
+            out["voter"] = voter
         if self.reason:
             out["reason"] = self.reason
         if self.fix is not None:
@@ -299,11 +310,24 @@ def lever_table(rows: list[dict]) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun:
-    """The search for one evaluated run, its degrees pinned (or why it was not searched)."""
-    if not recipe.evaluated:
-        return SearchedRun(recipe, "not searched", f"the recipe was not evaluated: {recipe.reason}")
+@dataclass(frozen=True)
+class SearchInputs:
+    """Exactly what :func:`search_run` hands :func:`planner.search.driver.run_search`, and nothing
+    else: the search question a run asks. Its answer depends on these alone."""
 
+    model: Any
+    hw: Any
+    job: Any
+    options: Options
+    assumptions: Any
+
+    def search(self):
+        return run_search(self.model, self.hw, self.job, self.options, assumptions=self.assumptions)
+
+
+def search_inputs(recipe: RunResult, calibration: str | None = None):
+    """(the search's inputs, the recipe's setup, its release) for an evaluated run: its model,
+    hardware, job, assumptions and release, the published degrees pinned, top 1."""
     model, hw, job, plan, assumptions, _ = resolve_run(recipe.run)
     if calibration is not None:
         assumptions = assumptions.model_copy(update={"calibration": calibration})
@@ -311,16 +335,53 @@ def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun
     profile = load_software(recipe.software) if recipe.software else None
     # Bridge's plans obey Megatron's rules: the search runs for the launcher whose rules apply.
     target = launcher(profile.launcher).rules_of if profile is not None else "megatron"
+    # As `planner search` ranks (ties and families on): the plan judged is the first plan a user is shown.
+    options = Options(target=target, top=1, limits=Limits.parse(pinned_fix(setup.plan), None), software=profile,
+                      ties=True, families=True)
+    return SearchInputs(model, hw, job, options, assumptions), setup, profile
+
+
+def _canonical(x: Any) -> Any:
+    """A value as plain JSON data, whatever spec or dataclass holds it (the question's text)."""
+    if isinstance(x, BaseModel):
+        return _canonical(x.model_dump(mode="json"))
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _canonical(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, dict):
+        return {str(k): _canonical(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        items = [_canonical(v) for v in x]
+        return sorted(items, key=repr) if isinstance(x, (set, frozenset)) else items
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    return str(x)
+
+
+def question_of(inputs: SearchInputs) -> str:
+    """The search question as text: every input the search reads (each field of
+    :class:`SearchInputs`, so an input added there enters the question by itself), the model by its
+    architecture (its names and provenance are read by no prediction, as in recipe mode's
+    signature). Equal texts, equal answers."""
+    parts = {f.name: _canonical(getattr(inputs, f.name)) for f in dataclasses.fields(inputs)}
+    parts["model"] = _canonical(architecture(inputs.model))
+    return json.dumps(parts, sort_keys=True)
+
+
+def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun:
+    """The search for one evaluated run, its degrees pinned (or why it was not searched)."""
+    if not recipe.evaluated:
+        return SearchedRun(recipe, "not searched", f"the recipe was not evaluated: {recipe.reason}")
+
+    inputs, setup, profile = search_inputs(recipe, calibration)
+    target = inputs.options.target
     fix = pinned_fix(setup.plan)
-    out = SearchedRun(recipe, "searched", fix=fix, target=target, recipe_plan_json=setup.plan.to_json())
+    out = SearchedRun(recipe, "searched", fix=fix, target=target, recipe_plan_json=setup.plan.to_json(),
+                      question=question_of(inputs))
     breaks = [f"{v.rule} ({v.message.split('. ')[0].rstrip('.')})"
               for v in launcher_violations(setup, target=target, software=profile)]
     t0 = time.perf_counter()
     try:
-        # As `planner search` ranks (ties and families on): the plan judged is the first plan a user is shown.
-        found = run_search(model, hw, job, Options(target=target, top=1, limits=Limits.parse(fix, None),
-                                                   software=profile, ties=True, families=True),
-                           assumptions=assumptions)
+        found = inputs.search()
     except PlannerError as exc:
         out.status, out.reason = "search failed", exc.paragraph()
         out.losses = [f"the recipe's plan breaks {b}" for b in breaks]
@@ -357,21 +418,61 @@ def search_runs(results: list[RunResult], calibration: str | None = None,
 
 
 # ---------------------------------------------------------------------------------------------
-def summarize_search(rows: list[SearchedRun]) -> dict:
-    """Statistics over the counted, searched runs: all, per class; runs beyond +-25 % (each with
-    its suspected mechanism, :func:`suspected`, told what a run of the same job measured); losses."""
-    elsewhere = {e["name"]: e for e in measured_elsewhere(rows)}
-    counted = [s for s in rows if s.searched and s.recipe.counted and s.error is not None]
+QUESTION_RULE = (
+    "One vote per search question: runs that hand the search the same inputs (model architecture, hardware, GPU "
+    "count, global batch, sequence length, pinned degrees and layout, software release, assumptions) get the same "
+    "best plan, so they are counted once, against the best tokens/s per GPU any of them measured: the best "
+    "configuration its publishers reached for that question is what planner's best plan is compared with (an "
+    "untuned step of a tuning series measured a configuration the search does not propose; a lever planner does "
+    "not model, such as torch.compile, shows as the voting run's error). Another release or another pinned degree "
+    "is another question. Every run keeps its row; the per-run figures are given beside.")
+"""Why search mode counts questions (issue 39), said in the report's header and docs/validation.md."""
+
+
+def question_votes(rows: list[SearchedRun]) -> dict[str, str]:
+    """Each counted, searched run's name -> the run that votes for its search question
+    (:attr:`SearchedRun.question`): of the counted runs asking it, the one that measured the most
+    tokens/s per GPU (the later in the file on a tie, as a series' later run counts in recipe mode).
+    Runs recipe mode does not count (a series run whose inputs a later run repeats) stay out."""
+    groups: dict[str, list[tuple[float, int, SearchedRun]]] = {}
+    for i, s in enumerate(rows):
+        if s.searched and s.recipe.counted and s.error is not None and s.measured_tps and s.question is not None:
+            groups.setdefault(s.question, []).append((s.measured_tps, i, s))
+    out = {}
+    for members in groups.values():
+        voter = max(members, key=lambda m: (m[0], m[1]))[2]
+        out.update({s.name: voter.name for _, _, s in members})
+    return out
+
+
+def _class_stats(rows: list[SearchedRun]) -> tuple[Stats, dict[str, Stats]]:
     classes: dict[str, list] = {}
-    for s in counted:
+    for s in rows:
         classes.setdefault(s.recipe.klass or "?", []).append((s.name, s.error))
-    beyond = [s for s in counted if abs(s.error or 0) > BEYOND]
-    gains = [s.gain for s in counted if s.gain is not None]
+    return (stats_of([(s.name, s.error) for s in rows if s.error is not None]),
+            {k: stats_of(v) for k, v in sorted(classes.items(), key=lambda kv: class_order(kv[0]))})
+
+
+def summarize_search(rows: list[SearchedRun]) -> dict:
+    """Statistics over the search questions (:func:`question_votes`: one vote each, the acceptance's
+    figures) and, beside, over the counted, searched runs: all, per class; questions beyond +-25 %
+    (each with its suspected mechanism, :func:`suspected`, told what a run of the same job measured);
+    losses."""
+    elsewhere = {e["name"]: e for e in measured_elsewhere(rows)}
+    votes = question_votes(rows)
+    counted = [s for s in rows if s.name in votes]
+    voting = [s for s in counted if votes[s.name] == s.name]
+    q_all, q_classes = _class_stats(voting)
+    r_all, r_classes = _class_stats(counted)
+    beyond = [s for s in voting if abs(s.error or 0) > BEYOND]
+    gains = [s.gain for s in voting if s.gain is not None]
     lost = [s for s in rows if s.lost]
     return {
-        "all": stats_of([(s.name, s.error) for s in counted if s.error is not None]),
-        "classes": {k: stats_of(v) for k, v in sorted(classes.items(), key=lambda kv: class_order(kv[0]))},
-        "recipe_all": stats_of([(s.name, s.recipe.error) for s in counted if s.recipe.error is not None]),
+        "all": q_all, "classes": q_classes,
+        "per_run": {"all": r_all, "classes": r_classes,
+                    "beyond": [s.name for s in counted if abs(s.error or 0) > BEYOND]},
+        "votes": votes,
+        "recipe_all": stats_of([(s.name, s.recipe.error) for s in voting if s.recipe.error is not None]),
         "median_gain": statistics.median(gains) if gains else None,
         "beyond": [(s.name, s.error, suspected(s, elsewhere.get(s.name))) for s in beyond],
         "lost": [(s.name, s.gain, s.losses or ["none named: the recipe's plan is in the search's space (a search "
@@ -385,7 +486,7 @@ def targets_met(summary: dict) -> dict[str, bool]:
         "median |signed error| <= 10%": a.median_abs is not None and a.median_abs <= TARGETS["median_abs"],
         "every class median within +-10%": all(s.median_signed is not None and abs(s.median_signed) <= TARGETS["class_median"]
                                                for s in summary["classes"].values()),
-        "at most 3 runs beyond +-25%": len(summary["beyond"]) <= TARGETS["max_beyond"],
+        "at most 3 questions beyond +-25%": len(summary["beyond"]) <= TARGETS["max_beyond"],
     }
 
 
@@ -438,7 +539,9 @@ def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
     searched = [r for r in rows if r.searched]
     elsewhere = measured_elsewhere(rows)
     by_name = {e["name"]: e for e in elsewhere}
-    runs = [r.to_json(by_name.get(r.name)) for r in rows]
+    votes = s["votes"]
+    runs = [r.to_json(by_name.get(r.name), votes.get(r.name)) for r in rows]
+    per_run = s["per_run"]
     return {
         "runs_file": runs_label,
         "planner_version": __version__,
@@ -449,9 +552,14 @@ def build_search(rows: list[SearchedRun], runs_label: str) -> dict:
                    "search_failed": sum(r.status == "search failed" for r in rows),
                    "not_searched": sum(r.status == "not searched" for r in rows),
                    "counted": sum(r.recipe.counted for r in searched),
+                   "questions": sum(v == k for k, v in votes.items()),
                    "lost_to_recipe": len(s["lost"])},
+        "question_rule": QUESTION_RULE,
         "summary": {"all": s["all"].to_json(), "classes": {k: v.to_json() for k, v in s["classes"].items()},
-                    "recipe_all": s["recipe_all"].to_json(), "median_gain": _r6(s["median_gain"])},
+                    "recipe_all": s["recipe_all"].to_json(), "median_gain": _r6(s["median_gain"]),
+                    "per_run": {"all": per_run["all"].to_json(),
+                                "classes": {k: v.to_json() for k, v in per_run["classes"].items()},
+                                "beyond_25pct": per_run["beyond"]}},
         "beyond_25pct": [{"name": n, "error": _r6(e), "suspected": why} for n, e, why in s["beyond"]],
         "lost_to_recipe": [{"name": n, "gain": _r6(g), "why": why} for n, g, why in s["lost"]],
         "targets": {"definition": dict(TARGETS), "met": targets_met(s)},
@@ -509,6 +617,24 @@ def _lever_markdown(report: dict) -> list[str]:
     return lines
 
 
+def _vote(run: dict) -> str:
+    """A run's vote as the run tables print it: yes, the run that votes for it, or none (not counted)."""
+    if "voter" not in run:
+        return "–"
+    return "yes" if run["votes"] else f"-> {run['voter']}"
+
+
+def _summary_table(a: dict, classes: dict, what: str) -> list[str]:
+    lines = [f"| class | {what} | median abs. error | median signed error | worst signed error (run) |",
+             "|---|---:|---:|---:|---|"]
+    for name, st in [("all", a), *classes.items()]:
+        label = "**all**" if name == "all" else name
+        worst = f"{_pct(st['worst_signed_error'])} ({st['worst_run']})" if st["n"] else "–"
+        lines.append(f"| {label} | {st['n']} | {_pct(st['median_abs_error']).lstrip('+')} | "
+                     f"{_pct(st['median_signed_error'])} | {worst} |")
+    return lines
+
+
 def search_markdown(report: dict, command: str) -> str:
     c, s = report["counts"], report["summary"]
     lines = [
@@ -519,44 +645,44 @@ def search_markdown(report: dict, command: str) -> str:
         "sequence length, assumptions and software release, with the published degrees pinned (`--fix` of "
         f"{', '.join(report['pinned'])} where the recipe has one) and every other lever left to the search, top 1; "
         f"{report['sign_convention']}. Series runs with the same planner inputs count once, as in "
-        "published-runs.md.",
+        f"published-runs.md. {report['question_rule']}",
         "",
-        f"{c['runs']} runs: {c['searched']} searched ({c['counted']} counted), {c['search_failed']} whose search "
-        f"failed, {c['not_searched']} not searched (their recipe is not evaluated); the search lost to the recipe "
-        f"on {c['lost_to_recipe']}.",
+        f"{c['runs']} runs: {c['searched']} searched ({c['counted']} counted, asking {c['questions']} search "
+        f"questions), {c['search_failed']} whose search failed, {c['not_searched']} not searched (their recipe is not "
+        f"evaluated); the search lost to the recipe on {c['lost_to_recipe']}.",
         "",
-        "## Summary by class",
+        "## Summary by class, one vote per search question",
         "",
-        "| class | runs | median abs. error | median signed error | worst signed error (run) |",
-        "|---|---:|---:|---:|---|",
+        *_summary_table(s["all"], s["classes"], "questions"),
+        "",
+        f"Per run (every counted run, {len(s['per_run']['beyond_25pct'])} beyond +-25 %):",
+        "",
+        *_summary_table(s["per_run"]["all"], s["per_run"]["classes"], "runs"),
     ]
-    for name, st in [("all", s["all"]), *s["classes"].items()]:
-        label = "**all**" if name == "all" else name
-        worst = f"{_pct(st['worst_signed_error'])} ({st['worst_run']})" if st["n"] else "–"
-        lines.append(f"| {label} | {st['n']} | {_pct(st['median_abs_error']).lstrip('+')} | "
-                     f"{_pct(st['median_signed_error'])} | {worst} |")
     ra = s["recipe_all"]
-    lines += ["", f"The recipes themselves on the same runs: median abs. error {_pct(ra['median_abs_error']).lstrip('+')}, "
+    lines += ["", f"The recipes of the voting runs: median abs. error {_pct(ra['median_abs_error']).lstrip('+')}, "
               f"median signed {_pct(ra['median_signed_error'])}; median gain of the search's plan over the recipe's "
               f"{_pct(s['median_gain'])}.", ""]
     met = report["targets"]["met"]
     lines += ["Issue 39's acceptance (search mode): " + "; ".join(f"{k}: {'met' if v else 'not met'}"
                                                                   for k, v in met.items()) + ".", ""]
-    lines += ["## Runs beyond +-25 %", ""]
+    lines += ["## Questions beyond +-25 % (the voting run's)", ""]
     lines += [f"- {b['name']}: {_pct(b['error'])}; suspected: {b['suspected']}" for b in report["beyond_25pct"]] or ["None."]
     lines += _lever_markdown(report)
     lines += ["", "## Where the search loses to the recipe", ""]
     lines += [f"- {x['name']}: gain {_pct(x['gain'])}; " + "; ".join(x["why"]) for x in report["lost_to_recipe"]] \
         or ["Nowhere: on every run the search finds a plan predicted at least as fast as the recipe's."]
     lines += ["", "## Every run", "",
-              "°: series run not counted. Gain: the best plan over the recipe's, both predicted.", "",
-              "| run | class | measured | recipe | best | error | gain | best plan |",
-              "|---|---|---:|---:|---:|---:|---:|---|"]
+              "°: series run not counted. Vote: \"yes\" where the run votes for its search question, else the run "
+              "that does (\"-> run\": same question, a higher measured throughput). Gain: the best plan over the "
+              "recipe's, both predicted.", "",
+              "| run | vote | class | measured | recipe | best | error | gain | best plan |",
+              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in report["runs"]:
         if r["status"] != "searched":
             continue
         mark = "" if r["counted"] else " °"
-        lines.append(f"| {r['name']}{mark} | {r['class']} | {_num(r['measured_tokens_per_s_per_gpu'])} | "
+        lines.append(f"| {r['name']}{mark} | {_vote(r)} | {r['class']} | {_num(r['measured_tokens_per_s_per_gpu'])} | "
                      f"{_num(r['recipe_tokens_per_s_per_gpu'])} | {_num(r['best']['tokens_per_s_per_gpu'])} | "
                      f"{_pct(r['error'])} | {_pct(r['gain'])} | `{_cell(r['best_plan'])}` |")
     failed = [r for r in report["runs"] if r["status"] == "search failed"]
@@ -570,30 +696,35 @@ def search_markdown(report: dict, command: str) -> str:
 
 def search_text(report: dict) -> str:
     """The terminal view: the summary, one line per run, the runs beyond +-25 % and the losses."""
-    s = report["summary"]
-    out = [f"search mode ({report['counts']['counted']} runs counted; pinned: {', '.join(report['pinned'])})",
-           f"  {'class':32} {'n':>3} {'median|e|':>10} {'median e':>9} {'worst':>8}  worst run"]
-    for name, st in [("all", s["all"]), *s["classes"].items()]:
-        out.append(f"  {name:32} {st['n']:>3} {_pct(st['median_abs_error']).lstrip('+'):>10} "
-                   f"{_pct(st['median_signed_error']):>9} {_pct(st['worst_signed_error']):>8}  {st['worst_run'] or ''}")
-    out += ["", f"{'run':58} {'measured':>9} {'recipe':>9} {'best':>9} {'error':>8} {'gain':>8}"]
+    s, c = report["summary"], report["counts"]
+    out = [f"search mode ({c['counted']} runs counted, {c['questions']} search questions, one vote each; "
+           f"pinned: {', '.join(report['pinned'])})"]
+    for title, a, classes in (("per question", s["all"], s["classes"]),
+                              ("per run", s["per_run"]["all"], s["per_run"]["classes"])):
+        out.append(f"  {title:32} {'n':>3} {'median|e|':>10} {'median e':>9} {'worst':>8}  worst run")
+        for name, st in [("all", a), *classes.items()]:
+            out.append(f"  {name:32} {st['n']:>3} {_pct(st['median_abs_error']).lstrip('+'):>10} "
+                       f"{_pct(st['median_signed_error']):>9} {_pct(st['worst_signed_error']):>8}  {st['worst_run'] or ''}")
+    out += [f"  runs beyond +-25%: {len(s['per_run']['beyond_25pct'])}",
+            "", f"{'run':58} {'measured':>9} {'recipe':>9} {'best':>9} {'error':>8} {'gain':>8}  vote"]
     for r in report["runs"]:
         if r["status"] == "searched":
             tag = " " if r["counted"] else "°"
             out.append(f"{r['name'][:57]:57}{tag} {_num(r['measured_tokens_per_s_per_gpu']):>9} "
                        f"{_num(r['recipe_tokens_per_s_per_gpu']):>9} {_num(r['best']['tokens_per_s_per_gpu']):>9} "
-                       f"{_pct(r['error']):>8} {_pct(r['gain']):>8}")
+                       f"{_pct(r['error']):>8} {_pct(r['gain']):>8}  {_vote(r)}")
         elif r["status"] == "search failed":
             out.append(f"{r['name']}: search failed: {r['reason']}")
-    out += ["", "beyond +-25%:"] + [f"  {b['name']}: {_pct(b['error'])}; suspected: {b['suspected']}"
+    out += ["", "questions beyond +-25% (the voting run's):"] + [f"  {b['name']}: {_pct(b['error'])}; suspected: {b['suspected']}"
                                     for b in report["beyond_25pct"]]
     out += ["lost to the recipe:"] + [f"  {x['name']}: {_pct(x['gain'])}; " + "; ".join(x["why"])
                                       for x in report["lost_to_recipe"]]
     out += ["", "targets (issue 39, search mode): " + "; ".join(f"{k}: {'met' if v else 'not met'}"
                                                                 for k, v in report["targets"]["met"].items()),
-            f"({report['sign_convention']}; °: series run not counted)"]
+            f"({report['sign_convention']}; °: series run not counted; vote: yes, or the run that votes for the "
+            "run's search question)"]
     return "\n".join(out)
 
 
-__all__ = ["measured_elsewhere", "lever_decomposition", "lever_table", "DECOMPOSE_ABOVE", "build_search", "search_markdown", "search_text", "SearchedRun", "search_run", "search_runs", "summarize_search", "targets_met", "pinned_fix",
+__all__ = ["SearchInputs", "search_inputs", "question_of", "question_votes", "QUESTION_RULE", "measured_elsewhere", "lever_decomposition", "lever_table", "DECOMPOSE_ABOVE", "build_search", "search_markdown", "search_text", "SearchedRun", "search_run", "search_runs", "summarize_search", "targets_met", "pinned_fix",
            "outside_space", "loss_reasons", "suspected", "changed_keys", "PINNED", "TARGETS", "LOSS_TOLERANCE"]
