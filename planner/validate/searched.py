@@ -244,6 +244,11 @@ def suspected(s: SearchedRun, elsewhere: dict | None = None) -> str:
         return what + f"; the search adds {100 * g:+.0f}%"
     changed = changed_keys(s.recipe_plan_json, s.best_plan_json)
     diff = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()) or "no key"
+    if g < 0:
+        # A loss is no over-credit: the search could not rank the recipe's plan, and its own is slower.
+        why = "; ".join(s.losses) or "no reason named (a search defect)"
+        return (f"the search lost to the recipe: its plan is predicted {100 * g:+.0f}% against the recipe's ({diff}) "
+                f"because {why} (the recipe is predicted {100 * re:+.0f}%)")
     if elsewhere is None:
         measured = "a gain nobody measured"
     else:
@@ -251,7 +256,17 @@ def suspected(s: SearchedRun, elsewhere: dict | None = None) -> str:
                     f"search's, measured {_pct(elsewhere['measured_gain'])} over this run (planner's recipes: "
                     f"{_pct(elsewhere['predicted_gain'])})")
     return (f"the search's own plan, predicted {100 * g:+.0f}% over the recipe ({diff}): {measured} "
-            f"(the recipe is predicted {100 * re:+.0f}%)")
+            f"(the recipe is predicted {100 * re:+.0f}%){_most_credited(s.decomposition)}")
+
+
+def _most_credited(decomposition: dict) -> str:
+    """The change the model credits most when applied alone (:func:`lever_decomposition`): the
+    first suspect of an over-credit, said after a search gain ('' where none was decomposed)."""
+    alone = [lv for lv in decomposition.get("levers", []) if lv.get("gain") is not None]
+    if not alone:
+        return ""
+    lv = max(alone, key=lambda x: (x["gain"], x["lever"]))
+    return f"; credited most alone: {lv['lever']} {lv['from']} -> {lv['to']} {100 * lv['gain']:+.0f}%"
 
 
 def _fit_of(evaluation: dict) -> dict:
