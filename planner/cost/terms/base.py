@@ -83,6 +83,20 @@ class TermsBase:
         n = self.batch.n_keys
         return np.concatenate([_column(fn(v), n) for v in self.batch.variants])
 
+    def _per_variant_by(self, fields: tuple[str, ...], fn) -> np.ndarray:
+        """:meth:`_per_variant` for an ``fn`` that reads only the levers ``fields``: evaluated once
+        per distinct value of them (the memory tables' C batches list 42 variants, 3 dispatchers
+        among them), the same arrays side by side."""
+        n = self.batch.n_keys
+        seen: dict[tuple, np.ndarray] = {}
+        cols = []
+        for v, k in zip(self.batch.variants, self._row(*fields)):
+            col = seen.get(k)
+            if col is None:
+                col = seen[k] = _column(fn(v), n)
+            cols.append(col)
+        return np.concatenate(cols)
+
     def _tile(self, x) -> np.ndarray:
         """A value of the batch's keys (the same under every variant) for every plan."""
         return np.tile(_column(x, self.batch.n_keys), len(self.batch.variants))

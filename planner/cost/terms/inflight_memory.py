@@ -120,12 +120,21 @@ class InflightMemory(RankTimes):
         """Bytes one MoE layer stashes per micro-batch at the balanced load (the stash counts
         avg_num_tokens, the capacity's rows over its factor: TEGroupedMLP), every plan's: the
         :data:`STASHED_TERMS` recompute keeps, in their stored precision."""
-        def one(v):
-            pm = self.ctx.piece_memory(v)
+        ctx = self.ctx
+
+        def over_piece_keys(v):
+            pm = ctx.piece_memory(v)
             sh = dataclasses.replace(pm.sh, imbalance=1.0)
             terms = tuple(t for t in act.layer_terms(pm.model, sh, "moe") if t.name in STASHED_TERMS)
             kept = act.kept_bytes(terms, full=v.recompute.kind == "full", drop=pm.drop, fp8=pm.fp8, fp4=bool(pm.sh.fp4))
-            return _column(kept, len(self.ctx.keys.pk_first))[self.ctx.keys.pk_of[self.batch.key_rows]]
+            return _column(kept, len(ctx.keys.pk_first))
+
+        def one(v):
+            # Over the context's piece keys, once per (recompute, precision, EP overlap), the
+            # levers piece_memory reads: the C table's batches list every dispatcher beside them
+            # and each layout asks again (7,800 layer_terms calls in the default search, 1.2 s).
+            whole = ctx.cached(("stash_layer", v.recompute, v.precision, v.ep_overlap), lambda: over_piece_keys(v))
+            return whole[ctx.keys.pk_of[self.batch.key_rows]]
         key = tuple((v.recompute, v.precision, v.ep_overlap) for v in self.batch.variants)
         return self._memo("stash_layer", key, fn=lambda: self._per_variant(one))
 
@@ -154,7 +163,8 @@ class InflightMemory(RankTimes):
         # layouts among them) share it (_UNIT_STASH_PEAKS).
         chunks = self._eager_chunks(r)
         b = self.batch
-        key = (b.pp, b.vpp, r, tuple((c.index, tuple(layer.piece for layer in c.layers)) for c in chunks),
+        # stash_only(c, 1.0) reads of a layer only whether it is an MoE layer.
+        key = (b.pp, b.vpp, r, tuple((c.index, tuple(is_moe_piece(layer.piece) for layer in c.layers)) for c in chunks),
                tuple((sched, sel.tobytes()) for sched, sel in self.schedule_columns()),
                b.micro_batches.dtype.str, b.micro_batches.tobytes())
         unit = _UNIT_STASH_PEAKS.get(key)
@@ -162,7 +172,7 @@ class InflightMemory(RankTimes):
             if len(_UNIT_STASH_PEAKS) >= _UNIT_STASH_PEAKS_MAX:
                 _UNIT_STASH_PEAKS.clear()
             unit = _UNIT_STASH_PEAKS[key] = self._schedule_peak(r, tuple(stash_only(c, 1.0) for c in chunks),
-                                                                offload=False, wgrad=False)
+                                                                offload=False, wgrad=False, uniform=True)
         out = stash * unit
         if np.array_equal(stash, np.round(stash)) and bool((out < 2.0 ** 52).all()):
             return out
@@ -195,11 +205,15 @@ class InflightMemory(RankTimes):
     def _activation_peak(self, r: int) -> np.ndarray:
         return self._schedule_peak(r, self.chunks(r), self.lv.offload_activations, wgrad=True)
 
-    def _schedule_peak(self, r: int, chunks: tuple[ChunkMemory, ...], offload: bool, wgrad: bool) -> np.ndarray:
+    def _schedule_peak(self, r: int, chunks: tuple[ChunkMemory, ...], offload: bool, wgrad: bool,
+                       uniform: bool = False) -> np.ndarray:
         """Highest held + rise bytes of ``chunks`` on rank ``r`` over its schedule; ``wgrad``: with
         the bytes held between input and weight gradient where the schedule splits the backward
-        (else none: the stash keeps nothing for W)."""
+        (else none: the stash keeps nothing for W). ``uniform``: every plan's chunks hold the same
+        bytes (the one-byte stash scan), so plans of one schedule and micro-batch count share one
+        column's scan (the C table's batches hold 42 variants of every key)."""
         b, n = self.batch, self.n
+        one = (lambda cols: cols[:1]) if uniform else (lambda cols: cols)
         kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
         out = np.empty(n)
         rest = np.ones(n, dtype=bool)
@@ -216,17 +230,20 @@ class InflightMemory(RankTimes):
             pairs = _pair_rises(chunks, n) if sched.order == "combined" else None
             for mi in np.unique(per):
                 cols = sel[per == mi]
-                out[cols] = peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
+                c1 = one(cols)
+                out[cols] = peak_over_profiles(held[:, c1], fwd[:, c1], bwd[:, c1], b.pp, b.vpp, int(mi), r,
                                                offload, schedule=sched,
-                                               pair_rises=_select(pairs, cols))
+                                               pair_rises=_select(pairs, c1))
         if not rest.all():
             for mi in np.unique(m[rest]):
                 cols = np.flatnonzero(rest & (m == mi))
-                out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, int(mi), r,
+                c1 = one(cols)
+                out[cols] = peak_over_profiles(kept[:, c1], fwd[:, c1], bwd[:, c1], b.pp, b.vpp, int(mi), r,
                                                offload)
             return out
         for mi, cols in self._buckets(m, "profile_m"):
-            out[cols] = peak_over_profiles(kept[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r,
+            c1 = one(cols)
+            out[cols] = peak_over_profiles(kept[:, c1], fwd[:, c1], bwd[:, c1], b.pp, b.vpp, mi, r,
                                            offload)
         return out
 

@@ -64,7 +64,7 @@ class StaticMemory(TermsBase):
     def comm_buffers(self) -> np.ndarray:
         """NCCL communicators, dispatcher staging, p2p buffers and workspaces (every rank alike),
         and the local spec's persistent attention-score buffer."""
-        return self._memo("comm", self._row("dispatcher"), fn=lambda: self._per_variant(self._comm_buffers))
+        return self._memo("comm", self._row("dispatcher"), fn=lambda: self._per_variant_by(("dispatcher",), self._comm_buffers))
 
     def _comm_buffers(self, lv: Levers) -> np.ndarray:
         ctx, b = self.ctx, self.batch
