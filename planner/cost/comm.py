@@ -326,6 +326,25 @@ def cp_comm(bt: BlockTime, transfers: tuple[Num, Num, Num], rates: Rates, full: 
     return CommCost("cp", total, exposed)
 
 
+def fp8_dispatch(sh: Shard) -> bool:
+    """Whether the EP dispatch sends FP8 tokens: never, in every release planner models, whatever
+    the training precision or dispatcher (issue 39: crediting it halved DeepEP's and HybridEP's
+    dispatch bytes in FP8 plans, a gain no published pair measured).
+
+    Megatron-Core's HybridEP wrapper fixes ``fp8_dispatch = False  # Currently, we do not support
+    fp8 dispatch`` (megatron/core/transformer/moe/fused_a2a.py HybridEPDispatch.forward, core_v0.16.0
+    through core_v0.19.0 and the 2026-08 main), and its DeepEP path hands the BF16 hidden states to
+    ``fused_dispatch`` unquantized (token_dispatcher.py _DeepepManager.dispatch): Transformer Engine
+    quantizes after the exchange, in the expert GEMM. Only main's 'ncclep' backend has an MXFP8 wire
+    dtype (transformer_config.py moe_dispatch_fwd_dtype, default 'bf16'), a dispatcher planner does
+    not offer. The DeepSeek-V3 GB200 guide (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization,
+    sec. 3.2) left FP8 dispatch off: the re-quantization for the backward offsets what it saves.
+    torchtitan's HybridEP raises on it and its DeepEP defaults it off with no caller setting it
+    (torchtitan/distributed/deepep/hybridep.py, deepep.py use_fp8_dispatch, main b5bcd76)."""
+    del sh  # the answer depends on no plan key today; the shard is where a release's switch would be read
+    return False
+
+
 def ep_dispatch_combine(ms: ModelShape, sh: Shard, span: GroupSpan, rates: Rates,
                         fp8_dispatch: bool) -> tuple[Num, Num]:
     """(dispatch, combine) seconds for the heaviest receiver (routing imbalance). FP8 dispatch

@@ -44,7 +44,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost.arrays import Num
-from planner.cost.comm import CommCost, CommFlags, block_comm, comm_causes, ep_dispatch_combine
+from planner.cost.comm import CommCost, CommFlags, block_comm, comm_causes, ep_dispatch_combine, fp8_dispatch
 from planner.cost.compute import BlockTime, block_time_of, kernel_sums, kernel_times, with_stage_host
 from planner.cost.constant import RankParams, constant_bytes, rank_params_of
 from planner.cost.flops import Shard, model_shape
@@ -379,12 +379,12 @@ class CostContext:
 
     def comm_flags(self, levers: Levers, recompute, shard: Shard) -> CommFlags:
         """The plan-level switches of a block's communication: TP overlap by implementation unless
-        set, EP overlap, recompute, FP8 dispatch with DeepEP/HybridEP in FP8 training."""
+        set, EP overlap, recompute; the dispatch's wire dtype (:func:`fp8_dispatch`)."""
         a = self.assumptions
         return CommFlags(
             tp_overlap=a.tp_comm_overlap if a.tp_comm_overlap is not None else a.implementation == "te",
             ep_overlap=bool(levers.ep_overlap), recompute=recompute,
-            fp8_dispatch=shard.fp8 and shard.dispatcher in ("deepep", "hybridep"))
+            fp8_dispatch=fp8_dispatch(shard))
 
     def block_cost(self, name: str, compute_rc, comm_rc, levers: Levers | _LeverView) -> BlockCost:
         """One block's time and communication per micro-batch over every block key (arrays):
