@@ -5,7 +5,8 @@ covers (the in-flight memory and the pipeline phase both follow it)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+import itertools
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +42,9 @@ def at(obj, idx):
     return kind(**{n: at(getattr(obj, n), idx) for n in names})
 
 
+_INTERNED = itertools.count()
+"""Ids of TermsBase._interned keys (unique in the process, so across contexts too)."""
+
 _FIELDS: dict[type, tuple[str, ...]] = {float: (), int: (), str: (), bool: (), type(None): ()}
 
 
@@ -65,7 +69,7 @@ class TermsBase:
         self.lv = batch.levers
         self.n = batch.n_keys * len(batch.variants)
         """Plans in the batch (keys x variants)."""
-        self._rows: dict[tuple, tuple] = {}
+        self._rows: dict[tuple, Any] = {}
 
     def _memo(self, term: str, *levers, fn):
         return self.ctx.cached((self.batch.group, term, *levers), fn)
@@ -113,8 +117,24 @@ class TermsBase:
         return self._memo("buckets", name, len(self.batch.variants),
                           fn=lambda: [(int(v), np.flatnonzero(values == v)) for v in np.unique(values)])
 
-    def _compute_levers(self) -> tuple:
-        return self._row("recompute", "stage_recompute", "precision", "dispatcher", "ep_overlap", "cuda_graphs")
+    def _compute_levers(self) -> int:
+        return self._interned(("compute",), lambda: self._row("recompute", "stage_recompute", "precision",
+                                                              "dispatcher", "ep_overlap", "cuda_graphs"))
+
+    def _memory_levers(self, r: int) -> int:
+        """The variants' levers the in-flight memory of rank ``r`` reads (recompute and its
+        layers on the rank, precision, EP overlap), as a memo key."""
+        return self._interned(("memory", r), lambda: tuple(
+            (v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants))
+
+    def _interned(self, name: tuple, key) -> int:
+        """A memo key of the variants' levers (``key()``, formed once per batch) as a small int,
+        equal ints for equal keys in one context: a key of 42 variants hashes each variant's
+        Recompute whenever it is looked up (1.2 million __hash__ calls in the default search)."""
+        hit = self._rows.get(name)
+        if hit is None:
+            hit = self._rows[name] = self.ctx.cached(("interned", key()), lambda: next(_INTERNED))
+        return hit
 
     def key_deg(self) -> Degrees:
         """The degrees of the batch's keys (what no lever changes is computed once per key)."""

@@ -88,6 +88,9 @@ def stash_only(chunk: ChunkMemory, stash: Num) -> ChunkMemory:
 _UNIT_STASH_PEAKS: dict[tuple, np.ndarray] = {}
 """The paged stash's scan with one byte per MoE layer, by (pp, vpp, rank, the rank's chunks' layer
 pieces, walked schedules' columns, micro-batch counts): InflightMemory._stash_peak."""
+_UNIT_SCANS: dict[tuple, np.ndarray] = {}
+"""One column of that scan per (pp, vpp, rank, MoE layers, schedule, micro-batch count, offload):
+InflightMemory._schedule_peak with ``unit``."""
 _UNIT_STASH_PEAKS_MAX = 4096
 """Entries kept before the cache starts over (a process that costs many models stays bounded)."""
 
@@ -108,7 +111,7 @@ class InflightMemory(RankTimes):
 
     def chunks(self, r: int) -> tuple[ChunkMemory, ...]:
         """Per-micro-batch memory of each chunk (virtual stage) of rank ``r``, every plan's."""
-        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        key = self._memory_levers(r)
         return self._memo("chunks", r, key, self.lv.offload_activations, self.paged_stash(), fn=lambda: self._chunks(r))
 
     def paged_stash(self) -> bool:
@@ -151,7 +154,7 @@ class InflightMemory(RankTimes):
         overlapped steps as the activations."""
         if not self.paged_stash():
             return _column(0.0, self.n)
-        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        key = self._memory_levers(r)
         return self._memo("stash_peak", r, key, fn=lambda: self._stash_peak(r, self.stash_layer()))
 
     def _stash_peak(self, r: int, stash: np.ndarray) -> np.ndarray:
@@ -172,7 +175,7 @@ class InflightMemory(RankTimes):
             if len(_UNIT_STASH_PEAKS) >= _UNIT_STASH_PEAKS_MAX:
                 _UNIT_STASH_PEAKS.clear()
             unit = _UNIT_STASH_PEAKS[key] = self._schedule_peak(r, tuple(stash_only(c, 1.0) for c in chunks),
-                                                                offload=False, wgrad=False, uniform=True)
+                                                                offload=False, wgrad=False, unit=key[:4])
         out = stash * unit
         if np.array_equal(stash, np.round(stash)) and bool((out < 2.0 ** 52).all()):
             return out
@@ -180,7 +183,7 @@ class InflightMemory(RankTimes):
 
     def _eager_chunks(self, r: int) -> tuple[ChunkMemory, ...]:
         # Read twice per rank with the paged stash (its scan and the activations' chunks).
-        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        key = self._memory_levers(r)
         return self._memo("eager_chunks", r, key, self.lv.offload_activations, fn=lambda: self._build_eager_chunks(r))
 
     def _build_eager_chunks(self, r: int) -> tuple[ChunkMemory, ...]:
@@ -198,7 +201,7 @@ class InflightMemory(RankTimes):
     def activation_peak(self, r: int) -> np.ndarray:
         """Highest activation + transient bytes of rank ``r`` over its schedule (exact maximum over
         the distinct in-flight vectors before each forward and backward)."""
-        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        key = self._memory_levers(r)
         return self._memo("act_peak", r, key, self.lv.offload_activations, self.paged_stash(),
                           fn=lambda: self._activation_peak(r))
 
@@ -206,45 +209,67 @@ class InflightMemory(RankTimes):
         return self._schedule_peak(r, self.chunks(r), self.lv.offload_activations, wgrad=True)
 
     def _schedule_peak(self, r: int, chunks: tuple[ChunkMemory, ...], offload: bool, wgrad: bool,
-                       uniform: bool = False) -> np.ndarray:
+                       unit: tuple | None = None) -> np.ndarray:
         """Highest held + rise bytes of ``chunks`` on rank ``r`` over its schedule; ``wgrad``: with
         the bytes held between input and weight gradient where the schedule splits the backward
-        (else none: the stash keeps nothing for W). ``uniform``: every plan's chunks hold the same
-        bytes (the one-byte stash scan), so plans of one schedule and micro-batch count share one
-        column's scan (the C table's batches hold 42 variants of every key)."""
+        (else none: the stash keeps nothing for W). ``unit``: every plan's chunks hold the same
+        bytes (the one-byte stash scan), named by this key (pp, vpp, rank, the chunks' MoE
+        layers): the plans of one schedule and micro-batch count share one scan, kept across
+        batches (_UNIT_SCANS; the C table's batches hold 42 variants of every key, and each
+        layout's batches ask again)."""
         b, n = self.batch, self.n
-        one = (lambda cols: cols[:1]) if uniform else (lambda cols: cols)
-        kept, fwd, bwd = (np.array([_column(getattr(c, f), n) for c in chunks]) for f in ("kept", "fwd_rise", "bwd_rise"))
+        width = 1 if unit is not None else n  # a unit scan's plans are alike: one column stands for all
         out = np.empty(n)
         rest = np.ones(n, dtype=bool)
+        arrays: dict = {}
+
+        def inputs(sched):
+            """(held, fwd, bwd, pair rises) of the chunks under ``sched`` (None: Megatron's orders
+            without a walked schedule), formed on first need (a unit scan seen before needs none)."""
+            if sched not in arrays:
+                if "kfb" not in arrays:
+                    arrays["kfb"] = tuple(np.array([_column(getattr(c, f), width) for c in chunks])
+                                          for f in ("kept", "fwd_rise", "bwd_rise"))
+                kept, fwd, bwd = arrays["kfb"]
+                # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
+                # bytes held between input and weight gradient where it splits the backward.
+                held = np.concatenate([kept, self.wgrad_kept(r) if wgrad else np.zeros_like(kept)]) \
+                    if sched is not None and sched.splits_backward else kept
+                pairs = _pair_rises(chunks, width) if sched is not None and sched.order == "combined" else None
+                arrays[sched] = (held, fwd, bwd, pairs)
+            return arrays[sched]
+
+        def scan(cols, mi: int, sched=None):
+            if unit is None:
+                held, fwd, bwd, pairs = inputs(sched)
+                return peak_over_profiles(held[:, cols], fwd[:, cols], bwd[:, cols], b.pp, b.vpp, mi, r, offload,
+                                          schedule=sched, pair_rises=_select(pairs, cols))
+            key = (unit, sched, mi, offload)
+            hit = _UNIT_SCANS.get(key)
+            if hit is None:
+                if len(_UNIT_SCANS) >= _UNIT_STASH_PEAKS_MAX:
+                    _UNIT_SCANS.clear()
+                held, fwd, bwd, pairs = inputs(sched)
+                hit = _UNIT_SCANS[key] = peak_over_profiles(held, fwd, bwd, b.pp, b.vpp, mi, r, offload,
+                                                            schedule=sched, pair_rises=pairs)
+            return hit
+
         # Plans whose schedules show the same in-flight vectors share one matrix product: under
         # Megatron's orders, those whose micro-batch counts cap to the same count.
         m = self._memo("profile_m", len(b.variants), fn=lambda: profile_microbatches(b.pp, b.vpp, b.micro_batches))
         for sched, sel in self.schedule_columns():
-            # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
-            # bytes held between input and weight gradient where it splits the backward.
-            held = np.concatenate([kept, self.wgrad_kept(r) if wgrad else np.zeros_like(kept)]) \
-                if sched.splits_backward else kept
             rest[sel] = False
             per = m[sel] if sched.order in MEGATRON_ORDERS else b.micro_batches[sel]
-            pairs = _pair_rises(chunks, n) if sched.order == "combined" else None
             for mi in np.unique(per):
                 cols = sel[per == mi]
-                c1 = one(cols)
-                out[cols] = peak_over_profiles(held[:, c1], fwd[:, c1], bwd[:, c1], b.pp, b.vpp, int(mi), r,
-                                               offload, schedule=sched,
-                                               pair_rises=_select(pairs, c1))
+                out[cols] = scan(cols, int(mi), sched)
         if not rest.all():
             for mi in np.unique(m[rest]):
                 cols = np.flatnonzero(rest & (m == mi))
-                c1 = one(cols)
-                out[cols] = peak_over_profiles(kept[:, c1], fwd[:, c1], bwd[:, c1], b.pp, b.vpp, int(mi), r,
-                                               offload)
+                out[cols] = scan(cols, int(mi))
             return out
         for mi, cols in self._buckets(m, "profile_m"):
-            c1 = one(cols)
-            out[cols] = peak_over_profiles(kept[:, c1], fwd[:, c1], bwd[:, c1], b.pp, b.vpp, mi, r,
-                                           offload)
+            out[cols] = scan(cols, mi)
         return out
 
     def graph_pool(self, r: int) -> Num:
@@ -254,7 +279,7 @@ class InflightMemory(RankTimes):
         graphs = self.lv.cuda_graphs
         if not graphs:
             return 0.0
-        key = tuple((v.recompute, v.memory_full_layers(r), v.precision, v.ep_overlap) for v in self.batch.variants)
+        key = self._memory_levers(r)
         return self._memo("graph_pool", r, graphs, key, fn=lambda: self._graph_pool(r, graphs))
 
     def _graph_pool(self, r: int, graphs: CudaGraphs) -> np.ndarray:
