@@ -138,7 +138,7 @@ class InflightMemory(RankTimes):
             # and each layout asks again (7,800 layer_terms calls in the default search, 1.2 s).
             whole = ctx.cached(("stash_layer", v.recompute, v.precision, v.ep_overlap), lambda: over_piece_keys(v))
             return whole[ctx.keys.pk_of[self.batch.key_rows]]
-        key = tuple((v.recompute, v.precision, v.ep_overlap) for v in self.batch.variants)
+        key = self._interned(("pieces",), lambda: self._row("recompute", "precision", "ep_overlap"))
         return self._memo("stash_layer", key, fn=lambda: self._per_variant(one))
 
     def _chunks(self, r: int) -> tuple[ChunkMemory, ...]:
@@ -193,7 +193,7 @@ class InflightMemory(RankTimes):
         host = self.ctx.assumptions.offload_layers if self.lv.offload_activations else 0
         if len(variants) == 1:
             return chunks_from_pieces(self.pieces(), self.ctx.model, self.batch.layout, r, fulls[0], host)
-        key = tuple((v.recompute, v.precision, v.ep_overlap) for v in variants)
+        key = self._interned(("pieces",), lambda: self._row("recompute", "precision", "ep_overlap"))
         stacked = self._memo("stacked_pieces", key, fn=lambda: StackedPieces(
             [self._pieces(v) for v in variants], self.batch.n_keys))
         return chunks_from_pieces(stacked, self.ctx.model, self.batch.layout, r, fulls, host)
