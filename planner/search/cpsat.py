@@ -89,16 +89,17 @@ def _build(tables: Tables, time_cap_us: int | None = None):
                     out[si] = T[si, kept[j]]
             return out
 
-        Wj, Cj, Aj, Oj = (slot_table(T) for T in (tables.W, tables.C, tables.A, tables.OT))
-        mins = [x.min(axis=1) for x in (Wj, Cj, Aj, Oj)]
-        low = np.minimum(mins[2], mins[3])  # the smaller of the two terms either constraint has
+        Wj, Cj, Gj, Aj, Oj = (slot_table(T) for T in (tables.W, tables.C, tables.G, tables.A, tables.OT))
+        mins = [x.min(axis=1) for x in (Wj, Cj, Gj, Aj, Oj)]
+        low = np.minimum(mins[3], mins[4])  # the smaller of the two terms either constraint has
         cap = tables.cap_mib
-        w = lookup(f"W{j}", Wj, GROUPS["W"], mins[1] + low, cap)
-        c = lookup(f"C{j}", Cj, GROUPS["C"], mins[0] + low, cap)
-        a = lookup(f"A{j}", Aj, GROUPS["A"], mins[0] + mins[1], cap)
-        ot = lookup(f"OT{j}", Oj, GROUPS["OT"], mins[0] + mins[1], cap)
-        m.add(w + c + a <= tables.cap_mib)
-        m.add(w + c + ot <= tables.cap_mib)
+        w = lookup(f"W{j}", Wj, GROUPS["W"], mins[1] + mins[2] + low, cap)
+        c = lookup(f"C{j}", Cj, GROUPS["C"], mins[0] + mins[2] + low, cap)
+        g = lookup(f"G{j}", Gj, GROUPS["G"], mins[0] + mins[1] + low, cap)
+        a = lookup(f"A{j}", Aj, GROUPS["A"], mins[0] + mins[1] + mins[2], cap)
+        ot = lookup(f"OT{j}", Oj, GROUPS["OT"], mins[0] + mins[1] + mins[2], cap)
+        m.add(w + c + g + a <= tables.cap_mib)
+        m.add(w + c + g + ot <= tables.cap_mib)
         hw_ = lookup(f"HW{j}", slot_table(tables.HW), GROUPS["W"])
         ha = lookup(f"HA{j}", slot_table(tables.HA), GROUPS["A"])
         m.add(hw_ + ha <= tables.host_cap_mib)

@@ -43,11 +43,11 @@ def smallest_peak(tables: Tables, rows):
         parts: dict[str, np.ndarray] = {}
         for r in tables.stages_kept[s]:
             ot = tables.OT[s, r][gi["OT"]]
-            w, c, a = tables.W[s, r][gi["W"]], tables.C[s, r][gi["C"]], np.maximum(tables.A[s, r][gi["A"]], ot)
+            w, c, a = tables.W[s, r][gi["W"]], tables.C[s, r][gi["C"]] + tables.G[s, r][gi["G"]], np.maximum(tables.A[s, r][gi["A"]], ot)
             tot = w.astype(np.int64) + c + a
             higher = tot > peak
             peak = np.where(higher, tot, peak)
-            for name, arr in (("constant (weights, gradients, optimizer)", w), ("communication buffers", c),
+            for name, arr in (("constant (weights, gradients, optimizer)", w), ("communication buffers and CUDA-graph pools", c),
                               ("activations and transients", a)):
                 parts[name] = np.where(higher, arr, parts.get(name, np.zeros_like(arr)))
         j = int(np.argmin(peak))

@@ -56,7 +56,7 @@ def plan_costs(tables: Tables, rows: np.ndarray, gi: dict) -> tuple[np.ndarray, 
     ok = tables.R1[rows][:, gi["R1"]] & tables.R2[rows][:, gi["R2"]]
     for rr, live in _stage_slots(tables, rows):
         w = tables.W[rows, rr][:, gi["W"]]
-        c = tables.C[rows, rr][:, gi["C"]]
+        c = tables.C[rows, rr][:, gi["C"]] + tables.G[rows, rr][:, gi["G"]]
         a = tables.A[rows, rr][:, gi["A"]]
         ot = tables.OT[rows, rr][:, gi["OT"]]
         fits = (w + c + np.maximum(a, ot)) <= tables.cap_mib
@@ -86,7 +86,7 @@ def plan_peaks(tables: Tables, rows: np.ndarray, flats: np.ndarray, gi: dict) ->
         return peak
     for rr, live in _stage_slots(tables, rows):
         w = tables.W[rows, rr, gi["W"][flats]]
-        c = tables.C[rows, rr, gi["C"][flats]]
+        c = tables.C[rows, rr, gi["C"][flats]] + tables.G[rows, rr, gi["G"][flats]]
         a = np.maximum(tables.A[rows, rr, gi["A"][flats]], tables.OT[rows, rr, gi["OT"][flats]])
         peak = np.where(live, np.maximum(peak, w.astype(np.int64) + c + a), peak)
     return peak

@@ -3,15 +3,18 @@
 Memory and time separate into terms that each depend on the structural key and a few levers:
 
     peak(stage r) = W[r](sharding, moments, offload, grad_reduce)
-                    + C[r](sharding, dispatcher, ep_overlap, grad_reduce, cuda_graphs)
-                    + max(A[r](recompute, precision, offload, ep_overlap),
+                    + C[r](sharding, dispatcher, ep_overlap, grad_reduce)
+                    + G[r](cuda_graphs, recompute, precision, ep_overlap)
+                    + max(A[r](recompute, precision, offload, ep_overlap, cuda_graphs),
                           OT[r](sharding, moments, offload, precision, grad_reduce))
     step time     = TP(recompute, precision, dispatcher, ep_overlap, offload, cuda_graphs)
                     + TD(sharding, precision, recompute, dispatcher, ep_overlap, grad_reduce, param_gather,
                          cuda_graphs)
                     + TO(sharding, moments, offload, precision)
 
-W is constant memory (weights, gradients, optimizer), C communication and FSDP buffers, A the
+W is constant memory (weights, gradients, optimizer), C communication and FSDP buffers, G the
+CUDA-graph static buffers and pools (with a full-iteration graph of MoE layers, the paged stash's
+CUDA buffer, sized from the in-flight stash), A the
 activation-and-transient peak over the schedule, OT optimizer-step temporaries; TP the pipeline
 (compute, exposed TP/CP/EP/PP communication, bubble), TD exposed data-parallel communication, TO
 the optimizer step and offload traffic. Every entry is read from the one composition
@@ -56,7 +59,13 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # precision); and the activation peak (A), whose MoE layers stash their expert activations
     # in that buffer (inflight_memory.without_stash).
     "W": ("sharding", "moments", "offload", "grad_reduce"),
-    "C": ("sharding", "dispatcher", "ep_overlap", "grad_reduce", "cuda_graphs", "recompute", "precision"),
+    "C": ("sharding", "dispatcher", "ep_overlap", "grad_reduce"),
+    # The graph pools (G) apart from the other buffers (C): their levers are the in-flight memory's
+    # (_memory_levers: recompute, precision, EP overlap) and the graph scope, the other buffers' the
+    # sharding, dispatcher and gradient reduction. One table over the union (C held both until
+    # this split) had 540 columns on Qwen3-235B on 256 H100s: 2.7 GiB of int32 for one term and a
+    # 12 GB search; two tables over their own levers sum to the same peak.
+    "G": ("cuda_graphs", "recompute", "precision", "ep_overlap"),
     "A": ("recompute", "precision", "offload", "ep_overlap", "cuda_graphs"),
     "OT": ("sharding", "moments", "offload", "precision", "grad_reduce"),
     "TP": ("recompute", "precision", "dispatcher", "ep_overlap", "offload", "cuda_graphs"),
@@ -69,7 +78,7 @@ RULE_GROUPS = {
     "R2": ("sharding", "precision", "moments", "offload", "grad_reduce", "param_gather"),
 }
 TIME_TERMS = ("TP", "TD", "TO")
-MEMORY_TERMS = ("W", "C", "A", "OT", "HW", "HA")
+MEMORY_TERMS = ("W", "C", "G", "A", "OT", "HW", "HA")
 TERM_GROUP = {**{k: k for k in GROUPS}, "HW": "W", "HA": "A"}
 
 
@@ -98,6 +107,8 @@ class Tables:
     """(S, R, |W|) MiB: weights, gradients and optimizer states of each rank."""
     C: np.ndarray
     """(S, R, |C|) MiB: communication and FSDP buffers."""
+    G: np.ndarray
+    """(S, R, |G|) MiB: CUDA-graph static buffers and pools (0 without graphs)."""
     A: np.ndarray
     """(S, R, |A|) MiB: the activation-and-transient peak over the rank's schedule."""
     HW: np.ndarray
@@ -133,7 +144,7 @@ class Tables:
         """The tables of some structural keys only (same global ids)."""
         rows = np.asarray(rows, dtype=int)
         assert self.ids is not None  # set in __post_init__
-        return Tables(self.space, [self.structs[i] for i in rows], self.W[rows], self.C[rows], self.A[rows],
+        return Tables(self.space, [self.structs[i] for i in rows], self.W[rows], self.C[rows], self.G[rows], self.A[rows],
                       self.HW[rows], self.HA[rows], self.OT[rows], self.TP[rows], self.TD[rows], self.TO[rows],
                       self.R1[rows], self.R2[rows], self.cap_mib, self.host_cap_mib,
                       [self.stages_kept[i] for i in rows], self.ids[rows])
@@ -154,7 +165,7 @@ class Tables:
         for i, kept in enumerate(self.stages_kept):
             for r in kept:
                 low = max(self.A[i, r].min(), self.OT[i, r].min())
-                if self.W[i, r].min() + self.C[i, r].min() + low > self.cap_mib:
+                if self.W[i, r].min() + self.C[i, r].min() + self.G[i, r].min() + low > self.cap_mib:
                     ok[i] = False
                     break
         return ok
@@ -288,7 +299,7 @@ TIME_FNS = {
 }
 MEMORY_FNS = {
     "W": lambda c, r: _mib(c.constant(r).total), "HW": lambda c, r: _mib(c.constant(r).host_optimizer),
-    "C": lambda c, r: _mib(c.buffers(r)),
+    "C": lambda c, r: _mib(c.sync_buffers(r)), "G": lambda c, r: _mib(c.graph_pool(r)),
     "A": lambda c, r: _mib(c.activation_peak(r)), "OT": lambda c, r: _mib(c.optimizer_transient(r)),
     "HA": lambda c, r: _mib(c.host_activation_bytes(r)) if c.lv.offload_activations else 0,
 }
@@ -396,7 +407,7 @@ def assemble(space: Space, parts: list[dict], cap: tuple[int, int]) -> Tables:
                                                                             dtype=bool)
     ids = np.concatenate([p["ids"] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     kept = [k for p in parts for k in p["kept"]]
-    return Tables(space, structs, T["W"], T["C"], T["A"], T["HW"], T["HA"], T["OT"], T["TP"], T["TD"], T["TO"],
+    return Tables(space, structs, T["W"], T["C"], T["G"], T["A"], T["HW"], T["HA"], T["OT"], T["TP"], T["TD"], T["TO"],
                   T["R1"], T["R2"], cap[0], cap[1], kept, ids)
 
 
@@ -430,7 +441,7 @@ def build_tables(space: Space, *, assumptions=None, structs: list[Struct] | None
     return tables.subset(back)
 
 
-def undominated_stages(pps, W, C, A, OT, HW, HA, chunk: int = 256) -> list[list[int]]:
+def undominated_stages(pps, W, C, G, A, OT, HW, HA, chunk: int = 256) -> list[list[int]]:
     """Per structural key, the pipeline ranks whose memory constraint another rank's does not
     imply: rank r is dropped when some rank q has every table entry >= r's (ties keep the lower
     rank). Vectorized over keys with the same pipeline depth."""
@@ -443,7 +454,7 @@ def undominated_stages(pps, W, C, A, OT, HW, HA, chunk: int = 256) -> list[list[
         lower = order[:, None] < order[None, :]  # q < r
         for a in range(0, len(rows), chunk):
             idx = np.array(rows[a : a + chunk])
-            X = np.concatenate([T[idx, :pp] for T in (W, C, A, OT, HW, HA)], axis=2)  # (n, pp, K)
+            X = np.concatenate([T[idx, :pp] for T in (W, C, G, A, OT, HW, HA)], axis=2)  # (n, pp, K)
             ge = (X[:, :, None, :] >= X[:, None, :, :]).all(axis=3)  # ge[i, q, r]: q >= r everywhere
             eq = (X[:, :, None, :] == X[:, None, :, :]).all(axis=3)
             beats = ge & (~eq | lower[None]) & ~np.eye(pp, dtype=bool)[None]

@@ -23,7 +23,12 @@ class PeakMemory(StaticMemory, InflightMemory):
 
     def buffers(self, r: int) -> Num:
         """Buffers of rank ``r`` beside the constant memory: communication, FSDP and CUDA-graph pools."""
-        return self.comm_buffers() + self.constant(r).fsdp_buffers + self.graph_pool(r)
+        return self.sync_buffers(r) + self.graph_pool(r)
+
+    def sync_buffers(self, r: int) -> Num:
+        """:meth:`buffers` less the CUDA-graph pools: communication and FSDP buffers (the search's
+        tables keep the two apart, each over its own levers: planner.search.tables.GROUPS)."""
+        return self.comm_buffers() + self.constant(r).fsdp_buffers
 
     def peak_bytes(self, r: int) -> np.ndarray:
         """Allocated peak of rank ``r``: constant memory, buffers, and the larger of the activation
