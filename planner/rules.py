@@ -84,6 +84,20 @@ def schedule_violations(plan: Plan, deg: Degrees, micro_batches: int) -> list[Vi
     return out
 
 
+def fused_grouped_experts_missing(model: ModelSpec, hw: HardwareSpec | None) -> str | None:
+    """Why a full-iteration CUDA graph of ``model``'s dropless MoE layers cannot run on ``hw`` at any
+    degrees, or None: the graph needs Transformer Engine's fused grouped MLP, whose kernel for gated
+    experts (the CuTe DSL grouped MLP) runs on SM100 and later only
+    (transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py, is_supported; Megatron's
+    TEGroupedMLP._is_fused_impl_supported). The degree-dependent half (expert TP > 1) stays in the
+    Megatron launcher rule cuda-graphs-static-experts, which reads this one; the search leaves the
+    lever value out of a space where this holds (planner.search.space.static_moe_graphs): no plan
+    could use it, and its time would only loosen every key's bound."""
+    if model.is_moe and model.ffn.gated and hw is not None and hw.generation in ("ampere", "hopper"):
+        return f"{hw.gpu.name} is {hw.generation}: the CuTe DSL grouped MLP of gated experts runs on Blackwell or later"
+    return None
+
+
 def op_recompute_modeled(model: ModelSpec) -> bool:
     """Whether planner models torchtitan's per-op selective AC (recompute=op) for this model: its
     inventory (planner.cost.activations.op_sac_terms) holds dense decoder layers with GQA or MHA."""

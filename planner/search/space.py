@@ -36,7 +36,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlanRuleError, PlannerError
-from planner.rules import Target, op_recompute_modeled, schedule_runs
+from planner.rules import Target, fused_grouped_experts_missing, op_recompute_modeled, schedule_runs
 from planner.search.rulecheck import struct_violations
 from planner.specs.hardware import HardwareSpec
 from planner.specs.job import Job
@@ -507,7 +507,7 @@ def build_space(model, hw, job, *, target: Target = "megatron", limits: Limits |
         fm_keys = np.stack([fm[k] for k in KEY_COLUMNS], axis=1).astype(np.int64).reshape(-1, len(KEY_COLUMNS))
     levers = software_levers(lever_options(model, hw, job, target, limits, implementation, moments), software, limits)
     levers["ep_overlap"] = ep_overlap_options(levers["ep_overlap"], target)
-    levers["cuda_graphs"] = static_moe_graphs(levers["cuda_graphs"], model, software)
+    levers["cuda_graphs"] = static_moe_graphs(levers["cuda_graphs"], model, software, hw, target)
     space = Space(model, hw, job, target, limits, keys, layout_of, layouts, levers, pruned)
     space.messages = messages
     space.torchtitan_config = torchtitan_config
@@ -655,12 +655,18 @@ shapes, the per-rank token capacity (--moe-expert-rank-capacity-factor) with the
 section 2; megatron-core 0.18 and later)."""
 
 
-def static_moe_graphs(values: tuple, model, software) -> tuple:
+def static_moe_graphs(values: tuple, model, software, hw=None, target: str = "megatron") -> tuple:
     """``values`` without full_iteration on an MoE model where the release lacks
-    :data:`STATIC_MOE_FEATURES` (no release: kept, as every other lever is)."""
-    if not model.is_moe or software is None or all(software.has(f) for f in STATIC_MOE_FEATURES):
+    :data:`STATIC_MOE_FEATURES` (no release: kept, as every other lever is), or where the hardware
+    cannot run the fused grouped experts such a graph captures (planner.rules.
+    fused_grouped_experts_missing: Hopper and older with gated experts) under Megatron's rules. The
+    value stays when it is all the user left (a --fix): the launcher rule then says why no plan runs."""
+    no_release = model.is_moe and software is not None and not all(software.has(f) for f in STATIC_MOE_FEATURES)
+    no_kernel = target != "torchtitan" and fused_grouped_experts_missing(model, hw) is not None
+    if not (no_release or no_kernel):
         return values
-    return tuple(v for v in values if v is None or str(v) != "full_iteration")
+    kept = tuple(v for v in values if v is None or str(v) != "full_iteration")
+    return kept if kept or no_release else values
 
 
 def software_levers(levers: dict[str, tuple], software, limits: Limits) -> dict[str, tuple]:

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.errors import PlanRuleError, Violation
+from planner.rules import fused_grouped_experts_missing
 from planner.launchers.megatron.model import flag_int as _int
 from planner.launchers.megatron.model import int_value, pattern_has_foreign_chars
 from planner.launchers.megatron.read import LayerCounts
@@ -288,10 +289,10 @@ def _static_experts(model: ModelSpec, hw: HardwareSpec | None, job: Job, plan: P
     if not (model.is_moe and plan.cuda_graphs and plan.cuda_graphs.kind == "full_iteration"):
         return []
     if deg.etp > 1:
-        why = f"etp={deg.etp}: the fused grouped MLP runs without expert tensor parallelism"
-    elif hw is not None and model.ffn.gated and hw.generation in ("ampere", "hopper"):
-        why = f"{hw.gpu.name} is {hw.generation}: the CuTe DSL grouped MLP of gated experts runs on Blackwell or later"
+        why: str | None = f"etp={deg.etp}: the fused grouped MLP runs without expert tensor parallelism"
     else:
+        why = fused_grouped_experts_missing(model, hw)
+    if why is None:
         return []
     return [Violation(
         "cuda-graphs-static-experts",
