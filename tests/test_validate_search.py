@@ -59,7 +59,7 @@ def _never_loses_unexplained(rows: list[SearchedRun]) -> None:
 def all_rows():
     """Every bundled run searched (8-11 minutes on 2 cores): computed once for the slow tests that
     read it (the CI's slow step ran it twice)."""
-    return search_runs(evaluate_runs(_runs()))
+    return search_runs(evaluate_runs(_runs()), jobs=2)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,19 @@ def subset_rows():
     results = [evaluate_run(r) for r in _runs(set(SUBSET))]
     assert len(results) == len(SUBSET)
     return search_runs(results)
+
+
+def test_several_jobs_search_the_same_rows_in_the_same_order(subset_rows):
+    """--jobs: worker processes give each run the row one process gives it, in the runs' order, with
+    the caller's recipe object (the CI's slow step and planner results search with two or more)."""
+    names = ("mb2511-llama3-8b-b200-fp8cs-8gpu", "tt-llama31-8b-h100-8gpu-fsdp-bf16")
+    results = [evaluate_run(r) for r in _runs(set(names))]
+    rows = search_runs(results, jobs=2)
+    assert [s.name for s in rows] == [r.name for r in results]
+    assert all(s.recipe is r for s, r in zip(rows, results))
+    one = {s.name: s for s in subset_rows}
+    for s in rows:
+        assert s.to_json() == one[s.name].to_json() and s.question == one[s.name].question
 
 
 def test_the_search_never_loses_to_the_recipe_unsaid_on_a_subset(subset_rows):

@@ -40,7 +40,8 @@ def validate_cmd(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown.")] = False,
     calibration: CalibrationOpt = None,
     software: SoftwareOpt = None,
-    search: Annotated[bool, typer.Option("--search", help="Search each run as a new user would: its published degrees (tp, cp, pp, vpp, ep, etp, layout) pinned with --fix, every other lever left to the search (top 1, the run's software release); compare the best plan with the measured throughput and with the recipe's own plan. About 45 s on the bundled runs.")] = False,
+    search: Annotated[bool, typer.Option("--search", help="Search each run as a new user would: its published degrees (tp, cp, pp, vpp, ep, etp, layout) pinned with --fix, every other lever left to the search (top 1, the run's software release); compare the best plan with the measured throughput and with the recipe's own plan. About 10 minutes on the bundled runs on one core (--jobs).")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, max=256, help="With --search: search this many runs side by side, one process each (the report is the same; each process needs up to a few GB for the largest MoE searches).")] = 1,
     json: JsonOpt = False,
 ) -> None:
     """Predict every run of a runs file and compare with what was measured: tokens/s and model TFLOP/s
@@ -81,7 +82,7 @@ def validate_cmd(
         if plot is not None:
             raise PlannerError("--plot draws the recipes' predictions; it does not combine with --search.",
                                hint="Run 'planner validate' without --search for the figure.")
-        _search_report(results, runs, calibration, json=json, markdown=markdown)
+        _search_report(results, runs, calibration, json=json, markdown=markdown, jobs=jobs)
         return
     report = build(results, _label(runs))
     if plot is not None:
@@ -95,7 +96,7 @@ def validate_cmd(
         typer.echo(text_table(report))
 
 
-def _search_report(results, runs: Path, calibration: Path | None, *, json: bool, markdown: bool) -> None:
+def _search_report(results, runs: Path, calibration: Path | None, *, json: bool, markdown: bool, jobs: int = 1) -> None:
     """validate --search: every evaluated run searched with its degrees pinned, a progress line on stderr."""
     from rich.console import Console
 
@@ -105,7 +106,7 @@ def _search_report(results, runs: Path, calibration: Path | None, *, json: bool,
     err = Console(stderr=True, highlight=False)
     with err.status("searching", spinner="dots") as status:
         rows = search_runs(results, None if calibration is None else str(calibration),
-                           progress=lambda msg: status.update(msg))
+                           progress=lambda msg: status.update(msg), jobs=jobs)
     report = build_search(rows, _label(runs))
     if json:
         print_json(report)

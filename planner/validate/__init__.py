@@ -35,14 +35,14 @@ def validate_file(path, calibration=None) -> dict:
     return build(results, _label(path))
 
 
-def search_file(path, calibration: str | None = None, progress=None) -> dict:
+def search_file(path, calibration: str | None = None, progress=None, jobs: int = 1) -> dict:
     """The search-mode report JSON of a runs file (``planner validate --search --json``)."""
     from planner.validate.evaluate import evaluate_runs  # noqa: PLC0415
     from planner.validate.runs import load_runs  # noqa: PLC0415
     from planner.validate.searched import build_search, search_runs  # noqa: PLC0415
 
     path = Path(path)
-    rows = search_runs(evaluate_runs(load_runs(path)), calibration, progress)
+    rows = search_runs(evaluate_runs(load_runs(path)), calibration, progress, jobs=jobs)
     return build_search(rows, _label(path))
 
 

@@ -25,7 +25,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -418,18 +418,52 @@ def search_run(recipe: RunResult, calibration: str | None = None) -> SearchedRun
 
 
 def search_runs(results: list[RunResult], calibration: str | None = None,
-                progress: Callable[[str], None] | None = None) -> list[SearchedRun]:
-    """Every run searched (the recipe side evaluated once, by the caller), with a progress line."""
+                progress: Callable[[str], None] | None = None, jobs: int = 1) -> list[SearchedRun]:
+    """Every run searched (the recipe side evaluated once, by the caller), with a progress line; with
+    ``jobs`` > 1, that many worker processes search the runs side by side (each run's search is
+    independent of the others; the rows come back in the runs' order, the same as with one job)."""
     say = progress or (lambda msg: None)
-    out = []
     todo = sum(r.evaluated for r in results)
-    done = 0
-    for r in results:
-        if r.evaluated:
-            done += 1
-            say(f"searching {done}/{todo}: {r.name}")
-        out.append(search_run(r, calibration))
+    jobs = max(1, min(int(jobs), todo))
+    if jobs == 1 or not _can_fork():
+        out, done = [], 0
+        for r in results:
+            if r.evaluated:
+                done += 1
+                say(f"searching {done}/{todo}: {r.name}")
+            out.append(search_run(r, calibration))
+        return out
+    import multiprocessing  # noqa: PLC0415  # only for several jobs
+
+    _WORK[:] = [results, calibration]
+    try:
+        # fork: the workers read the evaluated runs from this process's memory (nothing is pickled
+        # on the way in); each sends back its row without the recipe (the caller's object is put back).
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            out, done = [], 0
+            for i, row in enumerate(pool.imap(_search_one, range(len(results)), chunksize=1)):
+                if results[i].evaluated:
+                    done += 1
+                    say(f"searched {done}/{todo}: {results[i].name}")
+                out.append(replace(row, recipe=results[i]))
+    finally:
+        _WORK.clear()
     return out
+
+
+_WORK: list = []
+"""(results, calibration) of the search_runs call whose forked workers run :func:`_search_one`."""
+
+
+def _search_one(i: int) -> SearchedRun:
+    results, calibration = _WORK
+    return replace(search_run(results[i], calibration), recipe=None)
+
+
+def _can_fork() -> bool:
+    import multiprocessing  # noqa: PLC0415
+
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 # ---------------------------------------------------------------------------------------------
