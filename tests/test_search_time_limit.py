@@ -17,6 +17,7 @@ def test_a_timed_out_solver_says_so(monkeypatch):
         return cpsat.CpSatResult(plans=[], status="UNKNOWN", bound=None, wall_s=time_limit_s, solves=1)
 
     monkeypatch.setattr(driver, "enumerate_cpsat", timed_out)  # where the driver calls it
+    monkeypatch.setattr(driver, "TABLE_READ_PLANS", 0)  # a space this small is otherwise read from the tables
     opts = Options(top=3, limits=Limits.parse(None, "pp=2"), per_stage=False, ties=False, families=False)
     with pytest.raises(PlannerError, match="time limit") as exc:
         run_search(load_model("llama3.1-8b"), load_hardware("h100"), Job(gpus=8, global_batch=64, seq_len=4096), opts)

@@ -81,9 +81,12 @@ class Ranked:
     objective_us: int
     evaluation: dict
     """plan_evaluation's JSON; while ranking, memory only (the time report, with its schedule walk,
-    is added by :func:`_with_time` to the plans that are kept)."""
+    is added by :func:`_with_time` to the plans that are kept); empty until the best-first walk
+    reaches the plan (:func:`_with_memory`)."""
     costs: Costs | None = field(default=None, repr=False, compare=False)
     """The plan's composed costs, kept until its time report is written."""
+    compose: Callable[[], Costs] | None = field(default=None, repr=False, compare=False)
+    """Composes the plan's costs for :func:`_with_memory` while ``evaluation`` is empty."""
 
 
 @dataclass
@@ -339,7 +342,7 @@ class _Run:
         if len(tables.structs) and cap is not None:
             self.say("solving")
             remaining = self.options.time_limit_s - (time.perf_counter() - self.t0)
-            if tables_only:
+            if tables_only or len(tables.structs) * self.space.lever_product_size <= TABLE_READ_PLANS:
                 found, status, bound = plans_up_to(tables, int(cap), want), "OPTIMAL", int(cap)
             else:
                 res = enumerate_cpsat(tables, int(cap), want, time_limit_s=max(remaining, 0.5))
@@ -411,8 +414,11 @@ class _Run:
         if known is not None:
             return replace(known, rank=rank, objective_us=t)
         setup = resolve_setup(sp.model, sp.hw, sp.job, plan, self.assumptions)
-        costs = self._costs(setup)
-        return Ranked(rank, setup.plan, setup, t, plan_evaluation(setup, costs=costs, time=False), costs)
+        # The costs and the memory report wait for the best-first walk (_with_memory): it stops
+        # short of the last enumerated plans (91 of the default command's 334 fresh ones), whose
+        # reports nothing reads. The contexts are this enumeration's, as they were when it ranked.
+        sources = self.block_sources
+        return Ranked(rank, setup.plan, setup, t, {}, compose=lambda: self._costs(setup, sources))
 
     def _remember(self, found: list, ranked: list[Ranked], walked: list[Ranked]) -> None:
         """Keep the enumeration's ranked plans (walked ones with their walks) for :meth:`_ranked`."""
@@ -420,11 +426,12 @@ class _Run:
         for (_, gid, flat), r in zip(found, walked + ranked[len(walked):]):
             self.known[make_plan(sp.struct(gid), lever_values(sp, lever_indices(sp, flat))).to_string()] = r
 
-    def _costs(self, setup: Setup) -> Costs:
+    def _costs(self, setup: Setup, sources: list | None = None) -> Costs:
         """The composition of one plan of the space, reading the block costs the search's tables
-        composed (planner.cost.compose.CostContext.share_blocks_with_any)."""
+        composed (planner.cost.compose.CostContext.share_blocks_with_any; ``sources``: those
+        contexts, else the search's latest)."""
         batch = batch_of_setup(setup)
-        batch.ctx.share_blocks_with_any(self.block_sources)
+        batch.ctx.share_blocks_with_any(self.block_sources if sources is None else sources)
         return evaluate_batch(batch)
 
     # ---- the per-stage refinement -----------------------------------------------------------
@@ -511,6 +518,15 @@ second enumeration costs the branch and bound again."""
 PER_STAGE_SEED_FACTOR = 2
 """The per-stage refinement starts from this many times K of the walked plans, fastest first."""
 
+TABLE_READ_PLANS = 1_000_000
+"""Up to this many plans (keys in the model x lever combinations), the enumeration reads the
+tables (exhaustive.plans_up_to: every plan's time and fit, a few milliseconds per 100,000 plans)
+instead of asking CP-SAT, which returns the same plans in the same order (tests/test_search_extend.py)
+and cost the default command 1.1 s CPU for its two enumerations (13 and 57 keys x 4,536 lever
+combinations: 0.46 s and 0.64 s against 4 ms and 2 ms read from the tables, identical plans; the
+Qwen3-30B-A3B and Llama 3.1 70B commands of docs/speed.md alike). Past it CP-SAT's model, with its
+time limit, is the cheaper enumeration."""
+
 MAX_WALK_FACTOR = WANT_FACTOR
 """At most this many times K plans are enumerated by CP-SAT for the best-first walk; when their walk
 does not prove the order, the second enumeration (_Run._extend) continues the branch and bound up to
@@ -549,6 +565,14 @@ def _walked_order(plans: list[Ranked]) -> tuple[list[Ranked], float]:
     gap = max((w / p.objective_us - 1 for w, p in zip(walked, plans) if p.objective_us > 0), default=0.0)
     order = sorted(range(len(plans)), key=lambda i: (walked[i], i))
     return [replace(plans[i], rank=k + 1) for k, i in enumerate(order)], max(gap, 0.0)
+
+
+def _with_memory(r: Ranked) -> Ranked:
+    """The ranked plan with its costs composed and its memory report written (see _Run._ranked)."""
+    if r.evaluation or r.compose is None:
+        return r
+    costs = r.compose()
+    return replace(r, evaluation=plan_evaluation(r.setup, costs=costs, time=False), costs=costs, compose=None)
 
 
 def _with_time(r: Ranked) -> Ranked:
@@ -632,6 +656,7 @@ def _best_first(plans: list[Ranked], k: int, complete: bool, unseen_slack: float
     for i, p in enumerate(plans):
         if kth is not None and kth <= rest[i]:
             return walked, True
+        p = _with_memory(p)
         walked.append(_with_time(p) if p.evaluation["memory"]["fits"] else p)
         kth = _kth_walked(walked, k)
     return walked, complete or (kth is not None and unseen is not None and kth <= unseen)
