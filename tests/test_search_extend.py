@@ -63,3 +63,27 @@ def test_the_cap_of_a_complete_enumeration_bounds_the_plans_not_enumerated():
     # every plan up to 106,100 us enumerated: the rest are above it, and 1 % below that is 105,039
     assert _best_first(plans, 2, complete=False, unseen_slack=0.01, unseen_est=106_100)[1]
     assert not _best_first(plans, 2, complete=False, unseen_slack=0.01, unseen_est=106_000)[1]
+
+
+def test_a_search_reads_its_first_enumeration_from_the_tables_as_cp_sat_would_give_it(monkeypatch):
+    """Below driver.TABLE_READ_PLANS the first enumeration reads the tables too (CP-SAT cost the
+    default command 1.1 s for the plans the tables give in milliseconds): the same ranked plans,
+    walked the same, with the same status, as with CP-SAT's enumeration."""
+    from planner.search import driver
+
+    job = Job(gpus=8, global_batch=64, seq_len=4096, precisions=["bf16"])
+    opts = driver.Options(top=3, limits=Limits.parse(None, "pp=2,cp=1,mbs=2"), per_stage=False, ties=False,
+                          families=False)
+    asked: list[int] = []
+    cpsat = driver.enumerate_cpsat
+    monkeypatch.setattr(driver, "enumerate_cpsat", lambda *a, **k: asked.append(1) or cpsat(*a, **k))
+
+    def ranked():
+        res = driver.run_search(load_model("llama3.1-8b"), load_hardware("h100"), job, opts)
+        return [(p.plan.to_string(), p.objective_us, p.evaluation) for p in res.plans], res.solver["status"]
+
+    read = ranked()
+    assert not asked  # read from the tables
+    monkeypatch.setattr(driver, "TABLE_READ_PLANS", 0)
+    assert ranked() == read and asked  # CP-SAT's enumeration, the same answer
+    assert read[1] == "OPTIMAL" and len(read[0]) == 3
