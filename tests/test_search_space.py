@@ -13,7 +13,9 @@ from planner.cost.setup import Assumptions
 from planner.errors import NothingFitsError
 from planner.search.driver import Options, run_search
 from planner.search.bnb import BranchAndBound
-from planner.search.exhaustive import group_index_vectors, plan_peaks
+from planner.search.exhaustive import (
+    best_per_key, fitting_time_floor, group_index_vectors, plan_peaks, rule_time_floor,
+)
 from planner.search.space import COL, Limits, build_space
 from planner.search.tables import build_tables
 from planner.specs.catalog import load_hardware, load_model
@@ -97,6 +99,41 @@ def test_bounds_never_exceed_what_the_tables_give(case):
         assert (st.any_floor <= st.floor).all()
         seen += len(st.rows)
     assert seen + bb.dominated["memory"] == len(space)
+
+
+@pytest.mark.parametrize("case", SMALL[:2], ids=lambda c: f"{c[0]}-{c[1]}")
+def test_the_rule_and_fitting_floors_are_each_keys_least_accepted_and_fitting_time(case):
+    """The branch and bound's floors before a key's memory tables (BranchAndBound._memory): the
+    least time over the combinations the rules accept, then over those whose W + A fit every rank,
+    each checked combination by combination; both between the per-term floor and the best plan."""
+    model, hw, gpus, gb, seq, maxes, prec = case
+    space = _space(model, hw, gpus, gb, seq, maxes=maxes, precisions=prec.split(","))
+    tables = build_tables(space)
+    gi, flats = group_index_vectors(tables)
+    time = {k: getattr(tables, k) for k in ("TP", "TD", "TO")}
+    ruled = rule_time_floor(time, tables.R1, tables.R2, gi)
+    fitted = fitting_time_floor(time, tables.W, tables.A, tables.cap_mib, tables.R1, tables.R2, gi)
+    inf = np.iinfo(np.int64).max
+    for i in np.random.default_rng(0).choice(len(space), size=min(40, len(space)), replace=False):
+        accepted, fits = [], []
+        for f in flats:
+            if not (tables.R1[i, gi["R1"][f]] and tables.R2[i, gi["R2"][f]]):
+                continue
+            t = int(tables.TP[i, gi["TP"][f]] + tables.TD[i, gi["TD"][f]] + tables.TO[i, gi["TO"][f]])
+            accepted.append(t)
+            if all(int(tables.W[i, r, gi["W"][f]]) + int(tables.A[i, r, gi["A"][f]]) <= tables.cap_mib
+                   for r in range(tables.W.shape[1])):
+                fits.append(t)
+        assert ruled[i] == min(accepted, default=inf) and fitted[i] == min(fits, default=inf)
+    best = best_per_key(tables)
+    assert (tables.time_lower_bound() <= ruled).all() and (ruled <= fitted).all()
+    assert (fitted[np.isfinite(best)] <= best[np.isfinite(best)]).all()
+    assert (fitted > ruled).any()  # memory rules out the fastest accepted combination of some key
+    # The branch and bound reads a layout's rules by signature: the same rows as each key's own.
+    bb = BranchAndBound(space, Assumptions(), 10, lambda i: True)
+    for _, rows in space.groups():
+        r1, r2 = bb._rule_rows(rows)
+        assert (r1 == tables.R1[rows]).all() and (r2 == tables.R2[rows]).all()
 
 
 def test_the_memory_floor_grows_with_the_micro_batch_size():

@@ -10,7 +10,12 @@ best plan are costed, the rest are proven out (planner.search.bounds says why ea
 4. A visited layout gets its time tables for the keys whose floor is within the bound U (the
    K-th best plan found so far); their exact time minima (each time term at its minimum over the
    levers) are floors too, and those keys go back into the queue under them.
-5. Visited again, keys within U get memory and rule tables: their feasible plans lower U.
+5. Visited again, keys within U get two more floors, each from what is at hand: the least time
+   over the lever combinations the launcher rules accept (rule tables are per signature), then,
+   once U is known, over those whose constant memory and activations (the W and A tables, two of
+   the seven memory terms) fit every rank. Keys still within U get memory and rule tables: their
+   feasible plans lower U. (Qwen3-235B on 256 H100s: 60,071 keys costed in full under the per-term
+   floor, 516 under these; most keys' fast lever choices do not fit.)
 The search stops when the next floor exceeds U: no plan of those keys can be among the K best
 (ties at U are visited). CP-SAT then ranks every feasible plan of the keys costed, up to U.
 
@@ -30,9 +35,9 @@ from planner.cost.compose import CostContext, KeyTable
 from planner.search.bounds import (
     block_floors, constant_floors, kept_floors, memory_floors, rank_composition, time_floors,
 )
-from planner.search.exhaustive import group_index_vectors, plan_costs
+from planner.search.exhaustive import fitting_time_floor, plan_costs, rule_time_floor, space_index_vectors
 from planner.search.tables import (
-    MAX_TABLE_US, MEMORY_TERMS, TIME_TERMS, Layout, RuleTables, Tables, assemble, batch_plans, capacities, layout_of,
+    MAX_TABLE_US, MEMORY_TERMS, RULE_GROUPS, TIME_TERMS, Layout, RuleTables, Tables, assemble, batch_plans, capacities, layout_of,
     memory_phase, rule_tables, time_phase, undominated_stages, build_tables,
 )
 from planner.specs.schedule import Schedule
@@ -51,8 +56,16 @@ class Chunk:
     """Their rows in the space."""
     time: dict
     exact_floor: np.ndarray
+    """Each time term at its minimum over the levers (what :meth:`BranchAndBound.timed_floors` reports)."""
+    bound: np.ndarray
+    """The floor the visit orders by: ``exact_floor`` until a key is first within U, then its least
+    step time over the lever combinations the launcher rules accept (:meth:`BranchAndBound._memory`)."""
     done: np.ndarray
     """Which are costed in full."""
+    ruled: np.ndarray
+    """Which have the rules' floor in ``bound``."""
+    fitted: np.ndarray
+    """Which have the fitting floor (rules, constant memory and activations) in ``bound``."""
 
 
 @dataclass
@@ -113,6 +126,7 @@ class BranchAndBound:
         """U is a given cap that the pool no longer lowers (after :meth:`extend`)."""
         self.old_mains: list = []
         """Main contexts replaced by :meth:`extend` (their block costs stay readable)."""
+        self.gi = space_index_vectors(space)[0]
 
     # ---- set-up ---------------------------------------------------------------------------------
     def _context(self, keys: np.ndarray, shared=None):
@@ -252,7 +266,8 @@ class BranchAndBound:
             ctx, local = self._child(rows), np.arange(len(rows))
         time = time_phase(ctx, self.space, st.lay, local, self.plans)
         floor = sum(time[k].min(axis=1) for k in TIME_TERMS)
-        st.chunks.append(Chunk(ctx, local, rows, time, floor, np.zeros(len(rows), dtype=bool)))
+        st.chunks.append(Chunk(ctx, local, rows, time, floor, floor.copy(),
+                               *(np.zeros(len(rows), dtype=bool) for _ in range(3))))
         out = [(int(floor.min()), 1, g, len(st.chunks) - 1)]
         if hi < len(st.rows):
             out.append((int(st.floor[hi]), 0, g, 0))
@@ -261,20 +276,27 @@ class BranchAndBound:
     def _memory(self, st: LayoutState, ch: Chunk) -> int | None:
         """Memory and rule tables of the chunk's rows within U (a few while U is unknown);
         returns the chunk's next bound when rows are left, else None."""
-        pending = np.flatnonzero(~ch.done & (ch.exact_floor <= self.U))
-        if not len(pending):
-            return None
+        raw = ~ch.done & ~ch.ruled & (ch.bound <= self.U)
+        if raw.any():
+            # Costing a key's memory and rule tables is most of the search: first its floor is
+            # raised to its fastest combination the rules accept (from the time tables at hand).
+            self._rule_floor(st, ch, np.flatnonzero(raw))
+        raw = ~ch.done & ~ch.fitted & (ch.bound <= self.U)
+        if self.U < INF and raw.any():
+            # Then to its fastest such combination whose constant memory and activations fit (two
+            # of the memory tables' seven terms): on Qwen3-235B on 256 H100s most keys within U
+            # fit only the slower combinations (recompute, offload, sharding).
+            self._fit_floor(st, ch, np.flatnonzero(raw))
+        pending = np.flatnonzero(~ch.done & (ch.bound <= self.U))
+        left = ~ch.done
+        if not len(pending):  # the raised floors are above U: queued under them (extend goes on)
+            return int(ch.bound[left].min()) if left.any() else None
         if self.U == INF:
-            pending = pending[np.argsort(ch.exact_floor[pending], kind="stable")][:self.FIRST_COSTED]
+            pending = pending[np.argsort(ch.bound[pending], kind="stable")][:self.FIRST_COSTED]
         sel = np.sort(pending)
         ch.done[sel] = True
         self.visits["memory"] += 1
-        part = {k: v[sel] for k, v in ch.time.items()}
-        part.update(memory_phase(ch.ctx, self.space, st.lay, ch.local[sel], self.plans))
-        part["structs"] = [self.space.struct(int(i)) for i in ch.rows[sel]]
-        part["R1"], part["R2"] = rule_tables(self.rules, part["structs"])
-        part["ids"] = ch.rows[sel]
-        part["kept"] = undominated_stages([st.lay.pp] * len(sel), *(part[k] for k in MEMORY_TERMS))
+        part = self._part(st, ch, sel)
         part["best"], smallest = self._plan_times(part)
         st.parts.append(part)
         had = self.U
@@ -283,7 +305,52 @@ class BranchAndBound:
             self._main_context()
         # Rows above U stay queued under their floor (the visit stops there; extend goes on).
         left = ~ch.done
-        return int(ch.exact_floor[left].min()) if left.any() else None
+        return int(ch.bound[left].min()) if left.any() else None
+
+    def _part(self, st: LayoutState, ch: Chunk, sel: np.ndarray) -> dict:
+        """Memory, rule and time tables of a chunk's rows ``sel`` (see tables.assemble)."""
+        part = {k: v[sel] for k, v in ch.time.items()}
+        part.update(memory_phase(ch.ctx, self.space, st.lay, ch.local[sel], self.plans))
+        part["structs"] = [self.space.struct(int(i)) for i in ch.rows[sel]]
+        part["R1"], part["R2"] = rule_tables(self.rules, part["structs"])
+        part["ids"] = ch.rows[sel]
+        part["kept"] = undominated_stages([st.lay.pp] * len(sel), *(part[k] for k in MEMORY_TERMS))
+        return part
+
+    def _rule_floor(self, st: LayoutState, ch: Chunk, sel: np.ndarray) -> None:
+        """Raise the floors of a chunk's rows ``sel`` to their least step time over the lever
+        combinations their launcher rules accept (exhaustive.rule_time_floor). The rules read a key's
+        signature only (tables.RuleTables): within a layout, whether EP, TP, CP, expert TP and
+        data parallelism exceed 1, so one key of each signature stands for the rest."""
+        r1, r2 = self._rule_rows(ch.rows[sel])
+        floor = rule_time_floor({k: v[sel] for k, v in ch.time.items()}, r1, r2, self.gi)
+        ch.bound[sel] = np.maximum(ch.bound[sel], floor)
+        ch.ruled[sel] = True
+
+    FIT_ROWS = 1024
+    """Keys whose constant-memory and activation tables :meth:`_fit_floor` holds at a time."""
+
+    def _fit_floor(self, st: LayoutState, ch: Chunk, sel: np.ndarray) -> None:
+        """Raise the floors of a chunk's rows ``sel`` to exhaustive.fitting_time_floor (their W and
+        A tables are filled for it, and filled again with the rest if they are costed in full)."""
+        for a in range(0, len(sel), self.FIT_ROWS):
+            part = sel[a:a + self.FIT_ROWS]
+            mem = memory_phase(ch.ctx, self.space, st.lay, ch.local[part], self.plans, terms=("W", "A"))
+            r1, r2 = self._rule_rows(ch.rows[part])
+            floor = fitting_time_floor({k: v[part] for k, v in ch.time.items()}, mem["W"], mem["A"], self.cap[0],
+                                       r1, r2, self.gi)
+            ch.bound[part] = np.maximum(ch.bound[part], floor)
+            ch.fitted[part] = True
+
+    def _rule_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rule-table rows (R1, R2) of some keys of one layout."""
+        sp = self.space
+        code = sum((sp.col(k)[rows] > 1).astype(np.int64) << i for i, k in enumerate(("ep", "tp", "cp", "etp")))
+        code |= ((sp.col("dp")[rows] * sp.col("cp")[rows]) > 1).astype(np.int64) << 4
+        uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
+        r1, r2 = rule_tables(self.rules, [sp.struct(int(rows[i])) for i in first])
+        inv = np.asarray(inv).reshape(-1)
+        return r1[inv], r2[inv]
 
     def _main_context(self) -> None:
         """One context for every key not yet timed whose floor is within U (U only decreases)."""
@@ -297,9 +364,8 @@ class BranchAndBound:
 
     def _plan_times(self, part: dict) -> tuple[np.ndarray, np.ndarray]:
         """Each row's fastest feasible plan and its ``want`` fastest (us; INF when fewer)."""
-        t = assemble(self.space, [part], self.cap)
-        gi, _ = group_index_vectors(t)
-        ok, times = plan_costs(t, np.arange(len(t.structs)), gi)
+        t = _view(self.space, part, self.cap)
+        ok, times = plan_costs(t, np.arange(len(t.structs)), self.gi)
         times = np.where(ok & (times < MAX_TABLE_US), times, INF)
         k = min(self.want, times.shape[1])
         smallest = np.sort(np.partition(times, k - 1, axis=1)[:, :k], axis=1)
@@ -340,8 +406,8 @@ class BranchAndBound:
             within = np.flatnonzero((p["best"] <= self.U) & (p["best"] < INF))
             sel = [i for i in within if self.valid(int(p["ids"][i]))]
             if sel:
-                parts.append(_part_subset(p, np.array(sel)))
-        return _ordered(assemble(self.space, parts, self.cap))
+                parts.append((p, np.array(sel)))
+        return _gathered(self.space, parts, self.cap)
 
     DIAGNOSIS_KEYS = 4096
     DIAGNOSIS_LAYOUTS = 16
@@ -356,7 +422,7 @@ class BranchAndBound:
         parts = self.parts()
         self.exact_peak = True
         if self.U < INF:
-            return _ordered(assemble(self.space, parts, self.cap))
+            return _gathered(self.space, [(p, np.arange(len(p["ids"]))) for p in parts], self.cap)
         from planner.search.diagnose import smallest_peak  # noqa: PLC0415  # cycle: diagnose imports BranchAndBound from here
         sp = self.space
         t = assemble(sp, parts, self.cap)
@@ -401,12 +467,26 @@ class BranchAndBound:
         return sorted(out)
 
     def row_tables(self, gid: int) -> Tables | None:
-        """The full tables of one costed key, or None."""
+        """The full tables of one costed key, or None. A key whose floor (each time term at its
+        minimum) was within U but whose rules' floor was not is costed here, on demand: it was
+        costed in full before the rules' floor (the per-stage refinement's rescue seeds ask for it)."""
         for p in self.parts():
             hit = np.flatnonzero(p["ids"] == gid)
             if len(hit):
-                return assemble(self.space, [_part_subset(p, hit)], self.cap)
+                return _view(self.space, _part_subset(p, hit), self.cap)
+        for st in self.layouts:
+            for ch in st.chunks:
+                hit = np.flatnonzero((ch.rows == gid) & ch.ruled & ~ch.done & (ch.exact_floor <= self.U))
+                if len(hit):
+                    return _view(self.space, self._part(st, ch, hit), self.cap)
         return None
+
+
+def _view(space, part: dict, cap) -> Tables:
+    """One part's tables as they are (one layout: no padding, no copy; tables.assemble copies)."""
+    p = part
+    return Tables(space, p["structs"], p["W"], p["C"], p["G"], p["A"], p["HW"], p["HA"], p["OT"], p["TP"], p["TD"],
+                  p["TO"], p["R1"], p["R2"], cap[0], cap[1], p["kept"], p["ids"])
 
 
 def _concat(space, tables: list[Tables], cap) -> Tables:
@@ -417,6 +497,37 @@ def _concat(space, tables: list[Tables], cap) -> Tables:
             p.update(structs=t.structs, ids=t.ids, kept=t.stages_kept)
             parts.append(p)
     return assemble(space, parts, cap)
+
+
+def _gathered(space, parts: list[tuple[dict, np.ndarray]], cap) -> Tables:
+    """``_ordered(assemble(...))`` of the rows ``sel`` of each part, written once into the padded
+    arrays at their place in global order: no intermediate copies (the parts of Qwen3-235B on 256
+    H100s are GBs, and assemble's concatenation and the reordering held three copies at once)."""
+    if not parts:
+        return assemble(space, [], cap)
+    ids = np.concatenate([p["ids"][sel] for p, sel in parts])
+    order = np.argsort(ids, kind="stable")
+    at = np.empty(len(ids), dtype=np.int64)
+    at[order] = np.arange(len(ids))
+    structs = [s for p, sel in parts for s in (p["structs"][i] for i in sel)]
+    kept = [k for p, sel in parts for k in (p["kept"][i] for i in sel)]
+    maxR = max(s.pp for s in structs)
+    T: dict[str, np.ndarray] = {}
+    for k in (*MEMORY_TERMS, *TIME_TERMS, *RULE_GROUPS):
+        first = parts[0][0][k]
+        shape = (len(ids), maxR, first.shape[2]) if k in MEMORY_TERMS else (len(ids), first.shape[1])
+        out = np.zeros(shape, dtype=first.dtype)
+        a = 0
+        for p, sel in parts:
+            dst = at[a:a + len(sel)]
+            if k in MEMORY_TERMS:
+                out[dst, :p[k].shape[1]] = p[k][sel]
+            else:
+                out[dst] = p[k][sel]
+            a += len(sel)
+        T[k] = out
+    return Tables(space, [structs[i] for i in order], T["W"], T["C"], T["G"], T["A"], T["HW"], T["HA"], T["OT"],
+                  T["TP"], T["TD"], T["TO"], T["R1"], T["R2"], cap[0], cap[1], [kept[i] for i in order], ids[order])
 
 
 def _ordered(t: Tables) -> Tables:

@@ -28,7 +28,11 @@ CHUNK = 1024
 def group_index_vectors(tables: Tables) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """For every combination of the full lever product (LEVERS order, mixed radix), the index of
     its combination in each group's table (and, under each lever's name, its own index)."""
-    space = tables.space
+    return space_index_vectors(tables.space)
+
+
+def space_index_vectors(space) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """:func:`group_index_vectors` of a space's tables (they depend on its levers only)."""
     sizes = [len(space.levers[k]) for k in LEVERS]
     grids = np.indices(sizes).reshape(len(LEVERS), -1)  # row i: index of lever i
     lever_idx = {k: grids[i] for i, k in enumerate(LEVERS)}
@@ -64,6 +68,61 @@ def plan_costs(tables: Tables, rows: np.ndarray, gi: dict) -> tuple[np.ndarray, 
         ok &= np.where(live[:, None], fits & host, True)
     t = tables.TP[rows][:, gi["TP"]] + tables.TD[rows][:, gi["TD"]] + tables.TO[rows][:, gi["TO"]]
     return ok, t
+
+
+FLOOR_CELLS = 1 << 22
+"""Cells (keys x lever combinations) that :func:`rule_time_floor` sums at a time: its int64
+temporaries stay near 100 MB however wide the lever product (about 40,000 combinations on
+Qwen3-235B's space)."""
+
+
+def rule_time_floor(time: dict[str, np.ndarray], r1: np.ndarray, r2: np.ndarray, gi: dict) -> np.ndarray:
+    """Each key's least step time (us) over the lever combinations its launcher rules accept
+    (``r1``, ``r2``: one row of the rule tables for every key; INF where none is accepted), from
+    its time tables alone. A floor of every plan of the key that can run, tighter than each time
+    term at its own minimum: those minima may sit on values the rules reject (for every key of a
+    signature), or on combinations no one plan holds (TP's fastest recompute with TD's fastest
+    sharding, say), which let keys with no plan under the bound into the memory tables."""
+    inf = np.iinfo(np.int64).max
+    n = len(r1)
+    out = np.full(n, inf, dtype=np.int64)
+    # Keys with the same rule rows share the accepted columns (the rules read a key's signature only).
+    sig, inv = np.unique(np.concatenate([r1, r2], axis=1), axis=0, return_inverse=True)
+    inv = np.asarray(inv).reshape(-1)
+    for s in range(len(sig)):
+        cols = np.flatnonzero(sig[s, :r1.shape[1]][gi["R1"]] & sig[s, r1.shape[1]:][gi["R2"]])
+        rows = np.flatnonzero(inv == s)
+        if not len(cols):
+            continue
+        tp, td, to = gi["TP"][cols], gi["TD"][cols], gi["TO"][cols]
+        step = max(1, FLOOR_CELLS // len(cols))
+        for a in range(0, len(rows), step):
+            r = rows[a:a + step]
+            t = time["TP"][r][:, tp] + time["TD"][r][:, td] + time["TO"][r][:, to]
+            out[r] = t.min(axis=1)
+    return out
+
+
+def fitting_time_floor(time: dict[str, np.ndarray], W: np.ndarray, A: np.ndarray, cap_mib: int, r1: np.ndarray,
+                       r2: np.ndarray, gi: dict) -> np.ndarray:
+    """Each key's least step time (us) over the lever combinations its rules accept whose constant
+    memory and activation peak fit together on every pipeline rank (``W``, ``A``: the tables' terms,
+    (keys, ranks, group combinations) MiB); INF where none does. Every rank's peak in the tables is
+    W + C + G + max(A, OT) with each term >= 0 (plan_costs), so a combination whose W + A alone
+    exceeds the limit fits nowhere: a floor of every plan of the key that fits, from two of the
+    seven memory terms."""
+    inf = np.iinfo(np.int64).max
+    n, pp = W.shape[0], W.shape[1]
+    out = np.full(n, inf, dtype=np.int64)
+    step = max(1, FLOOR_CELLS // max(1, len(gi["TP"]) * pp))
+    for a in range(0, n, step):
+        r = np.arange(a, min(a + step, n))
+        ok = r1[r][:, gi["R1"]] & r2[r][:, gi["R2"]]
+        for q in range(pp):
+            ok &= (W[r, q][:, gi["W"]].astype(np.int64) + A[r, q][:, gi["A"]]) <= cap_mib
+        t = time["TP"][r][:, gi["TP"]] + time["TD"][r][:, gi["TD"]] + time["TO"][r][:, gi["TO"]]
+        out[r] = np.where(ok, t, inf).min(axis=1)
+    return out
 
 
 def best_per_key(tables: Tables) -> np.ndarray:

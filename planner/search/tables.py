@@ -315,13 +315,15 @@ def time_phase(ctx, space: Space, lay: Layout, rows: np.ndarray, plans: dict) ->
         ctx.forget(batch.group)
 
 
-def memory_phase(ctx, space: Space, lay: Layout, rows: np.ndarray, plans: dict) -> dict[str, np.ndarray]:
-    """W, C, A, OT, HW and HA (MiB, per pipeline rank) of context rows ``rows`` of one layout."""
+def memory_phase(ctx, space: Space, lay: Layout, rows: np.ndarray, plans: dict,
+                 terms: tuple[str, ...] = MEMORY_TERMS) -> dict[str, np.ndarray]:
+    """W, C, A, OT, HW and HA (MiB, per pipeline rank) of context rows ``rows`` of one layout
+    (``terms``: some of them only)."""
     batch, order = _batch(ctx, lay, rows, base_levers(space))
     try:
         return {k: _fill(batch, order, plans[TERM_GROUP[k]], MEMORY_FNS[k],
                          (lay.pp, len(combos(space, GROUPS[TERM_GROUP[k]]))), True).astype(np.int32)
-                for k in MEMORY_TERMS}
+                for k in terms}
     finally:
         ctx.forget(batch.group)
 
