@@ -1116,6 +1116,10 @@ _RELEASE_OF_SOFTWARE = (
     # releases (static-shape MoE graphs, paged stash) no Nov. 2025 build had.
     (r"MCore dev 0\.15\.|Megatron-Core dev branch .*~v0\.15", "megatron-core-0.16"),
     (r"NeMo 26\.02\.01 ", "megatron-core-0.16"),
+    # NVIDIA's MLPerf Training v5.1 submission ran this container's Megatron in NVFP4 (--fp4-format), which
+    # megatron-core 0.14 (the container's release) lacks and core_v0.15.0 first has: a build on the way to
+    # 0.15, bounded by it (as the dev builds above by 0.16). Its only runs here are the two NVFP4 405B rows.
+    (r"NGC 25\.09 NeMo container \(MLPerf Training v5\.1", "megatron-core-0.15"),
     (r"NGC 25\.09 NeMo container", "megatron-core-0.14"),
     (r"MCore (?:main )?0\.(1[2-9])\.", "megatron-core-0.{}"),
     (r"NeMo 26\.04\.01 ", "megatron-core-0.17"),
