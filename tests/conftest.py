@@ -65,6 +65,12 @@ SLOW_TESTS = {
     "tests/test_compare.py::test_swap_test_is_reported_both_ways": 0.1,
     "tests/test_compare.py::test_json_is_stable_and_has_no_timings": 3.6,
     "tests/test_compare.py::test_compare_plot_is_a_png": 0.8,
+    # fifth round (2026-12-05, fifth session: the default run took 285 s on a fresh clone beside the slow
+    # step): a DeepSeek-V3 oracle case (Kimi K2, the same MLA MoE architecture, stays on GB200), one HF family
+    # search (six stay) and one bounds case (the dense and DeepSeek-V3 ones stay)
+    "tests/test_search.py::test_cpsat_top_k_equals_the_oracle[deepseek-v3-gb300-nvl72-512]": 8.4,
+    "tests/test_hf_families.py::test_search_returns_plans[kimi-k2.5-gb200-nvl72-256-1024]": 9.2,
+    "tests/test_search_space.py::test_bounds_never_exceed_what_the_tables_give[qwen3-30b-a3b-h100]": 8.0,
 }
 
 
