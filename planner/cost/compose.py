@@ -426,7 +426,12 @@ class CostContext:
                                     ep_dispatch_combine(self.ms, sh, spans["ep"], self.rates, flags.fp8_dispatch))
                         if ep else None)
             layer = block_layer(kts, bt, comm, compute_rc, ep_parts)
-            parts.append((subset, bt, comm, layer, wgrad_bytes(kts, levers.fp8 or levers.fp4)))
+            # A function of the kernels alone (cached above): once per kernel set, not per
+            # recompute setting.
+            fp8 = levers.fp8 or levers.fp4
+            wk = self.cached(("wgrad_bytes", name, levers.precision, sh.dispatcher, ep, graphs, fp8),
+                             lambda kts=kts, fp8=fp8: wgrad_bytes(kts, fp8))
+            parts.append((subset, bt, comm, layer, wk))
         n = len(keys.bk)
         return BlockCost(name, 1, _scatter_time([(s, bt) for s, bt, *_ in parts], n),
                          _scatter_comm([(s, cm) for s, _, cm, *_ in parts], n),
