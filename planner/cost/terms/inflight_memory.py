@@ -60,18 +60,24 @@ def is_moe_piece(piece) -> bool:
     return head == "moe" if isinstance(head, str) else is_moe_piece(head)
 
 
-def without_stash(chunk: ChunkMemory, stash: Num, capacity: float) -> ChunkMemory:
+def without_stash(chunk: ChunkMemory, stash: Num, capacity: float, memo: dict | None = None) -> ChunkMemory:
     """``chunk`` with each MoE layer's stashed tensors (``stash`` bytes at the balanced load) moved out
     of its kept bytes into the stash buffer, and their static-shape copies as transients: a layer's
     forward saves them at the capacity's row count until its group commits them to the pages
     (paged_stash_group_commit -> stash_paged_tensors), and its backward reloads them into
-    capacity-sized tensors (reload_from_stash), so both transients grow by ``capacity`` x ``stash``."""
+    capacity-sized tensors (reload_from_stash), so both transients grow by ``capacity`` x ``stash``.
+    ``memo``: shared by the calls for one rank's chunks (one ``stash``), the numbers of each MoE
+    piece (LayerMemory.piece names them) computed once, not per layer."""
+    memo = {} if memo is None else memo
     out = []
     for layer in chunk.layers:
         piece = layer.piece
         if is_moe_piece(piece):
-            layer = LayerMemory(layer.name, layer.kept - stash, layer.fwd_transient + capacity * stash,
-                                layer.bwd_transient + capacity * stash, layer.full - stash, piece)
+            nums = memo.get(piece)
+            if nums is None:
+                nums = memo[piece] = (layer.kept - stash, layer.fwd_transient + capacity * stash,
+                                      layer.bwd_transient + capacity * stash, layer.full - stash)
+            layer = LayerMemory(layer.name, nums[0], nums[1], nums[2], nums[3], piece)
         out.append(layer)
     return ChunkMemory(chunk.index, tuple(out))
 
@@ -146,7 +152,8 @@ class InflightMemory(RankTimes):
         if not self.paged_stash():
             return chunks
         stash = self.stash_layer()
-        return tuple(without_stash(c, stash, EXPERT_RANK_CAPACITY_FACTOR) for c in chunks)
+        memo: dict = {}
+        return tuple(without_stash(c, stash, EXPERT_RANK_CAPACITY_FACTOR, memo) for c in chunks)
 
     def stash_peak(self, r: int) -> np.ndarray:
         """The most stashed bytes rank ``r`` holds at once over its schedule (0 without the paged
@@ -228,8 +235,7 @@ class InflightMemory(RankTimes):
             without a walked schedule), formed on first need (a unit scan seen before needs none)."""
             if sched not in arrays:
                 if "kfb" not in arrays:
-                    arrays["kfb"] = tuple(np.array([_column(getattr(c, f), width) for c in chunks])
-                                          for f in ("kept", "fwd_rise", "bwd_rise"))
+                    arrays["kfb"] = _chunk_rows(chunks, width)
                 kept, fwd, bwd = arrays["kfb"]
                 # The schedule's own in-flight vectors (planner.cost.schedules.inflight), with the
                 # bytes held between input and weight gradient where it splits the backward.
@@ -352,6 +358,22 @@ def _pair_rises(chunks: tuple[ChunkMemory, ...], n: int):
             memo[f, b] = hit
         return hit
     return rise
+
+
+def _chunk_rows(chunks: tuple[ChunkMemory, ...], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kept, forward rise, backward rise) of each chunk, (chunks, n) arrays. Each reads only the
+    chunk's runs: chunks of equal runs (_runs_name; V3's interleaved layouts repeat one MoE layer
+    per chunk dozens of times) are summed once."""
+    seen: dict[tuple, tuple] = {}
+    rows = []
+    for c in chunks:
+        name = _runs_name(c)
+        hit = seen.get(name)
+        if hit is None:
+            hit = seen[name] = (_column(c.kept, n), _column(c.fwd_rise, n), _column(c.bwd_rise, n))
+        rows.append(hit)
+    kept, fwd, bwd = (np.array([row[i] for row in rows]) for i in range(3))
+    return kept, fwd, bwd
 
 
 def _runs_name(chunk: ChunkMemory) -> tuple:
