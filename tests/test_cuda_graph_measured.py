@@ -27,14 +27,50 @@ def test_reserved_with_graphs_within_five_percent_of_every_graphed_run():
     assert all(abs(r["reserved_error"]) <= 0.05 for r in rs), [(r["config"], r["reserved_error"]) for r in rs]
 
 
-def test_full_iteration_reserved_is_over_predicted_by_the_whole_layer_rule():
-    """The full-iteration graph (Megatron's FullCudaGraphWrapper, measured on the third call of the
-    second lease) adds 2.5-3.3 GiB where whole-layer graphs add 4.0-6.0: predicted with the
-    whole-layer rule, +6.4 to +10.1 % (issue 39's 5 % not met; on the safe side). A model that
-    starts under-predicting it, or gets worse, fails here."""
-    rs = [r for r in rows() if r["cuda_graphs"] == "full_iteration"]
-    assert len(rs) == 3
-    assert all(0 <= r["reserved_error"] <= 0.11 for r in rs), [(r["config"], r["reserved_error"]) for r in rs]
+FULL_ITERATION_DERIVED = ("graph-gqa-s2k-b1-fulliter", "graph-gqa-s2k-b2-fulliter", "graph2-moe-s2k-b2-pad-fulliter")
+"""The runs measured when the full-iteration rule was written (second lease); GRAPHS3's are held out."""
+
+
+def _full_iteration_rows() -> list[dict]:
+    return [r for r in rows() if r["cuda_graphs"] == "full_iteration"]
+
+
+def test_full_iteration_reserved_within_five_percent():
+    """Issue 39: the full-iteration graph (Megatron's FullCudaGraphWrapper: the whole forward-backward
+    one graph with one private pool, the optimizer eager; torch empties the cache before capture)
+    holds the activations' and the optimizer temporaries' working sets side by side without the
+    eager fixed holding (peak_memory._released_at_capture). Reserved +2.2, +2.3, +4.2 % on the runs
+    it was derived with (whole-layer rule before: +7.1, +6.4, +10.1 %), and on the safe side."""
+    rs = _full_iteration_rows()
+    assert {r["config"] for r in rs} >= set(FULL_ITERATION_DERIVED)
+    assert all(0 <= r["reserved_error"] <= 0.05 for r in rs), [(r["config"], r["reserved_error"]) for r in rs]
+
+
+def test_full_iteration_adds_less_than_whole_layer_graphs():
+    """The mechanism's signature, measured and predicted: on the same run, the full-iteration graph
+    raises the reserved peak less than whole-layer graphs (2.5-3.3 against 4.0-6.0 GiB measured),
+    by about the fixed holding the capture releases."""
+    by = {r["config"]: r for r in rows()}
+    for full, layer in (("graph-gqa-s2k-b2-fulliter", "graph-gqa-s2k-b2-layer"),
+                        ("graph2-moe-s2k-b2-pad-fulliter", "graph2-moe-s2k-b2-pad-layer")):
+        assert by[full]["measured_delta_reserved"] < by[layer]["measured_delta_reserved"]
+        assert by[full]["predicted_delta_reserved"] < by[layer]["predicted_delta_reserved"]
+
+
+DIFFERENCE_MISSES = {
+    "graph-gqa-s2k-b1-fulliter": "graphs add +3019 MiB predicted, +2734 MiB measured (+10.4 %): the eager twin "
+                                 "(first lease) is predicted +1.3 % above its measurement, the graphed run +2.2 %",
+}
+"""Runs where the predicted difference misses issue 39's 10 % bound (strict: a fix shows as XPASS)."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=DIFFERENCE_MISSES[n]))
+                                  if n in DIFFERENCE_MISSES else n for n in FULL_ITERATION_DERIVED])
+def test_full_iteration_difference_within_ten_percent_of_measured(name):
+    """Issue 39's second bound: what the graph adds, predicted against measured (both against the
+    eager twin, whose own prediction carries the workload model's fit slack: +1.3 to +5.1 %)."""
+    r = next(r for r in _full_iteration_rows() if r["config"] == name)
+    assert r["predicted_delta_reserved"] / r["measured_delta_reserved"] == pytest.approx(1, abs=0.1)
 
 
 def _step(name: str) -> tuple[float, float]:

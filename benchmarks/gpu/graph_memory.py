@@ -1,7 +1,7 @@
 """CUDA-graph memory (issue 39): planner's predicted peaks with and without graphs against the
-H200 runs of benchmarks/gpu/configs.py GRAPHS and GRAPHS2 (results/validation/gpu-raw/cuda-graphs and
-cuda-graphs-2, measured by run_graphs_small.sh and run_graphs2_knee.sh with Megatron-Core's local
-graphs and its full-iteration wrapper).
+H200 and H100 runs of benchmarks/gpu/configs.py GRAPHS, GRAPHS2 and GRAPHS3 (results/validation/gpu-raw/
+cuda-graphs, cuda-graphs-2 and cuda-graphs-3, measured by run_graphs_small.sh, run_graphs2_knee.sh and
+run_graphs3.sh with Megatron-Core's local graphs and its full-iteration wrapper).
 
     PYTHONPATH=$PWD python -m benchmarks.gpu.graph_memory [--markdown]
 
@@ -17,8 +17,9 @@ import argparse
 import json
 
 GiB = 2**30
-FOLDERS = ("cuda-graphs", "cuda-graphs-2")
-"""The two leases: GRAPHS (2026-12-05, first) and GRAPHS2 (full iteration, drop-and-pad MoE; second).
+FOLDERS = ("cuda-graphs", "cuda-graphs-2", "cuda-graphs-3")
+"""The leases: GRAPHS (2026-12-05, first), GRAPHS2 (full iteration, drop-and-pad MoE; second) and GRAPHS3
+(full iteration, held out of its memory rule; third).
 A run measured in both counts from the later lease; a failed run (its JSON holds the error) from
 neither."""
 
