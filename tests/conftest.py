@@ -87,3 +87,81 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+# CI runs the slow step as two processes side by side on its 2 cores (.ci/run), each with
+# PLANNER_TEST_SHARD=i/n: the selected tests are split by module (a module's tests share its module
+# fixtures: the search mode's all-runs rows, compare's five systems), the modules by their measured
+# times (SLOW_TESTS, MARKED_SLOW_S; 1 s for any other test), longest first onto the lighter shard, so
+# that the shards end together. The split is a pure function of the selection, so the n shards run
+# every selected test exactly once (tests/test_conftest_shards.py).
+MARKED_SLOW_S = {
+    # the tests marked @pytest.mark.slow, call plus fixture setup, by node id or by function (every
+    # parametrization alike), measured on the 2-core machine beside two other processes (pytest -m slow
+    # --durations, 2026-12-05, sixth session: wall seconds, some 1.5x a quiet machine's)
+    "tests/test_validate_search.py::test_the_search_never_loses_to_the_recipe_unsaid_on_every_bundled_run": 300.0,
+    # (these two and the first plan's walk measured beside one other process)
+    "tests/test_search.py::test_cpsat_top_k_equals_the_oracle_with_every_schedule[deepseek-v3-any]": 75.5,
+    "tests/test_search.py::test_cpsat_top_k_equals_the_oracle_with_every_schedule[qwen3-30b-a3b-any]": 34.0,
+    "tests/test_search_optimal_walk.py::test_optimal_over_the_walk_and_one_first_plan_for_every_top": 25.0,
+    "tests/test_gpu_harness.py::test_harness_runs_megatron_on_the_cpu": 57.0,
+    "tests/test_gpu_harness.py::test_harness_runs_megatron_in_parallel_on_the_cpu": 25.0,
+    "tests/test_gpu_harness.py::test_harness_diagnostics_on_the_cpu": 11.0,
+    "tests/test_rank_one_stable.py::test_the_first_plan_is_the_same_for_every_top": 15.0,
+    "tests/test_memory_margin_default.py::test_quick_start_first_plan_leaves_the_margin_free": 18.0,
+}
+SHARD_ENV = "PLANNER_TEST_SHARD"
+
+
+def measured_seconds(nodeid: str) -> float:
+    """A test's measured time (s) for the shard split: SLOW_TESTS, else MARKED_SLOW_S by node id or
+    by its function, else 1 s."""
+    if nodeid in SLOW_TESTS:
+        return SLOW_TESTS[nodeid]
+    return MARKED_SLOW_S.get(nodeid, MARKED_SLOW_S.get(nodeid.split("[")[0], 1.0))
+
+
+def shard_of(nodeids: list[str], count: int) -> dict[str, int]:
+    """Each node id's shard (0..count-1): its module's, the modules longest first onto the shard with
+    the least time so far (ties: the lower shard; equal times: module name order)."""
+    modules: dict[str, float] = {}
+    for nodeid in nodeids:
+        module = nodeid.split("::")[0]
+        modules[module] = modules.get(module, 0.0) + measured_seconds(nodeid)
+    load = [0.0] * count
+    where: dict[str, int] = {}
+    for module in sorted(modules, key=lambda m: (-modules[m], m)):
+        i = min(range(count), key=lambda k: (load[k], k))
+        where[module] = i
+        load[i] += modules[module]
+    return {nodeid: where[nodeid.split("::")[0]] for nodeid in nodeids}
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'i/n' (1 <= i <= n) -> (i - 1, n); a malformed value is a usage error that says the form."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        index = count = 0
+    if not 1 <= index <= count:
+        raise pytest.UsageError(f"{SHARD_ENV}={text!r}: expected i/n with 1 <= i <= n, e.g. 1/2.")
+    return index - 1, count
+
+
+class _Shard:
+    """The shard selection, a plugin of its own (a module holds one implementation per hook name)."""
+
+    def __init__(self, index: int, count: int):
+        self.index, self.count = index, count
+
+    @pytest.hookimpl(trylast=True)  # after the -m/-k selection: shard what is selected
+    def pytest_collection_modifyitems(self, config, items):
+        shard = shard_of([item.nodeid for item in items], self.count)
+        config.hook.pytest_deselected(items=[item for item in items if shard[item.nodeid] != self.index])
+        items[:] = [item for item in items if shard[item.nodeid] == self.index]
+
+
+def pytest_configure(config):
+    text = os.environ.get(SHARD_ENV)
+    if text:
+        config.pluginmanager.register(_Shard(*parse_shard(text)), "planner-test-shard")
