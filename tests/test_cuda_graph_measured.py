@@ -41,9 +41,19 @@ def test_full_iteration_reserved_within_five_percent():
     holds the activations' and the optimizer temporaries' working sets side by side without the
     eager fixed holding (peak_memory._released_at_capture). Reserved +2.2, +2.3, +4.2 % on the runs
     it was derived with (whole-layer rule before: +7.1, +6.4, +10.1 %), and on the safe side."""
-    rs = _full_iteration_rows()
-    assert {r["config"] for r in rs} >= set(FULL_ITERATION_DERIVED)
+    rs = [r for r in _full_iteration_rows() if r["config"] in FULL_ITERATION_DERIVED]
+    assert {r["config"] for r in rs} == set(FULL_ITERATION_DERIVED)
     assert all(0 <= r["reserved_error"] <= 0.05 for r in rs), [(r["config"], r["reserved_error"]) for r in rs]
+
+
+def test_full_iteration_reserved_within_five_percent_on_held_out_runs():
+    """The same bound on the full-iteration runs measured after the rule was written (GRAPHS3 in
+    benchmarks/gpu/configs.py, chosen before any run; raw JSON in gpu-raw/cuda-graphs-3/). The device
+    could not be started on 2026-12-05 (eight tries): until they are measured there is nothing to check."""
+    rs = [r for r in _full_iteration_rows() if r["config"] not in FULL_ITERATION_DERIVED]
+    if not rs:
+        pytest.skip("no held-out full-iteration run measured yet (benchmarks/gpu/run_graphs3.sh)")
+    assert all(abs(r["reserved_error"]) <= 0.05 for r in rs), [(r["config"], r["reserved_error"]) for r in rs]
 
 
 def test_full_iteration_adds_less_than_whole_layer_graphs():
