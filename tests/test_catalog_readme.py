@@ -113,19 +113,27 @@ def test_quick_start_is_two_commands_and_ci_runs_the_second():
     # .ci/run performs command 2 step by step (venv, install with test extras, the test command).
     assert "-m venv" in ci and '. "$VENV/bin/activate"' in ci
     assert "pip install --progress-bar off -e '.[test]'" in ci
-    # ... then the README's test command, after the install; then the second step (the slow and the
-    # launcher validators' tests, once the validation venvs are built) and the lint checks.
+    # ... then the README's test command, after the install, with the slow step's two shards started
+    # just before it (they run beside it); then the launcher validators' tests once the validation venvs
+    # are built, each shard's result (a failed shard fails the run), and the lint checks.
     lines = ci.rstrip().splitlines()
     test_cmd = QUICK_START_TEST.split(" && ")[-1]
     assert test_cmd == "python -m pytest" and test_cmd in lines
-    after = lines[lines.index(test_cmd) + 1:]
+    before, after = lines[:lines.index(test_cmd)], lines[lines.index(test_cmd) + 1:]
     assert lines.index(test_cmd) > lines.index("python -m pip install --progress-bar off -e '.[test]'")
-    assert [ln for ln in after if ln and not ln.startswith("#")] == [
-        "python -m pytest -m slow >.ci-logs/slow-tests.log 2>&1 &", "slow_pid=$!",
+    assert "for shard in 1 2; do" in before and \
+        '  PLANNER_TEST_SHARD="$shard/2" python -m pytest -m slow >".ci-logs/slow-tests-$shard.log" 2>&1 &' in before
+    assert [ln for ln in after if ln and not ln.lstrip().startswith("#")] == [
         'for pid in "${pids[@]}"; do wait "$pid"; done', "tail -n 2 .ci-logs/*-venv.log 2>/dev/null || true",
         "python -m pytest -m megatron",
-        'if ! wait "$slow_pid"; then cat .ci-logs/slow-tests.log; echo ".ci/run: the slow tests failed (above)." >&2; exit 1; fi',
-        "tail -n 5 .ci-logs/slow-tests.log",
+        "for shard in 1 2; do",
+        '  if ! wait "${shard_pids[$((shard - 1))]}"; then',
+        '    cat ".ci-logs/slow-tests-$shard.log"',
+        '    echo ".ci/run: the slow tests of shard $shard/2 failed (above)." >&2',
+        "    exit 1",
+        "  fi",
+        '  tail -n 3 ".ci-logs/slow-tests-$shard.log"',
+        "done",
         "python -m pip install --progress-bar off -e '.[lint]'", "ruff check planner tests scripts benchmarks",
         "lint-imports  # pyproject [tool.importlinter]: the layers of docs/architecture.md", "mypy"]
 
