@@ -79,6 +79,18 @@ SLOW_TESTS = {
     "tests/test_hf_families.py::test_search_returns_plans[glm-4.5-air-h100-64-256]": 5.0,
     "tests/test_hf_families.py::test_search_returns_plans[gemma-3-27b-h100-32-128]": 4.9,
     "tests/test_search_walked_order.py::test_the_search_first_plan_is_the_walks_best": 11.3,
+    # sixth round (2026-12-05, sixth session: the default run measured 254 s alone on a fresh clone, limit
+    # 240): parametrized cases whose siblings stay in the default run (five searched jobs export and read
+    # back, seven oracle cases with Kimi K2 for the MLA MoE on GB200, three HF families, the other published
+    # plans, the other table cases)
+    "tests/test_export_readback.py::test_searched_top_plans_export_and_read_back_unchanged[deepseek-v3-h100-1024]": 4.3,
+    "tests/test_export_readback.py::test_searched_top_plans_export_and_read_back_unchanged[llama3.1-405b-b200-512]": 3.2,
+    "tests/test_export_readback.py::test_searched_top_plans_export_and_read_back_unchanged[kimi-k2-h200-512]": 1.6,
+    "tests/test_search.py::test_cpsat_top_k_equals_the_oracle[qwen3-235b-a22b-gb200-nvl72-256]": 3.9,
+    "tests/test_hf_families.py::test_search_returns_plans[phi-4-h100-16-64]": 3.9,
+    "tests/test_search_published.py::test_search_fix_returns_the_published_plan_or_a_faster_one_with_explains_numbers"
+    "[zoo-qwen3-235b-h100-256gpu-bf16-a2a-intranode-ep8-pp32]": 3.5,
+    "tests/test_cost_tables.py::test_table_entries_equal_the_one_plan_composition[moe-gqa-b200-order]": 2.7,
 }
 
 
