@@ -39,7 +39,7 @@ def test_full_iteration_reserved_within_five_percent():
     """Issue 39: the full-iteration graph (Megatron's FullCudaGraphWrapper: the whole forward-backward
     one graph with one private pool, the optimizer eager; torch empties the cache before capture)
     holds the activations' and the optimizer temporaries' working sets side by side without the
-    eager fixed holding (peak_memory._released_at_capture). Reserved +2.2, +2.3, +4.2 % on the runs
+    eager fixed holding (peak_memory._fixed_held). Reserved +2.2, +2.3, +4.2 % on the runs
     it was derived with (whole-layer rule before: +7.1, +6.4, +10.1 %), and on the safe side."""
     rs = [r for r in _full_iteration_rows() if r["config"] in FULL_ITERATION_DERIVED]
     assert {r["config"] for r in rs} == set(FULL_ITERATION_DERIVED)

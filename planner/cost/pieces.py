@@ -779,18 +779,22 @@ def stranded_expert_bytes(model, moe_layers, ep, etp, sp_tokens, ratio: float, t
     return moe_layers * (moe.num_experts // ep) * total
 
 
-def workload_reserved(workload, fwd_bwd_peak, optimizer_peak, activation_peak, stranded, *, recomputes, pipelined):
+def workload_reserved(workload, fwd_bwd_peak, optimizer_peak, activation_peak, stranded, *, recomputes, pipelined,
+                      fixed_held: bool = True):
     """Reserved peak of the default caching allocator from what drives the gap
     (MemoryOverheads.allocator_workload): the larger phase peak, the forward-backward one with the
     stranded blocks on top, its segments' partial use, the fixed small-pool and rounding bytes, and
     shares of the activation peak where layers recompute (the re-created forward allocates while
     the backward's gradient blocks are cached) and where a pipeline schedule interleaves
     micro-batches (one micro-batch's backward frees blocks between the later ones' activations).
-    ``recomputes`` and ``pipelined`` are booleans or per-plan boolean arrays."""
+    ``recomputes`` and ``pipelined`` are booleans or per-plan boolean arrays; ``fixed_held`` False
+    leaves out the fixed small-pool bytes (a full-iteration graph's capture releases them:
+    planner.cost.terms.peak_memory.PeakMemory._fixed_held)."""
     base = maximum(fwd_bwd_peak + stranded, optimizer_peak)
     share = (workload.recompute_fraction.value * np.asarray(recomputes, dtype=float)
              + workload.pipeline_fraction.value * np.asarray(pipelined, dtype=float))
-    return base * (1.0 + workload.peak_fraction.value) + workload.base_bytes.value + share * activation_peak
+    fixed = workload.base_bytes.value if fixed_held else 0.0
+    return base * (1.0 + workload.peak_fraction.value) + fixed + share * activation_peak
 
 
 def optimizer_transient_bytes(hw, moments: str, precision: str) -> Num:

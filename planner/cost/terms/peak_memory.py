@@ -47,13 +47,13 @@ class PeakMemory(StaticMemory, InflightMemory):
         if wl is None:
             return self.peak_bytes(r) * (1 + ctx.allocator_fraction)
         base, act_peak, stranded, recomputes = self._workload_inputs(r)
-        return (workload_reserved(wl, base + act_peak, self._optimizer_top(r, base, act_peak, stranded), act_peak,
-                                  stranded, recomputes=recomputes, pipelined=self.batch.pp > 1)
-                - self._released_at_capture(wl))
+        return workload_reserved(wl, base + act_peak, self._optimizer_top(r, base, act_peak, stranded), act_peak,
+                                 stranded, recomputes=recomputes, pipelined=self.batch.pp > 1,
+                                 fixed_held=self._fixed_held())
 
-    def _released_at_capture(self, wl) -> float:
-        """The workload model's fixed small-pool bytes (``base_bytes``) that a full-iteration graph
-        does not hold. Megatron's FullCudaGraphWrapper (megatron/core/full_cuda_graph.py, wrapped
+    def _fixed_held(self) -> bool:
+        """Whether the workload model's fixed small-pool bytes (``base_bytes``) are held: not under a
+        full-iteration graph. Megatron's FullCudaGraphWrapper (megatron/core/full_cuda_graph.py, wrapped
         around forward_backward_func only in megatron/training/training.py train) captures the whole
         forward-backward, every micro-batch, as one torch.cuda.CUDAGraph with its own private pool;
         torch's graph capture empties the caching allocator's cache first (torch/cuda/graphs.py
@@ -67,7 +67,7 @@ class PeakMemory(StaticMemory, InflightMemory):
         activation peak + optimizer temporaries at allocated size, where the fixed term alone is
         5-6 % of it. Whole-layer graphs (many captures sharing a pool, Megatron's CudaGraphManager)
         keep it: measured 2.1-2.6 GiB above the same sum."""
-        return wl.base_bytes.value if self.lv.cuda_graphs.kind == "full_iteration" else 0.0
+        return self.lv.cuda_graphs.kind != "full_iteration"
 
     def _optimizer_top(self, r: int, base, act_peak, stranded=0.0):
         """What the allocator holds at the optimizer step. Graphs of whole layers allocate the
@@ -117,7 +117,7 @@ class PeakMemory(StaticMemory, InflightMemory):
         return {"stranded": _column(eager_top - peak, n),
                 "graph_pool_hold": _column(top - eager_top, n),
                 "partial_segments": _column(top * wl.peak_fraction.value, n),
-                "small_pool": _column(wl.base_bytes.value - self._released_at_capture(wl), n),
+                "small_pool": _column(wl.base_bytes.value if self._fixed_held() else 0.0, n),
                 "recompute": _column(wl.recompute_fraction.value * recomputes * act_peak, n),
                 "pipeline": _column(wl.pipeline_fraction.value * float(self.batch.pp > 1) * act_peak, n)}
 
