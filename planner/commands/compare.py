@@ -59,6 +59,7 @@ def compare_cmd(
     calibration: CalibrationOpt = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG: throughput, step-time breakdown and memory per hardware (with --sweep-gpus: throughput and degrees against the GPU count).")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Include wall-clock search timings (JSON output is otherwise byte-stable).")] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", min=1, max=256, help="Systems (with --sweep-gpus: searches) searched side by side, one process each; the output is the same for any count. Default: one per search, at most one per CPU. Each process holds its own search (up to a few GB on the largest MoE jobs): --jobs 1 keeps one.")] = None,
     json: JsonOpt = False,
     markdown: MarkdownOpt = False,
 ) -> None:
@@ -71,7 +72,7 @@ def compare_cmd(
                       negative="it must be positive (a token budget counts the tokens to train on)")
     one_gpus = _one_gpus(gpus)
     args = JobArgs(one_gpus, global_batch, seq_len, precision, job, domain_fill, memory_margin)
-    m, hws, jobs = _systems(resolve_model(model, model_set), hw, args, sweep=sweep_gpus is not None)
+    m, hws, system_jobs = _systems(resolve_model(model, model_set), hw, args, sweep=sweep_gpus is not None)
     counts = parse_gpu_list(sweep_gpus) if sweep_gpus else None
     from planner.specs.prices import prices_for
 
@@ -91,7 +92,7 @@ def compare_cmd(
     opts = dataclasses.replace(search_options(target, top, time_limit, fix, max_, moments, per_stage,
                                               torchtitan_config=torchtitan_config), software=profile, ties=True,
                                families=True)
-    out = _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, prices)
+    out = _run(m, hws, system_jobs, opts, assumptions, counts, tokens, global_batch, plot, prices, workers=jobs)
     if software is not None:  # the default release offers every lever the search ranks: its reports stay as they were
         from planner.launchers.common import software_record
 
@@ -158,7 +159,8 @@ def _systems(model, hw: list[str] | None, args: JobArgs, *, sweep: bool = False)
     return m, hws, jobs
 
 
-def _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, prices=None) -> dict:
+def _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, prices=None,
+         workers: int | None = None) -> dict:
     from rich.console import Console
 
     from planner.report.compare import compare_report, sweep_report
@@ -167,10 +169,10 @@ def _run(m, hws, jobs, opts, assumptions, counts, tokens, global_batch, plot, pr
     with err.status("comparing", spinner="dots") as status:
         if counts:
             out = sweep_report(m, hws, jobs[0], counts, opts, assumptions, user_batch=global_batch, tokens=tokens,
-                               progress=lambda msg: status.update(msg))
+                               progress=lambda msg: status.update(msg), workers=workers)
         else:
             out = compare_report(m, hws, jobs, opts, assumptions, tokens=tokens, prices=prices,
-                                 progress=lambda msg: status.update(msg))
+                                 progress=lambda msg: status.update(msg), workers=workers)
         if plot is not None:
             status.update("plotting")
             from planner.report.plots import plot_compare, plot_sweep

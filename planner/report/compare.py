@@ -344,12 +344,14 @@ def overall_sentences(entries: list[dict], job) -> list[str]:
 # The reports: the searches (planner.search.compare) with their sentences.
 # ---------------------------------------------------------------------------------------------
 def compare_report(model, hws: list, job, options, assumptions, *, tokens: float | None = None,
-                   prices: dict | None = None, progress=None) -> dict:
+                   prices: dict | None = None, progress=None, workers: int | None = None) -> dict:
     """Search every hardware, swap-test the best plans against the baseline, and say why they
     differ. ``job``: one job for every system, or a list with one job per system (GPU counts may
-    differ); ``prices``: {hardware name: planner.specs.prices.Price} for the cost columns."""
+    differ); ``prices``: {hardware name: planner.specs.prices.Price} for the cost columns; ``workers``:
+    searches side by side (planner.search.compare.search_all)."""
     jobs = list(job) if isinstance(job, (list, tuple)) else [job] * len(hws)
-    out = run_compare(model, hws, jobs, options, assumptions, tokens=tokens, prices=prices, progress=progress)
+    out = run_compare(model, hws, jobs, options, assumptions, tokens=tokens, prices=prices, progress=progress,
+                      workers=workers)
     entries = {e["hardware"]["name"]: e for e in out["hardware"]}
     for change in out["changes"]:
         base, other = entries[change["baseline"]], entries[change["hardware"]]
@@ -362,10 +364,11 @@ def compare_report(model, hws: list, job, options, assumptions, *, tokens: float
 
 
 def sweep_report(model, hws: list, base_job, gpus_list: list[int], options, assumptions, *,
-                 user_batch: int | None = None, tokens: float | None = None, progress=None) -> dict:
+                 user_batch: int | None = None, tokens: float | None = None, progress=None,
+                 workers: int | None = None) -> dict:
     """The best plan per hardware at each GPU count, and what changes with scale."""
     out = run_sweep(model, hws, base_job, gpus_list, options, assumptions, user_batch=user_batch, tokens=tokens,
-                    progress=progress)
+                    progress=progress, workers=workers)
     out["sentences"] = sweep_sentences(out)
     return out
 

@@ -14,6 +14,7 @@ from planner.cost.evaluate import context_json, plan_evaluation
 from planner.cost.memory import memory_report
 from planner.cost.setup import resolve_setup
 from planner.errors import NothingFitsError, PlannerError
+from planner.parallel import auto_jobs, fork_map
 from planner.rules import Target
 from planner.search.driver import run_search
 from planner.search.rulecheck import rule_violations
@@ -251,19 +252,37 @@ def same_time(entries: list[dict], tokens: float) -> dict | None:
 # ---------------------------------------------------------------------------------------------
 # The comparison.
 # ---------------------------------------------------------------------------------------------
+def search_all(model, searches: list[tuple], options, assumptions, tokens: float, workers: int | None,
+               progress=None) -> list[dict]:
+    """:func:`search_one` of every (hardware, job, tag) in ``searches``, in that order: with more
+    than one worker (None: one per search, at most one per CPU), side by side in forked processes
+    (planner.parallel; the searches share nothing, so the entries are the same either way), each
+    search's progress then reduced to its start and end."""
+    say = progress or (lambda msg: None)
+    workers = auto_jobs(len(searches)) if workers is None else workers
+    if min(workers, len(searches)) <= 1:
+        def one(i: int) -> dict:
+            hw, job, tag = searches[i]
+            say(f"searching {tag}")
+            return search_one(model, hw, job, options, assumptions, tokens,
+                              progress=lambda msg: say(f"{tag}: {msg}"))
+        return fork_map(one, len(searches), 1)
+    say(f"searching {len(searches)} systems, {min(workers, len(searches))} at a time")
+    return fork_map(lambda i: search_one(model, searches[i][0], searches[i][1], options, assumptions, tokens),
+                    len(searches), workers, lambda i, e: say(f"searched {searches[i][2]}"))
+
+
 def run_compare(model, hws: list, jobs: list, options, assumptions, *, tokens: float | None = None,
-                prices: dict | None = None, progress=None) -> dict:
+                prices: dict | None = None, progress=None, workers: int | None = None) -> dict:
     """Search every hardware for its job (the same job; GPU counts may differ per system) and
     swap-test the best plans against the first hardware (the baseline) where the counts agree."""
     budget = token_budget(model, tokens)
     prices = prices or {}
     say = progress or (lambda msg: None)
+    searches = [(hw, job, f"{hw.name} ({i + 1}/{len(hws)})") for i, (hw, job) in enumerate(zip(hws, jobs))]
     entries = []
-    for i, (hw, job) in enumerate(zip(hws, jobs)):
-        tag = f"{hw.name} ({i + 1}/{len(hws)})"
-        say(f"searching {tag}")
-        e = search_one(model, hw, job, options, assumptions, budget["tokens"],
-                       progress=lambda msg, tag=tag: say(f"{tag}: {msg}"))
+    for e, (hw, job, _) in zip(search_all(model, searches, options, assumptions, budget["tokens"], workers, say),
+                               searches):
         e["gpus"] = job.gpus
         if e["status"] == "ok":
             e["summary"]["cost"] = cost_json(e["summary"], prices.get(hw.name))
@@ -322,28 +341,29 @@ def sweep_jobs(base_job, gpus_list: list[int], user_batch: int | None) -> list[S
 
 
 def run_sweep(model, hws: list, base_job, gpus_list: list[int], options, assumptions, *,
-              user_batch: int | None = None, tokens: float | None = None, progress=None) -> dict:
+              user_batch: int | None = None, tokens: float | None = None, progress=None,
+              workers: int | None = None) -> dict:
     say = progress or (lambda msg: None)
     budget = token_budget(model, tokens)
     jobs = sweep_jobs(base_job, gpus_list, user_batch)
     rows = []
     total = len(jobs) * len(hws)
-    k = 0
+    searches: list[tuple] = []
+    scales: list[SweepJob] = []
     for sj in jobs:
         job = base_job.model_copy(update={"gpus": sj.gpus, "global_batch": sj.global_batch, "source": None})
         for hw in hws:
-            k += 1
-            tag = f"{hw.name} at {sj.gpus} GPUs ({k}/{total})"
-            say(f"searching {tag}")
-            e = search_one(model, hw, job, options, assumptions, budget["tokens"],
-                           progress=lambda msg, tag=tag: say(f"{tag}: {msg}"))
-            row = {"hardware": hw.name, "gpus": sj.gpus, "global_batch": sj.global_batch, "status": e["status"]}
-            if e["status"] == "ok":
-                row["summary"] = e["summary"]
-                row["top_k"] = e["top_k"]
-            else:
-                row["reason"] = e["reason"]
-            rows.append(row)
+            searches.append((hw, job, f"{hw.name} at {sj.gpus} GPUs ({len(searches) + 1}/{total})"))
+            scales.append(sj)
+    for e, (hw, _, _), sj in zip(search_all(model, searches, options, assumptions, budget["tokens"], workers, say),
+                                 searches, scales):
+        row = {"hardware": hw.name, "gpus": sj.gpus, "global_batch": sj.global_batch, "status": e["status"]}
+        if e["status"] == "ok":
+            row["summary"] = e["summary"]
+            row["top_k"] = e["top_k"]
+        else:
+            row["reason"] = e["reason"]
+        rows.append(row)
     ctx = context_json(model, hws[0], base_job, assumptions)
     ctx.pop("hardware")
     ctx["job"].pop("gpus")

@@ -35,6 +35,7 @@ from planner.cost.evaluate import plan_evaluation
 from planner.cost.setup import resolve_setup
 from planner.errors import PlannerError
 from planner.launchers.registry import launcher, launcher_violations
+from planner.parallel import fork_map
 from planner.search.driver import Options, run_search
 from planner.search.space import Limits
 from planner.specs.catalog import load_software
@@ -425,45 +426,18 @@ def search_runs(results: list[RunResult], calibration: str | None = None,
     say = progress or (lambda msg: None)
     todo = sum(r.evaluated for r in results)
     jobs = max(1, min(int(jobs), todo))
-    if jobs == 1 or not _can_fork():
-        out, done = [], 0
-        for r in results:
-            if r.evaluated:
-                done += 1
-                say(f"searching {done}/{todo}: {r.name}")
-            out.append(search_run(r, calibration))
-        return out
-    import multiprocessing  # noqa: PLC0415  # only for several jobs
+    count = [0]
 
-    _WORK[:] = [results, calibration]
-    try:
-        # fork: the workers read the evaluated runs from this process's memory (nothing is pickled
-        # on the way in); each sends back its row without the recipe (the caller's object is put back).
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            out, done = [], 0
-            for i, row in enumerate(pool.imap(_search_one, range(len(results)), chunksize=1)):
-                if results[i].evaluated:
-                    done += 1
-                    say(f"searched {done}/{todo}: {results[i].name}")
-                out.append(replace(row, recipe=results[i]))
-    finally:
-        _WORK.clear()
-    return out
+    def done(i: int, row: SearchedRun) -> None:
+        if results[i].evaluated:
+            count[0] += 1
+            say(f"searched {count[0]}/{todo}: {results[i].name}")
 
-
-_WORK: list = []
-"""(results, calibration) of the search_runs call whose forked workers run :func:`_search_one`."""
-
-
-def _search_one(i: int) -> SearchedRun:
-    results, calibration = _WORK
-    return replace(search_run(results[i], calibration), recipe=None)
-
-
-def _can_fork() -> bool:
-    import multiprocessing  # noqa: PLC0415
-
-    return "fork" in multiprocessing.get_all_start_methods()
+    if jobs == 1:
+        return fork_map(lambda i: search_run(results[i], calibration), len(results), 1, done)
+    # Each worker sends back its row without the recipe (the caller's object is put back).
+    rows = fork_map(lambda i: replace(search_run(results[i], calibration), recipe=None), len(results), jobs, done)
+    return [replace(row, recipe=r) for row, r in zip(rows, results)]
 
 
 # ---------------------------------------------------------------------------------------------
