@@ -44,6 +44,7 @@ def test_default_workers_are_one_per_search_at_most_one_per_cpu():
 
 
 @needs_fork
+@pytest.mark.slow  # 2 s; test_workers_return_in_order_what_one_process_returns checks the same rule
 def test_compare_is_the_same_for_any_number_of_workers(capsys):
     args = ["compare", "--model", "llama3.1-8b", "--hw", "h100", "--hw", "b200", "--gpus", "8", "--seq-len",
             "4096", "--max", "pp=1,cp=1,tp=2", "--top", "1", "--json"]
