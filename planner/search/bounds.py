@@ -54,6 +54,7 @@ import numpy as np
 
 from planner.cost.compose import least_constant_bytes
 from planner.cost.pipeline import chunk_blocks, pipeline_time
+from planner.cost.schedules.batch import item_counts
 from planner.search.space import COL
 from planner.search.tables import ROW, lever_setting
 from planner.specs.schedule import Schedule
@@ -298,7 +299,12 @@ tests/test_search_walked_bound.py): combined 1F1B up to 0.53 % (DeepSeek-V3 on 2
 H100s); each slack is about twice that (DualPipe's as DualPipeV's). An empirical bound, not a proof:
 synthetic chunks far more uneven than a layout makes (tests/test_schedules_batch.py's generators,
 each chunk scaled 0.3-2x) put ZB-H1's estimate up to 8 % above its walk. Megatron's 1F1B and
-interleaved without EP overlap are not walked (their closed form is the step): slack 0."""
+interleaved without EP overlap are not walked (their closed form is the step): slack 0.
+A proven bound for zero bubble and DualPipe (:func:`bubble_ratio`) is tighter than these slacks
+for most plans but not for the fewest micro-batches (on 150 plans of Qwen3-30B-A3B on 16 H100s,
+--target any, 2026-12-06: median 0.3 % for ZB-H1 at pp = 2, 0.01 % for two-rank DualPipe, up to
+11 % for ZB-H1 at m = 8 and 33 % for DualPipeV at m = 8), and it needs each plan's send time, so
+the search does not read it yet: the plans not enumerated are bounded by the space's largest."""
 
 
 def walk_slack(schedule) -> float:
@@ -329,3 +335,89 @@ def space_walk_slack(space) -> float:
     if (any(space.levers.get("ep_overlap", ())) or space.pinned.get("ep_overlap")) and max(space.col("pp")) > 1:
         slack.append(WALK_SLACK["combined-1f1b"])
     return max(slack, default=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# A proven bound of the walked step under zero bubble and DualPipe (issue 40).
+# ---------------------------------------------------------------------------------------------
+BUBBLE_GROUPS: dict[tuple[str, bool], tuple[tuple[tuple, float], ...]] = {
+    ("zb", True): ((("op", "F"), 1.0), (("op", "I"), 1.0)),
+    ("zb", False): ((("op", "F"), 1.0), (("op", "I"), 1.0)),
+    ("dual", True): ((("pair",), 1.0), (("op", "B"), 1.0)),
+    ("dual", False): ((("op", "F"), 1.0), (("op", "B"), 2.0)),
+}
+"""Per (bubble kind, pair overlap): the item kinds whose per-rank mean durations the closed-form
+bubble of planner.cost.schedules.batch.pipeline_estimate reads (``_zb_bubble``: F and I;
+``_dual_bubble``: the overlapped pairs and B, or F and B twice when pairs do not overlap), each
+with its weight in the bound F + I, resp. FB + B (:func:`bubble_ratio`)."""
+
+
+def bubble_ratio(sched: Schedule, p: int, v: int, m: int, pair_overlap: bool = True) -> float:
+    """θ, proven from the item counts alone (no durations): on every plan of ``sched`` with ``p``
+    ranks, ``v`` (its vpp) and ``m`` micro-batches, the bubble term of the tables' estimate is at
+    most θ times its busiest rank's items, so that the walked step is at least
+    ``(estimate - 2 (p - 1) p2p) / (1 + θ)`` (:func:`proven_walked_floor_us`). ``math.inf`` where
+    the estimate is not of that form (Megatron's combined 1F1B, a rank without one of the kinds).
+
+    Proof. The estimate is ``busy_max + bubble + (p - 1) 2 p2p`` (pipeline_estimate): ``busy_r =
+    sum_k c_rk d_rk`` over rank r's item kinds k (c_rk items of kind k, each lasting d_rk = its
+    duration plus the interference of its hidden all-to-all, >= 0) and ``bubble = factor x
+    max(...)`` over means across ranks of per-rank means across kinds: zero bubble (p - 1) max(F + I
+    - W, F, I) <= (p - 1)(F + I); DualPipe (stages / 2 - 1) max(FB + B - 3 W, 0) <= (stages / 2 - 1)
+    (FB + B), FB the pairs' mean (or F + B when pairs do not overlap), stages p for DualPipe and 2p
+    for DualPipeV. A group g of n_g kinds on rank r, the least count c_g among them, has mean
+    ``(1 / n_g) sum_g d <= sum_g c d / (n_g c_g)``; the groups are disjoint kinds, so their
+    weighted sum is at most ``rho_r busy_r`` with ``rho_r = max_g w_g / (n_g c_g)``, and the mean
+    over ranks at most ``busy_max mean_r rho_r``: θ = factor x mean_r rho_r. The walk
+    (planner.cost.schedules.batch.pipeline_step) runs each rank's items, of those same durations,
+    one after another on the rank's compute stream, so its phase is at least ``busy_max``; the
+    data-parallel sync and optimizer terms of the step are the estimate's. So ``walked >= busy_max
+    >= (estimate - 2 (p - 1) p2p) / (1 + θ)``, the step's other terms added on both sides.
+    The counts make it loose where few items of a kind run (DualPipe's lone B ops: θ = 0.5 at p =
+    4, m = 16), and exact at DualPipe with two ranks, whose bubble factor is zero: there the walk
+    can beat the estimate by its sends only."""
+    groups = BUBBLE_GROUPS.get((sched.bubble, bool(pair_overlap) if sched.bubble == "dual" else True))
+    if groups is None:
+        return math.inf
+    stages = p if sched.placement == "dual" else 2 * p
+    factor = (p - 1) if sched.bubble == "zb" else stages / 2 - 1
+    if factor <= 0:
+        return 0.0
+    rho = []
+    for r in range(p):
+        counts = item_counts(sched, p, v, m, r, bool(pair_overlap))
+        worst = 0.0
+        for prefix, weight in groups:
+            cs = [c for k, c in counts.items() if k[:len(prefix)] == prefix]
+            if not cs:
+                return math.inf  # the estimate's mean over no kinds: not a bound of this form
+            worst = max(worst, weight / (len(cs) * min(cs)))
+        rho.append(min(worst, _pair_rho(counts)) if sched.bubble == "dual" and pair_overlap else worst)
+    return factor * sum(rho) / p
+
+
+def _pair_rho(counts: dict) -> float:
+    """DualPipe's rho_r from its pairs alone (see :func:`bubble_ratio`; DualPipe runs few lone B ops,
+    two or three a rank whatever m, so the counts alone leave θ at 0.5 for four ranks). A lone B of
+    chunk c lasts at most twice a pair whose backward is chunk c's B: the lone op runs its compute
+    and all-to-all pieces in one chain, so its duration plus interference is at most their sum
+    (interference <= 1: dur + ι (compute + a2a - dur)); the pair runs the same pieces among its own,
+    its compute on the compute stream and its all-to-all on the all-to-all stream, each one after
+    another, so it lasts at least the larger of the two. So B_r <= 2 max of the pairs' durations
+    <= 2 sum over pair kinds, FB_r = that sum / n_pairs, and FB_r + B_r <= (1 / n + 2) / c x
+    (the rank's pairs' busy time) <= that x busy_r, c the least count of a pair kind. Infinite when a
+    lone B's chunk is no pair's backward on the rank."""
+    pairs = {k: c for k, c in counts.items() if k[0] == "pair"}
+    lone_b = {k[2] for k in counts if k[:2] == ("op", "B")}
+    if not pairs or not lone_b <= {k[3] for k in pairs if k[2] == "B"}:
+        return math.inf
+    return (1 / len(pairs) + 2) / min(pairs.values())
+
+
+def proven_walked_floor_us(estimate_us: int, theta: float, sends_us: float = 0.0) -> int:
+    """A proven lower bound (us) of the walked step of a plan whose tables' estimate is
+    ``estimate_us``, given its :func:`bubble_ratio` ``theta`` and ``sends_us`` = 2 (p - 1) x one
+    pipeline send (what the estimate adds for the sends, which a walk may not wait for)."""
+    if not math.isfinite(theta):
+        return 0
+    return max(int(math.floor((estimate_us - sends_us) / (1.0 + theta))), 0)
