@@ -105,6 +105,42 @@ def test_unknown_profile_and_bad_file(tmp_path):
         load_software(str(bad))
 
 
+@pytest.mark.parametrize(("asked", "used", "side"), [
+    ("megatron-core-0.20", "megatron-core-0.19", "newer release"),
+    ("mcore-0.21.3", "megatron-core-0.19", "newer release"),
+    ("megatron-core-0.16.1", "megatron-core-0.16", "patch release"),
+    ("megatron-bridge-0.7", "megatron-bridge-0.6", "newer release"),
+    ("torchtitan-0.2.0", "torchtitan-0.1.0", "newer release"),
+    ("torchtitan-0.4", "torchtitan-0.3.0", "newer release"),
+])
+def test_a_release_planner_lacks_runs_on_the_nearest_older_one_said_so(asked, used, side):
+    p = load_software(asked)
+    assert p.name == used and p.stands_for == asked
+    assert asked in p.stand_in_note and used in p.stand_in_note and side in p.stand_in_note
+    assert load_software("megatron-core-0.16.0").stands_for is None  # the release itself, by its full number
+
+
+def test_a_release_older_than_planner_knows_is_refused_not_stood_in_for():
+    # A newer profile would offer levers the older release lacks, and a search would credit them.
+    for asked in ("megatron-core-0.11", "megatron-bridge-0.3.1", "torchtitan-0.0.9"):
+        with pytest.raises(PlannerError, match=f"Unknown software profile '{asked}'"):
+            load_software(asked)
+
+
+def test_validate_and_search_name_the_stand_in(capsys, tmp_path):
+    from planner.validate.evaluate import run_software
+    from planner.validate.runs import RunSpec
+
+    run = RunSpec.model_construct(software_profile="megatron-core-0.20", software=None, plan=None)
+    profile, origin = run_software(run)
+    assert profile.name == "megatron-core-0.19" and origin.startswith("the runs file; planner has no profile of")
+    code, out, err = _run(capsys, "search", "--model", "llama3.1-8b", "--hw", "h100", "--gpus", "8", "--max",
+                          "pp=1,cp=1,tp=1", "--top", "1", "--software", "megatron-core-0.20", "--json")
+    assert code == 0, err
+    sw = json.loads(out)["software"]
+    assert sw["name"] == "megatron-core-0.19" and "megatron-core-0.20" in sw["origin"]
+
+
 def test_software_commands(capsys):
     code, out, err = _run(capsys, "software", "--json")
     assert code == 0, err

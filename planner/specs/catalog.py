@@ -25,7 +25,7 @@ from planner.errors import PlannerError, excerpt, suggest
 from planner.files import MAX_NESTING, MAX_SPEC_BYTES, check_input, nesting_error, note_input, read_text
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.software import SoftwareProfile
+from planner.specs.software import SoftwareProfile, release_prefix, release_version
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -417,6 +417,12 @@ def load_software(name: str):
     index = _catalog("software")
     key = name.lower()
     if key not in index:
+        near = _nearest_release(key, index)
+        if near is not None:
+            note_input(near, "software profile")
+            prof = _load_software_file(near)
+            same = _padded(prof.version_tuple) == _padded(release_version(key) or ())
+            return prof if same else prof.model_copy(update={"stands_for": name})
         close = difflib.get_close_matches(key, list(index), n=3, cutoff=0.5)
         hint = ("Did you mean " + " or ".join(f"'{index[c].stem}'" for c in close) + "? ") if close else ""
         raise PlannerError(
@@ -425,6 +431,31 @@ def load_software(name: str):
         )
     note_input(index[key], "software profile")
     return _load_software_file(index[key])
+
+
+def _nearest_release(key: str, index: dict[str, Path]) -> Path | None:
+    """The profile file that stands for release ``key`` planner has none of: among the releases of
+    the framework its name names (by the framework or an alias's prefix: 'megatron-core-0.20',
+    'mcore-0.20'), the newest at or below its number (a patch release: its minor's profile; a newer
+    release: the newest known, which lacks only what came after it). None: no such framework, or a
+    release older than every one planner knows (a newer profile would offer levers it lacks, and a
+    search would credit them)."""
+    prefix, asked = release_prefix(key), release_version(key)
+    if prefix is None or asked is None:
+        return None
+    found: dict[Path, tuple[int, ...]] = {}
+    for alias, path in index.items():
+        if release_prefix(alias) == prefix and path not in found:
+            prof = _load_software_file(path)
+            found[path] = prof.version_tuple
+    if not found:
+        return None
+    below = [p for p, v in found.items() if _padded(v) <= _padded(asked)]
+    return max(below, key=lambda p: _padded(found[p])) if below else None
+
+
+def _padded(v: tuple[int, ...]) -> tuple[int, ...]:
+    return v + (0,) * (4 - len(v))
 
 
 def all_software():

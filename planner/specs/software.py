@@ -140,6 +140,19 @@ class SoftwareRule(Sourced):
 
 
 _VERSION = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4}){1,3}$")
+_RELEASE_NAME = re.compile(r"^(?P<prefix>[a-z][a-z0-9_.+-]*?)-v?(?P<version>[0-9]{1,4}(?:\.[0-9]{1,4}){0,3})$")
+
+
+def release_prefix(name: str) -> str | None:
+    """'megatron-core-0.20.1' -> 'megatron-core' (None: not a name with a release number)."""
+    m = _RELEASE_NAME.fullmatch(name.lower())
+    return m["prefix"] if m else None
+
+
+def release_version(name: str) -> tuple[int, ...] | None:
+    """'megatron-core-0.20.1' -> (0, 20, 1) (None: not a name with a release number)."""
+    m = _RELEASE_NAME.fullmatch(name.lower())
+    return tuple(int(x) for x in m["version"].split(".")) if m else None
 
 
 class SoftwareProfile(Spec):
@@ -162,6 +175,10 @@ class SoftwareProfile(Spec):
     """For a Megatron-Core release older than the writer's (0.19): the flags it does not parse."""
     default_levers: dict[str, DefaultLever] = {}
     rules: list[SoftwareRule] = []
+    stands_for: str | None = Field(None, max_length=200)
+    """Set by planner (planner.specs.catalog.load_software), never in a profile file: the release
+    name asked for, which planner has no profile of, that this known release of the same framework
+    stands in for (:attr:`stand_in_note` says which and why)."""
 
     @field_validator("version")
     @classmethod
@@ -191,6 +208,20 @@ class SoftwareProfile(Spec):
     @property
     def version_tuple(self) -> tuple[int, ...]:
         return tuple(int(x) for x in self.version.split("."))
+
+    @property
+    def stand_in_note(self) -> str | None:
+        """Why this profile is used for another release (None when it is the release asked for)."""
+        if self.stands_for is None:
+            return None
+        return (f"planner has no profile of {self.stands_for}: {self.name}, the nearest {self.framework} release it "
+                f"knows{self._stand_in_side()}, stands for it (its features, recipe defaults and rules)")
+
+    def _stand_in_side(self) -> str:
+        asked = release_version(self.stands_for or "") or ()
+        if asked[:2] == self.version_tuple[:2]:
+            return " (a patch release of it)"
+        return " (a newer release may offer levers it lacks)"
 
     @property
     def title(self) -> str:
