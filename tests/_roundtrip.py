@@ -78,6 +78,17 @@ def megatron_architecture(model) -> tuple[dict, list[str]]:
             if getattr(r, key) != fixed:
                 arch["rope"][key] = fixed
                 why.append(f"rope.{key} {getattr(r, key)}: MLA's YaRN takes it from no flag ({fixed} stands)")
+    if r is not None and r.scaling == "llama3":
+        # Megatron's --use-rope-scaling applies Llama 3.1's bands (rope_utils apply_rope_scaling's
+        # defaults; the export notes any other): Llama 4 Scout's 1 / 1 read back as 1 / 4.
+        for key, fixed in (("low_freq_factor", 1.0), ("high_freq_factor", 4.0), ("original_max_position_embeddings", 8192)):
+            if getattr(r, key) != fixed:
+                arch["rope"][key] = fixed
+                why.append(f"rope.{key} {getattr(r, key)}: --use-rope-scaling takes Llama 3.1's ({fixed} stands)")
+    a = model.attention
+    if a.kind == "gqa" and a.attention_chunk is not None:
+        arch["attention"]["attention_chunk"] = None
+        why.append(f"attention_chunk {a.attention_chunk}: Megatron-LM has no chunked-attention flag (the export notes it)")
     return arch, why
 
 

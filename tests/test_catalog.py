@@ -31,6 +31,8 @@ REQUIRED_MODELS = {
     "korthikanti-megatron-22b", "korthikanti-gpt3-175b", "korthikanti-turing-530b", "korthikanti-megatron-1t",
     "mlm-gpt-1.7b", "mlm-gpt-7.1b", "gpt-16b", "gpt-32b", "gpt-70b", "mlm-gpt-119b", "mlm-gpt-177b",
     "mlm-gpt-314b", "mlm-gpt-462b", "ptdp-gpt-1.7b", "ptdp-gpt-145.6b", "ptdp-gpt-1008b",
+    # the models of published runs planner can model (torchtitan's Llama4 Scout GB200 runs)
+    "llama4-scout", "llama4-maverick",
 }
 REQUIRED_HARDWARE = {"a100-80gb", "h100", "h800", "h200", "b200", "gb200-nvl72", "gb300-nvl72", "b300"}
 
@@ -161,7 +163,8 @@ def test_llama_405b_reference_job_is_table_4_of_the_llama3_paper():
 @pytest.mark.parametrize(
     "name, tokens",
     [("deepseek-v3", 14.8e12), ("deepseek-v2", 8.1e12), ("kimi-k2", 15.5e12), ("llama3.1-405b", 15.6e12),
-     ("qwen3-235b-a22b", 36e12), ("qwen3-30b-a3b", 36e12), ("gpt3-175b", 300e9)],
+     ("qwen3-235b-a22b", 36e12), ("qwen3-30b-a3b", 36e12), ("gpt3-175b", 300e9),
+     ("llama4-scout", 40e12), ("llama4-maverick", 22e12)],
 )
 def test_training_tokens_where_published(name, tokens):
     assert load_model(name).training_tokens.value == tokens
@@ -287,3 +290,27 @@ def test_catalog_index_reads_names_as_the_yaml_does(tmp_path):
         path = tmp_path / file
         path.write_text(text)
         assert [str(x) for x in catalog_names_of(path)] == parsed(path), file
+
+
+# ---- catalog entries written from a public config.json copy -------------------------------------
+
+HF_PUBLIC = Path(__file__).parent / "fixtures" / "hf_public"
+
+
+@pytest.mark.parametrize("name, config", [
+    ("llama4-scout", "llama-4-scout-17b-16e-instruct"),
+    ("llama4-maverick", "llama-4-maverick-17b-128e-instruct"),
+])
+def test_llama4_entries_are_what_the_importer_reads_from_the_public_config(name, config):
+    """The YAML is hand-written with a source per field; the importer reads the same config.json
+    (tests/fixtures/hf_public): every architecture field must agree, the context length apart (the
+    Scout entry takes the base model's 262144, the Instruct copy gives 10M)."""
+    from planner.specs.hf_import import import_hf_config
+
+    ours = load_model(name).model_dump(exclude={"name", "aliases", "display_name", "source", "published",
+                                                "reference_job", "training_tokens", "notes",
+                                                "max_position_embeddings"})
+    imported = import_hf_config(HF_PUBLIC / config / "config.json").model_dump(
+        exclude={"name", "aliases", "display_name", "source", "published", "reference_job", "training_tokens",
+                 "notes", "max_position_embeddings"})
+    assert ours == imported
