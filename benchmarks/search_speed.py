@@ -10,7 +10,10 @@
    wall on an idle machine.
 2. ``planner search --model v3 --hw nvl72 --gpus 65536`` likewise. Target: at most 5 s wall.
 3. Both again with ``--no-per-stage``: the refinement's cost as the ratio on / off.
-4. CP-SAT against the exhaustive oracle (``--solver exhaustive``) on the spaces of
+4. ``planner compare --model v3 --hw h100 --hw nvl72`` (two systems), as a user runs it (the two
+   searches side by side, one process each) and with ``--jobs 1`` (one after the other): the ratio
+   is what running them side by side gains on this machine. Target: at most 4 s wall (issue 40).
+5. CP-SAT against the exhaustive oracle (``--solver exhaustive``) on the spaces of
    tests/test_search.py that the oracle enumerates in seconds: the ratio oracle / CP-SAT, and
    whether the two rank the same plans.
 
@@ -34,7 +37,8 @@ import time  # noqa: E402
 
 DEFAULT = ["--model", "v3", "--hw", "nvl72"]
 SCALE = ["--model", "v3", "--hw", "nvl72", "--gpus", "65536"]
-TARGETS = {"default": 2.0, "65536": 5.0}
+COMPARE = ["--model", "v3", "--hw", "h100", "--hw", "nvl72"]
+TARGETS = {"default": 2.0, "65536": 5.0, "compare": 4.0}
 
 # (model, hardware, gpus, global batch, seq, --max): from tests/test_search.py's CASES
 ORACLE_CASES = [
@@ -71,6 +75,26 @@ def command(args: list[str], repeat: int) -> dict:
             best = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "status": data["solver"]["status"],
                     "per_stage": data["solver"]["per_stage"], "timings": data["timings"],
                     "best": data["plans"][0]["plan"]}
+    return best
+
+
+def compare_command(args: list[str], repeat: int) -> dict:
+    """Best wall time of ``planner compare ARGS --json`` in a fresh process, its CPU time (the
+    workers' included: they are this process's children's children) and each system's status."""
+    best = None
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "planner", "compare", *args, "--json"],
+                             check=True, capture_output=True, text=True, env=ENV).stdout
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if best is None or wall < best["wall_s"]:
+            data = json.loads(out)
+            best = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                    "status": {h["hardware"]["name"]: h.get("solver", {}).get("status", h["status"])
+                               for h in data["hardware"]}}
     return best
 
 
@@ -114,6 +138,9 @@ def main() -> None:
         out["commands"][name] = {"per_stage_on": on, "per_stage_off": off,
                                  "on_over_off_wall": round(on["wall_s"] / off["wall_s"], 2),
                                  "on_over_off_cpu": round(on["cpu_s"] / off["cpu_s"], 2), "target_wall_s": TARGETS[name]}
+    side, serial = compare_command(COMPARE, args.repeat), compare_command(COMPARE + ["--jobs", "1"], args.repeat)
+    out["commands"]["compare"] = {"side_by_side": side, "one_process": serial, "target_wall_s": TARGETS["compare"],
+                                  "one_over_side_wall": round(serial["wall_s"] / side["wall_s"], 2)}
     if not args.quick:
         out["oracle"] = [oracle_case(c) for c in ORACLE_CASES]
     out["machine"]["load_1min_after"] = round(os.getloadavg()[0], 2)
@@ -132,6 +159,12 @@ def main() -> None:
             print(f"{'planner search ' + ' '.join(argv):<44} {label:>9} {r['wall_s']:>6.2f}s {r['cpu_s']:>6.2f}s "
                   f"{c['target_wall_s']:>6.1f}s  {r['status']}, {ref}")
         print(f"{'':<44} {'on/off':>9} {c['on_over_off_wall']:>6.2f}x {c['on_over_off_cpu']:>6.2f}x")
+    c = out["commands"]["compare"]
+    for label, key in (("jobs auto", "side_by_side"), ("jobs 1", "one_process")):
+        r = c[key]
+        print(f"{'planner compare ' + ' '.join(COMPARE):<44} {label:>9} {r['wall_s']:>6.2f}s {r['cpu_s']:>6.2f}s "
+              f"{c['target_wall_s']:>6.1f}s  {', '.join(f'{k} {v}' for k, v in r['status'].items())}")
+    print(f"{'':<44} {'1/auto':>9} {c['one_over_side_wall']:>6.2f}x")
     if "oracle" in out:
         print(f"\n{'CP-SAT against the oracle':<70} {'keys':>7} {'cpsat':>7} {'oracle':>7} {'ratio':>6} agree")
         for r in out["oracle"]:
