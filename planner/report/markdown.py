@@ -45,6 +45,9 @@ def search_markdown(out: dict) -> str:
              f"{', '.join(j['precisions'])} · target {out['target']} · planner {out['planner_version']}.", ""]
     if j.get("source"):
         lines += [f"Job: {j['source']}.", ""]
+    if out.get("software"):
+        sw = out["software"]
+        lines += [f"Software: {sw['name']}; {sw.get('origin') or 'given'}.", ""]
     sv = out["solver"]
     lines += [f"Solver: {sv['name']} {sv['status']}, {sv['structural_keys']:,} layouts × {sv['lever_combinations']} "
               "lever combinations.", ""]

@@ -376,6 +376,9 @@ def print_search(result, out: dict, saved=None, verbose: bool = False) -> None:
             f"precisions {', '.join(j.precisions)} · target {space.target}")
     if j.source:
         c.print(f"job: {esc(j.source)}")
+    sw = out.get("software")
+    if sw:  # the release the plans are ranked for: its levers, defaults and rules (--software)
+        c.print(f"software: {esc(sw['name'])}; {esc(sw.get('origin') or 'given')}")
     from planner.search.status import status_brief, status_line  # noqa: PLC0415
 
     sv = out["solver"]
