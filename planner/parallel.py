@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
+from planner.errors import PlannerError
+
 T = TypeVar("T")
 
 _TASK: list = []
@@ -54,14 +56,25 @@ def fork_map(fn: Callable[[int], T], n: int, jobs: int,
                 done(i, out[-1])
         return out
     import multiprocessing  # noqa: PLC0415
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+    from concurrent.futures.process import BrokenProcessPool  # noqa: PLC0415
 
     _TASK[:] = [fn]
     try:
-        with multiprocessing.get_context("fork").Pool(jobs, initializer=_own_streams) as pool:
-            for i, result in enumerate(pool.imap(_call, range(n), chunksize=1)):
+        # concurrent.futures, not multiprocessing.Pool: a worker that dies (the kernel's OOM killer)
+        # breaks the executor, which says so, where a Pool would wait for its task forever.
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_own_streams) as pool:
+            for i, result in enumerate(pool.map(_call, range(n))):
                 out.append(result)
                 if done is not None:
                     done(i, result)
+    except BrokenProcessPool as exc:
+        raise PlannerError(
+            f"A worker process of the {n} searches run side by side ended without a result (killed: most often "
+            "the machine ran out of memory with several large searches at once).",
+            hint="Run fewer side by side with --jobs (--jobs 1 runs them one after another in this process).",
+        ) from exc
     finally:
         _TASK.clear()
     return out

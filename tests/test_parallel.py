@@ -37,6 +37,19 @@ def test_a_worker_error_is_raised_here():
         fork_map(fail, 4, 2)
 
 
+@needs_fork
+def test_a_worker_killed_is_a_clear_error_not_a_hang():
+    from planner.errors import PlannerError
+
+    def die(i: int) -> int:
+        if i == 1:
+            os.kill(os.getpid(), 9)  # as the OOM killer ends a worker
+        return i
+
+    with pytest.raises(PlannerError, match="ended without a result.*--jobs"):
+        fork_map(die, 3, 2)
+
+
 def test_default_workers_are_one_per_search_at_most_one_per_cpu():
     assert auto_jobs(1) == 1
     assert auto_jobs(1000) == usable_cpus()
