@@ -46,14 +46,25 @@ def test_full_iteration_reserved_within_five_percent():
     assert all(0 <= r["reserved_error"] <= 0.05 for r in rs), [(r["config"], r["reserved_error"]) for r in rs]
 
 
-def test_full_iteration_reserved_within_five_percent_on_held_out_runs():
-    """The same bound on the full-iteration runs measured after the rule was written (GRAPHS3 in
-    benchmarks/gpu/configs.py, chosen before any run; raw JSON in gpu-raw/cuda-graphs-3/). The device
-    could not be started on 2026-12-05 (eight tries): until they are measured there is nothing to check."""
-    rs = [r for r in _full_iteration_rows() if r["config"] not in FULL_ITERATION_DERIVED]
-    if not rs:
-        pytest.skip("no held-out full-iteration run measured yet (benchmarks/gpu/run_graphs3.sh)")
-    assert all(abs(r["reserved_error"]) <= 0.05 for r in rs), [(r["config"], r["reserved_error"]) for r in rs]
+FULL_ITERATION_HELD_OUT = ("graph3-gqa-s4k-b1-fulliter", "graph3-mha-s2k-b1-m4-fulliter", "graph3-moe-s1k-b4-pad-fulliter")
+"""GRAPHS3 (benchmarks/gpu/configs.py): chosen before any run, measured after the rule was written (third
+lease, 2026-12-06, one H200; raw JSON in gpu-raw/cuda-graphs-3/)."""
+
+HELD_OUT_RESERVED_MISSES = {
+    "graph3-moe-s1k-b4-pad-fulliter": "reserved 22.10 GiB measured, 23.29 predicted (+5.4 %): the eager twin is "
+                                      "predicted +5.5 % (the workload model's slack on this run), and what the graph "
+                                      "adds is right (+2065 MiB predicted, +1976 measured)",
+}
+"""Held-out runs beyond issue 39's 5 % (strict: a fix shows as XPASS)."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=HELD_OUT_RESERVED_MISSES[n]))
+                                  if n in HELD_OUT_RESERVED_MISSES else n for n in FULL_ITERATION_HELD_OUT])
+def test_full_iteration_reserved_within_five_percent_on_held_out_runs(name):
+    """The same bound on the runs held out of the rule: -3.1 % (GQA, 4K tokens), -2.7 % (MHA, four
+    micro-batches), +5.4 % (16-expert MoE, drop-and-pad: see HELD_OUT_RESERVED_MISSES)."""
+    r = next(r for r in _full_iteration_rows() if r["config"] == name)
+    assert abs(r["reserved_error"]) <= 0.05, (name, r["reserved_error"])
 
 
 def test_full_iteration_adds_less_than_whole_layer_graphs():
@@ -70,12 +81,18 @@ def test_full_iteration_adds_less_than_whole_layer_graphs():
 DIFFERENCE_MISSES = {
     "graph-gqa-s2k-b1-fulliter": "graphs add +3019 MiB predicted, +2734 MiB measured (+10.4 %): the eager twin "
                                  "(first lease) is predicted +1.3 % above its measurement, the graphed run +2.2 %",
+    # Held out (third lease): what the graph adds grows with the activations (4K tokens: +6.3 GiB against
+    # +2.7-3.3 at 2K), and the rule's addition does not (the optimizer's temporaries less the released
+    # fixed holding: +3019 MiB on every dense run). Not derived yet: see gpu-memory.md, "Third lease".
+    "graph3-gqa-s4k-b1-fulliter": "graphs add +3019 MiB predicted, +6472 MiB measured (-53 %)",
+    "graph3-mha-s2k-b1-m4-fulliter": "graphs add +1523 MiB predicted, +2068 MiB measured (-26 %)",
 }
 """Runs where the predicted difference misses issue 39's 10 % bound (strict: a fix shows as XPASS)."""
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=DIFFERENCE_MISSES[n]))
-                                  if n in DIFFERENCE_MISSES else n for n in FULL_ITERATION_DERIVED])
+                                  if n in DIFFERENCE_MISSES else n
+                                  for n in FULL_ITERATION_DERIVED + FULL_ITERATION_HELD_OUT])
 def test_full_iteration_difference_within_ten_percent_of_measured(name):
     """Issue 39's second bound: what the graph adds, predicted against measured (both against the
     eager twin, whose own prediction carries the workload model's fit slack: +1.3 to +5.1 %)."""
