@@ -564,7 +564,8 @@ def profile_step(run: Run, data, cuda: bool) -> dict:
 
 def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, max_entries: int = 20000,
             inventory: bool = True, profile: bool = False, warmup: int = 1, manual_gc: bool = False,
-            fresh_data: bool = False, route_stats: bool = False, profile_after: int = 2) -> dict:
+            fresh_data: bool = False, route_stats: bool = False, profile_after: int = 2,
+            segments: bool = False) -> dict:
     """``warmup`` leading steps are left out of the timing and the peaks (step 1 always: it creates
     the optimizer states); ``manual_gc``, ``fresh_data`` and ``route_stats`` are diagnostics for
     steps whose time drifts (Python's collector, routing that changes as the fixed batch is learned,
@@ -650,6 +651,8 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
         res["step1_peak_allocated"] = max(res["step1"]["fwd_bwd_peak_allocated"], res["step1"]["optimizer_peak_allocated"])
         res["step1_peak_reserved"] = max(res["step1"]["fwd_bwd_peak_reserved"], res["step1"]["optimizer_peak_reserved"])
         res["context_bytes"] = cuda_used() - torch.cuda.memory_reserved()
+    if cuda and segments:
+        res["segments"] = segment_summary(torch.cuda.memory_snapshot())
     times = [s["time_s"] for s in steps]
     res["step_time_s"] = statistics.median(times)
     res["step_times_s"] = times
@@ -659,6 +662,26 @@ def run_one(cfg: RunConfig, device: str = "cuda", snapshot: str | None = None, m
         except Exception as exc:  # the measurement above stands without it
             res["inventory_error"] = repr(exc)
     return res
+
+
+def segment_summary(snapshot: list[dict]) -> list[dict]:
+    """The caching allocator's segments after the last step (torch.cuda.memory_snapshot()), one row
+    each: its pool (a CUDA graph's private pool or the general one), size, stream, and its blocks'
+    bytes by state (active, pending free: freed but waiting on another stream's use, inactive) with
+    the largest inactive block: where reserved memory that holds no tensor sits."""
+    out = []
+    for seg in snapshot:
+        by_state: dict[str, int] = {}
+        largest_free = 0
+        for b in seg.get("blocks", []):
+            by_state[b["state"]] = by_state.get(b["state"], 0) + int(b["size"])
+            if b["state"] == "inactive":
+                largest_free = max(largest_free, int(b["size"]))
+        out.append({"pool": str(seg.get("segment_pool_id")), "type": seg.get("segment_type"),
+                    "stream": seg.get("stream"), "total_size": int(seg["total_size"]),
+                    "allocated_size": int(seg.get("allocated_size", 0)), "blocks": len(seg.get("blocks", [])),
+                    "by_state": by_state, "largest_inactive": largest_free})
+    return out
 
 
 def run_all(names: list[str], out_dir: Path, budget_s: float, per_config_s: float, device: str,
@@ -709,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snapshot", default=None, help="write a memory snapshot of step 2 to this pickle")
     p.add_argument("--max-entries", type=int, default=20000)
     p.add_argument("--no-inventory", action="store_true")
+    p.add_argument("--segments", action="store_true", help="record the allocator's segments after the last step")
     p.add_argument("--profile", action="store_true", help="profile one step (torch.profiler summary) instead of timing")
     p.add_argument("--profile-after", type=int, default=2, help="with --profile: steps run before the profiled one")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the configuration's)")
@@ -725,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         extra += ["--steps", str(a.steps)] if a.steps else []
         extra += ["--warmup", str(a.warmup)]
         extra += [f for f, on in (("--manual-gc", a.manual_gc), ("--fresh-data", a.fresh_data),
-                                  ("--route-stats", a.route_stats)) if on]
+                                  ("--route-stats", a.route_stats), ("--segments", a.segments)) if on]
         summary = run_all(names, Path(a.out_dir), a.budget_s, a.per_config_s, a.device, extra, a.tag)
         (Path(a.out_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
         return 0
@@ -738,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         res = run_one(cfg, a.device, a.snapshot, a.max_entries, inventory=not a.no_inventory and cfg.gpus == 1,
                       profile=a.profile,
                       warmup=max(1, a.warmup), manual_gc=a.manual_gc, fresh_data=a.fresh_data,
-                      route_stats=a.route_stats, profile_after=a.profile_after)
+                      route_stats=a.route_stats, profile_after=a.profile_after, segments=a.segments)
     except Exception as exc:
         res = {"config": cfg.name, "error": repr(exc), "traceback": traceback.format_exc()}
         print(res["traceback"], file=sys.stderr)
