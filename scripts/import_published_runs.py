@@ -50,10 +50,19 @@ MODELS = {
     "deepseek-v3": "deepseek-v3", "kimi-k2": "kimi-k2", "qwen3-235b-a22b": "qwen3-235b-a22b",
     "qwen3-30b-a3b": "qwen3-30b-a3b", "gpt-oss-120b": "gpt-oss-120b", "llama3.1-405b": "llama3.1-405b",
     "llama3-70b": "llama3.1-70b", "llama3-8b": "llama3.1-8b", "llama3.1-8b": "llama3.1-8b",
-    "llama3.1-70b": "llama3.1-70b",
+    "llama3.1-70b": "llama3.1-70b", "llama4-scout": "llama4-scout",
 }
 LLAMA3_NOTE = ("Llama 3 (not 3.1) in the source: the same architecture as the catalog's Llama 3.1 entry except the "
                "RoPE frequency scaling, which changes neither memory nor time.")
+
+SCOUT_NOTE = (
+    "Plan as the doc's Parallelisms list gives it (EP 16 on the routed experts, FSDP over all 256 GPUs elsewhere, no "
+    "activation checkpointing); dispatcher=alltoall and ep_overlap=off because the doc's torchtitan commit predates "
+    "expert_parallel_comm_backend (only the standard all-to-all dispatch) and torchtitan has no EP overlap schedule. "
+    "Incomplete for planner in two ways. The doc's 'FSDP 256/4=64 on routed experts' is not the efsdp 256/16 = 16 that "
+    "torchtitan's ParallelDims builds for EP 16. Local batch 10 x 8192 tokens without activation checkpointing is far "
+    "over a GB200's 186 GB in planner's memory model (about 770 GiB predicted), and the doc does not say how the local "
+    "batch was split into micro-batches, so the prediction is of the plan as written.")
 
 HEADER = """\
 # Published training runs with their launch settings and measured throughput: what `planner validate`
@@ -92,7 +101,8 @@ HEADER = """\
 #     levers are not stated: confidence M).
 #   - Every step of the Megatron-LM DeepSeek-V3 GB200 guide; every Megatron-MoE-ModelZoo Qwen3-235B row.
 #   - torchtitan: every Llama row of its published benchmarks (per-op selective activation checkpointing
-#     and an unstated interleaving are recorded as not evaluable), Llama 4 Scout (not in the catalog).
+#     and an unstated interleaving are recorded as not evaluable), Llama 4 Scout (its EP 16 from the doc's
+#     Parallelisms list; the all-to-all dispatch, the only one at the doc's commit).
 #     Its H100 rows (torch of 2024-12 and 2025-06) set attention_kernel: flash2: torchtitan's sdpa
 #     attention ran PyTorch's FlashAttention-2 backend there, not Transformer Engine's cuDNN kernel
 #     (an input from the launcher and software the run names; the H200 and Blackwell rows, on newer
@@ -936,6 +946,10 @@ def hand_runs(research: list[dict]) -> list[dict]:
             parts["mbs"] = 1  # torchtitan's pipeline micro-batches: local batch / pipeline micro-batch count (not stated)
         else:
             parts["mbs"] = r["micro_batch"]
+        if model == "llama4-scout":
+            # torchtitan's mxfp8.md, Parallelisms: EP=16 on the routed experts. The doc's commit predates
+            # expert_parallel_comm_backend: the standard all-to-all dispatch; torchtitan has no EP overlap.
+            parts.update(ep=g.get("ep") or 16, dispatcher="alltoall", ep_overlap="off")
         reasons = []
         if model is None:
             reasons.append(f"model {r['model'].split(' (')[0]} is not in planner's catalog")
@@ -973,7 +987,8 @@ def hand_runs(research: list[dict]) -> list[dict]:
         run["flops_convention"] = {"kind": "none", "note": "tokens/s/GPU only"}
         if reasons:
             run["not_evaluable"] = "; ".join(reasons)
-        run["notes"] = r["notes"] + (" " + LLAMA3_NOTE if r["model"].startswith("llama3-") else "")
+        run["notes"] = r["notes"] + (" " + LLAMA3_NOTE if r["model"].startswith("llama3-") else "") + (
+            " " + SCOUT_NOTE if model == "llama4-scout" else "")
         out.append(run)
     # ---- Llama 3 paper -----------------------------------------------------------------------
     llama = [("llama3-405b-8k-h100-8192gpu", 8192, 2048, 8192, "tp=8,cp=1,pp=16,vpp=2,mbs=1,precision=bf16,layout=Et*3|(t*4|)*30t*3L", 430, 0.43, "Table 4 row 1"),
@@ -1152,7 +1167,9 @@ _RELEASE_OF_SOFTWARE = (
     # planner has no 0.2.1 profile; v0.2.1..v0.2.2 adds no lever planner models to
     # torchtitan/config/job_config.py (total_steps, context_parallel_load_balancer only), so 0.2.2's
     # features are 0.2.1's, except that the doc's commit predates expert_parallel_comm_backend
-    # ('deepep', added before v0.2.1): these rows are not evaluable, so no search offers it to them.
+    # ('deepep', added before v0.2.1): their plans state dispatcher=alltoall; validate --search does not
+    # pin the dispatcher, so a search may offer DeepEP the doc's build did not have (it has to pass the
+    # torchtitan launcher's checks first: 0.2.2 names no Llama 4 flavor planner knows).
     (r"torchtitan/torchao versions not stated for this run \(torchao >= 0\.14 for MXFP8 MoE", "torchtitan-0.2.2"),
     # Left to the default (validate says 'default'), their sources stating no release planner has:
     # Meta's and DeepSeek's own stacks (Llama 3 report, DeepSeek-V3 report); the Megatron-Core MoE
