@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Fifth CUDA-graph call (issue 39, derivation data, not held out): the segments of the whole-layer MoE
-# reserved memory beyond the eager activation peak sits. The allocator's segments after the last step
-# graphs of 16, 64 and 128 experts, their eager twins and the dense whole-layer run.
-#   bash benchmarks/gpu/run_graphs_segments.sh OUTDIR [DEADLINE_S]
+# Fifth CUDA-graph call (issue 39, derivation data, not held out): the allocator's segments after the
+# last step (harness --segments) of the whole-layer MoE graphs of 16, 64 and 128 experts, their eager
+# twins and the dense whole-layer run: where the graphs' reserved memory sits.
+#   bash benchmarks/gpu/run_graphs_segments_moe.sh OUTDIR [DEADLINE_S]
 set -u
-OUTDIR=${1:?usage: run_graphs_segments.sh OUTDIR [DEADLINE_S]}
+OUTDIR=${1:?usage: run_graphs_segments_moe.sh OUTDIR [DEADLINE_S]}
 DEADLINE=${2:-400}
 RAW=${RAW_DIR:-/tmp/graphs-segments-moe}
 source benchmarks/gpu/common.sh
