@@ -34,7 +34,7 @@ REQUIRED_MODELS = {
     # the models of published runs planner can model (torchtitan's Llama4 Scout GB200 runs)
     "llama4-scout", "llama4-maverick",
     # written from the public config copies of tests/fixtures/hf_public
-    "qwen3-32b", "glm-4.5-air",
+    "qwen3-8b", "qwen3-32b", "glm-4.5-air",
 }
 REQUIRED_HARDWARE = {"a100-80gb", "h100", "h800", "h200", "b200", "gb200-nvl72", "gb300-nvl72", "b300"}
 
@@ -166,7 +166,7 @@ def test_llama_405b_reference_job_is_table_4_of_the_llama3_paper():
     "name, tokens",
     [("deepseek-v3", 14.8e12), ("deepseek-v2", 8.1e12), ("kimi-k2", 15.5e12), ("llama3.1-405b", 15.6e12),
      ("qwen3-235b-a22b", 36e12), ("qwen3-30b-a3b", 36e12), ("gpt3-175b", 300e9),
-     ("llama4-scout", 40e12), ("llama4-maverick", 22e12), ("qwen3-32b", 36e12)],
+     ("llama4-scout", 40e12), ("llama4-maverick", 22e12), ("qwen3-8b", 36e12), ("qwen3-32b", 36e12)],
 )
 def test_training_tokens_where_published(name, tokens):
     assert load_model(name).training_tokens.value == tokens
@@ -302,6 +302,7 @@ HF_PUBLIC = Path(__file__).parent / "fixtures" / "hf_public"
 @pytest.mark.parametrize("name, config", [
     ("llama4-scout", "llama-4-scout-17b-16e-instruct"),
     ("llama4-maverick", "llama-4-maverick-17b-128e-instruct"),
+    ("qwen3-8b", "qwen3-8b"),
     ("qwen3-32b", "qwen3-32b"),
     ("glm-4.5-air", "glm-4.5-air"),
 ])

@@ -39,6 +39,7 @@ PUBLISHED = {
     "mistral-nemo-base-2407": ("mistral", 12.2e9, "12.2B (fitmygpu; Mistral AI rounds to 12B)"),
     "qwen2.5-7b": ("qwen2", 7.61e9, "7.61B (Qwen2.5-7B model card)"),
     "qwen2.5-72b-instruct": ("qwen2", 72.7e9, "72.7B (Qwen2.5 model card)"),
+    "qwen3-8b": ("qwen3", 8.2e9, "8.2B (Qwen3-8B model card)"),
     "qwen3-32b": ("qwen3", 32.8e9, "32.8B (Qwen3-32B model card)"),
     "phi-4": ("phi3", 14.66e9, "14.66B (ai-nexus listing; the card rounds to 14B)"),
     "glm-4.5-air": ("glm4_moe", 106e9, "106B (transformers' glm4_moe docs)"),
