@@ -477,11 +477,15 @@ class _Run:
         for lower, gid in costed.floors:
             if len(seeds) >= self.options.per_stage_keys or lower / 1e6 >= kth or lower >= MAX_TABLE_US:
                 break
-            if costed.best.get(gid, np.iinfo(np.int64).max) < MAX_TABLE_US or self.space.struct(gid).pp == 1 \
-                    or not self.valid(gid):
+            if costed.best.get(gid, np.iinfo(np.int64).max) < MAX_TABLE_US or self.space.struct(gid).pp == 1:
                 continue
+            # The key's tables first (a lookup; most keys below the K-th plan were never costed), its
+            # launcher checks only then (a quarter of a millisecond each: on Llama 4 Scout on 256
+            # GB200s, 173,000 keys checked for none of them to have tables took 22 s).
             t = costed.row_tables(gid)
-            seed = _fastest_ignoring_memory(self.space, t, self.assumptions) if t is not None else None
+            if t is None or not self.valid(gid):
+                continue
+            seed = _fastest_ignoring_memory(self.space, t, self.assumptions)
             if seed is not None:
                 seeds.append(seed)
         return seeds
