@@ -58,44 +58,37 @@ ORACLE_CASES = [
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def command(args: list[str], repeat: int) -> dict:
-    """Best wall time of ``planner search ARGS --json --timings`` in a fresh process, its CPU time,
-    and what the search reported (status, per-stage work, internal timings)."""
+def best_run(argv: list[str], repeat: int, read) -> dict:
+    """Best wall time of ``planner ARGV`` in a fresh process over ``repeat`` runs, its CPU time
+    (its worker processes' included: they are this process's children's children), and ``read``
+    of its JSON output for that run."""
     best = None
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "planner", "search", *args, "--json", "--timings"],
-                             check=True, capture_output=True, text=True, env=ENV).stdout
+        out = subprocess.run([sys.executable, "-m", "planner", *argv], check=True, capture_output=True, text=True,
+                             env=ENV).stdout
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if best is None or wall < best["wall_s"]:
-            data = json.loads(out)
-            best = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "status": data["solver"]["status"],
-                    "per_stage": data["solver"]["per_stage"], "timings": data["timings"],
-                    "best": data["plans"][0]["plan"]}
+            best = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), **read(json.loads(out))}
+    assert best is not None
     return best
+
+
+def command(args: list[str], repeat: int) -> dict:
+    """``planner search ARGS --json --timings``: what the search reported (status, per-stage work,
+    internal timings) beside its times (:func:`best_run`)."""
+    return best_run(["search", *args, "--json", "--timings"], repeat, lambda data: {
+        "status": data["solver"]["status"], "per_stage": data["solver"]["per_stage"], "timings": data["timings"],
+        "best": data["plans"][0]["plan"]})
 
 
 def compare_command(args: list[str], repeat: int) -> dict:
-    """Best wall time of ``planner compare ARGS --json`` in a fresh process, its CPU time (the
-    workers' included: they are this process's children's children) and each system's status."""
-    best = None
-    for _ in range(repeat):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "planner", "compare", *args, "--json"],
-                             check=True, capture_output=True, text=True, env=ENV).stdout
-        wall = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        if best is None or wall < best["wall_s"]:
-            data = json.loads(out)
-            best = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-                    "status": {h["hardware"]["name"]: h.get("solver", {}).get("status", h["status"])
-                               for h in data["hardware"]}}
-    return best
+    """``planner compare ARGS --json``: each system's status beside its times (:func:`best_run`)."""
+    return best_run(["compare", *args, "--json"], repeat, lambda data: {
+        "status": {h["hardware"]["name"]: h.get("solver", {}).get("status", h["status"]) for h in data["hardware"]}})
 
 
 def oracle_case(case: tuple) -> dict:
