@@ -278,8 +278,7 @@ def resolve_software(name: str | None, target, saved: str | None = None):
         profile = default_software(t)
         return profile, (f"assumed: the newest {profile.framework} release planner knows (give --software)"
                          if profile is not None else "none: --target any names no launcher")
-    if profile.stand_in_note:
-        origin = f"{origin}; {profile.stand_in_note}"
+    origin = profile.noted(origin)
     if t != ANY and profile.launcher != t:
         raise PlannerError(f"--software {profile.name} is a {profile.launcher} release ({profile.title}), but the "
                            f"plan is checked for --target {t}.",

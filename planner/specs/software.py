@@ -217,6 +217,11 @@ class SoftwareProfile(Spec):
         return (f"planner has no profile of {self.stands_for}: {self.name}, the nearest {self.framework} release it "
                 f"knows{self._stand_in_side()}, stands for it (its features, recipe defaults and rules)")
 
+    def noted(self, origin: str) -> str:
+        """``origin`` (where the release choice came from) with :attr:`stand_in_note` when there is one:
+        how every report names a stand-in release."""
+        return f"{origin}; {self.stand_in_note}" if self.stand_in_note else origin
+
     def _stand_in_side(self) -> str:
         asked = release_version(self.stands_for or "") or ()
         if asked[:2] == self.version_tuple[:2]:

@@ -244,11 +244,10 @@ def run_software(run: RunSpec, default: str | None = None):
     run's software or plan is torchtitan's, Megatron-Core otherwise), said as a default."""
     if run.software_profile:
         profile = load_software(run.software_profile)
-        return profile, "the runs file" + (f"; {profile.stand_in_note}" if profile.stand_in_note else "")
+        return profile, profile.noted("the runs file")
     if default is not None:
         profile = load_software(default)
-        return profile, ("default: --software (the runs file states no release)"
-                         + (f"; {profile.stand_in_note}" if profile.stand_in_note else ""))
+        return profile, profile.noted("default: --software (the runs file states no release)")
     titan = "torchtitan" in (run.software or "").lower() or "recompute=op" in (run.plan or "")
     profile = default_software("torchtitan" if titan else "megatron")
     return profile, f"default: the newest {profile.framework} release planner knows (the runs file states none)"
