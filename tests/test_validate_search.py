@@ -360,3 +360,22 @@ def test_the_suspected_line_names_the_lever_credited_most_or_why_the_search_lost
     told = suspected(lost)
     assert told.startswith("the search lost to the recipe: its plan is predicted -40%") and "nobody" not in told
     assert "schedule=dualpipe (the search tries default)" in told
+
+
+def test_runs_asking_the_same_question_are_searched_once(monkeypatch):
+    """search_runs searches each search question once (question_of): a run given twice gets two rows,
+    equal but for the recipe object, from one search."""
+    from planner.validate.searched import SearchInputs
+
+    calls = []
+    search = SearchInputs.search
+
+    def counted(self):
+        calls.append(1)
+        return search(self)
+
+    monkeypatch.setattr(SearchInputs, "search", counted)
+    result = evaluate_run(_runs({"mb2511-llama3-8b-b200-fp8cs-8gpu"})[0])
+    rows = search_runs([result, result])
+    assert len(calls) == 1 and len(rows) == 2
+    assert rows[0].to_json() == rows[1].to_json() and rows[0].best_plan

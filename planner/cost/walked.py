@@ -57,16 +57,17 @@ class Walked:
 def chunk_blocks_of(costs, r: int, variant) -> list[list[tuple[BlockCost, int]]]:
     """Rank ``r``'s chunks as (stacked BlockCost, count) in layer order, for one variant (the
     blocks of :meth:`Costs.ranks`, whose numbers are over the rank's stacked block keys)."""
-    ctx, b = costs.ctx, costs.batch
-    chunks = b.layout.rank_stages(r)
-    settings = [v.recompute_setting() for v in b.variants]
-    specs = tuple(tuple(rank_blocks(ctx.ms, chunks, s, v.full_layers(r, chunks))) for s, v in zip(settings, b.variants))
-    setting = variant.recompute_setting()
-    out = []
-    for chunk, n_full in zip(chunks, variant.full_layers(r, chunks)):
-        out.append([(costs._stacked_block(name, is_full, specs, settings), count)
-                    for name, count, _, is_full in rank_blocks(ctx.ms, (chunk,), setting, (n_full,))])
-    return out
+    chunks = costs.batch.layout.rank_stages(r)
+    setting, full = variant.recompute_setting(), variant.full_layers(r, chunks)
+    return costs._memo("chunk_blocks", r, setting, full, costs._compute_levers(),
+                       fn=lambda: _chunk_blocks(costs, r, chunks, setting, full))
+
+
+def _chunk_blocks(costs, r: int, chunks, setting, full) -> list[list[tuple[BlockCost, int]]]:
+    stacks = costs.rank_stacks(r)
+    return [[(stacks[(name, is_full)], count)
+             for name, count, _, is_full in rank_blocks(costs.ctx.ms, (chunk,), setting, (n_full,))]
+            for chunk, n_full in zip(chunks, full)]
 
 
 def chunk_layers(costs, r: int, variant, cols: np.ndarray, blocks_of=None) -> tuple[tuple[LayerTimes, ...], ...]:

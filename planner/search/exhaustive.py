@@ -236,7 +236,10 @@ def oracle(space, assumptions, want: int, valid, say=None, time_cap_us: int | No
             say(f"oracle: layout pp={pp} vpp={vpp} ({len(rows):,} keys)")
         ctx = CostContext(space.model, space.hw, space.job, assumptions,
                           KeyTable(space.hw, space.job, assumptions, space.keys[rows]), probe.rates)
-        ctx.share_blocks(probe)
+        # Block costs composed once in the probe, over every block key, and read by each layout's
+        # context at its rows (as the branch and bound's contexts read theirs): composed per layout, the
+        # DeepSeek-V3 oracle on 256 GB200s composed 118,440 block costs (175 s), now 1,260 (37 s).
+        ctx.share_blocks(probe, compose_there=True)
         lay = tb.layout_of(space, pp, vpp, li, sched)
         local = np.arange(len(rows))
         # The layout's tables (arrays over its keys) and its 'structs', 'R1'/'R2', 'ids', 'kept', 'best'.

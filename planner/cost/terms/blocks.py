@@ -40,11 +40,7 @@ class RankTimes(TermsBase):
         by_blocks: dict[tuple, RankCost] = {}
         out = []
         for r in range(b.pp):
-            chunks = b.layout.rank_stages(r)
-            # Variants differ in dispatcher and EP overlap too: each recompute setting's blocks once.
-            keyed = [(s, v.full_layers(r, chunks)) for s, v in zip(settings, b.variants)]
-            blocks_of = {k: tuple(rank_blocks(ctx.ms, chunks, *k)) for k in dict.fromkeys(keyed)}
-            specs = tuple(blocks_of[k] for k in keyed)
+            specs = self.rank_specs(r)
             if specs not in by_blocks:
                 blocks = tuple(self._stacked_block(name, is_full, specs, settings)
                                for name, is_full in _positions(specs))
@@ -53,6 +49,24 @@ class RankTimes(TermsBase):
                 by_blocks[specs] = RankCost(r, blocks, *p2p, keys)
             out.append(by_blocks[specs])  # ranks with the same blocks share one object (and its sums)
         return tuple(out)
+
+    def rank_specs(self, r: int) -> tuple:
+        """Each variant's block list of rank ``r`` (planner.cost.pipeline.rank_blocks). Variants
+        differ in dispatcher and EP overlap too: each recompute setting's blocks are listed once."""
+        return self._memo("rank_specs", r, self._compute_levers(), fn=lambda: self._rank_specs(r))
+
+    def _rank_specs(self, r: int) -> tuple:
+        b = self.batch
+        chunks = b.layout.rank_stages(r)
+        keyed = [(v.recompute_setting(), v.full_layers(r, chunks)) for v in b.variants]
+        blocks_of = {k: tuple(rank_blocks(self.ctx.ms, chunks, *k)) for k in dict.fromkeys(keyed)}
+        return tuple(blocks_of[k] for k in keyed)
+
+    def rank_stacks(self, r: int) -> dict[tuple[str, bool], BlockCost]:
+        """Rank ``r``'s stacked blocks (:meth:`ranks`) by position (block, fully recomputed): what the
+        walk reads per chunk, looked up rather than restacked for each variant."""
+        return self._memo("rank_stacks", r, self._compute_levers(),
+                          fn=lambda: dict(zip(_positions(self.rank_specs(r)), self.ranks()[r].blocks)))
 
     def _stacked_block(self, name: str, is_full: bool, specs, settings) -> BlockCost:
         """One position of a rank's blocks, under every variant side by side (count 0 where a
