@@ -247,6 +247,31 @@ GRAPHS3: tuple[RunConfig, ...] = (
               cuda_graphs="full_iteration"),
 )
 
+# Fourth CUDA-graph lease (issue 39: the host-bound MoE model and CUDA graphs "from 8 to 256 experts"),
+# chosen before the run and held out of every rule and constant: GRAPHS2's protocol (drop and pad at
+# capacity factor 1.0, 20 steps, the first 8 left out) at 256 routed experts (DeepSeek-V3's count; 768
+# wide, top 8, as MOE128) eager, graphed by whole layers and as the full iteration, the same at a
+# shorter sequence and a larger micro-batch, and at 8 experts (Mixtral-like, 3072 wide, top 2: the
+# bottom of the range, measured eager only so far). Predictions written before the run:
+# results/validation/gpu-graphs4-predictions.json (python -m benchmarks.gpu.graphs4_predictions).
+MOE2_256 = replace(MOE128, name="moe256x2-h2048", layers=2, experts=256)
+MOE2_8 = replace(MOE8, name="moe8x2-h2048", layers=2)
+GRAPHS4: tuple[RunConfig, ...] = (
+    RunConfig("graph4-moe256x2-s2k-b2-pad-none", MOE2_256, seq=2048, mbs=2, micro_batches=2, steps=20,
+              moe_capacity=1.0),
+    RunConfig("graph4-moe256x2-s2k-b2-pad-layer", MOE2_256, seq=2048, mbs=2, micro_batches=2, steps=20,
+              moe_capacity=1.0, cuda_graphs="scoped:layer"),
+    RunConfig("graph4-moe256x2-s2k-b2-pad-fulliter", MOE2_256, seq=2048, mbs=2, micro_batches=2, steps=20,
+              moe_capacity=1.0, cuda_graphs="full_iteration"),
+    RunConfig("graph4-moe256x2-s1k-b4-pad-none", MOE2_256, seq=1024, mbs=4, micro_batches=2, steps=20,
+              moe_capacity=1.0),
+    RunConfig("graph4-moe256x2-s1k-b4-pad-layer", MOE2_256, seq=1024, mbs=4, micro_batches=2, steps=20,
+              moe_capacity=1.0, cuda_graphs="scoped:layer"),
+    RunConfig("graph4-moe8x2-s2k-b2-pad-none", MOE2_8, seq=2048, mbs=2, micro_batches=2, steps=20, moe_capacity=1.0),
+    RunConfig("graph4-moe8x2-s2k-b2-pad-layer", MOE2_8, seq=2048, mbs=2, micro_batches=2, steps=20,
+              moe_capacity=1.0, cuda_graphs="scoped:layer"),
+)
+
 # Issue 41's knee (allocated peaks of 12-22 GiB, where the shipped fixed term meets the large runs'
 # fraction): held out of every fit, chosen before the run from planner's predicted allocated peaks.
 GQA2 = replace(GQA, name="gqa2-h4096", layers=2)
@@ -284,7 +309,7 @@ TINY_CONFIGS: tuple[RunConfig, ...] = (
 
 def by_name(name: str) -> RunConfig:
     for c in (CONFIGS + HOLDOUT + EXPERTS + PARALLEL + SNAPSHOTS + GRAPHS + SMALL + SMALL_HOLDOUT + GRAPHS2
-              + GRAPHS3 + KNEE_HOLDOUT + TINY_CONFIGS + TINY_PARALLEL):
+              + GRAPHS3 + GRAPHS4 + KNEE_HOLDOUT + TINY_CONFIGS + TINY_PARALLEL):
         if c.name == name:
             return c
     raise KeyError(name)
