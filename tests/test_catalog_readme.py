@@ -115,7 +115,7 @@ def test_quick_start_is_two_commands_and_ci_runs_the_second():
     assert "pip install --progress-bar off -e '.[test]'" in ci
     # ... then the README's test command, after the install, with the slow step's two shards started
     # just before it (they run beside it); then the launcher validators' tests once the validation venvs
-    # are built, each shard's result (a failed shard fails the run), and the lint checks.
+    # are built, each shard's result (a failed shard fails the run), and the lint checks' result.
     lines = ci.rstrip().splitlines()
     test_cmd = QUICK_START_TEST.split(" && ")[-1]
     assert test_cmd == "python -m pytest" and test_cmd in lines
@@ -134,8 +134,14 @@ def test_quick_start_is_two_commands_and_ci_runs_the_second():
         "  fi",
         '  tail -n 3 ".ci-logs/slow-tests-$shard.log"',
         "done",
-        "python -m pip install --progress-bar off -e '.[lint]'", "ruff check planner tests scripts benchmarks",
-        "lint-imports  # pyproject [tool.importlinter]: the layers of docs/architecture.md", "mypy"]
+        'if ! wait "$lint_pid"; then',
+        "  cat .ci-logs/lint.log",
+        '  echo ".ci/run: lint or type checks failed (above)." >&2',
+        "  exit 1",
+        "fi",
+        "tail -n 3 .ci-logs/lint.log"]
+    # the lint checks run in the background from the install on (their result read last, above)
+    assert "( ruff check planner tests scripts benchmarks && lint-imports && mypy ) >.ci-logs/lint.log 2>&1 &" in before
 
 
 def test_ci_script_is_executable_bash():

@@ -124,7 +124,8 @@ def test_results_command_is_registered(capsys):
 
 def test_claims_build_without_searches():
     """With the compare reports given (empty here), building the claims runs no search."""
-    out = sc.build_claims(compares={k: {"hardware": [], "changes": []} for k in sc.COMPARE_REPORTS})
+    out = sc.build_claims(compares={k: {"hardware": [], "changes": []}
+                                    for k in (*sc.COMPARE_REPORTS, sc.NO_OVERLAP_REPORT)})
     text = sc.markdown_claims(out)
     assert text.startswith("# The seed article's claims, checked with planner")
     assert len(out["claims"]) == len(sc.CLAIMS)

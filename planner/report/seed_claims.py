@@ -825,7 +825,9 @@ def c_pp_reliance(compares: dict) -> dict:
             rises_b200.append(name)
         lines.append(f"{name}: Hopper {h:g}, B200 {b:g}, NVL72 {n:g}" if b is not None else f"{name}: Hopper {h:g}, NVL72 {n:g}")
     total = len(falls) + len(flat)
-    no_ov = _v3_without_ep_overlap(compares.get("deepseek-v3-256"))
+    # The no-overlap compare, unless the caller has it (build_claims's ``compares``).
+    no_ov = _v3_without_ep_overlap(compares.get("deepseek-v3-256"), compares[NO_OVERLAP_REPORT]
+                                   if NO_OVERLAP_REPORT in compares else _no_overlap_compare())
     p = {"by_report": rows, "reports_where_pp_falls": falls, "reports_where_pp_does_not_fall": flat,
          "deepseek_v3_256_without_ep_overlap": no_ov,
          "reports_where_hopper_already_uses_pp1": hopper_pp1, "reports_where_b200_uses_more_pp_than_hopper": rises_b200}
@@ -852,6 +854,8 @@ def c_pp_reliance(compares: dict) -> dict:
 
 
 NO_OVERLAP_HW = ("h100", "b200", "gb200-nvl72")
+NO_OVERLAP_REPORT = "deepseek-v3-256-ep-overlap-off"
+"""The key of :func:`_no_overlap_compare`'s compare in build_claims's ``compares`` (computed when absent)."""
 
 
 def _no_overlap_cmd() -> str:
@@ -859,13 +863,19 @@ def _no_overlap_cmd() -> str:
             + f" --gpus 256 --fix ep_overlap=off{_per_stage_flag()} --json")
 
 
-def _v3_without_ep_overlap(default: dict | None) -> dict:
-    """DeepSeek-V3 on 256 GPUs with the EP all-to-all overlap forbidden: how much of the Hopper
-    answer rests on hiding the cross-node all-to-all behind compute."""
+def _no_overlap_compare() -> dict:
+    """The compare of DeepSeek-V3 on 256 GPUs of NO_OVERLAP_HW with the EP all-to-all overlap
+    forbidden (:func:`_no_overlap_cmd`)."""
     m = load_model("deepseek-v3")
     opts = _options()
     opts.limits = Limits.parse("ep_overlap=off", None)
-    out = run_compare(m, [load_hardware(h) for h in NO_OVERLAP_HW], resolve_job(m), opts, Assumptions())
+    return run_compare(m, [load_hardware(h) for h in NO_OVERLAP_HW], resolve_job(m), opts, Assumptions())
+
+
+def _v3_without_ep_overlap(default: dict | None, out: dict) -> dict:
+    """DeepSeek-V3 on 256 GPUs with the EP all-to-all overlap forbidden (``out``: its compare,
+    :func:`_no_overlap_compare`): how much of the Hopper answer rests on hiding the cross-node
+    all-to-all behind compute."""
     base = {e["hardware"]["name"]: e for e in (default or {}).get("hardware", []) if e["status"] == "ok"}
     rows = {}
     h = base.get("h100")
@@ -1046,7 +1056,7 @@ def build_claims(progress=None, compares: dict | None = None) -> dict:
         claims.append(fn())
     for fn in NEEDS_COMPARES:
         say(fn.__name__[2:].replace("_", " "))
-        claims.append(fn({k: compares[k] for k in COMPARE_REPORTS if k in compares}))
+        claims.append(fn({k: compares[k] for k in (*COMPARE_REPORTS, NO_OVERLAP_REPORT) if k in compares}))
     claims.sort(key=_section_key)
     counts = {}
     for c in claims:
