@@ -22,8 +22,8 @@ def test_reserved_with_graphs_within_five_percent_of_every_graphed_run():
     """Issue 39: predicted peak within 5 % with graphs on (dense GQA/MHA and MoE of 16, 64 and 128
     experts: the graphs' pool keeps the activations through the optimizer step, whose temporaries
     and per-expert blocks take segments of their own, peak_memory._optimizer_top)."""
-    rs = [r for r in rows() if r["cuda_graphs"] != "full_iteration"]
-    assert len(rs) == 7  # four dense (first lease), three MoE (second)
+    rs = [r for r in rows() if r["cuda_graphs"] != "full_iteration" and not r["config"].startswith("graph4-")]
+    assert len(rs) == 7  # four dense (first lease), three MoE (second); the fourth lease's: test_gpu_graphs4.py
     assert all(abs(r["reserved_error"]) <= 0.05 for r in rs), [(r["config"], r["reserved_error"]) for r in rs]
 
 

@@ -17,9 +17,9 @@ import argparse
 import json
 
 GiB = 2**30
-FOLDERS = ("cuda-graphs", "cuda-graphs-2", "cuda-graphs-3")
-"""The leases: GRAPHS (2026-12-05, first), GRAPHS2 (full iteration, drop-and-pad MoE; second) and GRAPHS3
-(full iteration, held out of its memory rule; third).
+FOLDERS = ("cuda-graphs", "cuda-graphs-2", "cuda-graphs-3", "cuda-graphs-4")
+"""The leases: GRAPHS (2026-12-05, first), GRAPHS2 (full iteration, drop-and-pad MoE; second), GRAPHS3
+(full iteration, held out of its memory rule; third) and GRAPHS4 (8 and 256 experts, held out; fourth).
 A run measured in both counts from the later lease; a failed run (its JSON holds the error) from
 neither."""
 

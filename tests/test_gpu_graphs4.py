@@ -1,0 +1,113 @@
+"""The fourth CUDA-graph lease (issue 39: "model both, eager and graphed, from 8 to 256 experts"):
+GRAPHS4 of benchmarks/gpu/configs.py, chosen before the run, planner's predictions committed before
+it (results/validation/gpu-graphs4-predictions.json), measured on one H100 (2026-12-06, Megatron-Core
+0.19.2's local spec; raw JSON in results/validation/gpu-raw/cuda-graphs-4/, the eager 256-expert
+runs again for 100 steps, the first 50 left out, in cuda-graphs-4-s100/). Nothing was changed after
+they came in: every bound is issue 39's (or the earlier graph tests'), each miss a strict xfail that
+says by how much. Written up in results/validation/gpu-memory.md, "Fourth lease"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu.configs import GRAPHS4, by_name, planner_setup
+from benchmarks.gpu.graph_memory import rows
+from planner.cost.compose import costs_of
+
+RAW = Path(__file__).resolve().parents[1] / "results" / "validation" / "gpu-raw"
+BEFORE = json.loads((RAW.parent / "gpu-graphs4-predictions.json").read_text())
+GPU = "h100"  # the lease's card (cuda-graphs-4/env.txt)
+
+
+def _measured(name: str, folder: str = "cuda-graphs-4") -> dict:
+    tag = "-s100" if folder.endswith("-s100") else ""
+    return json.loads((RAW / folder / f"{name}{tag}.json").read_text())
+
+
+def _step(name: str) -> float:
+    return float(costs_of(planner_setup(by_name(name), hardware=GPU)).step_s()[0])
+
+
+def _rows() -> dict[str, dict]:
+    return {r["config"]: r for r in rows() if r["config"].startswith("graph4-")}
+
+
+def test_every_run_was_measured_on_the_card_predicted_and_the_predictions_stand():
+    assert "H100" in (RAW / "cuda-graphs-4" / "env.txt").read_text()
+    for cfg in GRAPHS4:
+        r = _measured(cfg.name)
+        assert "error" not in r and r["config"] == cfg.name and r["warmup_steps"] == 8 and len(r["step_times_s"]) == 12
+        # the model is the one the predictions were written with (nothing fitted to these runs)
+        assert _step(cfg.name) == pytest.approx(BEFORE["runs"][cfg.name][GPU]["step_s"], rel=1e-9)
+    assert set(_rows()) == {c.name for c in GRAPHS4 if c.cuda_graphs != "none"}
+
+
+RESERVED_MISSES = {
+    "graph4-moe256x2-s2k-b2-pad-fulliter": "reserved 60.49 GiB measured, 65.38 predicted (+8.1 %): the full-iteration "
+                                           "graph adds +1196 MiB measured at 256 experts, +9208 predicted",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(c.name, marks=pytest.mark.xfail(strict=True, reason=RESERVED_MISSES[c.name]))
+                                  if c.name in RESERVED_MISSES else c.name for c in GRAPHS4 if c.cuda_graphs != "none"])
+def test_reserved_with_graphs_within_five_percent(name):
+    """Issue 39's first bound, held out: +2.2 % (256 experts, whole layers), +4.6 % (256 experts, 1K
+    tokens, micro-batch 4), +2.3 % (8 experts); the full iteration +8.1 % (RESERVED_MISSES)."""
+    assert abs(_rows()[name]["reserved_error"]) <= 0.05
+
+
+DIFFERENCE_MISSES = {
+    "graph4-moe256x2-s2k-b2-pad-layer": "graphs add +10293 MiB predicted, +5814 measured (+77 %): the eager twin is "
+                                        "predicted -4.9 %, the graphed run +2.2 %",
+    "graph4-moe256x2-s1k-b4-pad-layer": "graphs add +9268 MiB predicted, +4474 measured (+107 %)",
+    "graph4-moe256x2-s2k-b2-pad-fulliter": "graphs add +9208 MiB predicted, +1196 measured (+670 %)",
+    "graph4-moe8x2-s2k-b2-pad-layer": "graphs add +1939 MiB predicted, +2768 measured (-30 %): the eager twin is "
+                                      "predicted +9.5 %",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=DIFFERENCE_MISSES[n]))
+                                  if n in DIFFERENCE_MISSES else n
+                                  for n in (c.name for c in GRAPHS4 if c.cuda_graphs != "none")])
+def test_the_difference_graphs_make_within_ten_percent(name):
+    """Issue 39's second bound, held out: missed on all four (DIFFERENCE_MISSES). At 256 experts the
+    rule's per-expert blocks beside the pool (derived at 16-128 experts) overshoot what the graphs
+    add by 4.5-8 GiB; at 8 experts it falls short by 0.8 GiB."""
+    r = _rows()[name]
+    assert r["predicted_delta_reserved"] / r["measured_delta_reserved"] == pytest.approx(1, abs=0.1)
+
+
+@pytest.mark.parametrize("name", [c.name for c in GRAPHS4 if c.cuda_graphs != "none"])
+def test_graphed_steps_within_fifteen_percent(name):
+    """The graphed MoE layers issue no host work (rates.under_graphs), as at 16-128 experts
+    (tests/test_cuda_graph_measured.py, the same 15 %): -3.3 and -4.3 % (256 experts, whole layers
+    and the full iteration), -13.7 % (256 experts, 1K tokens, micro-batch 4), +6.3 % (8 experts)."""
+    assert _step(name) / _measured(name)["step_time_s"] - 1 == pytest.approx(0, abs=0.15)
+
+
+EAGER_MISSES = {
+    "graph4-moe256x2-s2k-b2-pad-none": "949.7 ms measured over steps 51-100, 1087.8 predicted (+14.5 %); over steps "
+                                       "9-20 of the 20-step run 1230.0 ms (-11.6 %): the host-bound step was still "
+                                       "speeding up",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=EAGER_MISSES[n]))
+                                  if n in EAGER_MISSES else n
+                                  for n in ("graph4-moe256x2-s2k-b2-pad-none", "graph4-moe256x2-s1k-b4-pad-none")])
+def test_eager_256_expert_steps_within_ten_percent(name):
+    """The host-bound eager model (fit at 16 experts and the 8-128 range, tests/test_gpu_step_time.py's
+    10 %) at 256 experts, on the range's protocol (100 steps, the first 50 left out): +6.0 % at 1K
+    tokens and micro-batch 4, +14.5 % at 2K tokens and micro-batch 2 (EAGER_MISSES)."""
+    assert _step(name) / _measured(name, "cuda-graphs-4-s100")["step_time_s"] - 1 == pytest.approx(0, abs=0.10)
+
+
+@pytest.mark.xfail(strict=True, reason="97.9 ms predicted, 81.4 measured over steps 9-20 (+20.3 %)")
+def test_eight_expert_eager_step_within_ten_percent():
+    """The other end of the range, eager (20 steps; the EXPERTS range's 8-expert runs, 3072 wide and
+    4 layers, are within 10 %): +20.3 %, recorded as it is."""
+    err = _step("graph4-moe8x2-s2k-b2-pad-none") / _measured("graph4-moe8x2-s2k-b2-pad-none")["step_time_s"] - 1
+    assert abs(err) <= 0.10
