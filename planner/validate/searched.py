@@ -400,17 +400,14 @@ def search_run(recipe: RunResult, calibration: str | None = None,
               for v in launcher_violations(setup, target=target, software=profile)]
     t0 = time.perf_counter()
     memo = answers if answers is not None else {}
-    try:
-        if out.question not in memo:
-            try:
-                memo[out.question] = inputs.search()
-            except PlannerError as exc:
-                memo[out.question] = exc
-        found = memo[out.question]
-        if isinstance(found, PlannerError):
-            raise found
-    except PlannerError as exc:
-        out.status, out.reason = "search failed", exc.paragraph()
+    if out.question not in memo:
+        try:
+            memo[out.question] = inputs.search()
+        except PlannerError as exc:
+            memo[out.question] = exc
+    found = memo[out.question]
+    if isinstance(found, PlannerError):
+        out.status, out.reason = "search failed", found.paragraph()
         out.losses = [f"the recipe's plan breaks {b}" for b in breaks]
         out.seconds = time.perf_counter() - t0
         return out
