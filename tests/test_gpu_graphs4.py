@@ -2,7 +2,8 @@
 GRAPHS4 of benchmarks/gpu/configs.py, chosen before the run, planner's predictions committed before
 it (results/validation/gpu-graphs4-predictions.json), measured on one H100 (2026-12-06, Megatron-Core
 0.19.2's local spec; raw JSON in results/validation/gpu-raw/cuda-graphs-4/, the eager 256-expert
-runs again for 100 steps, the first 50 left out, in cuda-graphs-4-s100/). Nothing was changed after
+runs again for 100 steps, the first 50 left out, on two leases: cuda-graphs-4-s100/ and
+cuda-graphs-4-s100-lease2/). Nothing was changed after
 they came in: every bound is issue 39's (or the earlier graph tests'), each miss a strict xfail that
 says by how much. Written up in results/validation/gpu-memory.md, "Fourth lease"."""
 
@@ -89,10 +90,19 @@ def test_graphed_steps_within_fifteen_percent(name):
 
 
 EAGER_MISSES = {
-    "graph4-moe256x2-s2k-b2-pad-none": "949.7 ms measured over steps 51-100, 1087.8 predicted (+14.5 %); over steps "
-                                       "9-20 of the 20-step run 1230.0 ms (-11.6 %): the host-bound step was still "
-                                       "speeding up",
+    "graph4-moe256x2-s2k-b2-pad-none": "942.0 ms measured over steps 51-100 (949.7 and 934.2 on two leases), 1087.8 "
+                                       "predicted (+15.5 %); over steps 9-20 of the 20-step run 1230.0 ms (-11.6 %): "
+                                       "the host-bound step was still speeding up",
+    "graph4-moe256x2-s1k-b4-pad-none": "930.3 ms measured over steps 51-100 (1023.0 and 837.6 on two leases), 1084.0 "
+                                       "predicted (+16.5 %)",
 }
+LEASES_S100 = ("cuda-graphs-4-s100", "cuda-graphs-4-s100-lease2")
+"""The eager 256-expert runs for 100 steps on two leases (the second call's and a fourth call's machine,
+both H100), averaged as the expert range's are (benchmarks.gpu.compare.measured_step)."""
+
+
+def _eager_s100(name: str) -> float:
+    return sum(_measured(name, folder)["step_time_s"] for folder in LEASES_S100) / len(LEASES_S100)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=EAGER_MISSES[n]))
@@ -100,9 +110,13 @@ EAGER_MISSES = {
                                   for n in ("graph4-moe256x2-s2k-b2-pad-none", "graph4-moe256x2-s1k-b4-pad-none")])
 def test_eager_256_expert_steps_within_ten_percent(name):
     """The host-bound eager model (fit at 16 experts and the 8-128 range, tests/test_gpu_step_time.py's
-    10 %) at 256 experts, on the range's protocol (100 steps, the first 50 left out): +6.0 % at 1K
-    tokens and micro-batch 4, +14.5 % at 2K tokens and micro-batch 2 (EAGER_MISSES)."""
-    assert _step(name) / _measured(name, "cuda-graphs-4-s100")["step_time_s"] - 1 == pytest.approx(0, abs=0.10)
+    10 %) at 256 experts, on the range's protocol (100 steps, the first 50 left out, two leases
+    averaged): +15.5 % at 2K tokens and micro-batch 2, +16.5 % at 1K tokens and micro-batch 4
+    (EAGER_MISSES; on the first lease alone +14.5 and +6.0 %)."""
+    for folder in LEASES_S100:
+        r = _measured(name, folder)
+        assert "error" not in r and r["warmup_steps"] == 50 and len(r["step_times_s"]) == 50
+    assert _step(name) / _eager_s100(name) - 1 == pytest.approx(0, abs=0.10)
 
 
 @pytest.mark.xfail(strict=True, reason="97.9 ms predicted, 81.4 measured over steps 9-20 (+20.3 %)")
