@@ -18,3 +18,9 @@ harness() {
   python3 -m benchmarks.gpu.harness --all --out-dir "$RAW" --device "${DEVICE:-cuda}" --budget-s "$left" "$@" \
     | tee -a "$RAW/summary.jsonl"
 }
+
+# The lease's machine and stack, into RAW/env.txt (nvidia-smi; torch, CUDA and megatron-core versions).
+record_env() {
+  nvidia-smi > "$RAW/env.txt" 2>&1
+  python3 -c "import torch, megatron.core as m; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'megatron-core', m.__version__)" >> "$RAW/env.txt" 2>&1
+}
