@@ -253,7 +253,7 @@ GRAPHS3: tuple[RunConfig, ...] = (
 # wide, top 8, as MOE128) eager, graphed by whole layers and as the full iteration, the same at a
 # shorter sequence and a larger micro-batch, and at 8 experts (Mixtral-like, 3072 wide, top 2: the
 # bottom of the range, measured eager only so far). Predictions written before the run:
-# results/validation/gpu-graphs4-predictions.json (python -m benchmarks.gpu.graphs4_predictions).
+# results/validation/gpu-graphs4-predictions.json (python -m benchmarks.gpu.predictions graphs4).
 MOE2_256 = replace(MOE128, name="moe256x2-h2048", layers=2, experts=256)
 MOE2_8 = replace(MOE8, name="moe8x2-h2048", layers=2)
 GRAPHS4: tuple[RunConfig, ...] = (
@@ -271,6 +271,19 @@ GRAPHS4: tuple[RunConfig, ...] = (
     RunConfig("graph4-moe8x2-s2k-b2-pad-layer", MOE2_8, seq=2048, mbs=2, micro_batches=2, steps=20,
               moe_capacity=1.0, cuda_graphs="scoped:layer"),
 )
+
+# The micro-batch lever on host-bound eager MoE (issue 39, search mode): the search's largest credited
+# gain on published eager MoE runs is micro-batch 1 -> 2 at the same global batch (the host's
+# per-layer work after the dropless dispatcher's token-count sync, planner.cost.compute
+# block_time_of, hidden behind twice the GPU work). Here the same composition on the local spec:
+# dropless (the alltoall dispatcher's sync), eager, the same tokens per step split as 4 x 1, 2 x 2 and
+# 1 x 4 sequences of 2K, at 128 fine experts (2 layers, 768 wide, top 8) and at 16 DeepSeek-MoE-like
+# experts (4 layers, top 4, shared experts). 60 steps, the first 30 left out. Chosen, and planner's
+# predictions written (results/validation/gpu-mbs5-predictions.json), before the run.
+MBS5: tuple[RunConfig, ...] = tuple(
+    RunConfig(f"mbs5-{m.name.split('-')[0]}-s2k-b{mbs}-m{4 // mbs}", m, seq=2048, mbs=mbs, micro_batches=4 // mbs,
+              steps=60)
+    for m in (MOE2_128, MOE) for mbs in (1, 2, 4))
 
 # Issue 41's knee (allocated peaks of 12-22 GiB, where the shipped fixed term meets the large runs'
 # fraction): held out of every fit, chosen before the run from planner's predicted allocated peaks.
@@ -309,7 +322,7 @@ TINY_CONFIGS: tuple[RunConfig, ...] = (
 
 def by_name(name: str) -> RunConfig:
     for c in (CONFIGS + HOLDOUT + EXPERTS + PARALLEL + SNAPSHOTS + GRAPHS + SMALL + SMALL_HOLDOUT + GRAPHS2
-              + GRAPHS3 + GRAPHS4 + KNEE_HOLDOUT + TINY_CONFIGS + TINY_PARALLEL):
+              + GRAPHS3 + GRAPHS4 + MBS5 + KNEE_HOLDOUT + TINY_CONFIGS + TINY_PARALLEL):
         if c.name == name:
             return c
     raise KeyError(name)
