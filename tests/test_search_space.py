@@ -101,6 +101,25 @@ def test_bounds_never_exceed_what_the_tables_give(case):
     assert seen + bb.dominated["memory"] == len(space)
 
 
+def test_the_step_time_floor_counts_the_local_attention_layers():
+    """The cost model names a local-attention layer's block apart ('moe_swa': Llama 4 Scout's 36
+    chunked-attention layers of 48); the floor counts those blocks too, so on keys without a
+    pipeline it is the exact pipeline phase's minimum (it was a third of it, and the reference
+    job timed some 180,000 keys for 256)."""
+    space = _space("llama4-scout", "gb200-nvl72", 64, 128, maxes="pp=1,tp=1,cp=1,ep=8")
+    tables = build_tables(space)
+    bb = BranchAndBound(space, Assumptions(), 10, lambda i: True)
+    bb.setup()
+    tp = tables.TP.min(axis=1)
+    seen = 0
+    for st in bb.layouts:
+        assert st.lay.pp == 1
+        assert (st.floor <= tp[st.rows]).all()
+        assert (st.floor >= tp[st.rows] - 2).all()  # the floors' rounding slack and the tables'
+        seen += len(st.rows)
+    assert seen
+
+
 @pytest.mark.parametrize("case", SMALL[:2], ids=lambda c: f"{c[0]}-{c[1]}")
 def test_the_rule_and_fitting_floors_are_each_keys_least_accepted_and_fitting_time(case):
     """The branch and bound's floors before a key's memory tables (BranchAndBound._memory): the
