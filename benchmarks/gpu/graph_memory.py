@@ -17,9 +17,10 @@ import argparse
 import json
 
 GiB = 2**30
-FOLDERS = ("cuda-graphs", "cuda-graphs-2", "cuda-graphs-3", "cuda-graphs-4")
+FOLDERS = ("cuda-graphs", "cuda-graphs-2", "cuda-graphs-3", "cuda-graphs-4", "cuda-graphs-6")
 """The leases: GRAPHS (2026-12-05, first), GRAPHS2 (full iteration, drop-and-pad MoE; second), GRAPHS3
-(full iteration, held out of its memory rule; third) and GRAPHS4 (8 and 256 experts, held out; fourth).
+(full iteration, held out of its memory rule; third), GRAPHS4 (8 and 256 experts, held out; fourth) and
+GRAPHS6 (the full iteration without stranded blocks, held out; fifth).
 A run measured in both counts from the later lease; a failed run (its JSON holds the error) from
 neither."""
 

@@ -7,7 +7,7 @@ Per run and GPU: the step time (planner.cost.compose.costs_of), the allocated an
 (planner.cost.memory.memory_report, as benchmarks.gpu.graph_memory predicts them), all from the
 model at the commit named in the file.
 
-    python -m benchmarks.gpu.predictions SERIES            # prints the JSON (SERIES: graphs4, mbs5)
+    python -m benchmarks.gpu.predictions SERIES            # prints the JSON (SERIES: graphs4, mbs5, graphs6)
     python -m benchmarks.gpu.predictions SERIES --write    # writes it (refuses to overwrite)
 """
 
