@@ -90,9 +90,10 @@ class PeakMemory(StaticMemory, InflightMemory):
         (_fixed_held) starts from an emptied cache and reuses its own freed blocks in capture order, so
         the weight gradients' blocks serve the capture's later allocations; the optimizer's temporaries
         sit in the general pool beside the graph's, as _optimizer_top counts them. Derived after the
-        fourth lease (results/validation/gpu-memory.md, "Full-iteration graphs without stranded
-        blocks"): the 256-expert full iteration +8.1 -> -2.7 %, the 16-expert ones +4.2 -> +1.1 % and
-        +5.4 -> +2.0 %, the dense ones unchanged (nothing strands there)."""
+        fourth lease: the 256-expert full iteration +8.1 -> -2.7 %, the 16-expert ones +4.2 -> +1.1 % and
+        +5.4 -> +2.0 %, the dense ones unchanged (nothing strands there); held out on a fifth lease,
+        four MoE models of 8-256 experts: -2.4 to +3.3 % (results/validation/gpu-memory.md, "Fifth
+        lease")."""
         return self.lv.cuda_graphs.kind != "full_iteration"
 
     def _workload_inputs(self, r: int):
