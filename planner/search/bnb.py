@@ -43,6 +43,8 @@ from planner.search.tables import (
 from planner.specs.schedule import Schedule
 
 INF = np.iinfo(np.int64).max
+FIT_TERMS = ("W", "A")
+"""The memory terms of the fitting floor (exhaustive.fitting_time_floor)."""
 EARLY = -1
 """The heap bound of a memory visit asked for before U is known: before every other item."""
 
@@ -68,6 +70,10 @@ class Chunk:
     """Which have the rules' floor in ``bound``."""
     fitted: np.ndarray
     """Which have the fitting floor (rules, constant memory and activations) in ``bound``."""
+    fit_tables: dict | None = None
+    """The W and A tables :meth:`BranchAndBound._fit_floor` filled for the rows it left within U
+    ('at': their chunk positions, ascending), read by :meth:`BranchAndBound._part` rather than
+    filled again: those rows are costed in full next (until then U does not change)."""
 
 
 @dataclass
@@ -273,8 +279,8 @@ class BranchAndBound:
             ctx, local = self._child(rows), np.arange(len(rows))
         time = time_phase(ctx, self.space, st.lay, local, self.plans)
         floor = sum(time[k].min(axis=1) for k in TIME_TERMS)
-        st.chunks.append(Chunk(ctx, local, rows, time, floor, floor.copy(),
-                               *(np.zeros(len(rows), dtype=bool) for _ in range(3))))
+        done, ruled, fitted = (np.zeros(len(rows), dtype=bool) for _ in range(3))
+        st.chunks.append(Chunk(ctx, local, rows, time, floor, floor.copy(), done, ruled, fitted))
         # Until U is known, the chunk's memory visit comes next (EARLY): the layouts' time visits would
         # otherwise all come first (their block floors sit below any key's exact floor), each in a
         # context of its own (Llama-4-Scout on 64 H100s: 4.7 GB of them before the first plan).
@@ -320,12 +326,27 @@ class BranchAndBound:
     def _part(self, st: LayoutState, ch: Chunk, sel: np.ndarray) -> dict:
         """Memory, rule and time tables of a chunk's rows ``sel`` (see tables.assemble)."""
         part = {k: v[sel] for k, v in ch.time.items()}
-        part.update(memory_phase(ch.ctx, self.space, st.lay, ch.local[sel], self.plans))
+        part.update(self._fitted_tables(st, ch, sel) or
+                    memory_phase(ch.ctx, self.space, st.lay, ch.local[sel], self.plans))
         part["structs"] = [self.space.struct(int(i)) for i in ch.rows[sel]]
         part["R1"], part["R2"] = rule_tables(self.rules, part["structs"])
         part["ids"] = ch.rows[sel]
         part["kept"] = undominated_stages([st.lay.pp] * len(sel), *(part[k] for k in MEMORY_TERMS))
         return part
+
+    def _fitted_tables(self, st: LayoutState, ch: Chunk, sel: np.ndarray) -> dict | None:
+        """The memory tables of a chunk's rows ``sel`` with W and A read from :meth:`_fit_floor`'s
+        (the activation peak is most of a memory visit's time), or None when it left some of them
+        out; the chunk's copy is dropped either way (a key is costed in full once)."""
+        fit, ch.fit_tables = ch.fit_tables, None
+        if fit is None:
+            return None
+        at = np.searchsorted(fit["at"], sel)
+        if not (at < len(fit["at"])).all() or not np.array_equal(fit["at"][at], sel):
+            return None
+        rest = tuple(k for k in MEMORY_TERMS if k not in FIT_TERMS)
+        out = memory_phase(ch.ctx, self.space, st.lay, ch.local[sel], self.plans, terms=rest)
+        return {k: out[k] if k in out else fit[k][at] for k in MEMORY_TERMS}
 
     def _rule_floor(self, st: LayoutState, ch: Chunk, sel: np.ndarray) -> None:
         """Raise the floors of a chunk's rows ``sel`` to their least step time over the lever
@@ -342,15 +363,20 @@ class BranchAndBound:
 
     def _fit_floor(self, st: LayoutState, ch: Chunk, sel: np.ndarray) -> None:
         """Raise the floors of a chunk's rows ``sel`` to exhaustive.fitting_time_floor (their W and
-        A tables are filled for it, and filled again with the rest if they are costed in full)."""
+        A tables are filled for it, and kept for the rows left within U: :meth:`_fitted_tables`)."""
+        kept: list[tuple[np.ndarray, dict]] = []
         for a in range(0, len(sel), self.FIT_ROWS):
             part = sel[a:a + self.FIT_ROWS]
-            mem = memory_phase(ch.ctx, self.space, st.lay, ch.local[part], self.plans, terms=("W", "A"))
+            mem = memory_phase(ch.ctx, self.space, st.lay, ch.local[part], self.plans, terms=FIT_TERMS)
             r1, r2 = self._rule_rows(ch.rows[part])
             floor = fitting_time_floor({k: v[part] for k, v in ch.time.items()}, mem["W"], mem["A"], self.cap[0],
                                        r1, r2, self.gi)
             ch.bound[part] = np.maximum(ch.bound[part], floor)
             ch.fitted[part] = True
+            within = ch.bound[part] <= self.U
+            kept.append((part[within], {k: v[within] for k, v in mem.items()}))
+        ch.fit_tables = {"at": np.concatenate([p for p, _ in kept]),
+                         **{k: np.concatenate([m[k] for _, m in kept]) for k in FIT_TERMS}}
 
     def _rule_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rule-table rows (R1, R2) of some keys of one layout."""
