@@ -9,27 +9,21 @@ says by how much. Written up in results/validation/gpu-memory.md, "Fourth lease"
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from benchmarks.gpu.configs import GRAPHS4, by_name, planner_setup
+from benchmarks.gpu.configs import GRAPHS4
 from benchmarks.gpu.graph_memory import rows
-from planner.cost.compose import costs_of
+from tests._gpu_series import check_series, measured_run, predicted_step
 
-RAW = Path(__file__).resolve().parents[1] / "results" / "validation" / "gpu-raw"
-BEFORE = json.loads((RAW.parent / "gpu-graphs4-predictions.json").read_text())
 GPU = "h100"  # the lease's card (cuda-graphs-4/env.txt)
 
 
 def _measured(name: str, folder: str = "cuda-graphs-4") -> dict:
-    tag = "-s100" if folder.endswith("-s100") else ""
-    return json.loads((RAW / folder / f"{name}{tag}.json").read_text())
+    return measured_run(folder, name, "-s100" if folder.endswith("-s100") else "")
 
 
 def _step(name: str) -> float:
-    return float(costs_of(planner_setup(by_name(name), hardware=GPU)).step_s()[0])
+    return predicted_step(name, GPU)
 
 
 def _rows() -> dict[str, dict]:
@@ -37,12 +31,7 @@ def _rows() -> dict[str, dict]:
 
 
 def test_every_run_was_measured_on_the_card_predicted_and_the_predictions_stand():
-    assert "H100" in (RAW / "cuda-graphs-4" / "env.txt").read_text()
-    for cfg in GRAPHS4:
-        r = _measured(cfg.name)
-        assert "error" not in r and r["config"] == cfg.name and r["warmup_steps"] == 8 and len(r["step_times_s"]) == 12
-        # the model is the one the predictions were written with (nothing fitted to these runs)
-        assert _step(cfg.name) == pytest.approx(BEFORE["runs"][cfg.name][GPU]["step_s"], rel=1e-9)
+    check_series("graphs4", GRAPHS4, "cuda-graphs-4", GPU, warmup=8, timed=12)
     assert set(_rows()) == {c.name for c in GRAPHS4 if c.cuda_graphs != "none"}
 
 

@@ -8,28 +8,23 @@ results/validation/gpu-memory.md, "Fifth lease"."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from benchmarks.gpu.configs import GRAPHS6, by_name, planner_setup
+from benchmarks.gpu.configs import GRAPHS6
 from benchmarks.gpu.graph_memory import rows
-from planner.cost.compose import costs_of
+from tests._gpu_series import check_series, measured_run, predicted_step, predictions
 
-RAW = Path(__file__).resolve().parents[1] / "results" / "validation" / "gpu-raw"
-BEFORE = json.loads((RAW.parent / "gpu-graphs6-predictions.json").read_text())
 GPU = "h100"  # the lease's card (cuda-graphs-6/env.txt)
 GRAPHED = [c.name for c in GRAPHS6 if c.cuda_graphs != "none"]
 EAGER = [c.name for c in GRAPHS6 if c.cuda_graphs == "none"]
 
 
 def _measured(name: str) -> dict:
-    return json.loads((RAW / "cuda-graphs-6" / f"{name}.json").read_text())
+    return measured_run("cuda-graphs-6", name)
 
 
 def _step(name: str) -> float:
-    return float(costs_of(planner_setup(by_name(name), hardware=GPU)).step_s()[0])
+    return predicted_step(name, GPU)
 
 
 def _rows() -> dict[str, dict]:
@@ -37,16 +32,11 @@ def _rows() -> dict[str, dict]:
 
 
 def test_every_run_was_measured_on_the_card_predicted_and_the_predictions_stand():
-    assert "H100" in (RAW / "cuda-graphs-6" / "env.txt").read_text()
-    for cfg in GRAPHS6:
-        r = _measured(cfg.name)
-        assert "error" not in r and r["config"] == cfg.name and r["warmup_steps"] == 8 and len(r["step_times_s"]) == 12
-        # the model is the one the predictions were written with (nothing fitted to these runs)
-        assert _step(cfg.name) == pytest.approx(BEFORE["runs"][cfg.name][GPU]["step_s"], rel=1e-9)
-    by = _rows()
+    check_series("graphs6", GRAPHS6, "cuda-graphs-6", GPU, warmup=8, timed=12)
+    by, before = _rows(), predictions("graphs6")
     assert set(by) == set(GRAPHED)
     for name in GRAPHED:
-        assert by[name]["predicted_reserved"] == pytest.approx(BEFORE["runs"][name][GPU]["reserved_bytes"], rel=1e-9)
+        assert by[name]["predicted_reserved"] == pytest.approx(before[name][GPU]["reserved_bytes"], rel=1e-9)
 
 
 @pytest.mark.parametrize("name", GRAPHED)

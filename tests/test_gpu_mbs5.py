@@ -10,18 +10,14 @@ Nothing was changed after the runs came in. Written up in results/validation/gpu
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from benchmarks.gpu.configs import MBS5, by_name, planner_setup
-from planner.cost.compose import costs_of
 from planner.cost.memory import memory_report
 from planner.inputs import DEFAULT_MEMORY_MARGIN
+from tests._gpu_series import check_series, measured_run, predicted_step, predictions
 
-RAW = Path(__file__).resolve().parents[1] / "results" / "validation" / "gpu-raw"
-BEFORE = json.loads((RAW.parent / "gpu-mbs5-predictions.json").read_text())
+BEFORE = predictions("mbs5")
 GPU = "h100"  # the lease's card (mbs5/env.txt)
 RUNS = ("mbs5", "mbs5-run2", "mbs5-machine2")
 """Two calls on one warm machine, a third on another machine (all H100): host-bound steps vary 10-30 %
@@ -31,7 +27,7 @@ MODELS = ("moe", "moe128x2")
 
 
 def _measured(name: str, folder: str) -> dict:
-    return json.loads((RAW / folder / f"{name}.json").read_text())
+    return measured_run(folder, name)
 
 
 def _name(model: str, mbs: int) -> str:
@@ -39,7 +35,7 @@ def _name(model: str, mbs: int) -> str:
 
 
 def _step(name: str) -> float:
-    return float(costs_of(planner_setup(by_name(name), hardware=GPU)).step_s()[0])
+    return predicted_step(name, GPU)
 
 
 def _measured_step(name: str) -> float:
@@ -48,13 +44,7 @@ def _measured_step(name: str) -> float:
 
 def test_every_run_was_measured_on_the_card_predicted_and_the_predictions_stand():
     for folder in RUNS:
-        assert "H100" in (RAW / folder / "env.txt").read_text()
-        for cfg in MBS5:
-            r = _measured(cfg.name, folder)
-            assert "error" not in r and r["config"] == cfg.name and r["warmup_steps"] == 30
-            assert len(r["step_times_s"]) == 30
-    for cfg in MBS5:  # the model is the one the predictions were written with (nothing fitted to these runs)
-        assert _step(cfg.name) == pytest.approx(BEFORE["runs"][cfg.name][GPU]["step_s"], rel=1e-9)
+        check_series("mbs5", MBS5, folder, GPU, warmup=30, timed=30)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -83,5 +73,5 @@ def test_reserved_peak_covered_by_the_margin_and_at_most_ten_percent_above(name)
     rep = memory_report(planner_setup(by_name(name), hardware=GPU))
     predicted = rep.reserved(rep.worst)
     measured = max(_measured(name, f)["peak_reserved"] for f in RUNS)
-    assert predicted == pytest.approx(BEFORE["runs"][name][GPU]["reserved_bytes"], rel=1e-9)
+    assert predicted == pytest.approx(BEFORE[name][GPU]["reserved_bytes"], rel=1e-9)
     assert measured * (1 - DEFAULT_MEMORY_MARGIN) <= predicted <= measured * 1.10
