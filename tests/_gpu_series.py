@@ -29,6 +29,20 @@ def predicted_step(name: str, gpu: str) -> float:
     return float(costs_of(planner_setup(by_name(name), hardware=gpu)).step_s()[0])
 
 
+def graph_rows(prefix: str) -> dict[str, dict]:
+    """benchmarks.gpu.graph_memory's rows (each graphed run against its eager twin) of one series."""
+    from benchmarks.gpu.graph_memory import rows
+
+    return {r["config"]: r for r in rows() if r["config"].startswith(prefix)}
+
+
+def known_misses(names, misses: dict[str, str]) -> list:
+    """``names`` as pytest parameters, those in ``misses`` a strict xfail giving its numbers (a fix shows
+    as XPASS and fails, so the record is updated with it)."""
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=misses[n])) if n in misses else n
+            for n in names]
+
+
 def check_series(series: str, configs, folder: str, gpu: str, warmup: int, timed: int) -> None:
     """Every run of ``configs`` measured in ``folder`` on the card predicted, with the protocol's warm-up
     and timed steps, and the step-time model the one the predictions were written with (nothing fitted

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.gpu.configs import GRAPHS4
-from benchmarks.gpu.graph_memory import rows
-from tests._gpu_series import check_series, measured_run, predicted_step
+from tests._gpu_series import check_series, graph_rows, known_misses, measured_run, predicted_step
 
 GPU = "h100"  # the lease's card (cuda-graphs-4/env.txt)
+GRAPHED = [c.name for c in GRAPHS4 if c.cuda_graphs != "none"]
 
 
 def _measured(name: str, folder: str = "cuda-graphs-4") -> dict:
@@ -27,12 +27,12 @@ def _step(name: str) -> float:
 
 
 def _rows() -> dict[str, dict]:
-    return {r["config"]: r for r in rows() if r["config"].startswith("graph4-")}
+    return graph_rows("graph4-")
 
 
 def test_every_run_was_measured_on_the_card_predicted_and_the_predictions_stand():
     check_series("graphs4", GRAPHS4, "cuda-graphs-4", GPU, warmup=8, timed=12)
-    assert set(_rows()) == {c.name for c in GRAPHS4 if c.cuda_graphs != "none"}
+    assert set(_rows()) == set(GRAPHED)
 
 
 RESERVED_MISSES: dict[str, str] = {}
@@ -40,8 +40,7 @@ RESERVED_MISSES: dict[str, str] = {}
 +8.1 %, -2.7 % now; that term was written after this lease, so the run no longer holds it out)."""
 
 
-@pytest.mark.parametrize("name", [pytest.param(c.name, marks=pytest.mark.xfail(strict=True, reason=RESERVED_MISSES[c.name]))
-                                  if c.name in RESERVED_MISSES else c.name for c in GRAPHS4 if c.cuda_graphs != "none"])
+@pytest.mark.parametrize("name", known_misses(GRAPHED, RESERVED_MISSES))
 def test_reserved_with_graphs_within_five_percent(name):
     """Issue 39's first bound, held out: +2.2 % (256 experts, whole layers), +4.6 % (256 experts, 1K
     tokens, micro-batch 4), +2.3 % (8 experts); the full iteration -2.7 % (+8.1 % as held out, before
@@ -60,9 +59,7 @@ DIFFERENCE_MISSES = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=DIFFERENCE_MISSES[n]))
-                                  if n in DIFFERENCE_MISSES else n
-                                  for n in (c.name for c in GRAPHS4 if c.cuda_graphs != "none")])
+@pytest.mark.parametrize("name", known_misses(GRAPHED, DIFFERENCE_MISSES))
 def test_the_difference_graphs_make_within_ten_percent(name):
     """Issue 39's second bound, held out: missed on all four (DIFFERENCE_MISSES). At 256 experts the
     rule's per-expert blocks beside the pool (derived at 16-128 experts) overshoot what the graphs
@@ -71,7 +68,7 @@ def test_the_difference_graphs_make_within_ten_percent(name):
     assert r["predicted_delta_reserved"] / r["measured_delta_reserved"] == pytest.approx(1, abs=0.1)
 
 
-@pytest.mark.parametrize("name", [c.name for c in GRAPHS4 if c.cuda_graphs != "none"])
+@pytest.mark.parametrize("name", GRAPHED)
 def test_graphed_steps_within_fifteen_percent(name):
     """The graphed MoE layers issue no host work (rates.under_graphs), as at 16-128 experts
     (tests/test_cuda_graph_measured.py, the same 15 %): -3.3 and -4.3 % (256 experts, whole layers
@@ -95,9 +92,8 @@ def _eager_s100(name: str) -> float:
     return sum(_measured(name, folder)["step_time_s"] for folder in LEASES_S100) / len(LEASES_S100)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=EAGER_MISSES[n]))
-                                  if n in EAGER_MISSES else n
-                                  for n in ("graph4-moe256x2-s2k-b2-pad-none", "graph4-moe256x2-s1k-b4-pad-none")])
+@pytest.mark.parametrize("name", known_misses(("graph4-moe256x2-s2k-b2-pad-none", "graph4-moe256x2-s1k-b4-pad-none"),
+                                              EAGER_MISSES))
 def test_eager_256_expert_steps_within_ten_percent(name):
     """The host-bound eager model (fit at 16 experts and the 8-128 range, tests/test_gpu_step_time.py's
     10 %) at 256 experts, on the range's protocol (100 steps, the first 50 left out, two leases

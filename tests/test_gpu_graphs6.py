@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.gpu.configs import GRAPHS6
-from benchmarks.gpu.graph_memory import rows
-from tests._gpu_series import check_series, measured_run, predicted_step, predictions
+from tests._gpu_series import check_series, graph_rows, known_misses, measured_run, predicted_step, predictions
 
 GPU = "h100"  # the lease's card (cuda-graphs-6/env.txt)
 GRAPHED = [c.name for c in GRAPHS6 if c.cuda_graphs != "none"]
@@ -28,7 +27,7 @@ def _step(name: str) -> float:
 
 
 def _rows() -> dict[str, dict]:
-    return {r["config"]: r for r in rows() if r["config"].startswith("graph6-")}
+    return graph_rows("graph6-")
 
 
 def test_every_run_was_measured_on_the_card_predicted_and_the_predictions_stand():
@@ -57,8 +56,7 @@ DIFFERENCE_MISSES = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=DIFFERENCE_MISSES[n]))
-                                  if n in DIFFERENCE_MISSES else n for n in GRAPHED])
+@pytest.mark.parametrize("name", known_misses(GRAPHED, DIFFERENCE_MISSES))
 def test_the_difference_graphs_make_within_ten_percent(name):
     """Issue 39's second bound: none of four (the eager twins' own errors, -2.3 to +4.8 %, are 0.5-2.9
     times the 0.6-1.4 GiB the graphs add)."""
@@ -81,8 +79,7 @@ EAGER_MISSES = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=EAGER_MISSES[n]))
-                                  if n in EAGER_MISSES else n for n in EAGER])
+@pytest.mark.parametrize("name", known_misses(EAGER, EAGER_MISSES))
 def test_eager_steps_within_ten_percent(name):
     """The host-bound eager steps on this lease's machine: +33 to +59 % (EAGER_MISSES). One configuration
     is GRAPHS2's exactly (64 experts, 2K x 2): 197.8 ms here, 319.9 ms on the second lease's H100, the same

@@ -26,7 +26,11 @@ def series(name: str) -> tuple:
     """The configurations of a held-out series by its name in benchmarks/gpu/configs.py."""
     from benchmarks.gpu import configs
 
-    return getattr(configs, name.upper())
+    found = getattr(configs, name.upper(), None)
+    if not isinstance(found, tuple) or not all(isinstance(c, configs.RunConfig) for c in found):
+        raise SystemExit(f"no series '{name}' in benchmarks/gpu/configs.py (a tuple of RunConfig named "
+                         f"{name.upper()}); try graphs4, mbs5 or graphs6")
+    return found
 
 
 def out_path(name: str) -> Path:
