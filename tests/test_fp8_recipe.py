@@ -48,8 +48,14 @@ def test_tensorwise_on_blackwell_runs_at_its_own_ceiling():
     assert 1.08 < mx / cs < 1.263
 
 
-def test_on_hopper_the_per_tensor_and_blockwise_ceilings_are_the_same():
-    assert _step("h100", "tensorwise") == pytest.approx(_step("h100", "blockwise"), rel=1e-9)
+def test_on_hopper_blockwise_pays_the_split_accumulator_in_the_forward_too():
+    """The two recipes share Hopper's FP8 ceiling; block scaling also runs its forward GEMMs with the
+    split accumulator (planner.cost.compute.SPLIT_ACCUMULATOR), per-tensor scaling only the backward's:
+    the step is slower by less than that accumulator's 5 % over a third of the GEMM time."""
+    g = load_efficiency("hopper").compute.gemm
+    assert g["tensorwise"].fraction == g["blockwise"].fraction
+    tensorwise, blockwise = _step("h100", "tensorwise"), _step("h100", "blockwise")
+    assert 1.0 < blockwise / tensorwise < 1.0 + 0.05 / 3
 
 
 def test_explain_reads_the_recipe_from_a_launch_script(tmp_path, capsys):

@@ -155,6 +155,8 @@ def gemm_rows(opts: Options) -> list[dict]:
                     def fp8():
                         a, b = f8[i[0] % len(f8)]
                         i[0] += 1
+                        # torch's default accumulation, no fast accumulation (the split accumulator):
+                        # planner.cost.rates._calibrate reads these rows so.
                         return torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
                     s = _timer(opts, fp8)

@@ -66,31 +66,59 @@ def tile_fill(d: Num, tile: int) -> Num:
     return where(d >= tile, d / (ceil(d / tile) * tile), 1.0)
 
 
-def shape_factor(m: Num, n: Num, k: Num, half_dim: Num, exponent: Num, tile: int = 0) -> Num:
+def shape_factor(m: Num, n: Num, k: Num, half_dim: Num, exponent: Num, tile: int = 0, k_depth: float = 1.0) -> Num:
     """Fraction of the large-shape GEMM rate kept at shape (m, n, k), relative to a large GEMM
     (capped at 1). Fit to 18 bf16 shapes measured on an H200 (tests/fixtures/
     h200_kernel_rates.json: thin TP shards, 64-1024 tokens per expert, K of 128-1536 for weight
     gradients): every shape within 10%. Where the generation names its output tile
     (ComputeEfficiency.gemm_tile), the output dimensions M and N also pay :func:`tile_fill`; the
-    reference shape (8192^3) fills its tiles."""
-    f = dim_factor(m, half_dim, exponent) * dim_factor(n, half_dim, exponent) * dim_factor(k, half_dim, exponent)
+    reference shape (8192^3) fills its tiles. ``k_depth``: K counts as K / k_depth, in the
+    reference shape too (ComputeEfficiency.fp8_k_depth: an FP8 GEMM's K loop fills its pipeline
+    like a BF16 one of half the depth)."""
+    f = dim_factor(m, half_dim, exponent) * dim_factor(n, half_dim, exponent) * dim_factor(k / k_depth, half_dim, exponent)
     big: Num = 1.0
-    for d in LARGE_GEMM:
-        big *= dim_factor(d, half_dim, exponent)
+    for i, d in enumerate(LARGE_GEMM):
+        big *= dim_factor(d / k_depth if i == 2 else d, half_dim, exponent)
     return minimum(1.0, f / big) * tile_fill(m, tile) * tile_fill(n, tile)
 
 
-def gemm_efficiency(m: Num, n: Num, k: Num, recipe: str, rates: Rates, count: int = 1) -> Num:
+SPLIT_ACCUMULATOR: dict[str, tuple[str, ...]] = {
+    # Transformer Engine on Hopper: per-tensor scaling (DelayedScaling, Float8CurrentScaling) runs
+    # the forward GEMM with fast accumulation and the data- and weight-gradient GEMMs with the split
+    # accumulator (transformer_engine/common/recipe: fp8_gemm_fprop/dgrad/wgrad MMParams; the
+    # module's _2X_ACC_FPROP/DGRAD/WGRAD = False/True/True); torchao's Float8LinearConfig the same
+    # (gemm_config_output use_fast_accum=True, grad_input and grad_weight False); block scaling
+    # needs the split accumulator in all three (Float8BlockScaling: "FP8 block scaling requires
+    # split accumulation").
+    "tensorwise": ("dgrad", "wgrad"),
+    "delayed": ("dgrad", "wgrad"),
+    "rowwise": ("dgrad", "wgrad"),
+    "blockwise": ("fwd", "dgrad", "wgrad"),
+}
+"""FP8 recipe -> the GEMM passes it runs with the split accumulator (ComputeEfficiency.fp8_split_accumulator)."""
+
+
+def is_fp8(recipe: str) -> bool:
+    """An FP8 GEMM recipe (not bf16/fp16, not NVFP4)."""
+    return recipe not in ("bf16", "fp16", "nvfp4")
+
+
+def gemm_efficiency(m: Num, n: Num, k: Num, recipe: str, rates: Rates, count: int = 1, split: bool = False) -> Num:
     """Achieved fraction of the recipe's dense peak for a GEMM of this shape inside a training
-    step: the large-shape ceiling of the recipe (MAMF or calibration), the shape factor, the
+    step: the large-shape ceiling of the recipe (MAMF or calibration), the shape factor (K by the
+    generation's FP8 depth for FP8 recipes), the split accumulator's rate where ``split``, the
     sustained fraction and the sensitivity scale (capped at 1). ``count`` GEMMs of a grouped GEMM
     run one after another, each at its own shape."""
     ceiling = rates.ceiling(recipe)
-    shape = shape_factor(m, n, k, rates.gemm_half_dim, rates.gemm_shape_exponent, rates.gemm_tile)
-    return minimum(1.0, ceiling * shape * rates.gemm_scale * rates.sustained)
+    fp8 = is_fp8(recipe)
+    shape = shape_factor(m, n, k, rates.gemm_half_dim, rates.gemm_shape_exponent, rates.gemm_tile,
+                         rates.fp8_k_depth if fp8 else 1.0)
+    acc = rates.fp8_split_accumulator if split and fp8 else 1.0
+    return minimum(1.0, ceiling * shape * acc * rates.gemm_scale * rates.sustained)
 
 
-def pass_efficiency(m: Num, n: Num, k: Num, count: int, recipe: str, rates: Rates, issue: str = "grouped") -> Num:
+def pass_efficiency(m: Num, n: Num, k: Num, count: int, recipe: str, rates: Rates, issue: str = "grouped",
+                    split: bool = False) -> Num:
     """:func:`gemm_efficiency` of one pass of ``count`` matrices issued as ``issue``. One
     strided-batched kernel (torch.bmm/baddbmm) schedules the tiles of all its matrices together: a
     thin output dimension no longer leaves SMs idle, so the shape factor sees the batch folded into
@@ -99,14 +127,14 @@ def pass_efficiency(m: Num, n: Num, k: Num, count: int, recipe: str, rates: Rate
     of the BF16 peak)."""
     if issue == "batched":
         thin_m = m <= n
-        return gemm_efficiency(where(thin_m, m * count, m), where(thin_m, n, n * count), k, recipe, rates)
-    return gemm_efficiency(m, n, k, recipe, rates, count)
+        return gemm_efficiency(where(thin_m, m * count, m), where(thin_m, n, n * count), k, recipe, rates, split=split)
+    return gemm_efficiency(m, n, k, recipe, rates, count, split)
 
 
 def _gemm_pass(m: Num, n: Num, k: Num, count: int, recipe: str, in_bytes: Num, out_bytes: Num, rates: Rates,
-               issue: str = "grouped") -> Num:
+               issue: str = "grouped", split: bool = False) -> Num:
     flops = 2.0 * m * n * k * count
-    eff = pass_efficiency(m, n, k, count, recipe, rates, issue)
+    eff = pass_efficiency(m, n, k, count, recipe, rates, issue, split)
     if issue == "batched":
         kernels = 1
     else:
@@ -132,11 +160,13 @@ def gemm_times(g: Gemm, fp8: bool, rates: Rates, fp4: bool = False) -> tuple[Num
     """(forward, data-gradient, weight-gradient) seconds of one GEMM kernel entry."""
     recipe = gemm_recipe(g, fp8, rates, fp4)
     inb = NVFP4 if recipe == "nvfp4" else FP8 if recipe != "bf16" else BF16
-    fwd = _gemm_pass(g.m, g.n, g.k, g.count, recipe, inb, BF16, rates, g.issue)
-    dgrad = _gemm_pass(g.m, g.k, g.n, g.count, recipe, inb, BF16, rates, g.issue)
+    split = SPLIT_ACCUMULATOR.get(recipe, ())
+    fwd = _gemm_pass(g.m, g.n, g.k, g.count, recipe, inb, BF16, rates, g.issue, "fwd" in split)
+    dgrad = _gemm_pass(g.m, g.k, g.n, g.count, recipe, inb, BF16, rates, g.issue, "dgrad" in split)
     # Weight gradient accumulates into the fp32 main-grad buffer (read and write), or writes a bf16
     # gradient that a separate kernel adds to it (no gradient-accumulation fusion).
-    wgrad = _gemm_pass(g.k, g.n, g.m, g.count, recipe, inb, 2 * FP32 if g.fused_wgrad else BF16, rates, g.issue)
+    wgrad = _gemm_pass(g.k, g.n, g.m, g.count, recipe, inb, 2 * FP32 if g.fused_wgrad else BF16, rates, g.issue,
+                       "wgrad" in split)
     return fwd, dgrad, wgrad
 
 
@@ -490,7 +520,8 @@ def kernel_table(ms: ModelShape, sh: Shard, block: str, rates: Rates) -> list[di
     for k in block_kernels(ms, sh, block):
         if isinstance(k, Gemm):
             f, d, w = gemm_times(k, sh.fp8, rates, sh.fp4)
-            eff = pass_efficiency(k.m, k.n, k.k, k.count, gemm_recipe(k, sh.fp8, rates, sh.fp4), rates, k.issue)
+            recipe = gemm_recipe(k, sh.fp8, rates, sh.fp4)
+            eff = pass_efficiency(k.m, k.n, k.k, k.count, recipe, rates, k.issue, "fwd" in SPLIT_ACCUMULATOR.get(recipe, ()))
             rows.append({"kernel": k.name, "class": "gemm", "shape": [k.m, k.n, k.k, k.count],
                          "fwd_s": f, "bwd_s": d + w, "efficiency": eff})
         elif isinstance(k, FusedAttention):

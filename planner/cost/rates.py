@@ -111,6 +111,10 @@ class Rates:
     """Host seconds per MoE layer and pass of Megatron's combined 1F1B with eager layers
     (ComputeEfficiency.ep_overlap_host_s); planner.cost.compose drops it where CUDA graphs
     replay whole layers."""
+    fp8_k_depth: float = 1.0
+    """ComputeEfficiency.fp8_k_depth (1 where the profile has none)."""
+    fp8_split_accumulator: float = 1.0
+    """ComputeEfficiency.fp8_split_accumulator (1 where the profile has none)."""
     peak_fp4: float = 0.0
     """Dense FP4 peak (hardware catalog ``peak_flops.fp4``); 0 on GPUs without FP4 tensor cores,
     whose plans planner.rules refuses precision=nvfp4."""
@@ -189,7 +193,9 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     nic = hw.scale_out.bandwidth_per_direction.value
     r = _measurable(hw, profile, assumptions)
     if calibration is not None:
-        _calibrate(r, calibration, hw, m, (gemm_half, gemm_exp, gemm_tile), (peak_bf16, peak_fp8), half)
+        _calibrate(r, calibration, hw, m, (gemm_half, gemm_exp, gemm_tile), (peak_bf16, peak_fp8), half,
+                   c.fp8_k_depth.value if c.fp8_k_depth else 1.0,
+                   c.fp8_split_accumulator.value if c.fp8_split_accumulator else 1.0)
     s_net = assumptions.network_bandwidth_scale
     return Rates(
         generation=hw.generation,
@@ -202,6 +208,8 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         gemm_half_dim=gemm_half,
         gemm_shape_exponent=gemm_exp,
         gemm_tile=gemm_tile,
+        fp8_k_depth=c.fp8_k_depth.value if c.fp8_k_depth else 1.0,
+        fp8_split_accumulator=c.fp8_split_accumulator.value if c.fp8_split_accumulator else 1.0,
         flash_fwd=r.flash_fwd, flash_bwd=r.flash_bwd, flash_half_keys=half,
         fp8_attention=_fp8_attention(profile, hw, assumptions),
         fp8_attention_window_full=bool(c.fp8_attention_window_bwd_full and c.fp8_attention_window_bwd_full.value),
@@ -308,7 +316,7 @@ class _Measurable:
 
 
 def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, float, int], peaks: tuple[float, float],
-               half_keys: float) -> None:
+               half_keys: float, fp8_k_depth: float = 1.0, fp8_split: float = 1.0) -> None:
     """Replace the profile's rates in ``r`` by what a calibration file measured on this hardware."""
     from planner.cost.compute import shape_factor  # noqa: PLC0415  # cycle: compute imports Rates from here
 
@@ -322,7 +330,11 @@ def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, floa
     implied: dict[str, list[float]] = {}
     for g in calibration.gemm:
         peak = peak_bf16 if g.recipe in ("bf16", "fp16") else peak_fp8
-        implied.setdefault(g.recipe, []).append(g.tflops * 1e12 / peak / shape_factor(g.m, g.n, g.k, *gemm_shape))
+        # planner calibrate times FP8 with torch._scaled_mm's default, no fast accumulation (the split
+        # accumulator): its ceiling is that rate over the split accumulator's fraction.
+        depth, acc = (1.0, 1.0) if g.recipe in ("bf16", "fp16") else (fp8_k_depth, fp8_split)
+        implied.setdefault(g.recipe, []).append(g.tflops * 1e12 / peak / acc / shape_factor(g.m, g.n, g.k, *gemm_shape,
+                                                                                               k_depth=depth))
     r.ceilings.update({recipe: sorted(v)[len(v) // 2] for recipe, v in implied.items()})
     if calibration.hbm_bandwidth:
         r.hbm_bw = calibration.hbm_bandwidth

@@ -132,6 +132,16 @@ class ComputeEfficiency(Spec):
     two-SM MMA: 256 x 256): an output dimension of at least one tile that is not a multiple of it
     leaves its last tile partly empty, paid at full cost (planner.cost.compute.tile_fill). None:
     the smooth shape curve above holds alone (Hopper, where it was fit to measured shapes)."""
+    fp8_k_depth: Sourced[float] | None = None
+    """How much deeper an FP8 GEMM's K loop runs before its pipeline fill and epilogue weigh as a
+    BF16 GEMM's do: the K dimension enters the shape curve above as K / fp8_k_depth for FP8 recipes
+    (and the large reference shape's too, so large shapes keep the ceiling). None: 1 (the BF16
+    curve; not measured on this generation)."""
+    fp8_split_accumulator: Sourced[float] | None = None
+    """Rate of an FP8 GEMM that promotes its partial sums to FP32 as it goes (cuBLASLt without fast
+    accumulation: Transformer Engine's 'split accumulator') over the same GEMM with fast
+    accumulation; planner.cost.compute.SPLIT_ACCUMULATOR says which passes of which recipe run
+    that way. None: 1 (not measured on this generation)."""
     flash_fwd_fraction: Sourced[float]
     """Fused (flash) attention forward: asymptotic fraction of the BF16 peak at long sequences."""
     flash_bwd_fraction: Sourced[float]
