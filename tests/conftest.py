@@ -89,6 +89,12 @@ SLOW_TESTS = {
     "tests/test_search_published.py::test_search_fix_returns_the_published_plan_or_a_faster_one_with_explains_numbers"
     "[zoo-qwen3-235b-h100-256gpu-bf16-a2a-intranode-ep8-pp32]": 3.5,
     "tests/test_cost_tables.py::test_table_entries_equal_the_one_plan_composition[moe-gqa-b200-order]": 6.5,
+    # seventh round (2026-12-06, testspeed session: the default run measured 283 s alone, limit 240; most of
+    # the cut is shared fixtures and smaller spaces, these two moved): the two issue-39 runs are searched
+    # again by the slow all-runs test, and test_the_search_never_loses_to_the_recipe_unsaid_on_a_subset checks
+    # the same rule on seven runs; Kimi K2 (the same MLA MoE) on GB200 exports and reads back in the default run
+    "tests/test_validate_search.py::test_the_search_never_loses_to_a_recipe_inside_its_space": 4.3,
+    "tests/test_export_readback.py::test_searched_top_plans_export_and_read_back_unchanged[deepseek-v3-gb200-nvl72-256]": 3.5,
 }
 
 

@@ -8,15 +8,22 @@ import ast
 import os
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANNER = ROOT / "planner"
 
 
+@cache
+def _tree(path: Path) -> ast.Module:
+    """A planner file's syntax tree, parsed once for this module's tests (they only read it)."""
+    return ast.parse(path.read_text())
+
+
 def _imports(path: Path):
     """(module, name) of every `from planner... import name` in a file."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("planner"):
             for alias in node.names:
                 yield node.module, alias.name
@@ -87,7 +94,7 @@ def test_dependencies_are_used_through_their_public_names_only():
     found = []
     for path in sorted(PLANNER.rglob("*.py")):
         rel = path.relative_to(ROOT)
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         deps = _third_party_aliases(tree)
         for node in ast.walk(tree):
             if (isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del))
@@ -140,7 +147,7 @@ def _long_functions(paths, limit: int) -> dict[tuple[str, str], int]:
     """(file, function) -> lines of every function or method longer than ``limit`` lines."""
     found = {}
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > limit:
@@ -171,7 +178,7 @@ def _long_classes(paths, limit: int) -> dict[tuple[str, str], int]:
     """(file, class) -> lines of every class longer than ``limit`` lines."""
     found = {}
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ClassDef):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > limit:

@@ -181,12 +181,12 @@ def test_the_six_published_moe_runs_fit():
     """Issue 41: the MoE runs that ran (gpt-oss-120b on GB200, bf16 and MXFP8; Qwen3-30B-A3B on
     B300, GB200 and GB300, MXFP8 with full-iteration graphs and the paged stash) are predicted to fit."""
     from planner.validate.evaluate import evaluate_run
-    from planner.validate.runs import load_runs
+    from tests._published import published_runs
 
     names = {"mb260401-gpt-oss-120b-gb200-bf16-64gpu", "mb2606-gpt-oss-120b-gb200-fp8mx-64gpu",
              "mb2608-gpt-oss-120b-gb200-fp8mx-64gpu", "mb2606-qwen3-30b-a3b-b300-fp8mx-8gpu",
              "mb2608-qwen3-30b-a3b-gb200-fp8mx-8gpu", "mb2608-qwen3-30b-a3b-gb300-fp8mx-8gpu"}
-    runs = [r for r in load_runs("tests/data/published_runs.yaml") if r.name in names]
+    runs = [r for r in published_runs() if r.name in names]
     assert len(runs) == 6
     for run in runs:
         assert evaluate_run(run).predicted["fits"], run.name

@@ -54,12 +54,11 @@ def test_graphs_speed_up_a_host_bound_moe_model_and_leave_a_dense_one():
 
 
 def test_published_runs_are_evaluated_with_their_graphs():
-    from planner.validate import PUBLISHED_RUNS
     from planner.validate.evaluate import resolve_run
-    from planner.validate.runs import load_runs
+    from tests._published import published_runs
 
     seen = set()
-    for r in load_runs(PUBLISHED_RUNS):
+    for r in published_runs():
         if r.not_evaluable or not r.megatron_args:
             continue
         a = resolve_run(r)[4]

@@ -18,9 +18,8 @@ from planner.specs.catalog import load_hardware, load_model
 from planner.specs.efficiency import load_efficiency
 from planner.specs.job import Job
 from planner.specs.plan import Plan, parse_cuda_graphs
-from planner.validate import PUBLISHED_RUNS
 from planner.validate.evaluate import resolve_run
-from planner.validate.runs import load_runs
+from tests._published import published_runs
 
 PLAN = "tp=1,pp=4,vpp=4,ep=64,etp=1,mbs=1,layout=Ettt|(tttt|)*14ttmL,precision=fp8,dispatcher=hybridep"
 
@@ -68,7 +67,7 @@ def test_the_overlap_gain_on_the_modelzoo_pair_is_the_measured_one():
     """Megatron-MoE-ModelZoo best_practice/qwen3/readme.md: --overlap-moe-expert-parallel-comm with
     --delay-wgrad-compute took Qwen3-235B on 256 H100 (TP2 PP8 VPP4 EP32, DeepEP) from 19.7 to 17.6 s
     per step, +11.9 %. Without the stage host time planner credited it +26.4 %."""
-    runs = {r.name: r for r in load_runs(PUBLISHED_RUNS)}
+    runs = {r.name: r for r in published_runs()}
     steps = []
     for name in ("zoo-qwen3-235b-h100-256gpu-bf16-deepep-crossnode-ep32",
                  "zoo-qwen3-235b-h100-256gpu-bf16-deepep-crossnode-ep32-1f1b-overlap"):

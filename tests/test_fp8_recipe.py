@@ -79,11 +79,10 @@ def test_explain_reads_the_recipe_from_a_launch_script(tmp_path, capsys):
 def test_published_fp8_cs_runs_are_costed_as_tensorwise():
     """Every Blackwell run of the published set whose launch says --fp8-recipe tensorwise is
     evaluated with that recipe (the committed report's assumptions)."""
-    from planner.validate import PUBLISHED_RUNS
     from planner.validate.evaluate import resolve_run
-    from planner.validate.runs import load_runs
+    from tests._published import published_runs
 
-    runs = [r for r in load_runs(PUBLISHED_RUNS) if r.megatron_args and "--fp8-recipe tensorwise" in r.megatron_args
+    runs = [r for r in published_runs() if r.megatron_args and "--fp8-recipe tensorwise" in r.megatron_args
             and not r.not_evaluable and "gb" in r.hardware]
     assert len(runs) >= 8
     for r in runs:

@@ -18,9 +18,8 @@ import statistics
 
 import pytest
 
-from planner.validate import PUBLISHED_RUNS
 from planner.validate.evaluate import evaluate_run
-from planner.validate.runs import load_runs
+from tests._published import published_runs
 
 GRAPH_PAIRS = (
     ("mb2511-qwen3-30b-a3b-gb200-fp8mx-8gpu", "mb2608-qwen3-30b-a3b-gb200-fp8mx-8gpu"),
@@ -36,7 +35,7 @@ GRAPH_PAIRS = (
 @pytest.fixture(scope="module")
 def runs() -> dict:
     names = {n for pair in GRAPH_PAIRS for n in pair}
-    return {r.name: r for r in load_runs(PUBLISHED_RUNS) if r.name in names}
+    return {r.name: r for r in published_runs() if r.name in names}
 
 
 @pytest.fixture(scope="module")

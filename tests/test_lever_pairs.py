@@ -42,9 +42,8 @@ from planner.cost.time import time_report
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.job_input import resolve_job
 from planner.specs.plan import Plan
-from planner.validate import PUBLISHED_RUNS
 from planner.validate.evaluate import evaluate_run
-from planner.validate.runs import load_runs
+from tests._published import published_runs
 
 DISPATCHER_PAIRS = (
     ("mcg-dsv3-gb200-mxfp8-step03", "mcg-dsv3-gb200-mxfp8-step04"),
@@ -72,7 +71,7 @@ FAMILIES = {"dispatcher": DISPATCHER_PAIRS, "mbs": MBS_PAIRS, "ep_overlap": EP_O
 @pytest.fixture(scope="module")
 def results() -> dict:
     names = {n for pairs in FAMILIES.values() for pair in pairs for n in pair}
-    out = {r.name: evaluate_run(r) for r in load_runs(PUBLISHED_RUNS) if r.name in names}
+    out = {r.name: evaluate_run(r) for r in published_runs() if r.name in names}
     assert set(out) == names, names - set(out)
     assert all(res.status == "evaluated" for res in out.values()), [n for n, r in out.items() if not r.evaluated]
     return out

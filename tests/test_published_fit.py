@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from planner.validate.evaluate import evaluate_run
-from planner.validate.runs import load_runs
 
-from tests.test_published_runs import PUBLISHED_RUNS
+from tests._published import published_runs
 
 # Layer-level CPU offload (--cpu-offloading-num-layers 40 on GB200, 20 on GB300): were predicted at 330 GiB.
 RAN = ["mb2602-llama3-70b-gb200-fp8cs-64gpu-fsdp", "mb260401-llama3-70b-gb200-fp8cs-64gpu-fsdp",
@@ -17,7 +16,7 @@ RAN = ["mb2602-llama3-70b-gb200-fp8cs-64gpu-fsdp", "mb260401-llama3-70b-gb200-fp
 
 @pytest.fixture(scope="module")
 def runs():
-    return {r.name: r for r in load_runs(PUBLISHED_RUNS)}
+    return {r.name: r for r in published_runs()}
 
 
 @pytest.mark.parametrize("name", RAN)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from planner.validate import PUBLISHED_RUNS, validate_file
-from planner.validate.runs import load_runs
+from tests._published import published_runs
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "validation"
 
@@ -86,7 +86,7 @@ def report() -> dict:
 
 def test_every_evaluable_run_is_evaluated_and_read_as_its_plan_says(report):
     failed = [(r["name"], r.get("reason")) for r in report["runs"] if r["status"] != "evaluated"]
-    declared = {r.name for r in load_runs(PUBLISHED_RUNS) if r.not_evaluable}
+    declared = {r.name for r in published_runs() if r.not_evaluable}
     assert [f for f in failed if f[0] not in declared] == []
     c = report["counts"]
     assert c["read_from_megatron_flags"] >= 100 and c["reader_disagreements"] == 0
@@ -256,7 +256,7 @@ def test_calibration_subset_follows_the_declared_rule():
     (``evaluable_since``) are validation runs, outside the rule, and never flagged."""
     from planner.specs.catalog import load_hardware, load_model
 
-    runs = load_runs(PUBLISHED_RUNS)
+    runs = published_runs()
     classes: dict[tuple, list] = {}
     for r in runs:
         if r.not_evaluable or r.evaluable_since or r.confidence != "H":

@@ -14,7 +14,7 @@ import yaml
 
 from planner.specs.catalog import load_software
 from planner.validate.evaluate import evaluate_run
-from planner.validate.runs import load_runs
+from tests._published import published_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "tests" / "data" / "published_runs.yaml"
@@ -85,7 +85,7 @@ def test_a_row_s_stated_commit_decides_over_the_shared_software_text():
 
 def test_mapped_runs_use_nothing_their_release_lacks():
     """A release older than a feature the published recipe ran would be the wrong release."""
-    runs = {r.name: r for r in load_runs(RUNS)}
+    runs = {r.name: r for r in published_runs()}
     checked = 0
     for name, raw in _raw_runs().items():
         if not name.startswith("zoo-qwen3-235b"):

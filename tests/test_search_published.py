@@ -12,8 +12,6 @@ Runs that share model, hardware, job, plan and assumptions (a container series) 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from planner.cost.evaluate import plan_evaluation
@@ -23,9 +21,9 @@ from planner.launchers.registry import launcher_violations
 from planner.search.driver import Options, run_search
 from planner.search.space import COL, Limits, build_space
 from planner.validate.evaluate import resolve_run
-from planner.validate.runs import load_runs
+from tests._published import published_runs
 
-RUNS = load_runs(Path(__file__).parent / "data" / "published_runs.yaml")
+RUNS = published_runs()
 DEGREES = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
 
 

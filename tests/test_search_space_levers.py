@@ -12,9 +12,8 @@ from planner.search.space import Limits, build_space, ep_overlap_options
 from planner.specs.catalog import load_hardware, load_model, load_software
 from planner.specs.job import Job
 from planner.specs.plan import EpOverlap
-from planner.validate import PUBLISHED_RUNS
 from planner.validate.evaluate import resolve_run
-from planner.validate.runs import load_runs
+from tests._published import published_runs
 
 OFF, ON, WGRAD = EpOverlap.OFF, EpOverlap.ON, EpOverlap.WGRAD
 
@@ -52,7 +51,7 @@ def test_the_model_never_credits_wgrad_less_than_on(name):
     """The premise of trying wgrad in place of on (planner.search.space.ep_overlap_options): the
     same memory, a step no longer. If a change to the EP-overlap terms breaks it, the search must
     try both values again."""
-    run = next(r for r in load_runs(PUBLISHED_RUNS) if r.name == name)
+    run = next(r for r in published_runs() if r.name == name)
     model, hw, job, plan, assumptions, _ = resolve_run(run)
     out = {}
     for value in (ON, WGRAD):
@@ -104,7 +103,7 @@ def test_mla_up_proj_alone_is_searched_where_it_is_on_the_memory_step_front():
     opts = recompute_options(v3)
     assert "mla_up_proj" in opts and "mla_up_proj+mlp" not in opts
     assert "mla_up_proj" not in recompute_options(load_model("qwen3-30b-a3b"))  # no MLA
-    run = next(r for r in load_runs(PUBLISHED_RUNS) if r.name == "mb2606-deepseek-v3-gb200-fp8mx-256gpu")
+    run = next(r for r in published_runs() if r.name == "mb2606-deepseek-v3-gb200-fp8mx-256gpu")
     model, hw, job, plan, assumptions, _ = resolve_run(run)
     points = {}
     for text in opts:

@@ -276,9 +276,9 @@ def test_search_offers_only_the_release_s_levers_and_saves_it(capsys, tmp_path):
 
 def test_validate_uses_each_run_s_release(capsys):
     from planner.validate.evaluate import run_software
-    from planner.validate.runs import load_runs
+    from tests._published import published_runs
 
-    runs = {r.name: r for r in load_runs(catalog_root() / "tests" / "data" / "published_runs.yaml")}
+    runs = {r.name: r for r in published_runs()}
     stated = runs["mb2606-deepseek-v3-b300-fp8mx-256gpu"]
     assert run_software(stated)[0].name == stated.software_profile == "megatron-core-0.18"
     # a development build after core_v0.15.0 that ran HybridEP: bounded by the first release with it

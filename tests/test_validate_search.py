@@ -11,11 +11,11 @@ from planner.cli import main
 from planner.specs.plan import Plan
 from planner.validate import PUBLISHED_RUNS
 from planner.validate.evaluate import evaluate_run, evaluate_runs
-from planner.validate.runs import load_runs
 from planner.validate.searched import (
     LOSS_TOLERANCE, PINNED, SearchedRun, build_search, changed_keys, outside_space, pinned_fix, search_run,
     search_markdown, search_runs, search_text, summarize_search, targets_met,
 )
+from tests._published import published_runs
 
 SUBSET = (
     "llama3-405b-8k-h100-16384gpu",                 # dense / Hopper / bf16, Megatron, a pinned layout
@@ -30,14 +30,8 @@ SUBSET = (
 but one, both launchers, a search that wins, one that ties and one that loses for a named reason."""
 
 
-_LOADED: list = []
-
-
 def _runs(names=None):
-    if not _LOADED:  # the bundled file takes about a second to read and check
-        _LOADED.extend(load_runs(PUBLISHED_RUNS))
-    runs = _LOADED
-    return [r for r in runs if names is None or r.name in names]
+    return [r for r in published_runs() if names is None or r.name in names]
 
 
 def _never_loses_unexplained(rows: list[SearchedRun]) -> None:
