@@ -318,7 +318,7 @@ class _Measurable:
 def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, float, int], peaks: tuple[float, float],
                half_keys: float, fp8_k_depth: float = 1.0, fp8_split: float = 1.0) -> None:
     """Replace the profile's rates in ``r`` by what a calibration file measured on this hardware."""
-    from planner.cost.compute import shape_factor  # noqa: PLC0415  # cycle: compute imports Rates from here
+    from planner.cost.compute import is_fp8, shape_factor  # noqa: PLC0415  # cycle: compute imports Rates from here
 
     if calibration.hardware.lower() != hw.name.lower() and calibration.hardware.lower() not in [a.lower() for a in hw.aliases]:
         raise PlannerError(
@@ -332,7 +332,7 @@ def _calibrate(r: _Measurable, calibration, hw, m, gemm_shape: tuple[float, floa
         peak = peak_bf16 if g.recipe in ("bf16", "fp16") else peak_fp8
         # planner calibrate times FP8 with torch._scaled_mm's default, no fast accumulation (the split
         # accumulator): its ceiling is that rate over the split accumulator's fraction.
-        depth, acc = (1.0, 1.0) if g.recipe in ("bf16", "fp16") else (fp8_k_depth, fp8_split)
+        depth, acc = (fp8_k_depth, fp8_split) if is_fp8(g.recipe) else (1.0, 1.0)
         implied.setdefault(g.recipe, []).append(g.tflops * 1e12 / peak / acc / shape_factor(g.m, g.n, g.k, *gemm_shape,
                                                                                                k_depth=depth))
     r.ceilings.update({recipe: sorted(v)[len(v) // 2] for recipe, v in implied.items()})
