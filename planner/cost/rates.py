@@ -186,6 +186,8 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     c, m = profile.compute, profile.comm
     gemm_half, gemm_exp = c.gemm_half_dim.value, c.gemm_shape_exponent.value
     gemm_tile = c.gemm_tile.value if c.gemm_tile else 0
+    fp8_depth = c.fp8_k_depth.value if c.fp8_k_depth else 1.0
+    fp8_split = c.fp8_split_accumulator.value if c.fp8_split_accumulator else 1.0
     peak_bf16 = hw.peak("bf16")
     peak_fp8 = hw.gpu.peak_flops["fp8"].value if "fp8" in hw.gpu.peak_flops else peak_bf16
     half = c.flash_half_keys.value
@@ -194,8 +196,7 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
     r = _measurable(hw, profile, assumptions)
     if calibration is not None:
         _calibrate(r, calibration, hw, m, (gemm_half, gemm_exp, gemm_tile), (peak_bf16, peak_fp8), half,
-                   c.fp8_k_depth.value if c.fp8_k_depth else 1.0,
-                   c.fp8_split_accumulator.value if c.fp8_split_accumulator else 1.0)
+                   fp8_depth, fp8_split)
     s_net = assumptions.network_bandwidth_scale
     return Rates(
         generation=hw.generation,
@@ -208,8 +209,8 @@ def build_rates(hw, profile, assumptions, calibration=None, gpus: int = 2) -> Ra
         gemm_half_dim=gemm_half,
         gemm_shape_exponent=gemm_exp,
         gemm_tile=gemm_tile,
-        fp8_k_depth=c.fp8_k_depth.value if c.fp8_k_depth else 1.0,
-        fp8_split_accumulator=c.fp8_split_accumulator.value if c.fp8_split_accumulator else 1.0,
+        fp8_k_depth=fp8_depth,
+        fp8_split_accumulator=fp8_split,
         flash_fwd=r.flash_fwd, flash_bwd=r.flash_bwd, flash_half_keys=half,
         fp8_attention=_fp8_attention(profile, hw, assumptions),
         fp8_attention_window_full=bool(c.fp8_attention_window_bwd_full and c.fp8_attention_window_bwd_full.value),
