@@ -210,3 +210,48 @@ def test_the_robust_search_pins_dist_opt_without_offload_unless_the_user_fixed_e
     # the sharding counts against a plan for Megatron only (torchtitan's FSDP2 is its plain path)
     cap = 100 * GiB
     assert robustness(_plan(sharding="fsdp"), 50 * GiB, cap, target="any").key() == robustness(_plan(), 50 * GiB, cap, target="any").key()
+
+
+def test_the_robust_searches_go_most_robust_class_first_and_keep_the_users_choices():
+    """Issue 40, the first tie group whole down to recompute: the searches pin no recompute first, then
+    any recompute; a user's --fix of the sharding or the offload stops them, of the recompute skips
+    the first (the second then pins what the user fixed)."""
+    from planner.search.families import ROBUST_CLASSES, robust_level, robust_searches
+    from planner.search.space import Limits
+
+    both = robust_searches(Limits.parse("tp=2", "pp=4"))
+    assert [s.level for s in both] == [0, 1] and [s.fix for s in both] == list(ROBUST_CLASSES)
+    assert str(both[0].limits.fix["recompute"]) == "none" and "recompute" not in both[1].limits.fix
+    assert all(s.limits.fix["tp"] == 2 and s.limits.max == {"pp": 4} for s in both)
+    kept = robust_searches(Limits.parse("recompute=full", None))
+    assert [s.level for s in kept] == [1] and str(kept[0].limits.fix["recompute"]) == "full"
+    assert robust_searches(Limits.parse("sharding=zero2", None)) == []
+    assert robust_searches(Limits.parse("offload=optimizer", None)) == []
+    assert robust_level(_plan(pp=2), []) == 0
+    assert robust_level(_plan(recompute="moe_act"), []) == robust_level(_plan(recompute="full"), []) == 1
+    assert robust_level(_plan(sharding="zero2"), []) == robust_level(_plan(offload="optimizer"), []) == 2
+    assert robust_level(_plan(), ["a runtime risk"]) == 2
+
+
+def test_the_first_groups_most_robust_level_decides_the_robust_searches():
+    """The group's plans in the pool decide, whatever the pool's extent: the search drops a plan a
+    faster one with less memory dominates (the distributed optimizer's twin of a Megatron-FSDP plan),
+    so a pool that ends beyond the group does not hold all of it (a Qwen3-235B run of the search mode
+    kept only Megatron-FSDP plans, each on a runtime risk, in a pool of fewer than 40)."""
+    from planner.search.families import group_level, needs_robust_search
+    from planner.search.ties import Resolution
+
+    moe = load_model("qwen3-235b-a22b")
+    res = Resolution(0.05, "K", 0.1, 0.5, 3, "test")
+    fast = _ranked(_plan(pp=2, ep=8, sharding="zero2"), 1.00, 10.0)
+    near = _ranked(_plan(pp=2, ep=8, recompute="moe_act"), 1.04, 10.0)
+    beyond = _ranked(_plan(pp=4, ep=8), 1.20, 10.0)
+
+    def level(plans, target="megatron"):
+        return group_level(plans, moe, None, _Job(), target, res)
+
+    assert level([fast, near, beyond]) == 1 and level([fast, beyond]) == 2
+    assert level([beyond, near]) == 1  # the group starts at the fastest plan given: near, not beyond
+    assert level([beyond, _ranked(_plan(pp=4, ep=8), 1.19, 10.0)]) == 0
+    assert needs_robust_search([fast, near, beyond], moe, None, _Job(), "megatron", res)
+    assert level([fast, near], "torchtitan") is None and level([], "megatron") is None

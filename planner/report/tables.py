@@ -417,10 +417,9 @@ def ties_text(ties: dict) -> str:
     if ties.get("families"):
         text += (f"; the best plan of each of {ties['families_found']} families in {ties['plans_ranked']} ranked plans "
                  f"(--all-variants: every plan)")
-    rs = ties.get("robust_search")
-    if rs:
-        text += (f"; no robust plan tied with the fastest, so a second search ({rs['fix']}) added {rs['plans']}"
-                 + (f" ({rs['none_because']})" if rs.get("none_because") else ""))
+    for rs in ties.get("robust_search") or []:
+        text += (f"; the main search's plans tied with the fastest held none of the class {rs['fix']}, so a "
+                 f"search of it added {rs['plans']}" + (f" ({rs['none_because']})" if rs.get("none_because") else ""))
     if not ties.get("first_group_complete", True):
         text += (f"; all {ties.get('plans_searched', ties['plans_ranked'])} plans of the main search tie with the "
                  f"fastest, more may (--top higher ranks more)")

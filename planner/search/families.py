@@ -97,32 +97,80 @@ def first_of_each(keys: Sequence[str]) -> list[int]:
 
 
 def is_robust(plan, risks: Sequence[Risk]) -> bool:
-    """No runtime risk, no offload, no FSDP-variant sharding: what the robust search pins."""
+    """No runtime risk, no offload, no FSDP-variant sharding: what the robust searches pin."""
+    return robust_level(plan, risks) < len(ROBUST_CLASSES)
+
+
+ROBUST_CLASSES = ("sharding=dist_opt,offload=none,recompute=none", "sharding=dist_opt,offload=none")
+"""The robust searches' classes, most robust first, by the tie order's criteria after the runtime
+risks (planner.search.ties.ROBUSTNESS_ORDER: no offload, the distributed optimizer before FSDP
+variants, less recompute). A plan's level is the first class it belongs to (:func:`robust_level`)."""
+
+
+def robust_level(plan, risks: Sequence[Risk]) -> int:
+    """The index of the first of ROBUST_CLASSES a typed ``Plan`` without runtime risks belongs to;
+    len(ROBUST_CLASSES) for a plan in none (or on a risk)."""
     off = plan.offload
-    return not risks and not (off.optimizer or off.activations) and plan.sharding.kind not in ("zero2", "fsdp", "hsdp")
+    if risks or off.optimizer or off.activations or plan.sharding.kind in ("zero2", "fsdp", "hsdp"):
+        return len(ROBUST_CLASSES)
+    return 0 if plan.recompute.kind == "none" else 1
+
+
+@dataclass(frozen=True)
+class RobustSearch:
+    """One robust search: its class's level (index in ROBUST_CLASSES), that class as --fix text, and
+    the limits it runs under (the user's --fix and --max with the class pinned)."""
+
+    level: int
+    fix: str
+    limits: Limits
+
+
+def robust_searches(limits: Limits) -> list[RobustSearch]:
+    """The robust searches the user's --fix/--max allow, most robust class first: none where the user
+    fixed the sharding or the offload (their choice wins), and not the no-recompute class where they
+    fixed the recompute (the next class then pins what they fixed)."""
+    if "sharding" in limits.fix or "offload" in limits.fix:
+        return []
+    out = []
+    for level, text in enumerate(ROBUST_CLASSES):
+        pinned = Plan.given(text, "--fix")
+        if any(k in limits.fix and limits.fix[k] != v for k, v in pinned.items()):
+            continue
+        out.append(RobustSearch(level, text, Limits({**limits.fix, **pinned}, dict(limits.max))))
+    return out
 
 
 def robust_limits(limits):
-    """The user's --fix/--max with the distributed optimizer and no offload pinned, or None where the
-    user fixed either (their choice wins)."""
-    if "sharding" in limits.fix or "offload" in limits.fix:
-        return None
-    return Limits({**limits.fix, **Plan.given("sharding=dist_opt,offload=none", "--fix")}, dict(limits.max))
+    """The user's --fix/--max with the distributed optimizer and no offload pinned (the least robust
+    class of ROBUST_CLASSES), or None where the user fixed either (their choice wins)."""
+    searches = [s for s in robust_searches(limits) if s.fix == ROBUST_CLASSES[-1]]
+    return searches[0].limits if searches else None
 
 
-def needs_robust_search(plans: list, model, hw, job, target: str, resolution: Resolution | None = None) -> bool:
-    """Whether the first tie group of the driver's ranked plans holds no robust plan (then the fastest
-    robust plans are searched for: they may be ties of the fastest). Megatron only: torchtitan's data
-    parallelism is FSDP2 (no distributed optimizer to pin), and under --target any FSDP is what
-    torchtitan's export takes."""
+def group_level(plans: list, model, hw, job, target: str, resolution: Resolution | None = None) -> int | None:
+    """The most robust level (:func:`robust_level`) among the first tie group of the ranked plans;
+    None where there is nothing to search for: no plans, or not Megatron (torchtitan's data
+    parallelism is FSDP2, no distributed optimizer to pin, and under --target any FSDP is what
+    torchtitan's export takes). The group's plans in a search's pool are not all of the group's
+    plans even where the pool ends beyond it: the search drops a plan that a faster one with less
+    memory dominates (the distributed optimizer's twin of a Megatron-FSDP plan), so the robust
+    searches run whatever the pool's extent."""
     if not plans or target != "megatron":
-        return False
+        return None
     if resolution is None:
         precision = plans[0].setup.plan.precision or job.default_precision
         resolution = job_resolution(model, hw, str(getattr(precision, "value", precision)))
-    fastest = min(float(p.evaluation["time"]["step_time_s"]) for p in plans)
-    group = [p for p in plans if float(p.evaluation["time"]["step_time_s"]) <= fastest * (1 + resolution.relative)]
-    return not any(is_robust(p.setup.plan, plan_risks(model, p.setup.plan, target)) for p in group)
+    edge = min(float(p.evaluation["time"]["step_time_s"]) for p in plans) * (1 + resolution.relative)
+    return min(robust_level(p.setup.plan, plan_risks(model, p.setup.plan, target))
+               for p in plans if float(p.evaluation["time"]["step_time_s"]) <= edge)
+
+
+def needs_robust_search(plans: list, model, hw, job, target: str, resolution: Resolution | None = None) -> bool:
+    """Whether the first tie group of the driver's ranked plans holds no plan of the most robust class
+    (then the robust searches look for the fastest of each class: they may be ties of the fastest)."""
+    level = group_level(plans, model, hw, job, target, resolution)
+    return level is not None and level > 0
 
 
 def arrange(plans: list, model, hw, job, target: str, *, families: bool, shown: int, pool: int,
