@@ -253,21 +253,23 @@ def test_levers_the_release_lacks_are_not_searched():
 
 
 def test_a_space_like_another_reuses_its_keys_only_when_the_structural_limits_agree():
-    # The robust search pins levers only (planner.search.families.robust_limits): it reads the first
-    # search's structural keys instead of enumerating them again, and gets what enumerating gives.
-    from planner.search.families import robust_limits
+    # The robust searches pin levers only (planner.search.families.robust_searches): they read the first
+    # search's structural keys instead of enumerating them again, and get what enumerating gives.
+    from planner.search.families import robust_searches
 
     model, hw = load_model("llama3.1-8b"), load_hardware("h100")
     job = Job(gpus=64, global_batch=256, seq_len=4096, precisions=["bf16"])
     first = build_space(model, hw, job, limits=Limits.parse(None, "tp=8"))
-    lim = robust_limits(first.limits)
-    assert lim is not None
-    fresh, like = (build_space(model, hw, job, limits=lim, like=x) for x in (None, first))
-    assert like.keys is first.keys  # read, not enumerated
-    assert np.array_equal(like.keys, fresh.keys) and np.array_equal(like.layout_of, fresh.layout_of)
-    assert like.layouts == fresh.layouts and like.pruned == fresh.pruned and like.scope == fresh.scope
-    assert np.array_equal(like.fm_keys, fresh.fm_keys) and np.array_equal(like.fm_of, fresh.fm_of)
-    assert like.levers == fresh.levers and len(like.levers["sharding"]) == 1 < len(first.levers["sharding"])
+    searches = robust_searches(first.limits)
+    assert len(searches) == 2
+    for rs in searches:  # no recompute, then any recompute
+        fresh, like = (build_space(model, hw, job, limits=rs.limits, like=x) for x in (None, first))
+        assert like.keys is first.keys  # read, not enumerated
+        assert np.array_equal(like.keys, fresh.keys) and np.array_equal(like.layout_of, fresh.layout_of)
+        assert like.layouts == fresh.layouts and like.pruned == fresh.pruned and like.scope == fresh.scope
+        assert np.array_equal(like.fm_keys, fresh.fm_keys) and np.array_equal(like.fm_of, fresh.fm_of)
+        assert like.levers == fresh.levers and len(like.levers["sharding"]) == 1 < len(first.levers["sharding"])
+    assert len(searches[0].limits.fix) > len(searches[1].limits.fix)  # the first pins the recompute too
     # A structural limit that differs (a bound on TP) enumerates anew.
     other = build_space(model, hw, job, limits=Limits.parse(None, "tp=4"), like=first)
     assert other.keys is not first.keys and max(other.col("tp")) == 4

@@ -187,26 +187,20 @@ def test_arrange_shows_the_robust_plan_of_a_tie_and_one_plan_per_family():
     assert len(every) == 4 and every[0].plan is robust.plan
 
 
-def test_the_robust_search_pins_dist_opt_without_offload_unless_the_user_fixed_either():
-    from planner.search.families import is_robust, needs_robust_search, robust_limits
-    from planner.search.space import Limits
+def test_a_robust_plan_is_risk_free_without_offload_or_fsdp_and_its_tie_decides_the_searches():
+    from planner.search.families import ROBUST_CLASSES, group_level, robust_level
     from planner.search.ties import Resolution
 
-    lim = robust_limits(Limits.parse("tp=2", "pp=4"))
-    assert lim is not None and str(lim.fix["sharding"]) == "dist_opt" and str(lim.fix["offload"]) == "none"
-    assert lim.fix["tp"] == 2 and lim.max == {"pp": 4}
-    assert robust_limits(Limits.parse("sharding=zero2", None)) is None
-    assert robust_limits(Limits.parse("offload=optimizer", None)) is None
     moe = load_model("qwen3-235b-a22b")
-    assert is_robust(_plan(pp=2, ep=8), []) and not is_robust(_plan(pp=2, offload="optimizer"), [])
+    assert robust_level(_plan(pp=2, ep=8), []) == 0 and robust_level(_plan(pp=2, offload="optimizer"), []) == len(ROBUST_CLASSES)
     res = Resolution(0.05, "K", 0.1, 0.5, 3, "test")
     risky = _ranked(_plan(pp=2, ep=8, sharding="zero2"), 1.0, 10.0)
     robust_far = _ranked(_plan(pp=2, ep=8), 1.2, 10.0)
     robust_near = _ranked(_plan(pp=2, ep=8), 1.04, 10.0)
-    assert needs_robust_search([risky, robust_far], moe, None, _Job(), "megatron", res)
-    assert not needs_robust_search([risky, robust_near], moe, None, _Job(), "megatron", res)
-    assert not needs_robust_search([risky], moe, None, _Job(), "torchtitan", res)
-    assert not needs_robust_search([risky], moe, None, _Job(), "any", res)
+    assert group_level([risky, robust_far], moe, None, _Job(), "megatron", res) == 2  # searched for
+    assert group_level([risky, robust_near], moe, None, _Job(), "megatron", res) == 0  # none needed
+    assert group_level([risky], moe, None, _Job(), "torchtitan", res) is None
+    assert group_level([risky], moe, None, _Job(), "any", res) is None
     # the sharding counts against a plan for Megatron only (torchtitan's FSDP2 is its plain path)
     cap = 100 * GiB
     assert robustness(_plan(sharding="fsdp"), 50 * GiB, cap, target="any").key() == robustness(_plan(), 50 * GiB, cap, target="any").key()
@@ -238,7 +232,7 @@ def test_the_first_groups_most_robust_level_decides_the_robust_searches():
     faster one with less memory dominates (the distributed optimizer's twin of a Megatron-FSDP plan),
     so a pool that ends beyond the group does not hold all of it (a Qwen3-235B run of the search mode
     kept only Megatron-FSDP plans, each on a runtime risk, in a pool of fewer than 40)."""
-    from planner.search.families import group_level, needs_robust_search
+    from planner.search.families import group_level
     from planner.search.ties import Resolution
 
     moe = load_model("qwen3-235b-a22b")
@@ -253,5 +247,4 @@ def test_the_first_groups_most_robust_level_decides_the_robust_searches():
     assert level([fast, near, beyond]) == 1 and level([fast, beyond]) == 2
     assert level([beyond, near]) == 1  # the group starts at the fastest plan given: near, not beyond
     assert level([beyond, _ranked(_plan(pp=4, ep=8), 1.19, 10.0)]) == 0
-    assert needs_robust_search([fast, near, beyond], moe, None, _Job(), "megatron", res)
     assert level([fast, near], "torchtitan") is None and level([], "megatron") is None

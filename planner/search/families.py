@@ -96,11 +96,6 @@ def first_of_each(keys: Sequence[str]) -> list[int]:
     return out
 
 
-def is_robust(plan, risks: Sequence[Risk]) -> bool:
-    """No runtime risk, no offload, no FSDP-variant sharding: what the robust searches pin."""
-    return robust_level(plan, risks) < len(ROBUST_CLASSES)
-
-
 ROBUST_CLASSES = ("sharding=dist_opt,offload=none,recompute=none", "sharding=dist_opt,offload=none")
 """The robust searches' classes, most robust first, by the tie order's criteria after the runtime
 risks (planner.search.ties.ROBUSTNESS_ORDER: no offload, the distributed optimizer before FSDP
@@ -109,7 +104,9 @@ variants, less recompute). A plan's level is the first class it belongs to (:fun
 
 def robust_level(plan, risks: Sequence[Risk]) -> int:
     """The index of the first of ROBUST_CLASSES a typed ``Plan`` without runtime risks belongs to;
-    len(ROBUST_CLASSES) for a plan in none (or on a risk)."""
+    len(ROBUST_CLASSES) for a plan in none (or on a risk). By the tie order's criteria, not the
+    classes' pinned values: plain DDP counts as the distributed optimizer does (neither is a
+    Megatron-FSDP variant), though the searches pin the distributed optimizer."""
     off = plan.offload
     if risks or off.optimizer or off.activations or plan.sharding.kind in ("zero2", "fsdp", "hsdp"):
         return len(ROBUST_CLASSES)
@@ -141,13 +138,6 @@ def robust_searches(limits: Limits) -> list[RobustSearch]:
     return out
 
 
-def robust_limits(limits):
-    """The user's --fix/--max with the distributed optimizer and no offload pinned (the least robust
-    class of ROBUST_CLASSES), or None where the user fixed either (their choice wins)."""
-    searches = [s for s in robust_searches(limits) if s.fix == ROBUST_CLASSES[-1]]
-    return searches[0].limits if searches else None
-
-
 def group_level(plans: list, model, hw, job, target: str, resolution: Resolution | None = None) -> int | None:
     """The most robust level (:func:`robust_level`) among the first tie group of the ranked plans;
     None where there is nothing to search for: no plans, or not Megatron (torchtitan's data
@@ -164,13 +154,6 @@ def group_level(plans: list, model, hw, job, target: str, resolution: Resolution
     edge = min(float(p.evaluation["time"]["step_time_s"]) for p in plans) * (1 + resolution.relative)
     return min(robust_level(p.setup.plan, plan_risks(model, p.setup.plan, target))
                for p in plans if float(p.evaluation["time"]["step_time_s"]) <= edge)
-
-
-def needs_robust_search(plans: list, model, hw, job, target: str, resolution: Resolution | None = None) -> bool:
-    """Whether the first tie group of the driver's ranked plans holds no plan of the most robust class
-    (then the robust searches look for the fastest of each class: they may be ties of the fastest)."""
-    level = group_level(plans, model, hw, job, target, resolution)
-    return level is not None and level > 0
 
 
 def arrange(plans: list, model, hw, job, target: str, *, families: bool, shown: int, pool: int,
