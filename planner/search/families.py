@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from planner.search.risks import Risk, plan_risks
 from planner.search.space import Limits
-from planner.search.ties import NO_RESOLUTION, Resolution, job_resolution, robustness, tie_order
+from planner.search.ties import FSDP_SHARDINGS, NO_RESOLUTION, Resolution, job_resolution, robustness, tie_order
 from planner.specs.plan import Plan
 
 STABLE_POOL = 40
@@ -108,7 +108,7 @@ def robust_level(plan, risks: Sequence[Risk]) -> int:
     classes' pinned values: plain DDP counts as the distributed optimizer does (neither is a
     Megatron-FSDP variant), though the searches pin the distributed optimizer."""
     off = plan.offload
-    if risks or off.optimizer or off.activations or plan.sharding.kind in ("zero2", "fsdp", "hsdp"):
+    if risks or off.optimizer or off.activations or plan.sharding.kind in FSDP_SHARDINGS:
         return len(ROBUST_CLASSES)
     return 0 if plan.recompute.kind == "none" else 1
 

@@ -67,7 +67,7 @@ ROBUSTNESS_ORDER = ("no runtime risk", "no offload", "distributed optimizer or D
 
 _RECOMPUTE_RANK = {"none": 0, "selective": 1, "op": 1, "full": 2}
 """Less recompute first: none, then selective modules (or torchtitan's per-op), then full layers."""
-_FSDP = ("zero2", "fsdp", "hsdp")
+FSDP_SHARDINGS = ("zero2", "fsdp", "hsdp")
 """Sharding kinds that are Megatron-FSDP (Megatron) or FSDP2 (torchtitan): the parameter or gradient
 buffers are sharded and gathered around each layer, more moving parts than the distributed optimizer."""
 _DIMS = ("tp", "cp", "pp", "ep", "dp")
@@ -201,7 +201,7 @@ def robustness(plan, headroom_bytes: float, capacity_bytes: float, risks: Sequen
     return Robustness(
         risks=tuple(risks),
         offload=bool(off.optimizer or off.activations),
-        fsdp=target == "megatron" and plan.sharding.kind in _FSDP,
+        fsdp=target == "megatron" and plan.sharding.kind in FSDP_SHARDINGS,
         recompute=_RECOMPUTE_RANK[plan.recompute.kind],
         tight=headroom_bytes < TIGHT_HEADROOM * capacity_bytes,
         dims=sum(1 for k in _DIMS if (getattr(plan, k) or 1) > 1),
