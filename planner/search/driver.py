@@ -138,7 +138,8 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
     searched = len(plans)
     robust: list[dict] = []
     level = group_level(plans, model, hw, job, options.target)
-    for rs in robust_searches(options.limits) if level is not None else []:
+    bound = _robust_bound(plans, model, hw, job) if level else None  # the first search's group, once
+    for rs in robust_searches(options.limits):
         if level is None or level <= rs.level:
             break
         (progress or (lambda msg: None))(f"searching the robust plans ({rs.fix})")
@@ -146,7 +147,7 @@ def _tied_search(model, hw, job, options: Options, assumptions, progress) -> Sea
         robust.append(entry)
         try:
             second = _Run(model, hw, job, replace(inner, limits=rs.limits, top=ROBUST_TOPS[rs.level],
-                                                  max_step_us=_robust_bound(plans[:searched], model, hw, job)),
+                                                  max_step_us=bound),
                           assumptions, progress)
             second.probe, second.like, second.known = first.probe, first.space, first.known
             extra = second.search()
