@@ -237,9 +237,13 @@ def test_ctrl_c_during_search_writes_nothing(tmp_path, capsys, monkeypatch):
 def test_ctrl_c_as_a_signal_exits_130_with_nothing_half_written(tmp_path):
     save = tmp_path / "plans.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    # Ctrl-C reaches a foreground job whose SIGINT is at its default; a shell starts a background
+    # job (`pytest &`, CI's side steps) with SIGINT ignored, which the child inherits and Python then
+    # keeps ignoring (as nohup wants): the child gets the terminal's disposition here.
     proc = subprocess.Popen([sys.executable, "-m", "planner", "search", "--model", "v3", "--hw", "nvl72",
                              "--gpus", "65536", "--solver", "exhaustive", "--save", str(save)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(2.5)  # imported and searching (the whole search takes several seconds)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

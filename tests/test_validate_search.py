@@ -21,7 +21,7 @@ SUBSET = (
     "llama3-405b-8k-h100-16384gpu",                 # dense / Hopper / bf16, Megatron, a pinned layout
     "mb2511-llama3-8b-b200-fp8cs-8gpu",             # dense / Blackwell / fp8: bf16 gradient reduction, fp8 gather
     "mb2602-qwen3-235b-a22b-gb300-fp8mx-256gpu",    # MoE / Blackwell / fp8
-    "zoo-qwen3-235b-h100-256gpu-bf16-seq16k-dropless",  # MoE / Hopper / bf16
+    "zoo-qwen3-235b-h100-256gpu-bf16-deepep-tp4-pp8-ep8",  # MoE / Hopper / bf16
     "mb2606-gpt-oss-120b-gb300-fp8mx-64gpu",        # MoE / Blackwell / fp8: its recipe's ep_overlap=wgrad
     "tt-llama31-8b-h100-8gpu-fsdp-bf16",            # torchtitan
     "tt-llama31-8b-h100-8gpu-fsdp-compile-float8",  # torchtitan fp8 on a TOML-era release (0.1.0)
