@@ -56,7 +56,6 @@ def test_the_first_plan_is_the_same_for_every_top(case):
     assert len(set(firsts.values())) == 1, firsts
 
 
-
 @pytest.mark.slow
 def test_a_max_that_keeps_the_first_tie_group_keeps_the_first_plan():
     """Issue 40, the first tie group whole down to recompute: Mixtral 8x7B on 32 H100s with --fix

@@ -42,9 +42,9 @@ def case():
     return model, hw, job, profile
 
 
-def _every_plan(model, hw, job, profile) -> list[tuple[float, tuple, str]]:
-    """(walked step s, robustness key, plan) of every plan of the space that the rules accept and
-    that fits, each evaluated alone."""
+def _every_plan(model, hw, job, profile) -> list[tuple[float, tuple, str, int]]:
+    """(walked step s, robustness key, plan, robust level) of every plan of the space that the rules
+    accept and that fits, each evaluated alone."""
     space = build_space(model, hw, job, target="megatron", limits=Limits.parse(FIX, MAX), software=profile)
     out = []
     for gid in range(len(space)):
